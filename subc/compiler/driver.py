@@ -1,0 +1,170 @@
+"""The compiler driver: rules + spec -> field order -> BDD -> stages -> match-action pipeline.
+
+Semantics (Camus): a packet gets the actions of every rule it matches; several ``fwd`` merge
+into one port set (one port: unicast, several: a multicast group); a ``fwd`` together with a
+non-forwarding action, or two different non-forwarding actions, on one packet is an error that
+names both rules; a packet that matches no rule gets the spec's default action.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ..errors import SubcError
+from .ast import Rule, evaluate
+from .bdd import RuleBDD, build_bdd, fields_used
+from .slicing import Sliced, slice_bdd
+from .spec import Spec
+from .tables import Pipeline, build_pipeline
+
+EXHAUSTIVE_ORDER_FIELDS = 4
+
+
+@dataclass
+class CompileResult:
+    """What :func:`compile_rules` returns: the pipeline and what produced it, with timings (s)."""
+
+    pipeline: Pipeline
+    rules: list[Rule]
+    spec: Spec
+    rbdd: RuleBDD
+    sliced: Sliced
+    target: str
+    phases: dict[str, float] = field(default_factory=dict)
+    orders_tried: int = 1
+
+
+def default_action_of(spec: Spec) -> tuple[str, tuple]:
+    """The leaf table's default action for the spec's ``query_default_action``."""
+    name = spec.default_action
+    return {"drop": ("subc_drop", ()), "nop": ("subc_nop", ())}.get(name, (name, ()))
+
+
+def _atom_kind(atom: tuple) -> str:
+    return "fwd" if atom[0] == "fwd" else atom[0]
+
+
+def _describe(atom: tuple) -> str:
+    if atom[0] == "fwd":
+        return f"fwd({atom[1]})"
+    return f"{atom[0]}({', '.join(str(a) for a in atom[1:])})"
+
+
+def check_leaf(atoms: frozenset, example: dict[str, int], rules: Sequence[Rule]) -> None:
+    """Raise SubcError when a leaf's atoms cannot be applied together (see the module docstring)."""
+    ports = [a for a in atoms if a[0] == "fwd"]
+    others = sorted((a for a in atoms if a[0] != "fwd"), key=repr)
+    if not others or (not ports and len(others) == 1):
+        return
+    first = ports[0] if ports else others[0]
+    second = others[0] if ports else others[1]
+    matched = [r for r in rules if evaluate(r.condition, example)]
+    r1 = next(r for r in matched if first in r.atoms())
+    r2 = next(r for r in matched if second in r.atoms() and (r is not r1 or first in r.atoms()))
+    pkt = ", ".join(f"{k}={v}" for k, v in sorted(example.items()))
+    where1 = f"{r1.location.path}:{r1.location.line}"
+    raise SubcError(
+        f"conflicting actions: {_describe(second)} of this rule and {_describe(first)} of the rule at {where1} "
+        f"apply to the same packet ({pkt}); a packet can be forwarded or get one other action, not both",
+        r2.location,
+        notes=[f"{where1}: {r1.text.strip()}"],
+    )
+
+
+def _leaf_tables(sliced: Sliced, rules: Sequence[Rule], spec: Spec):
+    leaf_actions: dict[int, tuple[str, tuple]] = {}
+    groups: dict[tuple[int, ...], int] = {}
+    atoms_by_leaf: dict[int, frozenset] = {}
+    for leaf in sliced.leaves:
+        check_leaf(leaf.atoms, leaf.example, rules)
+        atoms_by_leaf[leaf.state] = leaf.atoms
+        ports = tuple(sorted(a[1] for a in leaf.atoms if a[0] == "fwd"))
+        if len(ports) == 1:
+            leaf_actions[leaf.state] = ("subc_fwd", (("port", ports[0]),))
+        elif ports:
+            gid = groups.setdefault(ports, len(groups) + 1)
+            leaf_actions[leaf.state] = ("subc_mcast", (("group", gid),))
+        else:
+            (atom,) = leaf.atoms
+            if atom[0] == "drop":
+                leaf_actions[leaf.state] = ("subc_drop", ())
+            else:
+                params = tuple((p, v) for (p, _), v in zip(spec.actions[atom[0]].params, atom[1:]))
+                leaf_actions[leaf.state] = (atom[0], params)
+    mcast = {gid: ports for ports, gid in groups.items()}
+    return leaf_actions, mcast, atoms_by_leaf
+
+
+def resolve_order(names: Sequence[str], spec: Spec, used: Sequence[str]) -> list[str]:
+    """Resolve a user field order (bare or 'h.f' names); it must list every used field once."""
+    out = []
+    for n in names:
+        q = spec.resolve_field(n)
+        if q is None:
+            raise SubcError(f"--field-order: unknown field '{n}'")
+        if q.name in out:
+            raise SubcError(f"--field-order: field '{q.name}' is listed twice")
+        out.append(q.name)
+    missing = [f for f in used if f not in out]
+    if missing:
+        raise SubcError(f"--field-order misses field(s) the rules use: {', '.join(missing)}")
+    return [f for f in out if f in used]
+
+
+def _build(rules, spec, order, target):
+    """One compilation in a given field order: (BDD, sliced stages, pipeline, phase times in s)."""
+    t0 = time.perf_counter()
+    rb = build_bdd(rules, spec.query_fields, order)
+    t1 = time.perf_counter()
+    sliced = slice_bdd(rb)
+    t2 = time.perf_counter()
+    leaf_actions, mcast, atoms = _leaf_tables(sliced, rules, spec)
+    headers = list(dict.fromkeys(f.split(".")[0] for f in order))
+    hdr = spec.parser.hdr if spec.parser else "hdr"
+    meta = spec.parser.meta if spec.parser and spec.parser.meta else "meta"
+    pipe = build_pipeline(sliced, leaf_actions, mcast, default_action_of(spec), atoms, headers, target, hdr, meta)
+    t3 = time.perf_counter()
+    return rb, sliced, pipe, {"bdd": t1 - t0, "slicing": t2 - t1, "tables": t3 - t2}
+
+
+def candidate_orders(used: Sequence[str], spec: Spec) -> list[list[str]]:
+    """Field orders to try: all permutations for few fields, else a heuristic order and its
+    neighbours (adjacent swaps).  The heuristic puts exact fields first (equality splits the rule
+    set most), then fields by the number of distinct bounds, fewest first."""
+    if len(used) <= EXHAUSTIVE_ORDER_FIELDS:
+        return [list(p) for p in itertools.permutations(used)]
+    kind_rank = {"exact": 0, "lpm": 1, "range": 2}
+    base = sorted(used, key=lambda f: (kind_rank[spec.query_fields[f].match_kind], used.index(f)))
+    out = [base]
+    for i in range(len(base) - 1):
+        o = list(base)
+        o[i], o[i + 1] = o[i + 1], o[i]
+        out.append(o)
+    return out
+
+
+def compile_rules(rules: Sequence[Rule], spec: Spec, target: str = "bmv2", field_order: Sequence[str] | None = None) -> CompileResult:
+    """Compile ``rules`` for ``target`` ('bmv2', 'tofino' or 'ebpf').
+
+    The field order is ``field_order`` when given, else the candidate (see
+    :func:`candidate_orders`) with the fewest table entries (ties: first candidate).  Raises
+    :class:`SubcError` for conflicting actions or a bad field order.
+    """
+    rules = list(rules)
+    used = fields_used(rules)
+    t0 = time.perf_counter()
+    if field_order is not None:
+        orders = [resolve_order(field_order, spec, used)]
+    else:
+        orders = candidate_orders(used, spec)
+    best = None
+    for order in orders:
+        built = _build(rules, spec, order, target)
+        if best is None or built[2].total_entries < best[2].total_entries:
+            best = built
+    rb, sliced, pipe, phases = best
+    phases = {"order_search": time.perf_counter() - t0, **phases}
+    return CompileResult(pipe, rules, spec, rb, sliced, target, phases, len(orders))

@@ -1,0 +1,187 @@
+"""The rule front end: text -> Lark parse tree -> resolved AST (:mod:`subc.compiler.ast`).
+
+The grammar is ``subc/grammar/rules.lark``.  Resolution checks every field against the spec,
+every operator against the field's match kind, converts literals to raw values
+(:mod:`subc.compiler.literals`) and checks actions.  All errors are :class:`SubcError` with
+``file:line:col``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from lark import Lark, Token, Tree
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+
+from ..errors import Location, SubcError
+from .ast import And, Action, Not, Operand, Or, Pred, Rule
+from .literals import arg_value, literal_value
+from .spec import QueryField, Spec
+
+GRAMMAR = Path(__file__).resolve().parent.parent / "grammar" / "rules.lark"
+MAX_PORT = 511  # 9-bit port numbers (v1model egress_spec, TNA PortId_t)
+
+_FRIENDLY = {
+    "CMP": "a comparison operator", "SEMICOLON": "';'", "COLON": "':'", "LPAR": "'('", "RPAR": "')'",
+    "COMMA": "','", "NAME": "a name", "INT": "a number", "STRING": "a string", "AND": "'and'", "OR": "'or'",
+    "LBRACE": "'{'", "RBRACE": "'}'", "IN": "'in'", "SLASH": "'/'", "$END": "end of input", "DOT": "'.'",
+}
+
+
+@lru_cache(maxsize=1)
+def rule_parser() -> Lark:
+    """The Lark LALR parser for the rule language (built once)."""
+    return Lark(GRAMMAR.read_text(), parser="lalr", propagate_positions=True, maybe_placeholders=False)
+
+
+def _syntax_error(e: UnexpectedInput, path: str, text: str) -> SubcError:
+    loc = Location.from_line_col(path, text, max(e.line, 1), max(e.column, 1)) if e.line and e.line > 0 else (
+        Location.from_offset(path, text, len(text))
+    )
+    if isinstance(e, UnexpectedCharacters):
+        return SubcError(f"unexpected character {text[e.pos_in_stream]!r}", loc)
+    if isinstance(e, UnexpectedEOF) or (isinstance(e, UnexpectedToken) and e.token.type == "$END"):
+        loc = Location.from_offset(path, text, len(text.rstrip()))
+        return SubcError("unexpected end of input (is a ';' missing?)", loc)
+    expected = sorted({_FRIENDLY.get(t, t) for t in getattr(e, "expected", ()) if not t.startswith("__")})
+    tok = e.token
+    msg = f"unexpected {tok.value!r}"
+    if expected:
+        msg += ", expected " + (expected[0] if len(expected) == 1 else "one of " + ", ".join(expected))
+    return SubcError(msg, loc)
+
+
+class _Resolver:
+    def __init__(self, spec: Spec, path: str, text: str):
+        self.spec, self.path, self.text = spec, path, text
+
+    def loc(self, item) -> Location:
+        if isinstance(item, Token):
+            return Location.from_line_col(self.path, self.text, item.line, item.column)
+        return Location.from_line_col(self.path, self.text, item.meta.line, item.meta.column)
+
+    def rule(self, tree: Tree, index: int) -> Rule:
+        cond_tree, actions_tree = tree.children
+        cond = self.expr(cond_tree)
+        actions = tuple(self.action(a) for a in actions_tree.children)
+        text = self.text[tree.meta.start_pos : tree.meta.end_pos]
+        return Rule(index, cond, actions, self.loc(tree), text)
+
+    def expr(self, t):
+        if t.data == "or_":
+            return Or(self._flatten(t, "or_"))
+        if t.data == "and_":
+            return And(self._flatten(t, "and_"))
+        if t.data == "not_":
+            return Not(self.expr(t.children[0]))
+        return self.comparison(t)
+
+    def _flatten(self, t: Tree, kind: str) -> tuple:
+        left, right = t.children
+        items = list(self._flatten(left, kind)) if isinstance(left, Tree) and left.data == kind else [self.expr(left)]
+        return tuple(items + [self.expr(right)])
+
+    def field(self, t: Tree) -> QueryField:
+        name = ".".join(str(c) for c in t.children)
+        q = self.spec.resolve_field(name)
+        if q is None:
+            loc = self.loc(t)
+            amb = self.spec.bare_ambiguity(name) if "." not in name else []
+            if len(amb) > 1:
+                raise SubcError(f"field '{name}' is ambiguous: " + ", ".join(amb), loc)
+            raise SubcError(f"unknown field '{name}' (not a query field of the spec)", loc)
+        return q
+
+    def operand(self, v, q: QueryField) -> Operand:
+        if isinstance(v, Tree):  # prefix
+            base, plen_tok = v.children
+            loc = self.loc(base)
+            plen = int(plen_tok)
+            if q.match_kind == "exact":
+                raise SubcError(f"prefix match on exact-only field '{q.name}' (declared with query_field_exact)", loc)
+            if plen > q.width:
+                raise SubcError(f"prefix length {plen} is longer than the {q.width}-bit field '{q.name}'", self.loc(plen_tok))
+            kind = base.type if base.type != "INT" else "HEX"  # integers in prefixes are raw bits
+            value = literal_value(kind, str(base) if base.type != "INT" else hex(int(base)), q, loc)
+            if value & ((1 << (q.width - plen)) - 1):
+                raise SubcError(f"prefix {base}/{plen} has bits set after the first {plen}", loc)
+            return Operand(value, plen)
+        return Operand(literal_value(v.type, str(v), q, self.loc(v)))
+
+    def comparison(self, t: Tree) -> Pred:
+        if t.data in ("member", "not_member"):
+            q = self.field(t.children[0])
+            values = t.children[1:]
+            ops = tuple(self.operand(v, q) for v in values)
+            return Pred(q.name, q.width, "in" if t.data == "member" else "not in", ops, self.loc(t))
+        if t.data == "cmp":
+            ftree, op_tok, value = t.children
+            op = str(op_tok)
+        else:
+            value, op_tok, ftree = t.children
+            op = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}.get(str(op_tok), str(op_tok))
+        q = self.field(ftree)
+        op = "==" if op == "=" else op
+        if op in ("<", "<=", ">", ">=") and q.match_kind != "range":
+            kind = "query_field_exact" if q.match_kind == "exact" else "query_field_lpm"
+            raise SubcError(
+                f"'{op}' on field '{q.name}', which allows only ==, != and in (declared with {kind})", self.loc(op_tok)
+            )
+        operand = self.operand(value, q)
+        if operand.prefix_len is not None and op not in ("==", "!="):
+            raise SubcError(f"a prefix can only be compared with == or !=, not '{op}'", self.loc(op_tok))
+        return Pred(q.name, q.width, op, (operand,), self.loc(t))
+
+    def action(self, t: Tree) -> Action:
+        name_tok, *args = t.children
+        name, loc = str(name_tok), self.loc(name_tok)
+        if name == "fwd":
+            if not args:
+                raise SubcError("fwd() needs at least one port", loc)
+            ports = []
+            for a in args:
+                if a.type != "INT":
+                    raise SubcError(f"fwd() takes port numbers, not {a}", self.loc(a))
+                if int(a) > MAX_PORT:
+                    raise SubcError(f"port {a} is out of range (0 to {MAX_PORT})", self.loc(a))
+                ports.append(int(a))
+            return Action("fwd", tuple(sorted(set(ports))), loc)
+        if name == "drop":
+            if args:
+                raise SubcError("drop() takes no arguments", self.loc(args[0]))
+            return Action("drop", (), loc)
+        decl = self.spec.actions.get(name)
+        if decl is None:
+            known = ", ".join(["fwd", "drop", *sorted(self.spec.actions)])
+            raise SubcError(f"unknown action '{name}' (known: {known})", loc)
+        if len(args) != len(decl.params):
+            raise SubcError(f"action '{name}' takes {len(decl.params)} argument(s), got {len(args)}", loc)
+        values = tuple(
+            arg_value(a.type, str(a), w, f"parameter '{p}' of '{name}'", self.loc(a)) for a, (p, w) in zip(args, decl.params)
+        )
+        return Action(name, values, loc)
+
+
+def parse_rules(text: str, spec: Spec, path: str = "<rules>") -> list[Rule]:
+    """Parse and resolve a rule set.
+
+    Returns the rules in file order (``Rule.index`` 0, 1, ...).  Raises :class:`SubcError` at the
+    first syntax or semantic error (unknown field or action, operator not allowed by the field's
+    match kind, literal that does not fit, string on a numeric field, ...).
+    """
+    try:
+        tree = rule_parser().parse(text)
+    except UnexpectedInput as e:
+        raise _syntax_error(e, path, text) from None
+    resolver = _Resolver(spec, path, text)
+    return [resolver.rule(r, i) for i, r in enumerate(tree.children)]
+
+
+def load_rules(path: str | Path, spec: Spec) -> list[Rule]:
+    """Read and parse the rule file at ``path`` (see :func:`parse_rules`)."""
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise SubcError(f"cannot read rules {path}: {e}") from e
+    return parse_rules(text, spec, str(path))

@@ -1,0 +1,611 @@
+"""Message-format specs: P4_16 headers and parser annotated with ``@pragma query_*`` (Camus format).
+
+A spec declares the packet format (``header`` types, a ``struct`` of header instances,
+constants, typedefs and a ``parser``) and names the fields that rules may use:
+
+=====================================================  ===========================================
+``@pragma query_field(h.f[, width])``                   range matching (all comparisons)
+``@pragma query_field_exact(h.f[, width])``             exact matching (``==``, ``!=``, ``in``)
+``@pragma query_field_lpm(h.f[, width])``               prefix matching (``==``, ``!=``, ``in``, ``/len``)
+``@pragma query_default_action(name)``                  action of packets that match no rule (drop)
+``@pragma query_field_scale(h.f, digits)``              subc: fixed-point field, ``digits`` implied decimals
+``@pragma query_field_alpha(h.f)``                      subc: ASCII text field (ITCH Alpha); strings only
+=====================================================  ===========================================
+
+``h`` is the header *instance* (a member of the headers struct), as in Camus.  Top-level
+``action`` declarations become actions that rules may call; their bodies are copied into
+the generated ingress control.  Controls, externs and the package instantiation are ignored.
+A spec with only pragma lines (each with a width) is accepted: then only a control block and
+entries can be generated.  Sources: Camus (Jepsen et al., HotNets 2018) spec files; P4_16
+Language Specification v1.2.4 (sections 7 headers/structs, 12 parsers).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import Location, SubcError
+from .p4lexer import Pragma, Token, parse_p4_int, preprocess, tokenize
+
+MAX_FIELD_WIDTH = 128
+IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+@dataclass
+class HeaderType:
+    """A ``header`` type: fields in order as (name, width in bits; None for varbit)."""
+
+    name: str
+    fields: list[tuple[str, int | None]]
+    text: str
+
+    def width_of(self, fname: str) -> int | None:
+        for n, w in self.fields:
+            if n == fname:
+                return w
+        raise KeyError(fname)
+
+    def has(self, fname: str) -> bool:
+        return any(n == fname for n, _ in self.fields)
+
+
+@dataclass
+class QueryField:
+    """A field that rules may test.
+
+    ``name`` is ``instance.field``; ``width`` in bits; ``match_kind`` one of 'range', 'exact',
+    'lpm'; ``scale`` the number of implied decimal digits (None when the field is an integer);
+    ``alpha`` True for ASCII text fields (strings only).
+    """
+
+    name: str
+    width: int
+    match_kind: str
+    location: Location
+    scale: int | None = None
+    alpha: bool = False
+
+    @property
+    def header(self) -> str:
+        return self.name.split(".", 1)[0]
+
+    @property
+    def member(self) -> str:
+        return self.name.split(".", 1)[1]
+
+    @property
+    def max_value(self) -> int:
+        return (1 << self.width) - 1
+
+
+@dataclass
+class SpecAction:
+    """A top-level P4 ``action`` of the spec: parameters as (name, width in bits)."""
+
+    name: str
+    params: list[tuple[str, int]]
+    text: str
+    location: Location
+
+
+@dataclass
+class Transition:
+    """A parser transition: direct (``select_text`` None) or select with (keyset text, target) cases."""
+
+    select_text: str | None
+    cases: list[tuple[str, str]]
+
+
+@dataclass
+class ParserState:
+    """A parser state: statements as raw P4 text, the header instances it extracts, its transition."""
+
+    name: str
+    statements: list[str]
+    extracts: list[str]
+    transition: Transition
+
+
+@dataclass
+class ParserDecl:
+    """The spec's parser: parameter names by role and states in source order."""
+
+    name: str
+    packet: str
+    hdr: str
+    headers_type: str
+    meta: str | None
+    meta_type: str | None
+    std_meta: str | None
+    states: list[ParserState]
+
+
+@dataclass
+class Spec:
+    """A parsed message-format spec (see the module docstring)."""
+
+    path: str
+    text: str
+    decls: list[tuple[str, str, str]] = field(default_factory=list)  # (kind, name, raw text)
+    consts: dict[str, int] = field(default_factory=dict)
+    typedefs: dict[str, int] = field(default_factory=dict)
+    headers: dict[str, HeaderType] = field(default_factory=dict)
+    structs: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)  # name -> (type, member, raw)
+    parser: ParserDecl | None = None
+    query_fields: dict[str, QueryField] = field(default_factory=dict)
+    actions: dict[str, SpecAction] = field(default_factory=dict)
+    default_action: str = "drop"
+    default_action_location: Location | None = None
+
+    @property
+    def whole_program(self) -> bool:
+        """True when the spec has headers and a parser, so a whole P4 program can be generated."""
+        return self.parser is not None and self.parser.headers_type in self.structs
+
+    @property
+    def instances(self) -> dict[str, str]:
+        """Header instances of the headers struct: instance name -> header type name."""
+        if self.parser is not None and self.parser.headers_type in self.structs:
+            members = self.structs[self.parser.headers_type]
+        else:
+            members = next(
+                (m for m in self.structs.values() if any(t in self.headers for t, _, _ in m)), []
+            )
+        return {mem: t for t, mem, _ in members if t in self.headers}
+
+    def resolve_field(self, name: str) -> QueryField | None:
+        """The query field named ``h.f``, or a bare ``f`` that is unique among query fields."""
+        if name in self.query_fields:
+            return self.query_fields[name]
+        if "." not in name:
+            hits = [q for q in self.query_fields.values() if q.member == name]
+            if len(hits) == 1:
+                return hits[0]
+        return None
+
+    def bare_ambiguity(self, name: str) -> list[str]:
+        return sorted(q.name for q in self.query_fields.values() if q.member == name)
+
+
+class _SpecParser:
+    def __init__(self, path: str, text: str):
+        self.path, self.text = path, text
+        self.clean, self.defines, self.pragmas = preprocess(path, text)
+        self.toks = tokenize(path, text, self.clean)
+        self.i = 0
+        self.spec = Spec(path, text)
+
+    # -- token helpers ---------------------------------------------------------------------
+    def loc(self, offset: int) -> Location:
+        return Location.from_offset(self.path, self.text, offset)
+
+    def error(self, msg: str, tok: Token | None = None) -> SubcError:
+        if tok is None:
+            tok = self.toks[self.i] if self.i < len(self.toks) else None
+        off = tok.start if tok else len(self.text)
+        return SubcError(msg, self.loc(off))
+
+    def peek(self, k: int = 0) -> Token | None:
+        j = self.i + k
+        return self.toks[j] if j < len(self.toks) else None
+
+    def next(self) -> Token:
+        tok = self.peek()
+        if tok is None:
+            raise self.error("unexpected end of file")
+        self.i += 1
+        return tok
+
+    def expect(self, kind: str) -> Token:
+        tok = self.peek()
+        if tok is None or tok.kind != kind:
+            found = "end of file" if tok is None else repr(tok.text)
+            raise self.error(f"expected {kind!r}, found {found}", tok)
+        self.i += 1
+        return tok
+
+    def accept(self, kind: str, text: str | None = None) -> Token | None:
+        tok = self.peek()
+        if tok is not None and tok.kind == kind and (text is None or tok.text == text):
+            self.i += 1
+            return tok
+        return None
+
+    def raw(self, a: Token, b: Token) -> str:
+        return self.clean[a.start : b.end]
+
+    def skip_annotations(self) -> None:
+        while self.accept("@"):
+            self.expect("id")
+            if self.peek() and self.peek().kind == "(":
+                self.skip_balanced("(", ")")
+
+    def skip_balanced(self, open_: str, close: str) -> Token:
+        self.expect(open_)
+        depth = 1
+        while True:
+            tok = self.next()
+            if tok.kind == open_:
+                depth += 1
+            elif tok.kind == close:
+                depth -= 1
+                if depth == 0:
+                    return tok
+
+    def skip_declaration(self) -> None:
+        """Skip to the end of a top-level declaration: a ``;`` or a balanced ``{...}`` block."""
+        depth = 0
+        while True:
+            tok = self.next()
+            if tok.kind in "({[":
+                depth += 1
+            elif tok.kind in ")}]":
+                depth -= 1
+                if depth == 0 and tok.kind == "}":
+                    if self.peek() and self.peek().kind == ";":
+                        self.i += 1
+                    return
+            elif tok.kind == ";" and depth == 0:
+                return
+
+    # -- types and values ------------------------------------------------------------------
+    def parse_type(self) -> tuple[int | None, str]:
+        """A type: returns (width in bits or None, type name as written)."""
+        tok = self.expect("id")
+        if tok.text in ("bit", "int", "varbit"):
+            self.expect("<")
+            wtok = self.next()
+            width = self.const_value(wtok)
+            self.expect(">")
+            return (None if tok.text == "varbit" else width), f"{tok.text}<{width}>"
+        if tok.text == "bool":
+            return 1, "bool"
+        if tok.text in self.spec.typedefs:
+            return self.spec.typedefs[tok.text], tok.text
+        return None, tok.text
+
+    def const_value(self, tok: Token) -> int:
+        if tok.kind == "int":
+            v = parse_p4_int(tok.text)
+            if v is not None:
+                return v
+        if tok.kind == "id":
+            if tok.text in self.spec.consts:
+                return self.spec.consts[tok.text]
+            if tok.text in self.defines:
+                v = parse_p4_int(self.defines[tok.text])
+                if v is not None:
+                    return v
+        raise self.error(f"expected an integer constant, found {tok.text!r}", tok)
+
+    # -- declarations ----------------------------------------------------------------------
+    def parse(self) -> Spec:
+        for name, val in self.defines.items():
+            v = parse_p4_int(val)
+            if v is not None:
+                self.spec.consts.setdefault(name, v)
+        while self.peek() is not None:
+            self.skip_annotations()
+            tok = self.peek()
+            if tok is None:
+                break
+            kw = tok.text if tok.kind == "id" else ""
+            if kw == "const":
+                self.parse_const()
+            elif kw in ("typedef", "type"):
+                self.parse_typedef()
+            elif kw == "header":
+                self.parse_header()
+            elif kw == "struct":
+                self.parse_struct()
+            elif kw == "parser" and self._is_parser_definition():
+                self.parse_parser()
+            elif kw == "action":
+                self.parse_action()
+            else:
+                self.skip_declaration()
+        self.apply_pragmas()
+        return self.spec
+
+    def _is_parser_definition(self) -> bool:
+        j, depth = self.i + 1, 0
+        while j < len(self.toks):
+            k = self.toks[j].kind
+            if k == "(":
+                depth += 1
+            elif k == ")":
+                depth -= 1
+                if depth == 0:
+                    return j + 1 < len(self.toks) and self.toks[j + 1].kind == "{"
+            j += 1
+        return False
+
+    def parse_const(self) -> None:
+        start = self.next()
+        self.parse_type()
+        name = self.expect("id")
+        self.expect("=")
+        vtok = self.next()
+        end = self.expect(";")
+        value = parse_p4_int(vtok.text) if vtok.kind == "int" else self.spec.consts.get(vtok.text)
+        if value is not None:
+            self.spec.consts[name.text] = value
+        self.spec.decls.append(("const", name.text, self.raw(start, end)))
+
+    def parse_typedef(self) -> None:
+        start = self.next()
+        width, _ = self.parse_type()
+        name = self.expect("id")
+        end = self.expect(";")
+        if width is not None:
+            self.spec.typedefs[name.text] = width
+        self.spec.decls.append(("typedef", name.text, self.raw(start, end)))
+
+    def parse_members(self) -> list[tuple[int | None, str, str, Token]]:
+        self.expect("{")
+        out = []
+        while not self.accept("}"):
+            self.skip_annotations()
+            first = self.peek()
+            width, tname = self.parse_type()
+            if self.peek() and self.peek().kind == "[":  # header stack
+                self.skip_balanced("[", "]")
+                tname += "[]"
+            name = self.expect("id")
+            end = self.expect(";")
+            out.append((width, tname, name.text, first, end))
+        return out
+
+    def parse_header(self) -> None:
+        start = self.next()
+        name = self.expect("id")
+        members = self.parse_members()
+        end = self.toks[self.i - 1]
+        for width, tname, mname, first, _ in members:
+            if width is None and not tname.startswith("varbit"):
+                raise self.error(f"unknown type {tname!r} of header field {mname!r}", first)
+        self.spec.headers[name.text] = HeaderType(
+            name.text, [(m[2], m[0]) for m in members], self.raw(start, end)
+        )
+        self.spec.decls.append(("header", name.text, self.raw(start, end)))
+
+    def parse_struct(self) -> None:
+        start = self.next()
+        name = self.expect("id")
+        members = self.parse_members()
+        end = self.toks[self.i - 1]
+        self.spec.structs[name.text] = [(m[1], m[2], self.raw(m[3], m[4])) for m in members]
+        self.spec.decls.append(("struct", name.text, self.raw(start, end)))
+
+    def parse_action(self) -> None:
+        start = self.next()
+        name = self.expect("id")
+        self.expect("(")
+        params: list[tuple[str, int]] = []
+        while not self.accept(")"):
+            self.skip_annotations()
+            ptok = self.peek()
+            if ptok and ptok.text in ("in", "out", "inout"):
+                raise self.error("spec actions take only directionless parameters (set by the control plane)", ptok)
+            width, tname = self.parse_type()
+            if width is None:
+                raise self.error(f"unknown parameter type {tname!r}", ptok)
+            pname = self.expect("id")
+            params.append((pname.text, width))
+            self.accept(",")
+        body_end = self.skip_balanced("{", "}")
+        if name.text in ("fwd", "drop") or name.text.startswith("subc_"):
+            raise self.error(f"action name {name.text!r} is reserved", name)
+        self.spec.actions[name.text] = SpecAction(name.text, params, self.raw(start, body_end), self.loc(name.start))
+
+    def parse_parser(self) -> None:
+        self.next()
+        name = self.expect("id")
+        self.expect("(")
+        roles: dict[str, tuple[str, str]] = {}
+        others: list[tuple[str, str]] = []
+        while not self.accept(")"):
+            self.skip_annotations()
+            direction = ""
+            if self.peek() and self.peek().text in ("in", "out", "inout"):
+                direction = self.next().text
+            _, tname = self.parse_type()
+            pname = self.expect("id").text
+            self.accept(",")
+            if tname == "packet_in":
+                roles["packet"] = (tname, pname)
+            elif direction == "out" and "hdr" not in roles:
+                roles["hdr"] = (tname, pname)
+            elif tname == "standard_metadata_t":
+                roles["std"] = (tname, pname)
+            elif direction == "inout" and "meta" not in roles:
+                roles["meta"] = (tname, pname)
+            else:
+                others.append((tname, pname))
+        if "packet" not in roles or "hdr" not in roles:
+            raise self.error("the parser needs a 'packet_in' parameter and an 'out' headers parameter", name)
+        self.expect("{")
+        states: list[ParserState] = []
+        while not self.accept("}"):
+            self.skip_annotations()
+            tok = self.peek()
+            if tok is not None and tok.text == "state":
+                states.append(self.parse_state(roles["packet"][1], roles["hdr"][1]))
+            else:
+                self.skip_declaration()
+        if not any(s.name == "start" for s in states):
+            raise self.error("the parser has no 'start' state", name)
+        self.spec.parser = ParserDecl(
+            name=name.text,
+            packet=roles["packet"][1],
+            hdr=roles["hdr"][1],
+            headers_type=roles["hdr"][0],
+            meta=roles.get("meta", (None, None))[1],
+            meta_type=roles.get("meta", (None, None))[0],
+            std_meta=roles.get("std", (None, None))[1],
+            states=states,
+        )
+
+    def parse_state(self, packet: str, hdr: str) -> ParserState:
+        self.expect("id")
+        name = self.expect("id").text
+        self.expect("{")
+        statements: list[str] = []
+        extracts: list[str] = []
+        transition = None
+        while not self.accept("}"):
+            tok = self.peek()
+            if tok is None:
+                raise self.error("unterminated parser state")
+            if tok.text == "transition":
+                transition = self.parse_transition()
+                continue
+            first, depth = tok, 0
+            while True:
+                t = self.next()
+                if t.kind in "({[":
+                    depth += 1
+                elif t.kind in ")}]":
+                    depth -= 1
+                elif t.kind == ";" and depth == 0:
+                    break
+            stmt = self.raw(first, t)
+            m = re.fullmatch(rf"{re.escape(packet)}\s*\.\s*extract\s*\(\s*{re.escape(hdr)}\s*\.\s*(\w+)\s*\)\s*;", stmt)
+            if m:
+                extracts.append(m.group(1))
+            statements.append(stmt)
+        if transition is None:
+            transition = Transition(None, [("", "reject")])
+        return ParserState(name, statements, extracts, transition)
+
+    def parse_transition(self) -> Transition:
+        self.expect("id")
+        if self.accept("id", "select"):
+            lp = self.peek()
+            rp = self.skip_balanced("(", ")")
+            sel = self.clean[lp.start + 1 : rp.end - 1].strip()
+            self.expect("{")
+            cases = []
+            while not self.accept("}"):
+                first, depth = self.peek(), 0
+                while True:
+                    t = self.next()
+                    if t.kind in "({[":
+                        depth += 1
+                    elif t.kind in ")}]":
+                        depth -= 1
+                    elif t.kind == ":" and depth == 0:
+                        break
+                keyset = self.clean[first.start : t.start].strip()
+                target = self.expect("id").text
+                self.expect(";")
+                cases.append((keyset, target))
+            return Transition(sel, cases)
+        target = self.expect("id").text
+        self.expect(";")
+        return Transition(None, [("", target)])
+
+    # -- pragmas ---------------------------------------------------------------------------
+    def apply_pragmas(self) -> None:
+        spec = self.spec
+        instances = spec.instances
+        extra: list[Pragma] = []
+        kinds = {"query_field": "range", "query_field_exact": "exact", "query_field_lpm": "lpm"}
+        for p in self.pragmas:
+            if p.name in kinds:
+                self.query_field_pragma(p, kinds[p.name], instances)
+            elif p.name in ("query_field_scale", "query_field_alpha", "query_default_action"):
+                extra.append(p)
+            elif p.name.startswith("query_"):
+                raise SubcError(f"unknown pragma '{p.name}'", self.loc(p.offset))
+        for p in extra:
+            if p.name == "query_default_action":
+                if len(p.args) != 1 or not IDENT_RE.match(p.args[0]):
+                    raise SubcError("query_default_action takes one action name", self.loc(p.offset))
+                spec.default_action = p.args[0]
+                spec.default_action_location = self.loc(p.arg_offsets[0])
+                continue
+            want = 2 if p.name == "query_field_scale" else 1
+            if len(p.args) != want:
+                raise SubcError(f"{p.name} takes {want} argument(s)", self.loc(p.offset))
+            q = spec.query_fields.get(p.args[0])
+            if q is None:
+                raise SubcError(
+                    f"'{p.args[0]}' is not a query field (declare it with @pragma query_field first)",
+                    self.loc(p.arg_offsets[0]),
+                )
+            if p.name == "query_field_alpha":
+                if q.width % 8:
+                    raise SubcError(f"alpha field {q.name} must be a whole number of bytes wide", self.loc(p.offset))
+                q.alpha = True
+            else:
+                digits = parse_p4_int(p.args[1])
+                if digits is None or digits > 18:
+                    raise SubcError("scale must be a number of decimal digits from 0 to 18", self.loc(p.arg_offsets[1]))
+                q.scale = digits
+        da = spec.default_action
+        if da not in ("drop", "nop") and (da not in spec.actions or spec.actions[da].params):
+            raise SubcError(
+                f"default action '{da}' must be drop, nop, or a spec action without parameters",
+                spec.default_action_location or self.loc(0),
+            )
+
+    def query_field_pragma(self, p: Pragma, kind: str, instances: dict[str, str]) -> None:
+        spec = self.spec
+        if not 1 <= len(p.args) <= 2:
+            raise SubcError(f"{p.name} takes a field and an optional width", self.loc(p.offset))
+        fname, floc = p.args[0], self.loc(p.arg_offsets[0])
+        parts = fname.split(".")
+        if len(parts) != 2 or not all(IDENT_RE.match(x) for x in parts):
+            raise SubcError(f"expected a field 'header.field', found '{fname}'", floc)
+        width = None
+        if len(p.args) == 2:
+            width = parse_p4_int(p.args[1])
+            if width is None or width <= 0:
+                raise SubcError(f"bad width '{p.args[1]}'", self.loc(p.arg_offsets[1]))
+        declared = None
+        if spec.headers:
+            htype = instances.get(parts[0])
+            if htype is None:
+                raise SubcError(f"unknown header instance '{parts[0]}' (not a member of the headers struct)", floc)
+            header = spec.headers[htype]
+            if not header.has(parts[1]):
+                raise SubcError(f"unknown field '{parts[1]}' in header '{parts[0]}' ({htype})", floc)
+            declared = header.width_of(parts[1])
+            if declared is None:
+                raise SubcError(f"field '{fname}' has no fixed width (varbit) and cannot be queried", floc)
+            if width is not None and width != declared:
+                raise SubcError(
+                    f"width {width} does not fit field '{fname}', which is bit<{declared}>", self.loc(p.arg_offsets[1])
+                )
+            width = declared
+        if width is None:
+            raise SubcError(f"field '{fname}' needs a width (the spec declares no headers)", floc)
+        if width > MAX_FIELD_WIDTH:
+            raise SubcError(f"field '{fname}' is {width} bits wide; at most {MAX_FIELD_WIDTH} are supported", floc)
+        if fname in spec.query_fields:
+            raise SubcError(f"field '{fname}' is declared twice", floc)
+        spec.query_fields[fname] = QueryField(fname, width, kind, floc)
+
+
+def parse_spec(text: str, path: str = "<spec>") -> Spec:
+    """Parse a message-format spec from ``text``.
+
+    Raises :class:`SubcError` with the location of the first problem (unknown field or
+    instance, width mismatch, malformed pragma or declaration).
+    """
+    spec = _SpecParser(path, text).parse()
+    if not spec.query_fields:
+        raise SubcError("the spec declares no query fields (@pragma query_field...)", Location(path, 1, 1, text.split("\n")[0]))
+    return spec
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read and parse the spec file at ``path`` (errors as :func:`parse_spec`; unreadable: SubcError)."""
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise SubcError(f"cannot read spec {path}: {e}") from e
+    return parse_spec(text, str(path))

@@ -1,0 +1,205 @@
+"""Control-plane outputs: ``entries.json``, BMv2 ``commands.txt``, Tofino ``bfrt_setup.py``, ``report.json``.
+
+``entries.json`` (format ``subc-entries``, version 1) is the one documented form of every table
+entry and multicast group (see docs in README.md, "Outputs")::
+
+    {"format": "subc-entries", "version": 1, "target": "bmv2", "control": "SubcIngress",
+     "state_width": 2, "code_width": 1, "initial_state": 1, "headers": ["add_order"],
+     "pipeline": [{"table": "SubcIngress.subc_add_order_stock", "on_miss": "...miss"}, ...],
+     "tables": [{"name": "SubcIngress.subc_add_order_shares", "role": "stage",
+                 "field": "add_order.shares", "size": 2,
+                 "keys": [{"name": "meta.subc_state", "match_kind": "exact", "bitwidth": 2}, ...],
+                 "default_action": {"action": "subc_set_state", "params": {"next_state": 0}},
+                 "entries": [{"match": [{"exact": 1}, {"range": [0, 59]}], "priority": 2,
+                              "action": "subc_set_state", "params": {"next_state": 1}}]}],
+     "multicast_groups": [{"group": 1, "ports": [1, 2]}]}
+
+Match elements are ``{"exact": v}``, ``{"range": [lo, hi]}``, ``{"lpm": [value, prefix_len]}``;
+integers are exact (arbitrary precision).  Priorities follow P4Runtime (larger wins); BMv2
+(``docs/runtime_CLI.md``: smallest value wins) and Tofino ``MATCH_PRIORITY`` (smallest wins) get
+them inverted.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..driver import CompileResult
+from ..tables import Pipeline, Table
+
+CONTROL = "SubcIngress"
+
+
+def _match_json(kind: str, m) -> dict:
+    if kind == "exact":
+        return {"exact": m}
+    if kind == "range":
+        return {"range": [m[0], m[1]]}
+    if kind == "lpm":
+        return {"lpm": [m[0], m[1]]}
+    return {"ternary": [m[0], m[1]]}
+
+
+def _table_json(t: Table) -> dict:
+    return {
+        "name": f"{CONTROL}.{t.name}",
+        "role": t.role,
+        "field": t.field,
+        "size": t.size,
+        "keys": [{"name": k.name, "match_kind": k.match_kind, "bitwidth": k.width} for k in t.keys],
+        "default_action": {"action": t.default_action[0], "params": dict(t.default_action[1])},
+        "entries": [
+            {
+                "match": [_match_json(k.match_kind, m) for k, m in zip(t.keys, e.match)],
+                **({"priority": e.priority} if e.priority is not None else {}),
+                "action": e.action,
+                "params": dict(e.params),
+            }
+            for e in t.entries
+        ],
+    }
+
+
+def entries_json(pipe: Pipeline, target: str) -> dict:
+    """The ``entries.json`` document of ``pipe`` (see the module docstring)."""
+    return {
+        "format": "subc-entries",
+        "version": 1,
+        "target": target,
+        "control": CONTROL,
+        "state_width": pipe.state_width,
+        "code_width": pipe.code_width,
+        "initial_state": pipe.root_state,
+        "headers": pipe.headers,
+        "field_order": pipe.field_order,
+        "pipeline": [
+            {"table": f"{CONTROL}.{s.table}", "on_miss": f"{CONTROL}.{s.on_miss}" if s.on_miss else None}
+            for s in pipe.steps
+        ],
+        "tables": [_table_json(t) for t in pipe.tables],
+        "multicast_groups": [{"group": g, "ports": list(p)} for g, p in sorted(pipe.mcast_groups.items())],
+    }
+
+
+def _max_priority(pipe: Pipeline) -> int:
+    return max([e.priority for t in pipe.tables for e in t.entries if e.priority is not None] or [0])
+
+
+def bmv2_commands(pipe: Pipeline) -> str:
+    """``simple_switch_CLI`` commands that install every entry and multicast group.
+
+    Multicast node handles are assumed to be allocated from 0 in order, as on a freshly started
+    ``simple_switch``.
+    """
+    top = _max_priority(pipe) + 1
+    lines = ["// subc: simple_switch_CLI commands (run on a freshly started switch)"]
+    for t in pipe.tables:
+        for e in t.entries:
+            keys = []
+            for k, m in zip(t.keys, e.match):
+                if k.match_kind == "exact":
+                    keys.append(str(m))
+                elif k.match_kind == "range":
+                    keys.append(f"{m[0]}->{m[1]}")
+                elif k.match_kind == "lpm":
+                    keys.append(f"{m[0]}/{m[1]}")
+                else:
+                    keys.append(f"{m[0]}&&&{m[1]}")
+            params = " ".join(str(v) for _, v in e.params)
+            prio = f" {top - e.priority}" if e.priority is not None else ""
+            lines.append(f"table_add {CONTROL}.{t.name} {e.action} {' '.join(keys)} => {params}{prio}".rstrip())
+    for handle, (gid, ports) in enumerate(sorted(pipe.mcast_groups.items())):
+        lines.append(f"mc_mgrp_create {gid}")
+        lines.append(f"mc_node_create {gid} {' '.join(str(p) for p in ports)}")
+        lines.append(f"mc_node_associate {gid} {handle}")
+    return "\n".join(lines) + "\n"
+
+
+def bfrt_key_name(key_name: str) -> str:
+    """The ``@name`` a key gets in the TNA program, hence its bfrt_python keyword."""
+    return key_name.split(".", 1)[1].replace(".", "_")
+
+
+def bfrt_setup(pipe: Pipeline, program: str = "subc") -> str:
+    """A ``bfrt_python`` script (``bfshell -b bfrt_setup.py``) installing entries and PRE groups."""
+    top = _max_priority(pipe) + 1
+    out = [
+        "# subc: bfrt_python script; run with `bfshell -b bfrt_setup.py` after loading the program.",
+        f"p4 = bfrt.{program}.pipe",
+        f"ctl = p4.{CONTROL}",
+        "",
+    ]
+    for t in pipe.tables:
+        for e in t.entries:
+            kw = []
+            for k, m in zip(t.keys, e.match):
+                n = bfrt_key_name(k.name)
+                if k.match_kind == "exact":
+                    kw.append(f"{n}={m}")
+                elif k.match_kind == "range":
+                    kw.append(f"{n}_start={m[0]}, {n}_end={m[1]}")
+                elif k.match_kind == "lpm":
+                    kw.append(f"{n}={m[0]}, {n}_p_length={m[1]}")
+                else:
+                    kw.append(f"{n}={m[0]}, {n}_mask={m[1]}")
+            if e.priority is not None:
+                kw.append(f"MATCH_PRIORITY={top - e.priority}")
+            kw.extend(f"{p}={v}" for p, v in e.params)
+            out.append(f"ctl.{t.name}.add_with_{e.action}({', '.join(kw)})")
+    for gid, ports in sorted(pipe.mcast_groups.items()):
+        out.append(
+            f"bfrt.pre.node.add(MULTICAST_NODE_ID={gid}, MULTICAST_RID={gid}, "
+            f"MULTICAST_LAG_ID=[], DEV_PORT={list(ports)})"
+        )
+        out.append(
+            f"bfrt.pre.mgid.add(MGID={gid}, MULTICAST_NODE_ID=[{gid}], "
+            "MULTICAST_NODE_L1_XID_VALID=[False], MULTICAST_NODE_L1_XID=[0])"
+        )
+    out.append("bfrt.complete_operations()")
+    return "\n".join(out) + "\n"
+
+
+def report_json(res: CompileResult, phases: dict[str, float]) -> dict:
+    """``report.json``: rule count, BDD nodes, field order, per table its match kinds and
+    entries, per stage its states, multicast groups, TCAM estimate, time per phase (s)."""
+    pipe = res.pipeline
+    stages = []
+    for st in res.sliced.stages:
+        name = st.field.name
+        tables = [t for t in pipe.tables if t.field == name]
+        stages.append(
+            {
+                "field": name,
+                "form": pipe.match_forms[name],
+                "states": len(st.states),
+                "next_states": st.n_next,
+                "entries": sum(t.entry_count for t in tables),
+            }
+        )
+    return {
+        "target": res.target,
+        "rules": len(res.rules),
+        "bdd_nodes": len(res.rbdd.root),
+        "field_order": pipe.field_order,
+        "orders_tried": res.orders_tried,
+        "state_width": pipe.state_width,
+        "stages": stages,
+        "tables": [
+            {
+                "name": f"{CONTROL}.{t.name}",
+                "role": t.role,
+                "match_kinds": [k.match_kind for k in t.keys],
+                "entries": t.entry_count,
+                "tcam_words_estimate": t.tcam_words,
+            }
+            for t in pipe.tables
+        ],
+        "leaf_states": len(res.sliced.leaves),
+        "total_entries": pipe.total_entries,
+        "multicast_groups": len(pipe.mcast_groups),
+        "phases_s": {k: round(v, 6) for k, v in phases.items()},
+    }
+
+
+def dumps(doc: dict) -> str:
+    return json.dumps(doc, indent=1, sort_keys=False) + "\n"
