@@ -229,3 +229,41 @@ def leaf_atoms(r: RuleBDD, node: cudd.Function) -> frozenset:
     if assignment is None:
         raise ValueError("leaf node is false: no packet reaches it")
     return frozenset(a for a, v in r.atom_vars.items() if assignment[v])
+
+
+def to_dot(r: RuleBDD, max_nodes: int = 50_000) -> str:
+    """The BDD of F as Graphviz dot (complement edges expanded; dashed edges are 0-branches).
+
+    Raises ValueError when the expanded graph would have more than ``max_nodes`` nodes.
+    """
+    names: dict[int, str] = {}
+    lines = ["digraph subc_bdd {", '  node [shape=circle, fontsize=10];']
+    stack = [r.root]
+    while stack:
+        u = stack.pop()
+        key = int(u)
+        if key in names:
+            continue
+        if len(names) >= max_nodes:
+            raise ValueError(f"BDD has more than {max_nodes} nodes; not writing dot")
+        nid = f"n{len(names)}"
+        names[key] = nid
+        if u == r.bdd.true or u == r.bdd.false:
+            lines.append(f'  {nid} [shape=box, label="{1 if u == r.bdd.true else 0}"];')
+            continue
+        lines.append(f'  {nid} [label="{u.var}"];')
+        stack.extend(branches(u))
+    # edges: a second walk now that every node has a name
+    seen = set()
+    stack = [r.root]
+    while stack:
+        u = stack.pop()
+        if int(u) in seen or u == r.bdd.true or u == r.bdd.false:
+            continue
+        seen.add(int(u))
+        lo, hi = branches(u)
+        lines.append(f"  {names[int(u)]} -> {names[int(lo)]} [style=dashed];")
+        lines.append(f"  {names[int(u)]} -> {names[int(hi)]};")
+        stack.extend((lo, hi))
+    lines.append("}")
+    return "\n".join(lines) + "\n"

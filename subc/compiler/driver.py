@@ -66,12 +66,15 @@ def check_leaf(atoms: frozenset, example: dict[str, int], rules: Sequence[Rule])
     r2 = next(r for r in matched if second in r.atoms() and (r is not r1 or first in r.atoms()))
     pkt = ", ".join(f"{k}={v}" for k, v in sorted(example.items()))
     where1 = f"{r1.location.path}:{r1.location.line}"
-    raise SubcError(
+    err = SubcError(
         f"conflicting actions: {_describe(second)} of this rule and {_describe(first)} of the rule at {where1} "
         f"apply to the same packet ({pkt}); a packet can be forwarded or get one other action, not both",
         r2.location,
         notes=[f"{where1}: {r1.text.strip()}"],
     )
+    err.example = dict(example)
+    err.rules = (r1.index, r2.index)
+    raise err
 
 
 def _leaf_tables(sliced: Sliced, rules: Sequence[Rule], spec: Spec):
@@ -114,7 +117,7 @@ def resolve_order(names: Sequence[str], spec: Spec, used: Sequence[str]) -> list
     return [f for f in out if f in used]
 
 
-def _build(rules, spec, order, target):
+def _build(rules, spec, order, target, range_form="auto"):
     """One compilation in a given field order: (BDD, sliced stages, pipeline, phase times in s)."""
     t0 = time.perf_counter()
     rb = build_bdd(rules, spec.query_fields, order)
@@ -125,7 +128,7 @@ def _build(rules, spec, order, target):
     headers = list(dict.fromkeys(f.split(".")[0] for f in order))
     hdr = spec.parser.hdr if spec.parser else "hdr"
     meta = spec.parser.meta if spec.parser and spec.parser.meta else "meta"
-    pipe = build_pipeline(sliced, leaf_actions, mcast, default_action_of(spec), atoms, headers, target, hdr, meta)
+    pipe = build_pipeline(sliced, leaf_actions, mcast, default_action_of(spec), atoms, headers, target, hdr, meta, range_form)
     t3 = time.perf_counter()
     return rb, sliced, pipe, {"bdd": t1 - t0, "slicing": t2 - t1, "tables": t3 - t2}
 
@@ -146,11 +149,18 @@ def candidate_orders(used: Sequence[str], spec: Spec) -> list[list[str]]:
     return out
 
 
-def compile_rules(rules: Sequence[Rule], spec: Spec, target: str = "bmv2", field_order: Sequence[str] | None = None) -> CompileResult:
+def compile_rules(
+    rules: Sequence[Rule],
+    spec: Spec,
+    target: str = "bmv2",
+    field_order: Sequence[str] | None = None,
+    range_form: str = "auto",
+) -> CompileResult:
     """Compile ``rules`` for ``target`` ('bmv2', 'tofino' or 'ebpf').
 
     The field order is ``field_order`` when given, else the candidate (see
-    :func:`candidate_orders`) with the fewest table entries (ties: first candidate).  Raises
+    :func:`candidate_orders`) with the fewest table entries (ties: first candidate).
+    ``range_form`` is passed to :func:`~subc.compiler.tables.build_pipeline`.  Raises
     :class:`SubcError` for conflicting actions or a bad field order.
     """
     rules = list(rules)
@@ -162,7 +172,7 @@ def compile_rules(rules: Sequence[Rule], spec: Spec, target: str = "bmv2", field
         orders = candidate_orders(used, spec)
     best = None
     for order in orders:
-        built = _build(rules, spec, order, target)
+        built = _build(rules, spec, order, target, range_form)
         if best is None or built[2].total_entries < best[2].total_entries:
             best = built
     rb, sliced, pipe, phases = best

@@ -136,6 +136,8 @@ def _state_entry(state: int, match, target: int, priority=None) -> Entry:
 
 def _fallback(targets: Counter) -> int:
     """The target to use as a per-state fallback: most entries saved, state 0 preferred."""
+    if not targets:
+        return 0
     total = sum(targets.values())
     return min(targets, key=lambda t: (total - targets[t] + (1 if t else 0), t))
 
@@ -232,11 +234,13 @@ def build_pipeline(
     target: str = "bmv2",
     hdr: str = "hdr",
     meta: str = "meta",
+    range_form: str = "auto",
 ) -> Pipeline:
     """Build the tables of ``sliced`` (see the module docstring).
 
     ``leaf_actions`` maps each leaf state to (action, params); ``target`` 'tofino' enables the
-    interval-code form of range fields where it needs fewer TCAM words.
+    interval-code form of range fields where it needs fewer TCAM words.  ``range_form``
+    'direct' or 'code' forces one form of range fields on every target (for tests and tuning).
     """
     max_state = max([1] + [s.n_next for s in sliced.stages])
     state_width = max(1, max_state.bit_length())
@@ -256,12 +260,12 @@ def build_pipeline(
                 direct.extend(_range_entries(st)[0])
             direct_tcam = sum(prefix_cover_count(*e.match[1], q.width) for e in direct)
             use_code = False
-            if target == "tofino":
+            if stage.states and (target == "tofino" or range_form == "code"):
                 runs, per_state, ncodes = _code_form(stage)
                 cfb = _fallback(Counter(c for _, _, c in runs))
                 code_runs = [r for r in runs if r[2] != cfb]
                 code_tcam = sum(prefix_cover_count(lo, hi, q.width) for lo, hi, _ in code_runs)
-                use_code = code_tcam < direct_tcam
+                use_code = code_tcam < direct_tcam if range_form == "auto" else range_form == "code"
             if not use_code:
                 forms[q.name] = "range"
                 tables.append(

@@ -1,1 +1,38 @@
-"""Target back ends: P4 programs (v1model, TNA), control-plane entries, reports."""
+"""Target back ends: P4 programs (v1model, TNA), control-plane entries, reports.
+
+:func:`target_files` gives every output file of a compilation as text, in memory, so that the
+caller can write them atomically (:mod:`.output`).
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..bdd import to_dot
+from ..driver import CompileResult
+from .entries import bfrt_setup, bmv2_commands, dumps, entries_json, report_json
+from .p4program import render_program
+
+P4_TARGETS = ("bmv2", "tofino")
+
+
+def target_files(res: CompileResult, rules_path: str, dot: bool = False) -> tuple[dict[str, str], dict[str, float]]:
+    """(file name -> text, phase times in s) of the outputs of ``res`` for its P4 target.
+
+    bmv2: ``subc.p4``, ``commands.txt``; tofino: ``subc.p4``, ``bfrt_setup.py``; both:
+    ``entries.json``, ``report.json`` and, with ``dot``, ``bdd.dot``.
+    """
+    t0 = time.perf_counter()
+    files: dict[str, str] = {}
+    name, src = render_program(res, rules_path)
+    files[name] = src
+    doc = entries_json(res.pipeline, res.target)
+    files["entries.json"] = dumps(doc)
+    if res.target == "bmv2":
+        files["commands.txt"] = bmv2_commands(res.pipeline)
+    else:
+        files["bfrt_setup.py"] = bfrt_setup(res.pipeline)
+    if dot:
+        files["bdd.dot"] = to_dot(res.rbdd)
+    phases = {**res.phases, "codegen": time.perf_counter() - t0}
+    return files, phases
