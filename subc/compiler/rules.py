@@ -24,7 +24,8 @@ MAX_PORT = 511  # 9-bit port numbers (v1model egress_spec, TNA PortId_t)
 
 _FRIENDLY = {
     "CMP": "a comparison operator", "SEMICOLON": "';'", "COLON": "':'", "LPAR": "'('", "RPAR": "')'",
-    "COMMA": "','", "NAME": "a name", "INT": "a number", "STRING": "a string", "AND": "'and'", "OR": "'or'",
+    "COMMA": "','", "NAME": "a name", "INT": "a value", "STRING": "a value", "DECIMAL": "a value", "HEX": "a value",
+    "IPV4": "a value", "IPV6": "a value", "MAC": "a value", "AND": "'and'", "OR": "'or'",
     "LBRACE": "'{'", "RBRACE": "'}'", "IN": "'in'", "SLASH": "'/'", "$END": "end of input", "DOT": "'.'",
 }
 
