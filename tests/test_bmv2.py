@@ -1,0 +1,140 @@
+"""The generated v1model program in the real tools: p4c compiles it and BMv2 forwards as the rules say.
+
+Skipped when ``p4c-bm2-ss`` / ``simple_switch`` are not on PATH.  BMv2 runs with ``--use-files``:
+packets are read from and written to pcap files (no network interfaces); the control plane is
+loaded with ``simple_switch_CLI`` over the Thrift port on localhost.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pytest
+
+from conftest import EXAMPLE, real_sample
+
+P4C = shutil.which("p4c-bm2-ss")
+P4TEST = shutil.which("p4test")
+SWITCH = shutil.which("simple_switch")
+CLI = shutil.which("simple_switch_CLI")
+
+pytestmark = pytest.mark.bmv2
+
+
+def compile_example(tmp_path, target="bmv2", rules=EXAMPLE / "rules.sub"):
+    out = tmp_path / target
+    subprocess.run(
+        [sys.executable, "-m", "subc.cli", "compile", str(rules), "--spec", str(EXAMPLE / "spec.p4"),
+         "--target", target, "-o", str(out)],
+        check=True, capture_output=True,
+    )
+    return out
+
+
+@pytest.mark.skipif(P4TEST is None, reason="p4test not on PATH")
+def test_p4test_accepts_v1model_program(tmp_path):
+    out = compile_example(tmp_path)
+    p = subprocess.run([P4TEST, "--std", "p4-16", str(out / "subc.p4")], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+
+
+@pytest.mark.skipif(P4C is None, reason="p4c-bm2-ss not on PATH")
+def test_p4c_bm2_ss_compiles(tmp_path):
+    out = compile_example(tmp_path)
+    p = subprocess.run([P4C, "--std", "p4-16", str(out / "subc.p4"), "-o", str(out / "subc.json")],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert (out / "subc.json").stat().st_size > 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _itch_packets(n_add_orders: int):
+    """(scapy packets, order ref -> decoded fields) for the first Add Orders of the real sample,
+    plus packets that are not Add Orders (another message type, another UDP port, ARP)."""
+    from scapy.all import ARP, IP, UDP, Ether, Raw
+
+    from subc.runtime.itch import ADD_ORDER_TYPES, decode_add_order, read_binaryfile
+
+    pkts, orders, seq = [], {}, 1
+    eth = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
+    ip = IP(src="10.0.0.1", dst="10.0.0.2")
+    for _, msg in read_binaryfile(real_sample()):
+        mold = b"SESSION001" + seq.to_bytes(8, "big") + (1).to_bytes(2, "big") + len(msg).to_bytes(2, "big") + msg
+        seq += 1
+        if msg[:1] in ADD_ORDER_TYPES:
+            fields = decode_add_order(msg)
+            orders[fields["add_order.order_ref_number"]] = fields
+            pkts.append(eth / ip / UDP(sport=40000, dport=26400) / Raw(mold))
+            if len(orders) >= n_add_orders:
+                break
+        elif msg[:1] == b"D" and seq % 50 == 0:
+            pkts.append(eth / ip / UDP(sport=40000, dport=26400) / Raw(mold))
+    pkts.append(eth / ip / UDP(sport=40000, dport=9999) / Raw(b"not itch" * 4))
+    pkts.append(Ether(src="02:00:00:00:00:01", dst="ff:ff:ff:ff:ff:ff") / ARP(pdst="10.0.0.2"))
+    return pkts, orders
+
+
+@pytest.mark.skipif(None in (P4C, SWITCH, CLI), reason="p4c-bm2-ss, simple_switch or simple_switch_CLI not on PATH")
+def test_bmv2_forwards_real_itch_as_the_rules_say(tmp_path):
+    from scapy.all import rdpcap, wrpcap
+
+    from subc.compiler.rules import load_rules
+    from subc.compiler.spec import load_spec
+    from subc.runtime.reference import reference_decision
+
+    out = compile_example(tmp_path)
+    subprocess.run([P4C, "--std", "p4-16", str(out / "subc.p4"), "-o", str(out / "subc.json")], check=True)
+    spec = load_spec(EXAMPLE / "spec.p4")
+    rules = load_rules(EXAMPLE / "rules.sub", spec)
+    pkts, orders = _itch_packets(300)
+    wrpcap(str(tmp_path / "p0_in.pcap"), pkts)
+    for port in range(1, 6):
+        wrpcap(str(tmp_path / f"p{port}_in.pcap"), [])
+    thrift = _free_port()
+    ifaces = [a for port in range(0, 6) for a in ("-i", f"{port}@p{port}")]
+    sw = subprocess.Popen(
+        [SWITCH, "--use-files", "6", "--thrift-port", str(thrift), *ifaces, str(out / "subc.json")],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.time() + 5
+        while True:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", thrift)) == 0:
+                    break
+            assert time.time() < deadline, "simple_switch did not open its Thrift port"
+            time.sleep(0.1)
+        p = subprocess.run([CLI, "--thrift-port", str(thrift)], input=(out / "commands.txt").read_text(),
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0 and "Error" not in p.stdout, p.stdout
+        time.sleep(12)  # the wait before processing, then the packets
+    finally:
+        sw.terminate()
+        sw.wait(timeout=10)
+    got = {port: Counter() for port in range(1, 6)}
+    for port in range(1, 6):
+        f = tmp_path / f"p{port}_out.pcap"
+        if f.exists() and f.stat().st_size > 24:
+            for pkt in rdpcap(str(f)):
+                payload = bytes(pkt)[14 + 20 + 8:]
+                msg = payload[22:]
+                assert msg[:1] in (b"A", b"F"), "only Add Orders may leave the switch"
+                got[port][int.from_bytes(msg[11:19], "big")] += 1
+    want = {port: Counter() for port in range(1, 6)}
+    for ref, fields in orders.items():
+        packet = {q: 0 for q in spec.query_fields}
+        packet.update(fields)
+        for port in reference_decision(rules, spec, packet).ports:
+            want[port][ref] += 1
+    assert sum(sum(c.values()) for c in want.values()) > 100
+    assert got == want
