@@ -234,6 +234,18 @@ class _SpecParser:
                 if depth == 0:
                     return tok
 
+    def scan_until(self, kind: str) -> Token:
+        """Consume tokens up to and including the first ``kind`` outside brackets; return it."""
+        depth = 0
+        while True:
+            t = self.next()
+            if t.kind in "({[":
+                depth += 1
+            elif t.kind in ")}]":
+                depth -= 1
+            elif t.kind == kind and depth == 0:
+                return t
+
     def skip_declaration(self) -> None:
         """Skip to the end of a top-level declaration: a ``;`` or a balanced ``{...}`` block."""
         depth = 0
@@ -462,15 +474,7 @@ class _SpecParser:
             if tok.text == "transition":
                 transition = self.parse_transition()
                 continue
-            first, depth = tok, 0
-            while True:
-                t = self.next()
-                if t.kind in "({[":
-                    depth += 1
-                elif t.kind in ")}]":
-                    depth -= 1
-                elif t.kind == ";" and depth == 0:
-                    break
+            first, t = tok, self.scan_until(";")
             stmt = self.raw(first, t)
             m = re.fullmatch(rf"{re.escape(packet)}\s*\.\s*extract\s*\(\s*{re.escape(hdr)}\s*\.\s*(\w+)\s*\)\s*;", stmt)
             if m:
@@ -489,15 +493,7 @@ class _SpecParser:
             self.expect("{")
             cases = []
             while not self.accept("}"):
-                first, depth = self.peek(), 0
-                while True:
-                    t = self.next()
-                    if t.kind in "({[":
-                        depth += 1
-                    elif t.kind in ")}]":
-                        depth -= 1
-                    elif t.kind == ":" and depth == 0:
-                        break
+                first, t = self.peek(), self.scan_until(":")
                 keyset = self.clean[first.start : t.start].strip()
                 target = self.expect("id").text
                 self.expect(";")

@@ -81,6 +81,20 @@ def entries_json(pipe: Pipeline, target: str) -> dict:
     }
 
 
+#: How a match element is written: simple_switch_CLI (docs/runtime_CLI.md) and bfrt_python keywords.
+BMV2_MATCH = {"exact": "{0}", "range": "{0}->{1}", "lpm": "{0}/{1}", "ternary": "{0}&&&{1}"}
+BFRT_MATCH = {
+    "exact": "{n}={0}",
+    "range": "{n}_start={0}, {n}_end={1}",
+    "lpm": "{n}={0}, {n}_p_length={1}",
+    "ternary": "{n}={0}, {n}_mask={1}",
+}
+
+
+def _format_match(formats: dict[str, str], kind: str, m, name: str = "") -> str:
+    return formats[kind].format(*((m,) if kind == "exact" else m), n=name)
+
+
 def _max_priority(pipe: Pipeline) -> int:
     return max([e.priority for t in pipe.tables for e in t.entries if e.priority is not None] or [0])
 
@@ -95,16 +109,7 @@ def bmv2_commands(pipe: Pipeline) -> str:
     lines = ["// subc: simple_switch_CLI commands (run on a freshly started switch)"]
     for t in pipe.tables:
         for e in t.entries:
-            keys = []
-            for k, m in zip(t.keys, e.match):
-                if k.match_kind == "exact":
-                    keys.append(str(m))
-                elif k.match_kind == "range":
-                    keys.append(f"{m[0]}->{m[1]}")
-                elif k.match_kind == "lpm":
-                    keys.append(f"{m[0]}/{m[1]}")
-                else:
-                    keys.append(f"{m[0]}&&&{m[1]}")
+            keys = [_format_match(BMV2_MATCH, k.match_kind, m) for k, m in zip(t.keys, e.match)]
             params = " ".join(str(v) for _, v in e.params)
             prio = f" {top - e.priority}" if e.priority is not None else ""
             lines.append(f"table_add {CONTROL}.{t.name} {e.action} {' '.join(keys)} => {params}{prio}".rstrip())
@@ -131,17 +136,7 @@ def bfrt_setup(pipe: Pipeline, program: str = "subc") -> str:
     ]
     for t in pipe.tables:
         for e in t.entries:
-            kw = []
-            for k, m in zip(t.keys, e.match):
-                n = bfrt_key_name(k.name)
-                if k.match_kind == "exact":
-                    kw.append(f"{n}={m}")
-                elif k.match_kind == "range":
-                    kw.append(f"{n}_start={m[0]}, {n}_end={m[1]}")
-                elif k.match_kind == "lpm":
-                    kw.append(f"{n}={m[0]}, {n}_p_length={m[1]}")
-                else:
-                    kw.append(f"{n}={m[0]}, {n}_mask={m[1]}")
+            kw = [_format_match(BFRT_MATCH, k.match_kind, m, bfrt_key_name(k.name)) for k, m in zip(t.keys, e.match)]
             if e.priority is not None:
                 kw.append(f"MATCH_PRIORITY={top - e.priority}")
             kw.extend(f"{p}={v}" for p, v in e.params)
