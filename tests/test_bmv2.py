@@ -7,6 +7,7 @@ loaded with ``simple_switch_CLI`` over the Thrift port on localhost.
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -50,6 +51,34 @@ def test_p4c_bm2_ss_compiles(tmp_path):
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert (out / "subc.json").stat().st_size > 0
+
+
+def _tna_include():
+    """A folder holding Tofino's tna.p4 (from the open-source Tofino back end of p4c), if any:
+    $SUBC_TNA_INCLUDE, or /opt/tna-include."""
+    for d in (os.environ.get("SUBC_TNA_INCLUDE"), "/opt/tna-include"):
+        if d and os.path.exists(os.path.join(d, "tna.p4")):
+            return d
+    return None
+
+
+@pytest.mark.skipif(P4TEST is None or _tna_include() is None, reason="p4test or tna.p4 not available")
+@pytest.mark.parametrize("range_form", ["direct", "code"])
+def test_p4test_accepts_tna_program(tmp_path, range_form):
+    """The TNA program type-checks against Tofino's tna.p4 (front and mid end of p4c)."""
+    from subc.compiler.driver import compile_rules
+    from subc.compiler.rules import load_rules
+    from subc.compiler.spec import load_spec
+    from subc.compiler.targets.p4program import render_program
+
+    spec = load_spec(EXAMPLE / "spec.p4")
+    res = compile_rules(load_rules(EXAMPLE / "rules.sub", spec), spec, "tofino", range_form=range_form)
+    assert (range_form == "code") == any(t.role == "code" for t in res.pipeline.tables)
+    _, src = render_program(res, "rules.sub")
+    (tmp_path / "subc.p4").write_text(src)
+    p = subprocess.run([P4TEST, "--std", "p4-16", "-I", _tna_include(), str(tmp_path / "subc.p4")],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
 
 
 def _free_port() -> int:
