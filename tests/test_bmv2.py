@@ -76,7 +76,7 @@ def test_p4test_accepts_tna_program(tmp_path, range_form):
     assert (range_form == "code") == any(t.role == "code" for t in res.pipeline.tables)
     _, src = render_program(res, "rules.sub")
     (tmp_path / "subc.p4").write_text(src)
-    p = subprocess.run([P4TEST, "--std", "p4-16", "-I", _tna_include(), str(tmp_path / "subc.p4")],
+    p = subprocess.run([P4TEST, "--std", "p4-16", "-D__TARGET_TOFINO__=1", "-I", _tna_include(), str(tmp_path / "subc.p4")],
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
 
@@ -167,3 +167,23 @@ def test_bmv2_forwards_real_itch_as_the_rules_say(tmp_path):
             want[port][ref] += 1
     assert sum(sum(c.values()) for c in want.values()) > 100
     assert got == want
+
+
+@pytest.mark.skipif(P4C is None, reason="p4c-bm2-ss not on PATH")
+def test_p4c_compiles_lpm_spec_actions_and_default(tmp_path):
+    """A spec with its own action and default action, rules on an lpm field: the program compiles."""
+    spec = (EXAMPLE / "spec.p4").read_text().replace("@pragma query_default_action(drop)", "@pragma query_default_action(mark)")
+    spec += "\naction mark() { hdr.ipv4.diffserv = 1; }\naction tag(bit<8> v) { hdr.ipv4.diffserv = v; }\n"
+    (tmp_path / "spec.p4").write_text(spec)
+    (tmp_path / "r.sub").write_text(
+        'ipv4.dstAddr == 10.0.0.0/8 and stock == "BOB" : fwd(1, 2);\n'
+        'ipv4.dstAddr == 10.1.0.0/16 : fwd(3);\n'
+        'ipv4.dstAddr == 192.168.1.1 and shares > 5 : tag(7);\n'
+    )
+    out = tmp_path / "o"
+    subprocess.run([sys.executable, "-m", "subc.cli", "compile", str(tmp_path / "r.sub"), "--spec", str(tmp_path / "spec.p4"),
+                    "-o", str(out)], check=True, capture_output=True)
+    src = (out / "subc.p4").read_text()
+    assert "hdr.ipv4.dstAddr : lpm;" in src and "action tag(bit<8> v)" in src and "default_action = mark();" in src
+    p = subprocess.run([P4C, "--std", "p4-16", str(out / "subc.p4"), "-o", str(out / "subc.json")], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
