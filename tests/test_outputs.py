@@ -224,3 +224,13 @@ def test_pragma_only_spec_gives_control_block(tmp_path):
     src = (out / "subc_control.p4").read_text()
     assert "control SubcIngress(" in src and "V1Switch" not in src and "parser" not in src.split("*/", 1)[1]
     assert (out / "commands.txt").exists()
+
+
+def test_field_order_option(tmp_path):
+    out = tmp_path / "o"
+    subc("compile", RULES, "--spec", SPEC, "-o", out, "--field-order", "shares,price,buy_sell_indicator,stock")
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["field_order"] == ["add_order.shares", "add_order.price", "add_order.buy_sell_indicator", "add_order.stock"]
+    assert rep["orders_tried"] == 1
+    p = subc("compile", RULES, "--spec", SPEC, "-o", out, "--field-order", "shares,price", check=False)
+    assert p.returncode == 2 and "--field-order misses field(s)" in p.stderr
