@@ -25,8 +25,8 @@ from typing import Sequence
 
 from dd import cudd
 
-from .ast import And, Expr, Not, Or, Pred, Rule, predicates
-from .intervals import IntervalSet, elementary_cuts
+from .ast import And, Expr, Not, Pred, Rule, predicates
+from .intervals import IntervalSet, elementary_cuts, interval_index
 from .spec import QueryField
 
 
@@ -73,10 +73,6 @@ class RuleBDD:
     rule_bdds: list[cudd.Function]
     valid: list[cudd.Function]  # valid[i]: validity of fields i.. (i = len(domains): true)
 
-    def node_count(self) -> int:
-        """Number of BDD nodes of F (shared nodes counted once)."""
-        return self.bdd.count(self.root) if hasattr(self.bdd, "count") else len(self.root)
-
     def dead(self, i: int) -> cudd.Function:
         """The state reached at boundary i (before field i) when no rule can match any more."""
         none = self.bdd.true
@@ -101,8 +97,6 @@ class _Builder:
         self.cache: dict[tuple[str, IntervalSet], cudd.Function] = {}
 
     def index_set(self, dom: FieldDomain, s: IntervalSet) -> cudd.Function:
-        from .intervals import interval_index
-
         key = (dom.field.name, s)
         hit = self.cache.get(key)
         if hit is not None:
@@ -237,33 +231,27 @@ def to_dot(r: RuleBDD, max_nodes: int = 50_000) -> str:
     Raises ValueError when the expanded graph would have more than ``max_nodes`` nodes.
     """
     names: dict[int, str] = {}
-    lines = ["digraph subc_bdd {", '  node [shape=circle, fontsize=10];']
-    stack = [r.root]
-    while stack:
-        u = stack.pop()
+    nodes, edges = [], []
+
+    def name(u: cudd.Function) -> str:
         key = int(u)
-        if key in names:
-            continue
-        if len(names) >= max_nodes:
-            raise ValueError(f"BDD has more than {max_nodes} nodes; not writing dot")
-        nid = f"n{len(names)}"
-        names[key] = nid
-        if u == r.bdd.true or u == r.bdd.false:
-            lines.append(f'  {nid} [shape=box, label="{1 if u == r.bdd.true else 0}"];')
-            continue
-        lines.append(f'  {nid} [label="{u.var}"];')
-        stack.extend(branches(u))
-    # edges: a second walk now that every node has a name
-    seen = set()
-    stack = [r.root]
+        if key not in names:
+            if len(names) >= max_nodes:
+                raise ValueError(f"BDD has more than {max_nodes} nodes; not writing dot")
+            names[key] = f"n{len(names)}"
+            stack.append(u)
+        return names[key]
+
+    stack: list[cudd.Function] = []
+    name(r.root)
     while stack:
         u = stack.pop()
-        if int(u) in seen or u == r.bdd.true or u == r.bdd.false:
+        nid = names[int(u)]
+        if u == r.bdd.true or u == r.bdd.false:
+            nodes.append(f'  {nid} [shape=box, label="{1 if u == r.bdd.true else 0}"];')
             continue
-        seen.add(int(u))
+        nodes.append(f'  {nid} [label="{u.var}"];')
         lo, hi = branches(u)
-        lines.append(f"  {names[int(u)]} -> {names[int(lo)]} [style=dashed];")
-        lines.append(f"  {names[int(u)]} -> {names[int(hi)]};")
-        stack.extend((lo, hi))
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+        edges.append(f"  {nid} -> {name(lo)} [style=dashed];")
+        edges.append(f"  {nid} -> {name(hi)};")
+    return "\n".join(["digraph subc_bdd {", "  node [shape=circle, fontsize=10];", *nodes, *edges, "}"]) + "\n"

@@ -43,10 +43,6 @@ def default_action_of(spec: Spec) -> tuple[str, tuple]:
     return {"drop": ("subc_drop", ()), "nop": ("subc_nop", ())}.get(name, (name, ()))
 
 
-def _atom_kind(atom: tuple) -> str:
-    return "fwd" if atom[0] == "fwd" else atom[0]
-
-
 def _describe(atom: tuple) -> str:
     if atom[0] == "fwd":
         return f"fwd({atom[1]})"

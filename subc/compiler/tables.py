@@ -121,10 +121,6 @@ class Pipeline:
         """Entries of all tables, each table's default action counting as one."""
         return sum(t.entry_count for t in self.tables)
 
-    @property
-    def tcam_words(self) -> int:
-        return sum(t.tcam_words for t in self.tables)
-
 
 def _table_base(field_name: str) -> str:
     return "subc_" + field_name.replace(".", "_")

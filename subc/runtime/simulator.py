@@ -10,7 +10,6 @@ groups resolved through ``multicast_groups``).
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections import defaultdict
 
 from .reference import Decision
@@ -29,7 +28,8 @@ class _Table:
         self.kinds = [k["match_kind"] for k in self.keys]
         self.by_state: dict[int, list] = defaultdict(list)
         self.exact: dict[tuple, tuple] = {}
-        if all(k == "exact" for k in self.kinds):
+        self.all_exact = all(k == "exact" for k in self.kinds)
+        if self.all_exact:
             for e in self.entries:
                 self.exact[tuple(m["exact"] for m in e["match"])] = (e["action"], e["params"])
         else:
@@ -39,7 +39,7 @@ class _Table:
 
     def lookup(self, values: list[int]) -> tuple[bool, tuple[str, dict]]:
         """(hit, (action, params)) for key ``values`` in key order."""
-        if self.exact or all(k == "exact" for k in self.kinds):
+        if self.all_exact:
             hit = self.exact.get(tuple(values))
             return (True, hit) if hit is not None else (False, self.default)
         candidates = self.by_state.get(values[0] if self.kinds[0] == "exact" else None, [])
@@ -81,7 +81,7 @@ class TableSimulator:
     (all headers the fields belong to, when omitted) and returns a :class:`Decision`.
     """
 
-    def __init__(self, doc: dict, default_action: str = "drop", spec_params: dict | None = None):
+    def __init__(self, doc: dict):
         if doc.get("format") != "subc-entries":
             raise ValueError("not a subc entries.json document")
         self.doc = doc
@@ -91,6 +91,8 @@ class TableSimulator:
         self.headers = doc["headers"]
         leaf = self.tables[self.steps[-1][0]]
         self.default_action = leaf.default
+        self.state_key = leaf.keys[0]["name"]
+        self.code_key = self.state_key.rsplit(".", 1)[0] + ".subc_code"
         self.trace: list[tuple[str, bool, str]] = []
 
     def _key_value(self, key: dict, packet: dict[str, int], meta: dict[str, int]) -> int:
@@ -113,9 +115,8 @@ class TableSimulator:
         """The decision for ``packet`` (see the class docstring)."""
         if valid is not None and not all(h in valid for h in self.headers):
             return self._decision(*self.default_action)
-        state_key = self.tables[self.steps[-1][0]].keys[0]["name"]
-        meta_prefix = state_key.rsplit(".", 1)[0]
-        meta = {state_key: self.doc["initial_state"], f"{meta_prefix}.subc_code": 0}
+        state_key = self.state_key
+        meta = {state_key: self.doc["initial_state"], self.code_key: 0}
         if trace:
             self.trace = []
         result = None
@@ -130,7 +131,7 @@ class TableSimulator:
                 if action == "subc_set_state":
                     meta[state_key] = params["next_state"]
                 elif action == "subc_set_code":
-                    meta[f"{meta_prefix}.subc_code"] = params["code"]
+                    meta[self.code_key] = params["code"]
                 elif action != "NoAction":
                     result = self._decision(action, params)
                 if hit or name == on_miss:

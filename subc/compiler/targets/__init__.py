@@ -10,7 +10,7 @@ import time
 
 from ..bdd import to_dot
 from ..driver import CompileResult
-from .entries import bfrt_setup, bmv2_commands, dumps, entries_json, report_json
+from .entries import bfrt_setup, bmv2_commands, dumps, entries_json
 from .p4program import render_program
 
 P4_TARGETS = ("bmv2", "tofino")
