@@ -45,24 +45,29 @@ def main() -> None:
 @main.command("compile")
 @click.argument("rules", type=click.Path(dir_okay=False))
 @click.option("--spec", "spec_path", required=True, type=click.Path(dir_okay=False), help="message-format spec (P4_16)")
-@click.option("--target", type=click.Choice(["bmv2", "tofino"]), default="bmv2", show_default=True)
+@click.option("--target", type=click.Choice(["bmv2", "tofino", "ebpf"]), default="bmv2", show_default=True)
 @click.option("-o", "--output", "out_dir", default="out", show_default=True, type=click.Path(file_okay=False))
 @click.option("--field-order", help="comma-separated field order (overrides the heuristic)")
 @click.option("--dot", is_flag=True, help="also write the BDD as bdd.dot")
 def compile_cmd(rules: str, spec_path: str, target: str, out_dir: str, field_order: str | None, dot: bool) -> None:
     """Compile RULES into a P4 program and control-plane entries in OUTPUT (written atomically)."""
     from .compiler.targets import target_files
-    from .compiler.targets.entries import dumps, report_json
     from .compiler.targets.output import write_directory
 
     try:
         res = _compile(rules, spec_path, target, field_order)
-        files, phases = target_files(res, rules, dot)
-        files["report.json"] = dumps(report_json(res, phases))
+        files, _ = target_files(res, rules, dot)
         write_directory(out_dir, files)
     except SubcError as e:
         _fail(e)
     pipe = res.pipeline
+    if target == "ebpf":
+        doc = json.loads(files["report.json"])
+        click.echo(
+            f"compiled {len(res.rules)} rules for ebpf: field order {', '.join(pipe.field_order) or '(none)'}; "
+            f"{len(doc['maps'])} maps, {doc['total_entries']} entries, {doc['leaf_states']} leaf states -> {out_dir}/"
+        )
+        return
     if not res.spec.whole_program:
         click.echo(
             f"note: {spec_path} declares no headers or parser: wrote the control block only "
@@ -106,6 +111,133 @@ def simulate_cmd(rules: str, spec_path: str, trace: str, target: str, as_json: b
         click.echo(f"matched no rule:      {doc['no_rule_matched']}")
         click.echo(f"disagreements:        {doc['disagreements']}")
     sys.exit(1 if out.disagreements else 0)
+
+
+def _endpoint(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise click.BadParameter(f"'{text}' is not IP:PORT")
+    return host or "0.0.0.0", int(port)
+
+
+@main.command("load")
+@click.argument("out_dir", type=click.Path(file_okay=False, exists=True))
+@click.option("--iface", required=True, help="interface the market data arrives on")
+@click.option("--subscribers", type=click.Path(dir_okay=False, exists=True), help="subscribers file (TOML)")
+@click.option("--xdp-mode", type=click.Choice(["auto", "native", "generic"]), default="auto", show_default=True)
+@click.option("--capacity-factor", type=float, default=2.0, show_default=True,
+              help="map capacity as a multiple of the compiled entries (2: room for one update)")
+def load_cmd(out_dir: str, iface: str, subscribers: str | None, xdp_mode: str, capacity_factor: float) -> None:
+    """Load an eBPF output directory on IFACE: XDP + TC ingress, maps filled and pinned."""
+    from .runtime.broker import load
+
+    try:
+        state = load(out_dir, iface, subscribers, xdp_mode, capacity_factor)
+    except SubcError as e:
+        _fail(e)
+    p = state["programs"]
+    mode = "filter mode: matches go to the local stack" if not subscribers else f"subscribers {subscribers}"
+    click.echo(
+        f"loaded {out_dir} on {iface} ({mode}); XDP {p['xdp']['xlated_insns']} instructions (id {p['xdp']['id']}), "
+        f"TC {p['tc']['xlated_insns']} instructions (id {p['tc']['id']}); maps pinned under /sys/fs/bpf/subc/{iface}/"
+    )
+
+
+@main.command("unload")
+@click.option("--iface", required=True)
+def unload_cmd(iface: str) -> None:
+    """Detach subc from IFACE and remove its pinned maps and state."""
+    from .runtime.broker import unload
+
+    try:
+        unload(iface)
+    except SubcError as e:
+        _fail(e)
+    click.echo(f"unloaded subc from {iface}")
+
+
+@main.command("update")
+@click.argument("out_dir", type=click.Path(file_okay=False, exists=True))
+@click.option("--iface", required=True)
+def update_cmd(out_dir: str, iface: str) -> None:
+    """Swap in a recompiled rule set on IFACE under traffic (generation switch)."""
+    from .runtime.broker import update
+
+    try:
+        r = update(out_dir, iface)
+    except SubcError as e:
+        _fail(e)
+    click.echo(f"{iface}: generation {r.gen} live; {r.written} entries written, {r.deleted} old entries deleted")
+
+
+@main.command("stats")
+@click.option("--iface", required=True)
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def stats_cmd(iface: str, as_json: bool) -> None:
+    """Print the broker's counters on IFACE: global, per subscriber, per leaf."""
+    from .runtime.broker import stats
+
+    try:
+        doc = stats(iface)
+    except SubcError as e:
+        _fail(e)
+    if as_json:
+        click.echo(json.dumps(doc, indent=1))
+        return
+    click.echo(f"{iface}: generation {doc['generation']}")
+    for k, v in doc["stats"].items():
+        click.echo(f"  {k:<14} {v:>12}")
+    click.echo("subscriber      packets        bytes")
+    for sid, c in doc["subscribers"].items():
+        click.echo(f"  {sid:>8} {c['packets']:>12} {c['bytes']:>12}  {c['name'] or ''}")
+    click.echo("leaf state      packets        bytes  action")
+    for st, c in doc["leaves"].items():
+        click.echo(f"  {st:>8} {c['packets']:>12} {c['bytes']:>12}  {c['action']}")
+
+
+@main.command("replay")
+@click.argument("trace", type=click.Path(dir_okay=False, exists=True))
+@click.option("--to", "dest", required=True, help="IP:PORT to send to")
+@click.option("--rate", type=float, help="messages per second (default: as fast as possible)")
+@click.option("--batch", type=click.IntRange(1, 65534), default=1, show_default=True, help="messages per datagram")
+@click.option("--count", type=click.IntRange(1), help="stop after this many messages")
+@click.option("--session", default="SUBC000001", show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def replay_cmd(trace: str, dest: str, rate: float | None, batch: int, count: int | None, session: str, as_json: bool) -> None:
+    """Send the messages of TRACE (BinaryFILE or pcap of MoldUDP64) as MoldUDP64 datagrams."""
+    from .runtime.replay import replay
+
+    try:
+        st = replay(trace, _endpoint(dest), rate=rate, batch=batch, session=session, count=count)
+    except SubcError as e:
+        _fail(e)
+    doc = st.as_json()
+    if as_json:
+        click.echo(json.dumps(doc))
+    else:
+        click.echo(f"sent {doc['messages']} messages in {doc['datagrams']} datagrams ({doc['bytes']} bytes) "
+                   f"in {doc['seconds']:.3f} s to {dest}")
+
+
+@main.command("listen")
+@click.argument("bind")
+@click.option("--count", type=click.IntRange(1), help="stop after this many datagrams")
+@click.option("--timeout", type=float, help="stop after this many idle seconds")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object at the end")
+def listen_cmd(bind: str, count: int | None, timeout: float | None, as_json: bool) -> None:
+    """Receive MoldUDP64 on BIND (IP:PORT): count messages, Add Orders and sequence gaps."""
+    from .runtime.listen import listen
+
+    try:
+        st = listen(_endpoint(bind), count=count, timeout=timeout)
+    except SubcError as e:
+        _fail(e)
+    doc = st.as_json()
+    if as_json:
+        click.echo(json.dumps(doc))
+    else:
+        for k in ("received", "messages", "add_orders", "gaps", "missing_messages", "duplicates", "malformed"):
+            click.echo(f"{k:<17} {doc[k]}")
 
 
 if __name__ == "__main__":  # pragma: no cover

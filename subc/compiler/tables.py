@@ -146,7 +146,7 @@ def _range_entries(st: StageState) -> tuple[list[Entry], int]:
     return out, fb
 
 
-def _exact_entries(st: StageState, points: list[int]) -> tuple[list[Entry], int]:
+def exact_entries(st: StageState, points: list[int]) -> tuple[list[Entry], int]:
     """Entries for the mentioned ``points`` (sorted) and the miss target of the state."""
     miss, counts = None, Counter()
     for lo, hi, t in st.runs:
@@ -164,7 +164,7 @@ def _exact_entries(st: StageState, points: list[int]) -> tuple[list[Entry], int]
     return out, miss
 
 
-def _lpm_entries(st: StageState, prefixes: list[tuple[int, int]], width: int) -> list[Entry]:
+def lpm_entries(st: StageState, prefixes: list[tuple[int, int]], width: int) -> list[Entry]:
     """Entries for a state over the prefix tree of ``prefixes`` [(value, len)], root /0 first."""
     top = (1 << width) - 1
     spans = [(v, v | (top >> plen if plen else top), plen) for v, plen in prefixes]
@@ -278,14 +278,14 @@ def build_pipeline(
                       q.name, ["subc_set_code"], code_tcam)
             )
             ckey = Key(f"{meta}.subc_code", "exact", 0)  # width fixed below
-            exact_entries, miss_entries = [], []
+            code_state_entries, miss_entries = [], []
             for st in stage.states:
                 targets = per_state[st.state]
                 fb = _fallback(Counter(targets.values()))
-                exact_entries.extend(_state_entry(st.state, c, t) for c, t in sorted(targets.items()) if t != fb)
+                code_state_entries.extend(_state_entry(st.state, c, t) for c, t in sorted(targets.items()) if t != fb)
                 if fb:
                     miss_entries.append(Entry((st.state,), "subc_set_state", (("next_state", fb),)))
-            tables.append(Table(base, [state_key, ckey], exact_entries, NO_ACTION, "stage", q.name, ["subc_set_state"]))
+            tables.append(Table(base, [state_key, ckey], code_state_entries, NO_ACTION, "stage", q.name, ["subc_set_state"]))
             tables.append(Table(f"{base}_miss", [state_key], miss_entries, to_dead, "miss", q.name, ["subc_set_state"]))
             steps.append(Step(f"{base}_code"))
             steps.append(Step(base, f"{base}_miss"))
@@ -294,7 +294,7 @@ def build_pipeline(
             points = sorted(v for v, plen in stage.domain.mentioned if plen == q.width)
             entries, misses = [], []
             for st in stage.states:
-                es, miss = _exact_entries(st, points)
+                es, miss = exact_entries(st, points)
                 entries.extend(es)
                 if miss:
                     misses.append(Entry((st.state,), "subc_set_state", (("next_state", miss),)))
@@ -306,7 +306,7 @@ def build_pipeline(
             prefixes = sorted(stage.domain.mentioned)
             entries = []
             for st in stage.states:
-                entries.extend(_lpm_entries(st, prefixes, q.width))
+                entries.extend(lpm_entries(st, prefixes, q.width))
             tables.append(Table(base, [state_key, fkey("lpm")], entries, to_dead, "stage", q.name, ["subc_set_state"]))
             steps.append(Step(base))
     # widths of code keys are known only now

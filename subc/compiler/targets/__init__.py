@@ -10,20 +10,35 @@ import time
 
 from ..bdd import to_dot
 from ..driver import CompileResult
-from .entries import bfrt_setup, bmv2_commands, dumps, entries_json
+from .entries import bfrt_setup, bmv2_commands, dumps, entries_json, report_json
 from .p4program import render_program
 
 P4_TARGETS = ("bmv2", "tofino")
+TARGETS = P4_TARGETS + ("ebpf",)
 
 
 def target_files(res: CompileResult, rules_path: str, dot: bool = False) -> tuple[dict[str, str], dict[str, float]]:
-    """(file name -> text, phase times in s) of the outputs of ``res`` for its P4 target.
+    """(file name -> text, phase times in s) of the outputs of ``res`` for its target.
 
     bmv2: ``subc.p4``, ``commands.txt``; tofino: ``subc.p4``, ``bfrt_setup.py``; both:
-    ``entries.json``, ``report.json`` and, with ``dot``, ``bdd.dot``.
+    ``entries.json``, ``report.json``; ebpf: ``subc_filter.bpf.c``, ``maps.json``,
+    ``report.json``; all: with ``dot``, ``bdd.dot``.  Raises SubcError when the rules or the
+    spec cannot be expressed on the target.
     """
     t0 = time.perf_counter()
     files: dict[str, str] = {}
+    if res.target == "ebpf":
+        from .ebpf import build_maps, ebpf_plan, render_filter, report
+
+        plan = ebpf_plan(res)
+        doc = build_maps(res, plan)
+        files["subc_filter.bpf.c"] = render_filter(res, plan, doc, rules_path)
+        files["maps.json"] = dumps(doc)
+        if dot:
+            files["bdd.dot"] = to_dot(res.rbdd)
+        phases = {**res.phases, "codegen": time.perf_counter() - t0}
+        files["report.json"] = dumps(report(res, doc, phases))
+        return files, phases
     name, src = render_program(res, rules_path)
     files[name] = src
     doc = entries_json(res.pipeline, res.target)
@@ -35,4 +50,5 @@ def target_files(res: CompileResult, rules_path: str, dot: bool = False) -> tupl
     if dot:
         files["bdd.dot"] = to_dot(res.rbdd)
     phases = {**res.phases, "codegen": time.perf_counter() - t0}
+    files["report.json"] = dumps(report_json(res, phases))
     return files, phases

@@ -1,0 +1,233 @@
+"""The eBPF target: ``subc_filter.bpf.c`` (XDP + TC), ``maps.json`` and ``report.json``.
+
+Each field stage of the sliced BDD becomes BPF maps keyed by state (Algorithm 1 of Jepsen et al.,
+HotNets 2018, with maps in place of match-action tables):
+
+* **range** fields: per state, the sorted lower bounds of its runs in a slice of one
+  ``BPF_MAP_TYPE_ARRAY`` (``stN_bnd``: lower bound, next state), found through a hash map
+  (``stN_info``: state -> offset, count) and searched with a branch-free binary search of at most
+  32 steps (ceil(log2 count) in practice), so the verifier sees a bounded loop and the cost is
+  logarithmic in the runs of the state;
+* **exact** fields: a hash map (``stN_ex``: (state, value) -> next state) of the values whose next
+  state differs from the state's miss target, which ``stN_info`` holds;
+* **lpm** fields: an LPM trie (``stN_lpm``) keyed by 32 bits of state then the field, left
+  aligned, so a prefix of length L is trie prefix 32 + L;
+* the leaf map (``subc_leaf``) maps each final state to its action.  State 0 of every stage is
+  dead; leaf key 0 holds the spec's default action.
+
+``maps.json`` holds every map's key and value layout (:mod:`.ebpf_layout`), its default capacity
+and its entries in logical form (states untagged, bounds indexed from 0, leaf actions as
+subscriber lists); the loader (:mod:`subc.runtime.broker`) resolves subscribers to endpoints,
+adds the generation bit and places bounds in their generation's region of the array.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ... import __version__
+from ...errors import SubcError
+from ..driver import CompileResult
+from ..tables import exact_entries, lpm_entries
+from . import ebpf_layout as L
+from .ebpf_parse import FieldLayout, ParsePlan, check_fields, plan_parser
+from .p4program import environment
+
+DEFAULT_MAX_FANOUT = 64
+SUBSCRIBER_SLOTS = 512  # subscriber ids are fwd() ports, 0..511
+DEFAULT_ENDPOINTS = 1024
+CAPACITY_FACTOR = 2.0  # room for two generations of the compiled entries during `subc update`
+MIN_CAPACITY = 16
+
+
+def capacity(n_entries: int, factor: float = CAPACITY_FACTOR) -> int:
+    """Map capacity for ``n_entries`` entries per generation: ``factor`` generations, at least 16."""
+    return max(MIN_CAPACITY, math.ceil(n_entries * factor))
+
+
+def _load_expr(fl: FieldLayout) -> str:
+    expr = "(__u64)p[0]"
+    for i in range(1, fl.n_bytes):
+        expr = f"(({expr} << 8) | p[{i}])"
+    if fl.shift:
+        expr = f"({expr} >> {fl.shift})"
+    if fl.width < 64 and fl.width != fl.n_bytes * 8:
+        expr = f"({expr} & {hex((1 << fl.width) - 1)}ull)"
+    return expr
+
+
+def _leaf_entry(state: int, atoms: frozenset, spec) -> dict:
+    ports = sorted(a[1] for a in atoms if a[0] == "fwd")
+    if ports:
+        return {"state": state, "action": "fwd", "subscribers": ports}
+    (atom,) = atoms
+    if atom[0] not in ("drop", "nop"):
+        raise SubcError(f"--target ebpf: action '{atom[0]}' has no eBPF meaning (fwd, drop and nop only)")
+    return {"state": state, "action": atom[0]}
+
+
+def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
+    """The ``maps.json`` document of ``res`` (see the module docstring)."""
+    spec = res.spec
+    default = spec.default_action
+    if default not in ("drop", "nop"):
+        raise SubcError(
+            f"--target ebpf: default action '{default}' has no eBPF meaning (drop or nop)", spec.default_action_location
+        )
+    maps: list[dict] = []
+
+    def add(name, mtype, key, value, entries, role, field=None, cap=None):
+        maps.append({
+            "name": name, "type": mtype, "role": role, "field": field,
+            "key": key.as_json(), "value": value.as_json(),
+            "capacity": cap if cap is not None else capacity(len(entries)), "entries": entries,
+        })
+
+    add("subc_root", "array", L.U32, L.U32, [{"index": 0, "root_state": res.sliced.root_state}], "root", cap=1)
+    stages = []
+    for i, stage in enumerate(res.sliced.stages):
+        q = stage.field
+        base = f"st{i}"
+        if q.match_kind == "range":
+            info, bounds = [], []
+            for st in stage.states:
+                first = len(bounds)
+                info.append({"state": st.state, "offset": first, "count": len(st.runs)})
+                bounds.extend([{"index": first + j, "lo": lo, "next": t} for j, (lo, _, t) in enumerate(st.runs)])
+            add(f"{base}_info", "hash", L.U32, L.INFO, info, "state_info", q.name)
+            add(f"{base}_bnd", "array", L.U32, L.BOUND, bounds, "bounds", q.name)
+            stages.append({"field": q.name, "kind": "range", "maps": [f"{base}_info", f"{base}_bnd"]})
+        elif q.match_kind == "exact":
+            points = sorted(v for v, plen in stage.domain.mentioned if plen == q.width)
+            info, ex = [], []
+            for st in stage.states:
+                es, miss = exact_entries(st, points)
+                info.append({"state": st.state, "miss": miss})
+                ex.extend({"state": st.state, "value": e.match[1], "next": e.params[0][1]} for e in es)
+            add(f"{base}_info", "hash", L.U32, L.INFO, info, "state_info", q.name)
+            add(f"{base}_ex", "hash", L.EXACT_KEY, L.U32, ex, "exact", q.name)
+            stages.append({"field": q.name, "kind": "exact", "maps": [f"{base}_info", f"{base}_ex"]})
+        else:
+            prefixes = sorted(stage.domain.mentioned)
+            lpm = []
+            for st in stage.states:
+                lpm.extend(
+                    {"state": st.state, "value": e.match[1][0], "prefix_len": e.match[1][1], "next": e.params[0][1]}
+                    for e in lpm_entries(st, prefixes, q.width)
+                )
+            add(f"{base}_lpm", "lpm_trie", L.LPM_KEY, L.U32, lpm, "lpm", q.name)
+            stages.append({"field": q.name, "kind": "lpm", "maps": [f"{base}_lpm"]})
+        stages[-1].update({"width": q.width, "states": len(stage.states), "next_states": stage.n_next})
+    leaves = [{"state": 0, "action": default}]
+    leaves += [_leaf_entry(leaf.state, leaf.atoms, spec) for leaf in res.sliced.leaves]
+    add("subc_leaf", "hash", L.U32, L.LEAF, leaves, "leaf")
+    n_groups = sum(1 for e in leaves if len(e.get("subscribers", ())) > 1)
+    add("subc_groups", "hash", L.U32, L.group_struct(DEFAULT_MAX_FANOUT), [], "groups", cap=capacity(max(1, n_groups)))
+    add("subc_eps", "array", L.U32, L.ENDPOINT, [], "endpoints", cap=DEFAULT_ENDPOINTS)
+    add("subc_stats", "percpu_array", L.U32, Struct_u64(), [], "stats", cap=len(L.STATS))
+    add("subc_sub_cnt", "percpu_array", L.U32, L.COUNTER, [], "subscriber_counters", cap=SUBSCRIBER_SLOTS)
+    add("subc_leaf_cnt", "percpu_hash", L.U32, L.COUNTER, [], "leaf_counters", cap=capacity(len(leaves)))
+    return {
+        "format": "subc-ebpf-maps",
+        "version": 1,
+        "program": "subc_filter.bpf.c",
+        "functions": {"xdp": "subc_xdp", "tc": "subc_tc"},
+        "generation_bit": L.GEN_BIT,
+        "ports": [p for p, _ in plan.ports],
+        "field_order": res.pipeline.field_order,
+        "root_state": res.sliced.root_state,
+        "default_action": default,
+        "max_fanout": DEFAULT_MAX_FANOUT,
+        "stats": L.STATS,
+        "stages": stages,
+        "subscribers": sorted({s for e in leaves for s in e.get("subscribers", ())}),
+        "maps": maps,
+    }
+
+
+def Struct_u64() -> L.Struct:  # noqa: N802 - a layout constructor
+    return L.Struct("u64", (("v", "u64", 1),))
+
+
+def render_filter(res: CompileResult, plan: ParsePlan, doc: dict, rules_path: str) -> str:
+    """The C source of the XDP and TC programs for ``res`` (bcc dialect)."""
+    spec = res.spec
+    hb = plan.header_bytes
+    states = []
+    for s in plan.states:
+        extracts = [{"inst": i, "bytes": hb[i], "bit": 1 << plan.bit[i]} for i in s.extracts]
+        sel = None
+        if s.select is not None:
+            sel = {"inst": s.select.instance, "byte_offset": s.select.byte_offset, "n_bytes": s.select.n_bytes,
+                   "expr": _load_expr(s.select)}
+        cases = [{"value": v, "target": t if t in ("accept", "reject") else f"st_{t}"} for v, t in s.cases]
+        if sel is None:
+            cases = [{"value": None, "target": cases[0]["target"]}]
+        states.append({"name": s.name, "extracts": extracts, "select": sel, "cases": cases})
+    stage_ctx = []
+    for i, st in enumerate(doc["stages"]):
+        fl = plan.field(st["field"])
+        ctx = {"field": st["field"], "kind": st["kind"], "width": st["width"], "inst": fl.instance,
+               "byte_offset": fl.byte_offset, "n_bytes": fl.n_bytes, "expr": _load_expr(fl)}
+        for m in st["maps"]:
+            ctx[m.split("_", 1)[1].replace("bnd", "bounds").replace("ex", "exact")] = m
+        stage_ctx.append(ctx)
+    need = 0
+    for h in res.pipeline.headers:
+        need |= 1 << plan.bit[h]
+    net = (1 << plan.bit[plan.eth]) | (1 << plan.bit[plan.ipv4]) | (1 << plan.bit[plan.udp])
+    message_insts = [i for i in plan.header_bytes if i not in (plan.eth, plan.ipv4, plan.udp)]
+    structs = [s.c_decl() for s in L.STRUCTS]
+    tmpl = environment().get_template("ebpf/subc_filter.bpf.c.j2")
+    return tmpl.render(
+        version=__version__,
+        rules_path=rules_path,
+        spec_path=spec.path,
+        n_rules=len(res.rules),
+        field_order=res.pipeline.field_order,
+        ports=[p for p, _ in plan.ports],
+        port_states=[{"port": p, "state": s} for p, s in plan.ports],
+        meta_magic=hex(L.META_MAGIC),
+        max_fanout=doc["max_fanout"],
+        maps=[{"name": m["name"], "capacity": m["capacity"]} for m in doc["maps"]],
+        stats=L.STATS,
+        structs=structs,
+        stages=stage_ctx,
+        states=states,
+        eth=plan.eth,
+        ipv4=plan.ipv4,
+        udp=plan.udp,
+        offset_vars=message_insts,
+        net_valid=hex(net) + "u",
+        need_valid=hex(need),
+    )
+
+
+def ebpf_plan(res: CompileResult) -> ParsePlan:
+    """The parse plan of ``res``'s spec, with its fields checked (SubcError when unsupported)."""
+    plan = plan_parser(res.spec)
+    check_fields(res.spec, plan, res.pipeline.field_order)
+    return plan
+
+
+def report(res: CompileResult, doc: dict, phases: dict[str, float]) -> dict:
+    """``report.json`` of the eBPF target: states and entries per stage and per map, leaves, times.
+
+    ``instructions`` is filled by ``subc compile`` when it could load the programs (root and bcc),
+    else null; ``subc load`` reports the counts of the programs it loads.
+    """
+    return {
+        "target": "ebpf",
+        "rules": len(res.rules),
+        "bdd_nodes": len(res.rbdd.root),
+        "field_order": res.pipeline.field_order,
+        "orders_tried": res.orders_tried,
+        "stages": doc["stages"],
+        "maps": [{"name": m["name"], "type": m["type"], "role": m["role"], "field": m["field"],
+                  "entries": len(m["entries"]), "capacity": m["capacity"]} for m in doc["maps"]],
+        "leaf_states": len(res.sliced.leaves),
+        "total_entries": sum(len(m["entries"]) for m in doc["maps"] if m["role"] != "root"),
+        "multicast_groups": len(res.pipeline.mcast_groups),
+        "instructions": None,
+        "phases_s": {k: round(v, 6) for k, v in phases.items()},
+    }

@@ -1,0 +1,142 @@
+"""Binary layouts of the eBPF target's BPF map keys and values, shared by C and Python.
+
+One description per struct gives both the C declaration rendered into ``subc_filter.bpf.c`` and
+the byte packing the loader writes into the maps, so the two cannot drift apart.  Fields are
+naturally aligned with explicit padding; ``u*`` fields are in host byte order (what the program
+compares), ``be*`` fields in network byte order (packet words and LPM trie data, which the
+kernel matches most significant bit first).
+
+States in map keys carry the *generation* bit (bit 31, :data:`GEN_BIT`): a rule-set update
+writes the new generation's entries next to the old ones and switches the one root entry last.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+GEN_BIT = 1 << 31
+STATE_MASK = GEN_BIT - 1
+META_MAGIC = 0x53554243  # 'SUBC'
+
+#: Leaf action kinds (``struct subc_leaf.kind``).
+LEAF_DROP, LEAF_PASS, LEAF_UNICAST, LEAF_MULTI = 0, 1, 2, 3
+
+#: Global counters (``subc_stats`` index -> name), in order.
+STATS = [
+    "rx",  # packets seen by XDP
+    "not_ours",  # passed to the stack untouched: not IPv4/UDP to a spec port, or a fragment
+    "malformed",  # UDP to a spec port with a bad length: dropped
+    "truncated",  # message headers run past the UDP payload (parser error): default action
+    "no_match",  # no rule matched: default action
+    "dropped",  # dropped by the leaf action (drop or default drop)
+    "passed_local",  # passed to the local stack by the leaf action
+    "xdp_unicast",  # one endpoint: rewritten and sent from XDP
+    "to_tc",  # several endpoints: handed to TC ingress
+    "tc_packets",  # packets TC fanned out
+    "tc_clones",  # copies TC sent (bpf_clone_redirect)
+    "stale",  # leaf or group of a retired generation (dropped)
+    "tc_classified",  # packets TC classified itself (no XDP metadata)
+    "errors",  # rewrite or redirect failures
+]
+
+_SIZES = {"u8": 1, "u16": 2, "u32": 4, "u64": 8, "be16": 2, "be32": 4, "be64": 8, "pad": 1}
+_CTYPES = {"u8": "__u8", "u16": "__u16", "u32": "__u32", "u64": "__u64", "be16": "__be16", "be32": "__be32",
+           "be64": "__be64", "pad": "__u8"}
+
+
+@dataclass(frozen=True)
+class Struct:
+    """A C struct: ``fields`` are (name, kind, count) with kind in u8/u16/u32/u64/be16/be32/be64/pad."""
+
+    name: str
+    fields: tuple[tuple[str, str, int], ...]
+
+    @property
+    def size(self) -> int:
+        """Size in bytes (a multiple of the largest member's alignment)."""
+        off, align = 0, 1
+        for _, kind, count in self.fields:
+            a = _SIZES[kind]
+            assert off % a == 0, f"{self.name}: misaligned field"
+            off += a * count
+            align = max(align, a)
+        assert off % align == 0, f"{self.name}: size not a multiple of its alignment"
+        return off
+
+    def c_decl(self) -> str:
+        """The C declaration."""
+        self.size  # noqa: B018 - checks alignment
+        lines = [f"struct {self.name} {{"]
+        for name, kind, count in self.fields:
+            suffix = f"[{count}]" if count > 1 else ""
+            lines.append(f"    {_CTYPES[kind]} {name}{suffix};")
+        lines.append("};")
+        return "\n".join(lines)
+
+    def pack(self, **values) -> bytes:
+        """Bytes of a struct with ``values`` by field name (missing: 0; arrays: bytes or list of ints).
+
+        Raises ValueError for a value that does not fit its field.
+        """
+        out = bytearray()
+        for name, kind, count in self.fields:
+            v = values.get(name, 0)
+            size = _SIZES[kind]
+            order = "big" if kind.startswith("be") else sys.byteorder
+            if count == 1 and kind != "pad":
+                out += int(v).to_bytes(size, order)
+            elif kind in ("u8", "pad"):
+                b = bytes(v) if v else bytes(count)
+                if len(b) != count:
+                    raise ValueError(f"{self.name}.{name}: {len(b)} bytes, expected {count}")
+                out += b
+            else:
+                items = list(v or [])
+                if len(items) > count:
+                    raise ValueError(f"{self.name}.{name}: {len(items)} items, at most {count}")
+                for x in items + [0] * (count - len(items)):
+                    out += int(x).to_bytes(size, order)
+        return bytes(out)
+
+    def unpack(self, data: bytes) -> dict:
+        """Field values of ``data`` (arrays as lists, u8 arrays as bytes)."""
+        res, off = {}, 0
+        for name, kind, count in self.fields:
+            size = _SIZES[kind]
+            order = "big" if kind.startswith("be") else sys.byteorder
+            if kind in ("u8", "pad") and count > 1:
+                res[name] = bytes(data[off : off + count])
+                off += count
+            elif count == 1:
+                res[name] = int.from_bytes(data[off : off + size], order)
+                off += size
+            else:
+                res[name] = [int.from_bytes(data[off + i * size : off + (i + 1) * size], order) for i in range(count)]
+                off += size * count
+        return res
+
+    def as_json(self) -> dict:
+        return {"struct": self.name, "size": self.size, "fields": [
+            {"name": n, "type": k, "count": c} for n, k, c in self.fields]}
+
+
+U32 = Struct("u32", (("v", "u32", 1),))
+INFO = Struct("subc_info", (("a", "u32", 1), ("b", "u32", 1)))
+BOUND = Struct("subc_bound", (("lo", "u64", 1), ("next", "u32", 1), ("pad", "u32", 1)))
+EXACT_KEY = Struct("subc_exact_key", (("state", "u32", 1), ("pad", "u32", 1), ("value", "u64", 1)))
+LPM_KEY = Struct("subc_lpm_key", (("prefixlen", "u32", 1), ("state", "be32", 1), ("value", "be64", 1)))
+LEAF = Struct("subc_leaf", (("kind", "u32", 1), ("arg", "u32", 1)))
+ENDPOINT = Struct("subc_endpoint", (
+    ("ifindex", "u32", 1), ("subscriber", "u32", 1), ("saddr", "be32", 1), ("daddr", "be32", 1),
+    ("dport", "be16", 1), ("smac", "u8", 6), ("dmac", "u8", 6), ("pad", "pad", 2)))
+COUNTER = Struct("subc_counter", (("packets", "u64", 1), ("bytes", "u64", 1)))
+META = Struct("subc_meta", (("magic", "u32", 1), ("group", "u32", 1), ("l4", "u32", 1)))
+
+
+def group_struct(max_fanout: int) -> Struct:
+    """``struct subc_group``: a multicast group's endpoint indexes (``count`` of ``max_fanout`` used)."""
+    return Struct("subc_group", (("count", "u32", 1), ("ep", "u32", max_fanout)))
+
+
+STRUCTS = [INFO, BOUND, EXACT_KEY, LPM_KEY, LEAF, ENDPOINT, COUNTER, META]

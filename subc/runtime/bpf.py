@@ -1,0 +1,282 @@
+"""BPF plumbing for the eBPF target: bcc compilation, program loading, maps, pinning, test runs.
+
+Programs are compiled and loaded with bcc (Debian ``python3-bpfcc``); maps of loaded or pinned
+programs are read and written through libbcc's wrappers of the ``bpf(2)`` system call
+(``bpf_update_elem``, ``bpf_lookup_elem``, ``bpf_obj_pin``, ``bpf_obj_get``...), so that a later
+process can reach a program another process loaded.  ``BPF_PROG_TEST_RUN`` goes through
+libbpf's ``bpf_prog_test_run_opts`` (exported by libbcc).
+
+Every failure raises :class:`~subc.errors.SubcError` with what to do: not root, bcc or kernel
+headers missing (naming the Debian package), a verifier rejection (with the verifier's last
+lines), a full map.
+"""
+
+from __future__ import annotations
+
+import ctypes as ct
+import hashlib
+import os
+import platform
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import SubcError
+
+DIST_PACKAGES = "/usr/lib/python3/dist-packages"
+BPFFS = Path("/sys/fs/bpf")
+XDP_RESULTS = {0: "XDP_ABORTED", 1: "XDP_DROP", 2: "XDP_PASS", 3: "XDP_TX", 4: "XDP_REDIRECT"}
+BPF_ANY, BPF_NOEXIST = 0, 1
+
+
+def require_root(what: str) -> None:
+    """Raise SubcError unless running as root (``what`` names the command)."""
+    if os.geteuid() != 0:
+        raise SubcError(f"{what} needs root (CAP_BPF and CAP_NET_ADMIN): run it with sudo")
+
+
+def import_bcc():
+    """The ``bcc`` module (Debian's, on the system Python path); SubcError naming the package if absent."""
+    try:
+        import bcc  # noqa: F401
+    except ImportError:
+        if DIST_PACKAGES not in sys.path and Path(DIST_PACKAGES, "bcc").is_dir():
+            sys.path.append(DIST_PACKAGES)
+        try:
+            import bcc  # noqa: F401, F811
+        except ImportError as e:
+            raise SubcError(
+                "bcc is not installed: install the Debian package python3-bpfcc (apt-get install python3-bpfcc)"
+            ) from e
+    import bcc
+
+    return bcc
+
+
+def check_kernel_headers() -> None:
+    """Raise SubcError when bcc cannot find kernel headers for the running kernel."""
+    build = Path("/lib/modules") / platform.release() / "build"
+    if not (build / "include").exists() and not Path("/sys/kernel/kheaders.tar.xz").exists():
+        raise SubcError(
+            f"no kernel headers for {platform.release()} (bcc needs {build}): install linux-headers-amd64 "
+            f"(or linux-headers-{platform.release()}) and link {build} to /usr/src/linux-headers-*-amd64 "
+            f"and {build.parent / 'source'} to /usr/src/linux-headers-*-common"
+        )
+
+
+class _StderrCapture:
+    """Capture file descriptor 2 (libbcc prints compiler and verifier logs there)."""
+
+    def __enter__(self):
+        sys.stderr.flush()
+        self.tmp = tempfile.TemporaryFile()
+        self.saved = os.dup(2)
+        os.dup2(self.tmp.fileno(), 2)
+        return self
+
+    def __exit__(self, *exc):
+        sys.stderr.flush()
+        os.dup2(self.saved, 2)
+        os.close(self.saved)
+        self.tmp.seek(0)
+        self.text = self.tmp.read().decode("utf-8", "replace")
+        self.tmp.close()
+        return False
+
+
+def _tail(text: str, n: int = 25) -> str:
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return "\n".join(lines[-n:])
+
+
+@dataclass
+class Program:
+    """A compiled BPF object (bcc) and its loaded XDP and TC functions."""
+
+    bpf: object
+    xdp: object
+    tc: object
+
+    def map_fd(self, name: str) -> int:
+        return self.bpf[name].map_fd
+
+
+def compile_and_load(src: str, cflags: list[str], xdp_fn: str = "subc_xdp", tc_fn: str = "subc_tc") -> Program:
+    """Compile C source ``src`` with bcc and load ``xdp_fn`` (XDP) and ``tc_fn`` (SCHED_CLS).
+
+    Raises SubcError when not root, when bcc or kernel headers are missing, when clang fails
+    (with its messages), or when the verifier rejects a program (with its last lines).
+    """
+    require_root("loading BPF programs")
+    bcc = import_bcc()
+    check_kernel_headers()
+    with _StderrCapture() as cap:
+        try:
+            b = bcc.BPF(text=src.encode(), cflags=cflags)
+        except Exception as e:  # bcc raises Exception on compile errors
+            err = e
+        else:
+            err = None
+    if err is not None:
+        raise SubcError(f"bcc could not compile the program: {err}\n{_tail(cap.text)}")
+    fns = {}
+    for name, kind in ((xdp_fn, bcc.BPF.XDP), (tc_fn, bcc.BPF.SCHED_CLS)):
+        with _StderrCapture() as cap:
+            try:
+                fns[name] = b.load_func(name, kind)
+                err = None
+            except Exception as e:
+                err = e
+        if err is not None:
+            raise SubcError(f"the kernel verifier rejected {name}: {err}\nverifier log (last lines):\n{_tail(cap.text)}")
+    return Program(b, fns[xdp_fn], fns[tc_fn])
+
+
+def _lib():
+    return import_bcc().libbcc.lib
+
+
+def possible_cpus() -> int:
+    """Number of possible CPUs (the per-CPU value count of per-CPU maps)."""
+    from bcc.utils import get_possible_cpus
+
+    import_bcc()
+    return len(get_possible_cpus())
+
+
+class Map:
+    """A BPF map by file descriptor: ``key_size`` and ``value_size`` in bytes; per-CPU maps
+    read and write ``value_size`` rounded up to 8, times the possible CPUs."""
+
+    def __init__(self, fd: int, key_size: int, value_size: int, percpu: bool = False, name: str = ""):
+        self.fd, self.key_size, self.value_size, self.percpu, self.name = fd, key_size, value_size, percpu, name
+        self.ncpu = possible_cpus() if percpu else 1
+        self.slot = (value_size + 7) // 8 * 8 if percpu else value_size
+        self.lib = _lib()
+
+    def _err(self, what: str) -> SubcError:
+        e = ct.get_errno()
+        return SubcError(f"BPF map {self.name}: {what} failed: {os.strerror(e) if e else 'error'}")
+
+    def update(self, key: bytes, value: bytes, flags: int = BPF_ANY) -> None:
+        """Write one entry (``value`` for every CPU of a per-CPU map); SubcError when the map is full."""
+        if self.percpu:
+            value = (value + bytes(self.slot - len(value))) * self.ncpu
+        k, v = ct.create_string_buffer(key, len(key)), ct.create_string_buffer(value, len(value))
+        if self.lib.bpf_update_elem(self.fd, ct.cast(k, ct.c_void_p), ct.cast(v, ct.c_void_p), flags) < 0:
+            raise self._err("update")
+
+    def lookup(self, key: bytes) -> bytes | list[bytes] | None:
+        """The value of ``key`` (per-CPU maps: one value per CPU), or None."""
+        k = ct.create_string_buffer(key, len(key))
+        v = ct.create_string_buffer(self.slot * self.ncpu)
+        if self.lib.bpf_lookup_elem(self.fd, ct.cast(k, ct.c_void_p), ct.cast(v, ct.c_void_p)) < 0:
+            return None
+        raw = v.raw
+        if self.percpu:
+            return [raw[i * self.slot : i * self.slot + self.value_size] for i in range(self.ncpu)]
+        return raw[: self.value_size]
+
+    def delete(self, key: bytes) -> bool:
+        k = ct.create_string_buffer(key, len(key))
+        return self.lib.bpf_delete_elem(self.fd, ct.cast(k, ct.c_void_p)) == 0
+
+    def keys(self) -> list[bytes]:
+        """All keys (a snapshot; hash and trie maps)."""
+        out = []
+        cur = None
+        nxt = ct.create_string_buffer(self.key_size)
+        while True:
+            if cur is None:
+                rc = self.lib.bpf_get_next_key(self.fd, None, ct.cast(nxt, ct.c_void_p))
+            else:
+                k = ct.create_string_buffer(cur, len(cur))
+                rc = self.lib.bpf_get_next_key(self.fd, ct.cast(k, ct.c_void_p), ct.cast(nxt, ct.c_void_p))
+            if rc < 0:
+                return out
+            cur = nxt.raw[: self.key_size]
+            out.append(cur)
+
+    def pin(self, path: Path) -> None:
+        if self.lib.bpf_obj_pin(self.fd, str(path).encode()) < 0:
+            raise self._err(f"pin at {path}")
+
+
+def obj_get(path: Path) -> int:
+    """File descriptor of the pinned object at ``path``; SubcError when absent."""
+    fd = _lib().bpf_obj_get(str(path).encode())
+    if fd < 0:
+        raise SubcError(f"no pinned BPF object at {path}: is subc loaded on this interface?")
+    return fd
+
+
+def pin_fd(fd: int, path: Path) -> None:
+    """Pin the BPF object ``fd`` at ``path`` (on a BPF file system)."""
+    if _lib().bpf_obj_pin(fd, str(path).encode()) < 0:
+        raise SubcError(f"cannot pin a BPF object at {path}: {os.strerror(ct.get_errno())}")
+
+
+def prog_info(fd: int) -> dict:
+    """``{'id', 'xlated_insns', 'jited_bytes'}`` of the loaded program ``fd`` (struct bpf_prog_info)."""
+    buf = ct.create_string_buffer(256)
+    size = ct.c_uint32(256)
+    if _lib().bpf_obj_get_info(fd, ct.cast(buf, ct.c_void_p), ct.byref(size)) < 0:
+        raise SubcError("bpf_obj_get_info failed")
+    raw = buf.raw
+    u32 = lambda off: int.from_bytes(raw[off : off + 4], sys.byteorder)  # noqa: E731
+    # struct bpf_prog_info: type, id, tag[8], jited_prog_len, xlated_prog_len (include/uapi/linux/bpf.h)
+    return {"id": u32(4), "jited_bytes": u32(16), "xlated_insns": u32(20) // 8}
+
+
+class _TestRunOpts(ct.Structure):
+    # struct bpf_test_run_opts of libbpf 1.x (tools/lib/bpf/bpf.h)
+    _fields_ = [
+        ("sz", ct.c_size_t),
+        ("data_in", ct.c_void_p),
+        ("data_out", ct.c_void_p),
+        ("data_size_in", ct.c_uint32),
+        ("data_size_out", ct.c_uint32),
+        ("ctx_in", ct.c_void_p),
+        ("ctx_out", ct.c_void_p),
+        ("ctx_size_in", ct.c_uint32),
+        ("ctx_size_out", ct.c_uint32),
+        ("retval", ct.c_uint32),
+        ("repeat", ct.c_int),
+        ("duration", ct.c_uint32),
+        ("flags", ct.c_uint32),
+        ("cpu", ct.c_uint32),
+        ("batch_size", ct.c_uint32),
+    ]
+
+
+def test_run(prog_fd: int, packet: bytes, repeat: int = 1) -> tuple[int, bytes, int]:
+    """Run a loaded program on ``packet`` with BPF_PROG_TEST_RUN.
+
+    Returns (return code, output packet, mean duration in ns per run).  Raises SubcError when
+    the kernel refuses the test run.
+    """
+    lib = _lib()
+    fn = lib.bpf_prog_test_run_opts
+    fn.argtypes = [ct.c_int, ct.POINTER(_TestRunOpts)]
+    fn.restype = ct.c_int
+    din = ct.create_string_buffer(packet, len(packet))
+    dout = ct.create_string_buffer(len(packet) + 256)
+    opts = _TestRunOpts()
+    opts.sz = ct.sizeof(_TestRunOpts)
+    opts.data_in = ct.cast(din, ct.c_void_p)
+    opts.data_size_in = len(packet)
+    opts.data_out = ct.cast(dout, ct.c_void_p)
+    opts.data_size_out = len(dout)
+    opts.repeat = repeat
+    if fn(prog_fd, ct.byref(opts)) < 0:
+        raise SubcError(f"BPF_PROG_TEST_RUN failed: {os.strerror(ct.get_errno())}")
+    return opts.retval, dout.raw[: opts.data_size_out], opts.duration
+
+
+def source_digest(src: str, cflags: list[str]) -> str:
+    """A digest of a program and its compiler flags (to reuse a loaded program in tests)."""
+    h = hashlib.sha256(src.encode())
+    for f in cflags:
+        h.update(b"\0" + f.encode())
+    return h.hexdigest()

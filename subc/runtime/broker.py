@@ -1,0 +1,384 @@
+"""The eBPF broker: load, update, inspect and unload a compiled rule set on an interface.
+
+``load`` compiles ``subc_filter.bpf.c`` with bcc (capacities and fan-out as ``-D`` flags), fills
+the maps from ``maps.json`` as generation 0, pins every map and both programs under
+``/sys/fs/bpf/subc/IF/``, then attaches XDP to IF (netlink, through bcc) and the TC program to
+IF's clsact ingress hook (pyroute2).  The broker's own state (generation, capacities, endpoints,
+program ids) is kept in ``/run/subc/IF/state.json`` so that ``update``, ``stats`` and ``unload``
+work from any later process.  Interfaces are those of the calling process's network namespace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..compiler.targets import ebpf_layout as L
+from ..errors import SubcError
+from . import install
+from .bpf import BPFFS, Map, Program, compile_and_load, obj_get, pin_fd, prog_info, require_root
+from .subscribers import Subscribers, load_subscribers, resolve_endpoints
+
+RUN_DIR = Path("/run/subc")
+GRACE_S = 0.2  # wait after switching generations before deleting the old one
+XDP_FLAGS = {"auto": 0, "generic": 2, "native": 4}
+XDP_FLAGS_UPDATE_IF_NOEXIST = 1
+
+
+def read_maps_doc(out_dir: str | Path) -> tuple[dict, str]:
+    """(maps.json document, C source) of an ``subc compile --target ebpf`` output directory."""
+    out = Path(out_dir)
+    try:
+        doc = json.loads((out / "maps.json").read_text())
+        src = (out / doc["program"]).read_text()
+    except (OSError, ValueError, KeyError) as e:
+        raise SubcError(f"{out}: not an eBPF output directory of subc compile --target ebpf ({e})") from None
+    if doc.get("format") != "subc-ebpf-maps":
+        raise SubcError(f"{out}/maps.json: not a subc eBPF maps document")
+    return doc, src
+
+
+def _map_struct(m: dict, max_fanout: int) -> tuple[int, int]:
+    key = m["key"]["size"]
+    value = L.group_struct(max_fanout).size if m["role"] == "groups" else m["value"]["size"]
+    return key, value
+
+
+def cflags(caps: dict[str, int], max_fanout: int) -> list[str]:
+    """bcc compiler flags: map capacities and the fan-out bound."""
+    return [f"-DSUBC_CAP_{n.upper()}={c}" for n, c in sorted(caps.items())] + [f"-DSUBC_MAX_FANOUT={max_fanout}"]
+
+
+def open_maps(doc: dict, fds: dict[str, int], max_fanout: int) -> dict[str, Map]:
+    """:class:`Map` handles for ``doc``'s maps from their file descriptors."""
+    out = {}
+    for m in doc["maps"]:
+        k, v = _map_struct(m, max_fanout)
+        out[m["name"]] = Map(fds[m["name"]], k, v, percpu=m["type"].startswith("percpu"), name=m["name"])
+    return out
+
+
+@dataclass
+class LoadedFilter:
+    """A compiled and loaded (not attached) filter with its maps, for tests and benchmarks."""
+
+    program: Program
+    doc: dict
+    maps: dict[str, Map]
+    caps: dict[str, int]
+    max_fanout: int
+    subs: Subscribers | None
+    gen: int = 0
+
+    @classmethod
+    def build(cls, doc: dict, src: str, subs: Subscribers | None = None, factor: float = 2.0,
+              min_caps: dict[str, int] | None = None, max_fanout: int | None = None) -> "LoadedFilter":
+        """Compile and load ``src`` sized for ``doc``, then install ``doc`` as generation 0."""
+        caps = install.capacities(doc, factor, subs)
+        for n, c in (min_caps or {}).items():
+            caps[n] = max(caps.get(n, 0), c)
+        fan = max_fanout or max(doc["max_fanout"], install.needed_fanout(doc, subs))
+        prog = compile_and_load(src, cflags(caps, fan))
+        maps = open_maps(doc, {m["name"]: prog.map_fd(m["name"]) for m in doc["maps"]}, fan)
+        lf = cls(prog, doc, maps, caps, fan, subs)
+        if subs is not None:
+            for i, ep in enumerate(subs.endpoints):
+                maps["subc_eps"].update(L.U32.pack(v=i), install.endpoint_value(ep))
+        plan = install.plan_generation(doc, 0, subs, caps, fan)
+        install.install_generation(plan, maps)
+        install.switch_root(plan, maps)
+        lf.bounds_used = {n: len(plan.writes[n]) for n in plan.bounds_base}
+        return lf
+
+    def update(self, doc: dict, grace_s: float = 0.0) -> None:
+        """Install ``doc`` as the next generation, switch to it, then delete the old one."""
+        update_maps(self.maps, doc, self.gen, self.caps, self.max_fanout, self.subs, self.bounds_used, grace_s)
+        self.gen ^= 1
+        self.doc = doc
+
+
+def update_maps(maps: dict[str, Map], doc: dict, gen: int, caps: dict[str, int], max_fanout: int,
+                subs: Subscribers | None, bounds_used: dict[str, int], grace_s: float) -> GenerationResult:
+    """Replace live generation ``gen`` by ``doc`` as generation ``gen ^ 1`` (atomic for packets).
+
+    ``bounds_used`` (bounds per bounds array of the live generation) is updated in place.
+    Raises SubcError when the new rule set does not fit next to the live one.
+    """
+    new = gen ^ 1
+    live = install.live_counts(gen, maps, bounds_used)
+    plan = install.plan_generation(doc, new, subs, caps, max_fanout)
+    if plan.max_fanout_needed > max_fanout:
+        raise SubcError(f"the new rule set sends a packet to {plan.max_fanout_needed} endpoints; the loaded program "
+                        f"allows {max_fanout}: load it again")
+    install.check_fits(plan, maps, caps, live)
+    install.install_generation(plan, maps)
+    install.switch_root(plan, maps)
+    time.sleep(grace_s)
+    deleted = install.retire_generation(gen, maps)
+    bounds_used.clear()
+    bounds_used.update({n: len(plan.writes[n]) for n in plan.bounds_base})
+    return GenerationResult(new, sum(len(v) for v in plan.writes.values()), deleted)
+
+
+@dataclass
+class GenerationResult:
+    gen: int
+    written: int
+    deleted: int
+
+
+# -- the broker on an interface --------------------------------------------------------------
+
+
+def pin_dir(iface: str) -> Path:
+    return BPFFS / "subc" / iface
+
+
+def state_path(iface: str) -> Path:
+    return RUN_DIR / iface / "state.json"
+
+
+def ensure_bpffs() -> None:
+    """Mount the BPF file system on /sys/fs/bpf when it is not mounted (SubcError if impossible)."""
+    with open("/proc/mounts") as f:
+        if any(line.split()[1] == str(BPFFS) and line.split()[2] == "bpf" for line in f if len(line.split()) > 2):
+            return
+    r = subprocess.run(["mount", "-t", "bpf", "bpf", str(BPFFS)], capture_output=True, text=True)
+    if r.returncode:
+        raise SubcError(f"cannot mount the BPF file system on {BPFFS}: {r.stderr.strip()}")
+
+
+def _ifindex(iface: str) -> int:
+    from pyroute2 import IPRoute
+
+    with IPRoute() as ipr:
+        idx = ipr.link_lookup(ifname=iface)
+    if not idx:
+        raise SubcError(f"no interface '{iface}' in this network namespace")
+    return idx[0]
+
+
+def _attach_tc(ifindex: int, fd: int, name: str) -> None:
+    from pyroute2 import IPRoute
+    from pyroute2.netlink.exceptions import NetlinkError
+
+    with IPRoute() as ipr:
+        try:
+            ipr.tc("add", "clsact", ifindex)
+        except NetlinkError as e:
+            if e.code != 17:  # EEXIST: a clsact qdisc is already there
+                raise SubcError(f"cannot add the clsact qdisc: {e}") from None
+        try:
+            ipr.tc("add-filter", "bpf", ifindex, ":1", fd=fd, name=name, parent="ffff:fff2", classid=1,
+                   direct_action=True)
+        except NetlinkError as e:
+            raise SubcError(f"cannot attach the TC ingress program: {e}") from None
+
+
+def _detach_tc(ifindex: int) -> None:
+    from pyroute2 import IPRoute
+    from pyroute2.netlink.exceptions import NetlinkError
+
+    with IPRoute() as ipr:
+        try:
+            ipr.tc("del", "clsact", ifindex)
+        except NetlinkError:
+            pass
+
+
+def load(out_dir: str, iface: str, subscribers: str | None = None, xdp_mode: str = "auto",
+         capacity_factor: float = 2.0) -> dict:
+    """Load the compiled rule set in ``out_dir`` on ``iface`` (see the module docstring).
+
+    Returns the new state (as written to ``state.json``).  Raises SubcError when not root, when
+    subc is already loaded on ``iface``, and for every failure on the way (the interface is left
+    as it was).
+    """
+    require_root("subc load")
+    doc, src = read_maps_doc(out_dir)
+    if state_path(iface).exists() or pin_dir(iface).exists():
+        raise SubcError(f"subc is already loaded on {iface}: use subc update, or subc unload first")
+    subs = load_subscribers(subscribers) if subscribers else None
+    if subs is not None:
+        resolve_endpoints(subs)
+    ifindex = _ifindex(iface)
+    ensure_bpffs()
+    lf = LoadedFilter.build(doc, src, subs, capacity_factor)
+    from .bpf import import_bcc
+
+    bcc = import_bcc()
+    pins = pin_dir(iface)
+    pins.mkdir(parents=True, exist_ok=False)
+    try:
+        for name, m in lf.maps.items():
+            m.pin(pins / name)
+        pin_fd(lf.program.xdp.fd, pins / "prog_xdp")
+        pin_fd(lf.program.tc.fd, pins / "prog_tc")
+        try:
+            bcc.BPF.attach_xdp(iface, lf.program.xdp, XDP_FLAGS[xdp_mode] | XDP_FLAGS_UPDATE_IF_NOEXIST)
+        except Exception as e:
+            raise SubcError(f"cannot attach XDP to {iface}: {e} (another XDP program attached? xdp mode {xdp_mode})") from None
+        try:
+            _attach_tc(ifindex, lf.program.tc.fd, "subc_tc")
+        except SubcError:
+            bcc.BPF.remove_xdp(iface, 0)
+            raise
+    except BaseException:
+        shutil.rmtree(pins, ignore_errors=True)
+        raise
+    info = {"xdp": prog_info(lf.program.xdp.fd), "tc": prog_info(lf.program.tc.fd)}
+    state = {
+        "iface": iface,
+        "ifindex": ifindex,
+        "out_dir": str(Path(out_dir).resolve()),
+        "generation": 0,
+        "capacities": lf.caps,
+        "max_fanout": lf.max_fanout,
+        "bounds_used": lf.bounds_used,
+        "xdp_mode": xdp_mode,
+        "programs": info,
+        "subscribers": subscribers and str(Path(subscribers).resolve()),
+        "subscriber_names": {str(k): v for k, v in (subs.names if subs else {}).items()},
+        "leaves": _leaf_labels(doc),
+        "maps": {m["name"]: {"key": m["key"]["size"], "value": _map_struct(m, lf.max_fanout)[1], "type": m["type"]}
+                 for m in doc["maps"]},
+        "loaded_at": time.time(),
+    }
+    _write_state(iface, state, doc)
+    return state
+
+
+def _leaf_labels(doc: dict) -> dict[str, str]:
+    out = {}
+    for e in install._maps_by_name(doc)["subc_leaf"]["entries"]:
+        if e["action"] == "fwd":
+            out[str(e["state"])] = "fwd(" + ", ".join(map(str, e["subscribers"])) + ")"
+        else:
+            out[str(e["state"])] = e["action"] + ("(default)" if e["state"] == 0 else "")
+    return out
+
+
+def _write_state(iface: str, state: dict, doc: dict) -> None:
+    d = state_path(iface).parent
+    d.mkdir(parents=True, exist_ok=True)
+    tmp = d / "state.json.tmp"
+    tmp.write_text(json.dumps(state, indent=1))
+    os.replace(tmp, d / "state.json")
+    (d / "maps.json.tmp").write_text(json.dumps(doc))
+    os.replace(d / "maps.json.tmp", d / "maps.json")
+
+
+def read_state(iface: str) -> dict:
+    """The broker state of ``iface``; SubcError when subc is not loaded there."""
+    try:
+        return json.loads(state_path(iface).read_text())
+    except OSError:
+        raise SubcError(f"subc is not loaded on {iface} (no {state_path(iface)})") from None
+
+
+def pinned_maps(state: dict) -> dict[str, Map]:
+    """Handles on the pinned maps of a loaded broker."""
+    pins = pin_dir(state["iface"])
+    out = {}
+    for name, m in state["maps"].items():
+        out[name] = Map(obj_get(pins / name), m["key"], m["value"], percpu=m["type"].startswith("percpu"), name=name)
+    return out
+
+
+def unload(iface: str) -> None:
+    """Detach XDP and TC from ``iface`` and remove the pins and state (whatever of it exists)."""
+    require_root("subc unload")
+    from .bpf import import_bcc
+
+    found = state_path(iface).exists() or pin_dir(iface).exists()
+    if not found:
+        raise SubcError(f"subc is not loaded on {iface}")
+    try:
+        ifindex = _ifindex(iface)
+    except SubcError:
+        ifindex = None
+    if ifindex is not None:
+        try:
+            import_bcc().BPF.remove_xdp(iface, 0)
+        except Exception:  # noqa: BLE001 - nothing attached
+            pass
+        _detach_tc(ifindex)
+    shutil.rmtree(pin_dir(iface), ignore_errors=True)
+    shutil.rmtree(state_path(iface).parent, ignore_errors=True)
+
+
+def update(out_dir: str, iface: str, grace_s: float = GRACE_S) -> GenerationResult:
+    """Install the rule set of ``out_dir`` on a loaded ``iface`` under traffic (generation switch).
+
+    The new program text must equal the loaded one's data path (same spec and field order);
+    otherwise SubcError asks for a reload.
+    """
+    require_root("subc update")
+    state = read_state(iface)
+    doc, _ = read_maps_doc(out_dir)
+    old_doc = json.loads((state_path(iface).parent / "maps.json").read_text())
+    if [(s["field"], s["kind"]) for s in doc["stages"]] != [(s["field"], s["kind"]) for s in old_doc["stages"]] \
+            or doc["ports"] != old_doc["ports"]:
+        raise SubcError(
+            f"{out_dir}: the new rule set tests fields {[s['field'] for s in doc['stages']]} and the loaded program "
+            f"{[s['field'] for s in old_doc['stages']]}: the data path differs, so it cannot be swapped in place; "
+            f"compile with --field-order {','.join(s['field'] for s in old_doc['stages']) or '...'} "
+            "if the fields are the same, or unload and load"
+        )
+    subs = None
+    if state["subscribers"]:
+        subs = load_subscribers(state["subscribers"])
+        resolve_endpoints(subs)
+    maps = pinned_maps(state)
+    res = update_maps(maps, doc, state["generation"], state["capacities"], state["max_fanout"], subs,
+                      state["bounds_used"], grace_s)
+    state["generation"] = res.gen
+    state["out_dir"] = str(Path(out_dir).resolve())
+    state["leaves"] = _leaf_labels(doc)
+    _write_state(iface, state, doc)
+    return res
+
+
+def stats(iface: str) -> dict:
+    """Counters of a loaded broker: global, per subscriber and per leaf of the live generation."""
+    state = read_state(iface)
+    maps = pinned_maps(state)
+    glob = {}
+    for i, name in enumerate(L.STATS):
+        vals = maps["subc_stats"].lookup(L.U32.pack(v=i)) or []
+        glob[name] = sum(int.from_bytes(v[:8], "little") for v in vals)
+    subs = {}
+    sub_map = maps["subc_sub_cnt"]
+    for sid in range(L_SUBSCRIBER_SLOTS(state)):
+        vals = sub_map.lookup(L.U32.pack(v=sid))
+        if not vals:
+            continue
+        p = sum(L.COUNTER.unpack(v)["packets"] for v in vals)
+        b = sum(L.COUNTER.unpack(v)["bytes"] for v in vals)
+        if p:
+            subs[str(sid)] = {"packets": p, "bytes": b, "name": state["subscriber_names"].get(str(sid))}
+    leaves = {}
+    gen = state["generation"]
+    lc = maps["subc_leaf_cnt"]
+    for k in lc.keys():
+        st = int.from_bytes(k, "little")
+        if (1 if st & L.GEN_BIT else 0) != gen:
+            continue
+        vals = lc.lookup(k) or []
+        s = st & L.STATE_MASK
+        leaves[str(s)] = {
+            "action": state["leaves"].get(str(s), "?"),
+            "packets": sum(L.COUNTER.unpack(v)["packets"] for v in vals),
+            "bytes": sum(L.COUNTER.unpack(v)["bytes"] for v in vals),
+        }
+    return {"iface": iface, "generation": gen, "programs": state["programs"], "stats": glob,
+            "subscribers": subs, "leaves": dict(sorted(leaves.items(), key=lambda kv: int(kv[0])))}
+
+
+def L_SUBSCRIBER_SLOTS(state: dict) -> int:  # noqa: N802
+    return state["capacities"].get("subc_sub_cnt", 512)

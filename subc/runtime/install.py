@@ -1,0 +1,225 @@
+"""Writing a compiled rule set (``maps.json``) into the BPF maps of the eBPF target, by generation.
+
+A generation is a whole rule set in the maps: every state in a key carries the generation bit
+(:data:`~subc.compiler.targets.ebpf_layout.GEN_BIT` for generation 1, none for 0), bounds of
+range fields live in the generation's region of the bounds array (generation 0 from the bottom,
+generation 1 from the top), and the program reads the generation from ``subc_root`` once per
+packet.  :func:`install_generation` writes a generation without touching the live one, then
+:func:`switch_root` publishes it with one 4-byte map write, and :func:`retire_generation`
+deletes the old one.  No packet is ever classified with a mix of the two.
+
+Leaf actions are resolved here: ``fwd`` to subscribers becomes one endpoint (``UNICAST``) or a
+multicast group of endpoints (``MULTI``); without a subscribers file, ``fwd`` passes the packet
+to the local stack (filter mode).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..compiler.targets import ebpf_layout as L
+from ..errors import SubcError
+from .bpf import Map
+from .subscribers import Endpoint, Subscribers
+
+
+@dataclass
+class GenerationPlan:
+    """What a generation writes: per map a list of (key bytes, value bytes), and bounds' base."""
+
+    gen: int
+    writes: dict[str, list[tuple[bytes, bytes]]] = field(default_factory=dict)
+    bounds_base: dict[str, int] = field(default_factory=dict)
+    root: int = 0
+    max_fanout_needed: int = 1
+    groups: int = 0
+
+
+def tag(state: int, gen: int) -> int:
+    """``state`` with the generation bit of ``gen`` (0 or 1)."""
+    return state | (L.GEN_BIT if gen else 0)
+
+
+def _ip_be(ip: str) -> int:
+    return int.from_bytes(bytes(int(x) for x in ip.split(".")), "big")
+
+
+def _mac(mac: str) -> bytes:
+    return bytes(int(x, 16) for x in mac.split(":"))
+
+
+def endpoint_value(ep: Endpoint) -> bytes:
+    """``struct subc_endpoint`` of a resolved endpoint."""
+    return L.ENDPOINT.pack(ifindex=ep.ifindex, subscriber=ep.subscriber, saddr=_ip_be(ep.src_ip),
+                           daddr=_ip_be(ep.ip), dport=ep.port, smac=_mac(ep.src_mac), dmac=_mac(ep.mac))
+
+
+def _maps_by_name(doc: dict) -> dict[str, dict]:
+    return {m["name"]: m for m in doc["maps"]}
+
+
+def plan_generation(doc: dict, gen: int, subs: Subscribers | None, caps: dict[str, int],
+                    max_fanout: int) -> GenerationPlan:
+    """The writes of ``doc``'s rule set as generation ``gen`` (see the module docstring).
+
+    ``caps`` are the map capacities in the kernel.  Raises SubcError when a rule forwards to a
+    subscriber the subscribers file lacks, or a group has more endpoints than ``max_fanout``.
+    """
+    plan = GenerationPlan(gen)
+    w = plan.writes
+    maps = _maps_by_name(doc)
+    for st in doc["stages"]:
+        if st["kind"] == "range":
+            info, bnd = (maps[n] for n in st["maps"])
+            n = len(bnd["entries"])
+            base = 0 if gen == 0 else caps[bnd["name"]] - n
+            plan.bounds_base[bnd["name"]] = base
+            w[info["name"]] = [(L.U32.pack(v=tag(e["state"], gen)), L.INFO.pack(a=base + e["offset"], b=e["count"]))
+                               for e in info["entries"]]
+            w[bnd["name"]] = [(L.U32.pack(v=base + e["index"]), L.BOUND.pack(lo=e["lo"], next=e["next"]))
+                              for e in bnd["entries"]]
+        elif st["kind"] == "exact":
+            info, ex = (maps[n] for n in st["maps"])
+            w[info["name"]] = [(L.U32.pack(v=tag(e["state"], gen)), L.INFO.pack(a=e["miss"])) for e in info["entries"]]
+            w[ex["name"]] = [(L.EXACT_KEY.pack(state=tag(e["state"], gen), value=e["value"]), L.U32.pack(v=e["next"]))
+                             for e in ex["entries"]]
+        else:
+            (lpm,) = (maps[n] for n in st["maps"])
+            width = st["width"]
+            w[lpm["name"]] = [
+                (L.LPM_KEY.pack(prefixlen=32 + e["prefix_len"], state=tag(e["state"], gen),
+                                value=(e["value"] << (64 - width)) & ((1 << 64) - 1)), L.U32.pack(v=e["next"]))
+                for e in lpm["entries"]
+            ]
+    groups: dict[tuple[int, ...], int] = {}
+    leaves, counters = [], []
+    for e in maps["subc_leaf"]["entries"]:
+        key = L.U32.pack(v=tag(e["state"], gen))
+        if e["action"] == "drop":
+            val = L.LEAF.pack(kind=L.LEAF_DROP)
+        elif e["action"] == "nop" or subs is None:
+            val = L.LEAF.pack(kind=L.LEAF_PASS)
+        else:
+            eps: list[int] = []
+            for s in e["subscribers"]:
+                if s not in subs.by_id:
+                    raise SubcError(f"{subs.path}: rules forward to subscriber {s}, which the subscribers file lacks")
+                eps.extend(subs.endpoint_indexes(s))
+            if not eps:
+                val = L.LEAF.pack(kind=L.LEAF_DROP)
+            elif len(eps) == 1:
+                val = L.LEAF.pack(kind=L.LEAF_UNICAST, arg=eps[0])
+            else:
+                if len(eps) > max_fanout:
+                    raise SubcError(f"a group of {len(eps)} endpoints exceeds the program's fan-out of {max_fanout}")
+                gid = groups.setdefault(tuple(eps), len(groups) + 1)
+                val = L.LEAF.pack(kind=L.LEAF_MULTI, arg=tag(gid, gen))
+                plan.max_fanout_needed = max(plan.max_fanout_needed, len(eps))
+        leaves.append((key, val))
+        counters.append((key, L.COUNTER.pack()))
+    w["subc_leaf"] = leaves
+    w["subc_leaf_cnt"] = counters
+    gs = L.group_struct(max_fanout)
+    w["subc_groups"] = [(L.U32.pack(v=tag(g, gen)), gs.pack(count=len(eps), ep=list(eps))) for eps, g in groups.items()]
+    plan.groups = len(groups)
+    plan.root = tag(doc["root_state"], gen)
+    return plan
+
+
+def needed_fanout(doc: dict, subs: Subscribers | None) -> int:
+    """The largest number of endpoints one packet goes to under ``doc`` and ``subs``."""
+    if subs is None:
+        return 1
+    best = 1
+    for e in _maps_by_name(doc)["subc_leaf"]["entries"]:
+        n = sum(len(subs.by_id.get(s, [])) for s in e.get("subscribers", ()))
+        best = max(best, n)
+    return best
+
+
+def capacities(doc: dict, factor: float, subs: Subscribers | None) -> dict[str, int]:
+    """Map capacities for ``doc``: ``factor`` times the entries (two generations at 2.0)."""
+    out = {}
+    for m in doc["maps"]:
+        n = len(m["entries"])
+        if m["role"] in ("state_info", "bounds", "exact", "lpm", "leaf"):
+            out[m["name"]] = max(16, math.ceil(n * factor))
+        elif m["role"] == "leaf_counters":
+            out[m["name"]] = max(16, math.ceil(len(_maps_by_name(doc)["subc_leaf"]["entries"]) * factor))
+        elif m["role"] == "groups":
+            out[m["name"]] = max(16, math.ceil(_group_estimate(doc) * factor))
+        elif m["role"] == "endpoints":
+            out[m["name"]] = max(m["capacity"], len(subs.endpoints) if subs else 0)
+        else:
+            out[m["name"]] = m["capacity"]
+    return out
+
+
+def _group_estimate(doc: dict) -> int:
+    return sum(1 for e in _maps_by_name(doc)["subc_leaf"]["entries"] if e.get("subscribers"))
+
+
+def check_fits(plan: GenerationPlan, maps: dict[str, Map], caps: dict[str, int], live: dict[str, int]) -> None:
+    """Raise SubcError when a map cannot hold ``plan`` next to ``live`` entries of the other generation."""
+    for name, items in plan.writes.items():
+        if name.endswith("_bnd"):
+            continue
+        if len(items) + live.get(name, 0) > caps[name]:
+            raise SubcError(
+                f"map {name} holds {caps[name]} entries: the new rule set needs {len(items)} next to the "
+                f"{live.get(name, 0)} live ones; load the rule set again (subc unload, subc load) or load "
+                f"with a larger --capacity-factor"
+            )
+    for name, base in plan.bounds_base.items():
+        n = len(plan.writes[name])
+        used = live.get(name, 0)
+        if base < 0 or (plan.gen == 1 and base < used) or (plan.gen == 0 and n > caps[name] - used):
+            raise SubcError(f"bounds array {name} ({caps[name]} entries) cannot hold {n} new bounds next to {used} live ones; "
+                            "load again or with a larger --capacity-factor")
+
+
+def install_generation(plan: GenerationPlan, maps: dict[str, Map]) -> None:
+    """Write every entry of ``plan`` except the root (the live generation is not touched)."""
+    for name, items in plan.writes.items():
+        m = maps[name]
+        for k, v in items:
+            m.update(k, v)
+
+
+def switch_root(plan: GenerationPlan, maps: dict[str, Map]) -> None:
+    """Publish ``plan``'s generation: one write of the root state."""
+    maps["subc_root"].update(L.U32.pack(v=0), L.U32.pack(v=plan.root))
+
+
+def key_generation(name: str, key: bytes) -> int:
+    """The generation of a key of map ``name`` (tagged keys only)."""
+    if name.endswith("_lpm"):
+        state = int.from_bytes(key[4:8], "big")
+    else:
+        state = int.from_bytes(key[:4], "little")
+    return 1 if state & L.GEN_BIT else 0
+
+
+TAGGED_SUFFIXES = ("_info", "_ex", "_lpm")
+TAGGED_MAPS = ("subc_leaf", "subc_groups", "subc_leaf_cnt")
+
+
+def retire_generation(gen: int, maps: dict[str, Map]) -> int:
+    """Delete every key of generation ``gen`` from the tagged maps; returns how many."""
+    n = 0
+    for name, m in maps.items():
+        if name in TAGGED_MAPS or name.endswith(TAGGED_SUFFIXES):
+            for k in m.keys():
+                if key_generation(name, k) == gen and m.delete(k):
+                    n += 1
+    return n
+
+
+def live_counts(gen: int, maps: dict[str, Map], bounds_used: dict[str, int]) -> dict[str, int]:
+    """Entries of generation ``gen`` per tagged map, and bounds used per bounds array."""
+    out = dict(bounds_used)
+    for name, m in maps.items():
+        if name in TAGGED_MAPS or name.endswith(TAGGED_SUFFIXES):
+            out[name] = sum(1 for k in m.keys() if key_generation(name, k) == gen)
+    return out

@@ -1,0 +1,169 @@
+"""Receive MoldUDP64 over UDP and count ITCH 5.0 messages, Add Orders and sequence gaps.
+
+Packets are MoldUDP64 downstream packets (MoldUDP64 Protocol Specification v1.00, "Downstream
+packets"; :mod:`.moldudp64`).  Gap detection follows the specification's sequencing: per
+session, the next expected sequence number is the sequence number plus the message count of
+the latest packet (heartbeats and end of session carry the next sequence number themselves).
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..errors import SubcError
+from .itch import ADD_ORDER_TYPES
+from .moldudp64 import decode_packet
+
+#: Receive buffer requested by :func:`listen` (bytes); the kernel may grant less.
+RCVBUF = 8 * 1024 * 1024
+
+
+@dataclass
+class ListenStats:
+    """Counts of :func:`listen` (see :meth:`as_json`).
+
+    ``received``: datagrams (malformed ones included); ``bytes``: their UDP payload bytes;
+    ``messages``/``by_type``/``add_orders``: ITCH messages in the decoded packets (those of
+    duplicate packets included); ``gaps``: packets whose sequence number was above the expected
+    one, ``missing_messages``: the sum of the differences; ``duplicates``: packets whose sequence
+    number was below the expected one; ``malformed``: datagrams that are not MoldUDP64;
+    ``sessions``: session name -> next expected sequence number; ``first_seq``/``last_seq``:
+    lowest/highest sequence number of a received message (None before any); ``seconds``: from
+    the first to the last datagram; ``order_refs``: with ``keep=True``, the ``order_ref_number``
+    of every Add Order in arrival order.
+    """
+
+    received: int = 0
+    bytes: int = 0
+    messages: int = 0
+    add_orders: int = 0
+    by_type: Counter = field(default_factory=Counter)
+    heartbeats: int = 0
+    end_of_session: bool = False
+    gaps: int = 0
+    missing_messages: int = 0
+    duplicates: int = 0
+    malformed: int = 0
+    sessions: dict[str, int] = field(default_factory=dict)
+    first_seq: int | None = None
+    last_seq: int | None = None
+    seconds: float = 0.0
+    order_refs: list[int] = field(default_factory=list)
+
+    def as_json(self) -> dict:
+        return {
+            "received": self.received,
+            "bytes": self.bytes,
+            "messages": self.messages,
+            "add_orders": self.add_orders,
+            "by_type": dict(sorted(self.by_type.items())),
+            "heartbeats": self.heartbeats,
+            "end_of_session": self.end_of_session,
+            "gaps": self.gaps,
+            "missing_messages": self.missing_messages,
+            "duplicates": self.duplicates,
+            "malformed": self.malformed,
+            "sessions": dict(sorted(self.sessions.items())),
+            "first_seq": self.first_seq,
+            "last_seq": self.last_seq,
+            "seconds": self.seconds,
+        }
+
+    def add_datagram(self, data: bytes, keep: bool = False) -> bool:
+        """Count one datagram; True when it is an end-of-session packet."""
+        self.received += 1
+        self.bytes += len(data)
+        try:
+            packet = decode_packet(data)
+        except SubcError:
+            self.malformed += 1
+            return False
+        n = len(packet.messages)
+        expected = self.sessions.get(packet.session)
+        if expected is None or packet.seq == expected:
+            self.sessions[packet.session] = packet.seq + n
+        elif packet.seq > expected:
+            self.gaps += 1
+            self.missing_messages += packet.seq - expected
+            self.sessions[packet.session] = packet.seq + n
+        else:
+            self.duplicates += 1
+            self.sessions[packet.session] = max(expected, packet.seq + n)
+        if n:
+            last = packet.seq + n - 1
+            self.first_seq = packet.seq if self.first_seq is None else min(self.first_seq, packet.seq)
+            self.last_seq = last if self.last_seq is None else max(self.last_seq, last)
+        for msg in packet.messages:
+            self.messages += 1
+            self.by_type[msg[:1].decode("latin-1")] += 1
+            if msg[:1] in ADD_ORDER_TYPES:
+                self.add_orders += 1
+                if keep and len(msg) >= 19:
+                    self.order_refs.append(int.from_bytes(msg[11:19], "big"))
+        self.heartbeats += packet.is_heartbeat
+        self.end_of_session = self.end_of_session or packet.is_end_of_session
+        return packet.is_end_of_session
+
+
+def _open_socket(bind: tuple[str, int]) -> socket.socket:
+    try:
+        family, _, _, _, addr = socket.getaddrinfo(bind[0] or None, bind[1], type=socket.SOCK_DGRAM, flags=socket.AI_PASSIVE)[0]
+        sock = socket.socket(family, socket.SOCK_DGRAM)
+    except OSError as e:
+        raise SubcError(f"cannot listen on {bind[0]}:{bind[1]}: {e}") from e
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
+        if sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) < RCVBUF and hasattr(socket, "SO_RCVBUFFORCE"):
+            try:  # above net.core.rmem_max: allowed with CAP_NET_ADMIN only
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUFFORCE, RCVBUF)
+            except OSError:
+                pass
+        sock.bind(addr)
+    except OSError as e:
+        sock.close()
+        raise SubcError(f"cannot listen on {bind[0]}:{bind[1]}: {e}") from e
+    return sock
+
+
+def listen(
+    bind: tuple[str, int],
+    count: int | None = None,
+    timeout: float | None = None,
+    on_ready: Callable[[], object] | None = None,
+    keep: bool = False,
+) -> ListenStats:
+    """Receive MoldUDP64 datagrams on ``bind`` = (host, UDP port) and count them (:class:`ListenStats`).
+
+    The socket has SO_REUSEADDR and asks for an 8 MiB receive buffer; ``on_ready()`` is called
+    once it is bound.  Stops after ``count`` datagrams (malformed ones included), after
+    ``timeout`` seconds without a datagram (idle timeout; None: wait forever), on an
+    end-of-session packet, or on KeyboardInterrupt; then returns the counts.  Datagrams that do
+    not decode are counted as ``malformed``.  ``keep``: record every Add Order's
+    ``order_ref_number`` in ``order_refs``.  Raises :class:`SubcError` if the socket cannot be
+    bound.
+    """
+    stats = ListenStats()
+    with _open_socket(bind) as sock:
+        sock.settimeout(timeout)
+        if on_ready is not None:
+            on_ready()
+        first = last = None
+        try:
+            while count is None or stats.received < count:
+                try:
+                    data = sock.recv(65535)
+                except socket.timeout:
+                    break
+                last = time.perf_counter()
+                first = last if first is None else first
+                if stats.add_datagram(data, keep):
+                    break
+        except KeyboardInterrupt:
+            pass
+        stats.seconds = (last - first) if first is not None else 0.0
+    return stats
