@@ -99,7 +99,7 @@ class Program:
     tc: object
 
     def map_fd(self, name: str) -> int:
-        return self.bpf[name].map_fd
+        return self.bpf[name.encode()].map_fd
 
 
 def compile_and_load(src: str, cflags: list[str], xdp_fn: str = "subc_xdp", tc_fn: str = "subc_tc") -> Program:
@@ -124,7 +124,7 @@ def compile_and_load(src: str, cflags: list[str], xdp_fn: str = "subc_xdp", tc_f
     for name, kind in ((xdp_fn, bcc.BPF.XDP), (tc_fn, bcc.BPF.SCHED_CLS)):
         with _StderrCapture() as cap:
             try:
-                fns[name] = b.load_func(name, kind)
+                fns[name] = b.load_func(name.encode(), kind)
                 err = None
             except Exception as e:
                 err = e

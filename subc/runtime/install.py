@@ -73,6 +73,9 @@ def plan_generation(doc: dict, gen: int, subs: Subscribers | None, caps: dict[st
         if st["kind"] == "range":
             info, bnd = (maps[n] for n in st["maps"])
             n = len(bnd["entries"])
+            if n > caps[bnd["name"]]:
+                raise SubcError(f"bounds array {bnd['name']} holds {caps[bnd['name']]} entries, the rule set needs {n}: "
+                                "load the rule set again (subc unload, subc load) or with a larger --capacity-factor")
             base = 0 if gen == 0 else caps[bnd["name"]] - n
             plan.bounds_base[bnd["name"]] = base
             w[info["name"]] = [(L.U32.pack(v=tag(e["state"], gen)), L.INFO.pack(a=base + e["offset"], b=e["count"]))
@@ -175,8 +178,8 @@ def check_fits(plan: GenerationPlan, maps: dict[str, Map], caps: dict[str, int],
         n = len(plan.writes[name])
         used = live.get(name, 0)
         if base < 0 or (plan.gen == 1 and base < used) or (plan.gen == 0 and n > caps[name] - used):
-            raise SubcError(f"bounds array {name} ({caps[name]} entries) cannot hold {n} new bounds next to {used} live ones; "
-                            "load again or with a larger --capacity-factor")
+            raise SubcError(f"bounds array {name} ({caps[name]} entries) cannot hold {n} new bounds next to {used} live "
+                            "ones: load the rule set again (subc unload, subc load) or with a larger --capacity-factor")
 
 
 def install_generation(plan: GenerationPlan, maps: dict[str, Map]) -> None:

@@ -108,6 +108,36 @@ def decode_add_order(msg: bytes) -> dict[str, int]:
     }
 
 
+def encode_add_order(fields: dict[str, int], mpid: bytes | None = None) -> bytes:
+    """The bytes of an Add Order message with ``fields`` as :func:`decode_add_order` returns them
+    (missing fields are 0): 36 bytes (``A``), or 40 (``F``) when an ``mpid`` of 4 bytes is given.
+
+    Raises ValueError when a value does not fit its field.
+    """
+    g = lambda n: fields.get("add_order." + n, 0)  # noqa: E731
+    msg = (
+        (b"F" if mpid is not None else b"A")
+        + g("stock_locate").to_bytes(2, "big")
+        + g("tracking_number").to_bytes(2, "big")
+        + g("timestamp").to_bytes(6, "big")
+        + g("order_ref_number").to_bytes(8, "big")
+        + g("buy_sell_indicator").to_bytes(1, "big")
+        + g("shares").to_bytes(4, "big")
+        + g("stock").to_bytes(8, "big")
+        + g("price").to_bytes(4, "big")
+    )
+    if mpid is not None:
+        if len(mpid) != 4:
+            raise ValueError("an MPID has 4 bytes")
+        msg += mpid
+    return msg
+
+
+def stock_value(symbol: str) -> int:
+    """The raw ``stock`` value of a symbol (8 ASCII bytes, space padded)."""
+    return int.from_bytes(symbol.encode("ascii").ljust(8, b" "), "big")
+
+
 def stock_symbol(value: int) -> str:
     """The symbol of a raw ``stock`` value (8 ASCII bytes, trailing spaces removed)."""
     return value.to_bytes(8, "big").decode("ascii", "replace").rstrip()

@@ -1,0 +1,104 @@
+"""Helpers for the eBPF tests: crafting frames (scapy), fake subscribers, and reading what the
+loaded XDP program decided for one frame (BPF_PROG_TEST_RUN plus the per-leaf counters)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from subc.compiler.targets import ebpf_layout as L
+from subc.runtime.reference import Decision
+from subc.runtime.subscribers import Endpoint, Subscribers
+
+XDP_DROP, XDP_PASS, XDP_TX, XDP_REDIRECT = 1, 2, 3, 4
+
+
+def need_root():
+    """eBPF tests need root; CI runs as root, so there they always run."""
+    if os.geteuid() != 0:
+        pytest.skip("eBPF tests need root (CI runs them as root)")
+
+
+def fake_subscribers(ids=range(1, 7), multi: dict[int, int] | None = None) -> Subscribers:
+    """Subscribers with one endpoint each (``multi``: id -> number of endpoints) on interfaces
+    that do not exist (ifindex 100 + id): test runs never send anything."""
+    subs = Subscribers(path="<fake>")
+    for sid in ids:
+        eps = []
+        for j in range((multi or {}).get(sid, 1)):
+            eps.append(Endpoint(sid, f"10.99.{sid}.{j + 2}", 5000 + sid, f"02:00:00:00:{sid:02x}:{j + 2:02x}",
+                                f"fake{sid}", ifindex=100 + sid, src_mac="02:00:00:00:00:01", src_ip="10.99.0.1"))
+        subs.by_id[sid] = eps
+    return subs
+
+
+def leaf_totals(lf) -> dict[int, int]:
+    """Packets per (tagged) leaf state, summed over CPUs."""
+    m = lf.maps["subc_leaf_cnt"]
+    out = {}
+    for k in m.keys():
+        vals = m.lookup(k) or []
+        out[int.from_bytes(k, "little")] = sum(L.COUNTER.unpack(v)["packets"] for v in vals)
+    return out
+
+
+def stat_totals(lf) -> dict[str, int]:
+    m = lf.maps["subc_stats"]
+    return {name: sum(int.from_bytes(v[:8], "little") for v in m.lookup(L.U32.pack(v=i)) or [])
+            for i, name in enumerate(L.STATS)}
+
+
+class Runner:
+    """Runs frames through a :class:`~subc.runtime.broker.LoadedFilter`'s XDP program and tells
+    which leaf each reached (None: the frame was not classified)."""
+
+    def __init__(self, lf):
+        self.lf = lf
+        self.before = leaf_totals(lf)
+
+    def run(self, frame: bytes):
+        from subc.runtime.bpf import test_run
+
+        ret, out, _ = test_run(self.lf.program.xdp.fd, frame)
+        after = leaf_totals(self.lf)
+        hit = [k for k, n in after.items() if n != self.before.get(k, 0)]
+        self.before = after
+        assert len(hit) <= 1, f"one frame counted on several leaves: {hit}"
+        leaf = hit[0] & L.STATE_MASK if hit else None
+        return ret, out, leaf
+
+    def decision(self, leaf: int) -> Decision:
+        """The decision ``maps.json`` gives leaf state ``leaf``."""
+        for m in self.lf.doc["maps"]:
+            if m["name"] == "subc_leaf":
+                e = next(e for e in m["entries"] if e["state"] == leaf)
+                if e["action"] == "fwd":
+                    return Decision(tuple(e["subscribers"]), None)
+                return Decision((), (e["action"],))
+        raise AssertionError("no leaf map")
+
+
+def expected_xdp(decision: Decision, subs: Subscribers) -> int:
+    """The XDP return code a decision implies with subscribers ``subs``."""
+    if not decision.ports:
+        return XDP_PASS if decision.action == ("nop",) else XDP_DROP
+    n = sum(len(subs.by_id[p]) for p in decision.ports)
+    return XDP_REDIRECT if n == 1 else XDP_PASS
+
+
+def check_rewrite(frame_out: bytes, ep: Endpoint) -> None:
+    """The frame was rewritten for ``ep`` and its IPv4 and UDP checksums are right."""
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Ether
+
+    p = Ether(frame_out)
+    assert p.dst == ep.mac and p.src == ep.src_mac
+    assert p[IP].dst == ep.ip and p[IP].src == ep.src_ip and p[UDP].dport == ep.port
+    ip_sum, udp_sum = p[IP].chksum, p[UDP].chksum
+    q = Ether(frame_out)
+    del q[IP].chksum
+    del q[UDP].chksum
+    q = Ether(bytes(q))
+    assert ip_sum == q[IP].chksum, "IPv4 checksum not updated right"
+    assert udp_sum == 0 or udp_sum == q[UDP].chksum, "UDP checksum not updated right"

@@ -1,0 +1,87 @@
+"""Hypothesis strategies shared by the differential tests: rule sets over a table of query
+fields (every comparison kind, nested and/or/not, fwd and drop actions) and packets on, below
+and above every bound the rules mention."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+
+@st.composite
+def value_for(draw, q):
+    top = q.max_value
+    return draw(st.one_of(st.sampled_from([0, 1, top - 1, top, top // 2]), st.integers(0, top)))
+
+
+@st.composite
+def predicate(draw, fields, qs):
+    name = draw(st.sampled_from(fields))
+    q = qs[name]
+    if q.match_kind == "range":
+        op = draw(st.sampled_from(["==", "=", "!=", "<", "<=", ">", ">=", "in", "not in"]))
+    else:
+        op = draw(st.sampled_from(["==", "!=", "in", "not in"]))
+    if op in ("<",) :
+        v = draw(st.integers(1, q.max_value))  # `< 0` is allowed but empty; keep it rarer
+    else:
+        v = draw(value_for(q))
+    def lit(v):
+        if q.match_kind == "lpm" and draw(st.booleans()):
+            plen = draw(st.integers(0, q.width))
+            v = (v >> (q.width - plen)) << (q.width - plen) if plen else 0
+            return f"{v}/{plen}"
+        return str(v)
+    if op in ("in", "not in"):
+        vals = draw(st.lists(value_for(q), min_size=1, max_size=4))
+        return f"{name} {op} {{{', '.join(lit(x) for x in vals)}}}"
+    if q.match_kind == "lpm":
+        return f"{name} {op} {lit(v)}"
+    return f"{name} {op} {v}"
+
+
+@st.composite
+def condition(draw, fields, qs, depth=0):
+    if depth >= 2 or draw(st.integers(0, 2)) == 0:
+        return draw(predicate(fields, qs))
+    kind = draw(st.sampled_from(["and", "or", "not"]))
+    if kind == "not":
+        return f"not ({draw(condition(fields, qs, depth + 1))})"
+    parts = draw(st.lists(condition(fields, qs, depth + 1), min_size=2, max_size=3))
+    return "(" + f" {kind} ".join(parts) + ")"
+
+
+@st.composite
+def rule_set(draw, qs, allow_drop=False, max_port=6):
+    fields = draw(st.lists(st.sampled_from(sorted(qs)), min_size=2, max_size=4, unique=True))
+    n = draw(st.integers(1, 8))
+    rules = []
+    for _ in range(n):
+        cond = draw(condition(fields, qs))
+        if allow_drop and draw(st.integers(0, 4)) == 0:
+            act = "drop()"
+        else:
+            ports = draw(st.lists(st.integers(1, max_port), min_size=1, max_size=3, unique=True))
+            act = f"fwd({', '.join(map(str, ports))})"
+        rules.append(f"{cond} : {act};")
+    return fields, "\n".join(rules)
+
+
+def boundary_packets(rules, qs, draw):
+    """Packets on, below and above every operand of the rules, plus random ones."""
+    from subc.compiler.ast import predicates
+
+    cands = {f: {0, qs[f].max_value} for f in qs}
+    for r in rules:
+        for p in predicates(r.condition):
+            top = qs[p.field].max_value
+            for o in p.operands:
+                lo, hi = o.interval(p.width)
+                for v in (lo - 1, lo, lo + 1, hi - 1, hi, hi + 1):
+                    if 0 <= v <= top:
+                        cands[p.field].add(v)
+    pkts = []
+    for _ in range(40):
+        pkts.append({f: draw(st.sampled_from(sorted(cands[f]))) for f in qs})
+    for _ in range(5):
+        pkts.append({f: draw(st.integers(0, qs[f].max_value)) for f in qs})
+    return pkts

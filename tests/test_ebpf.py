@@ -1,0 +1,339 @@
+"""The eBPF target, run in the kernel with BPF_PROG_TEST_RUN.
+
+Differential: hypothesis draws rule sets over nine fields of every match kind, widths from 2 to
+64 bits and bit offsets that are not byte aligned; each rule set is installed in one loaded
+program as a new generation (so every example also exercises the generation switch of
+``subc update``), and frames on and around every bound go through the XDP program.  The leaf a
+frame reaches, the XDP verdict and the rewritten headers must agree with the reference semantics.
+Then the real ITCH sample, and the frames the parser must pass, drop or count.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from subc.compiler.driver import compile_rules
+from subc.compiler.rules import parse_rules
+from subc.compiler.spec import parse_spec
+from subc.compiler.targets import target_files
+from subc.errors import SubcError
+from subc.runtime.reference import reference_decision
+
+from conftest import EXAMPLE, real_sample
+from ebpf_util import (XDP_DROP, XDP_PASS, XDP_REDIRECT, Runner, check_rewrite, expected_xdp, fake_subscribers,
+                       need_root, stat_totals)
+from strategies import boundary_packets, rule_set
+
+NET_HEADERS = """
+#include <core.p4>
+header ethernet_t { bit<48> dst; bit<48> src; bit<16> etherType; }
+header ipv4_t { bit<4> version; bit<4> ihl; bit<8> diffserv; bit<16> totalLen; bit<16> identification;
+                bit<3> flags; bit<13> fragOffset; bit<8> ttl; bit<8> protocol; bit<16> hdrChecksum;
+                bit<32> srcAddr; bit<32> dstAddr; }
+header udp_t { bit<16> srcPort; bit<16> dstPort; bit<16> len; bit<16> checksum; }
+"""
+DIFF_SPEC_TEXT = NET_HEADERS + """
+header pre_t { bit<8> kind; }
+header msg_t { bit<8> a; bit<16> b; bit<8> c; bit<3> x; bit<13> h; bit<2> f; bit<6> pad; bit<32> e;
+               bit<64> g; bit<8> d; }
+struct headers { ethernet_t eth; ipv4_t ip; udp_t udp; pre_t pre; msg_t m; }
+struct metadata { }
+@pragma query_field(m.a)
+@pragma query_field(m.b)
+@pragma query_field_exact(m.c)
+@pragma query_field(m.h)
+@pragma query_field_exact(m.f)
+@pragma query_field(m.e)
+@pragma query_field(m.g)
+@pragma query_field_lpm(m.d)
+@pragma query_field_lpm(ip.dstAddr)
+parser P(packet_in pkt, out headers hdr, inout metadata meta, inout standard_metadata_t sm) {
+    state start { pkt.extract(hdr.eth); transition select(hdr.eth.etherType) { 0x0800: parse_ip; default: accept; } }
+    state parse_ip { pkt.extract(hdr.ip); transition select(hdr.ip.protocol) { 17: parse_udp; default: accept; } }
+    state parse_udp { pkt.extract(hdr.udp); transition select(hdr.udp.dstPort) { 7000: parse_pre; default: accept; } }
+    state parse_pre { pkt.extract(hdr.pre); transition select(hdr.pre.kind) { 1: parse_m; default: accept; } }
+    state parse_m { pkt.extract(hdr.m); transition accept; }
+}
+"""
+DIFF_SPEC = parse_spec(DIFF_SPEC_TEXT, "ebpf_diff.p4")
+QS = dict(DIFF_SPEC.query_fields)
+ORDERS = [sorted(QS), sorted(QS, reverse=True)]
+MSG_LAYOUT = [("a", 8), ("b", 16), ("c", 8), ("x", 3), ("h", 13), ("f", 2), ("pad", 6), ("e", 32), ("g", 64), ("d", 8)]
+# One rule that tests every field, so that every rule set has the same stages (one program).
+ALL_FIELDS_RULE = ("m.a == 7 and m.b == 9 and m.c == 1 and m.h == 5 and m.f == 1 and m.e == 3 and m.g == 11 "
+                   "and m.d == 3 and ip.dstAddr == 1.2.3.4 : fwd(6);")
+
+
+def diff_frame(pkt: dict[str, int], kind: int = 1) -> bytes:
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Ether
+    from scapy.packet import Raw
+
+    bits = "".join(format(pkt.get(f"m.{n}", 0), f"0{w}b") for n, w in MSG_LAYOUT)
+    msg = int(bits, 2).to_bytes(len(bits) // 8, "big")
+    dst = ".".join(str(b) for b in pkt["ip.dstAddr"].to_bytes(4, "big"))
+    return bytes(Ether(src="02:00:00:00:00:aa", dst="02:00:00:00:00:bb") / IP(src="10.0.0.1", dst=dst)
+                 / UDP(sport=1234, dport=7000) / Raw(bytes([kind]) + msg))
+
+
+def compile_ebpf(text: str, spec, order=None):
+    rules = parse_rules(text, spec, "gen.sub")
+    res = compile_rules(rules, spec, "ebpf", field_order=order)
+    files, _ = target_files(res, "gen.sub")
+    import json
+
+    return rules, json.loads(files["maps.json"]), files["subc_filter.bpf.c"]
+
+
+# -- compile-time checks (no root needed) ------------------------------------------------------
+
+
+def test_ebpf_rejects_what_it_cannot_express():
+    wide = parse_spec(NET_HEADERS + """
+header w_t { bit<128> addr; }
+struct headers { ethernet_t eth; ipv4_t ip; udp_t udp; w_t w; }
+@pragma query_field_exact(w.addr)
+parser P(packet_in pkt, out headers hdr, inout metadata meta, inout standard_metadata_t sm) {
+    state start { pkt.extract(hdr.eth); transition select(hdr.eth.etherType) { 0x0800: parse_ip; default: accept; } }
+    state parse_ip { pkt.extract(hdr.ip); transition select(hdr.ip.protocol) { 17: parse_udp; default: accept; } }
+    state parse_udp { pkt.extract(hdr.udp); transition select(hdr.udp.dstPort) { 1: parse_w; default: accept; } }
+    state parse_w { pkt.extract(hdr.w); transition accept; }
+}
+struct metadata { }
+""", "wide.p4")
+    with pytest.raises(SubcError, match="128 bits wide"):
+        compile_ebpf("w.addr == 5 : fwd(1);", wide)
+    pragma_only = parse_spec("@pragma query_field(h.a, 8)\n", "p.p4")
+    with pytest.raises(SubcError, match="needs header declarations and a parser"):
+        compile_ebpf("h.a == 5 : fwd(1);", pragma_only)
+    no_udp = parse_spec(DIFF_SPEC_TEXT.replace("17: parse_udp", "6: parse_udp"), "tcp.p4")
+    with pytest.raises(SubcError, match="no select case for IP protocol 0x11"):
+        compile_ebpf("m.a == 5 : fwd(1);", no_udp)
+    looped = parse_spec(DIFF_SPEC_TEXT.replace("transition select(hdr.pre.kind) { 1: parse_m;",
+                                               "transition select(hdr.pre.kind) { 2: parse_pre; 1: parse_m;"), "loop.p4")
+    with pytest.raises(SubcError, match="parser loop"):
+        compile_ebpf("m.a == 5 : fwd(1);", looped)
+    with_action = parse_spec(DIFF_SPEC_TEXT + "action mark(bit<8> v) { }\n", "act.p4")
+    with pytest.raises(SubcError, match="no eBPF meaning"):
+        compile_ebpf("m.a == 5 : mark(3);", with_action)
+
+
+def test_ebpf_outputs_describe_maps():
+    _, doc, src = compile_ebpf("m.a > 5 and m.c == 2 : fwd(1); m.d == 16/4 : fwd(2, 3); m.e < 9 and m.c == 7 and m.d == 0 : drop();", DIFF_SPEC,
+                               ["m.c", "m.a", "m.d", "m.e"])
+    kinds = [(s["field"], s["kind"]) for s in doc["stages"]]
+    assert kinds == [("m.c", "exact"), ("m.a", "range"), ("m.d", "lpm"), ("m.e", "range")]
+    maps = {m["name"]: m for m in doc["maps"]}
+    assert sorted(e["value"] for e in maps["st0_ex"]["entries"]) == [2, 7]  # values other than 2 and 7: the miss
+    assert all(e["state"] == 1 for e in maps["st0_ex"]["entries"])
+    # bounds of a state are sorted and start at 0, so a binary search finds the last bound <= v
+    for st in maps["st1_info"]["entries"]:
+        los = [b["lo"] for b in maps["st1_bnd"]["entries"][st["offset"]: st["offset"] + st["count"]]]
+        assert los[0] == 0 and los == sorted(set(los))
+    assert {"state": 0, "action": "drop"} in maps["subc_leaf"]["entries"]
+    for name in maps:
+        assert f"SUBC_CAP_{name.upper()}" in src
+    for m in doc["maps"]:
+        assert m["capacity"] >= len(m["entries"])
+
+
+# -- in the kernel -----------------------------------------------------------------------------
+
+_LOADED: dict[int, object] = {}
+
+
+def loaded_for(order_ix: int, subs):
+    """One loaded program per field order, reused across examples (each install is a new generation)."""
+    from subc.runtime.broker import LoadedFilter
+
+    if order_ix not in _LOADED:
+        _, doc, src = compile_ebpf(ALL_FIELDS_RULE, DIFF_SPEC, ORDERS[order_ix])
+        caps = {m["name"]: 4096 for m in doc["maps"] if m["role"] not in ("root", "stats", "subscriber_counters")}
+        _LOADED[order_ix] = LoadedFilter.build(doc, src, subs, min_caps=caps, max_fanout=16)
+    return _LOADED[order_ix]
+
+
+SUBS = fake_subscribers(multi={3: 2})
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 1), rule_set(QS, allow_drop=False, max_port=5), st.data())
+def test_xdp_agrees_with_reference(order_ix, fields_text, data):
+    need_root()
+    _, text = fields_text
+    lf = loaded_for(order_ix, SUBS)
+    try:
+        rules, doc, _ = compile_ebpf(text + "\n" + ALL_FIELDS_RULE, DIFF_SPEC, ORDERS[order_ix])
+    except SubcError as e:
+        raise AssertionError(e.render()) from None
+    lf.update(doc)
+    run = Runner(lf)
+    for pkt in boundary_packets(rules, QS, data.draw)[:30]:
+        ref = reference_decision(rules, DIFF_SPEC, pkt)
+        ret, out, leaf = run.run(diff_frame(pkt))
+        assert leaf is not None, f"frame not classified: {pkt}"
+        got = run.decision(leaf)
+        assert got == ref, f"{text}\npacket {pkt}: reference {ref}, XDP leaf {leaf} {got}"
+        assert ret == expected_xdp(ref, SUBS), f"XDP verdict {ret} for {ref}"
+        if ret == XDP_REDIRECT:
+            (ep,) = SUBS.by_id[ref.ports[0]]
+            check_rewrite(out, ep)
+
+
+def test_header_not_parsed_gets_the_default_action():
+    need_root()
+    lf = loaded_for(0, SUBS)
+    _, doc, _ = compile_ebpf("m.a >= 0 : fwd(1);\n" + ALL_FIELDS_RULE, DIFF_SPEC, ORDERS[0])
+    lf.update(doc)
+    run = Runner(lf)
+    pkt = {f: 0 for f in QS}
+    assert run.run(diff_frame(pkt))[0] == XDP_REDIRECT
+    ret, _, leaf = run.run(diff_frame(pkt, kind=2))  # pre.kind 2: msg_t is not extracted
+    assert ret == XDP_DROP and leaf == 0
+
+
+# -- the ITCH example ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def itch_filter():
+    need_root()
+    from subc.compiler.spec import load_spec
+    from subc.runtime.broker import LoadedFilter
+
+    spec = load_spec(EXAMPLE / "spec.p4")
+    rules = parse_rules((EXAMPLE / "rules.sub").read_text(), spec, str(EXAMPLE / "rules.sub"))
+    res = compile_rules(rules, spec, "ebpf")
+    files, _ = target_files(res, "rules.sub")
+    import json
+
+    subs = fake_subscribers(ids=range(1, 6), multi={4: 3})
+    lf = LoadedFilter.build(json.loads(files["maps.json"]), files["subc_filter.bpf.c"], subs)
+    return spec, rules, subs, lf
+
+
+def itch_frame(msg: bytes, vlan: int | None = None, options: bool = False, dport: int = 26400, seq: int = 1,
+               frag: bool = False, **ip) -> bytes:
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Dot1Q, Ether
+    from scapy.packet import Raw
+
+    from subc.runtime.moldudp64 import encode_packet
+
+    eth = Ether(src="02:00:00:00:00:aa", dst="02:00:00:00:00:bb")
+    if vlan is not None:
+        eth = eth / Dot1Q(vlan=vlan)
+    ipl = IP(src="10.0.0.1", dst=ip.get("dst", "10.0.0.2"), options=[b"\x01\x01\x01\x00"] if options else [],
+             flags="MF" if frag else 0)
+    return bytes(eth / ipl / UDP(sport=4000, dport=dport) / Raw(encode_packet("SESSION001", seq, [msg])))
+
+
+def test_real_sample_through_xdp(itch_filter):
+    """Every message of the real sample, one per frame: the leaf and the verdict match the reference."""
+    from subc.runtime.itch import decode_add_order, read_binaryfile
+
+    spec, rules, subs, lf = itch_filter
+    run = Runner(lf)
+    counts = {"fwd": 0, "drop": 0}
+    for n, (_, msg) in enumerate(read_binaryfile(real_sample())):
+        ret, out, leaf = run.run(itch_frame(msg, seq=n + 1))
+        if msg[:1] in (b"A", b"F"):
+            ref = reference_decision(rules, spec, decode_add_order(msg))
+        else:
+            ref = reference_decision([], spec, {})  # message headers not valid: the default action
+        assert leaf is not None and run.decision(leaf) == ref, f"message {n}: {ref} vs leaf {leaf}"
+        assert ret == expected_xdp(ref, subs)
+        if ret == XDP_REDIRECT:
+            (ep,) = subs.by_id[ref.ports[0]]
+            check_rewrite(out, ep)
+        counts["fwd" if ref.ports else "drop"] += 1
+    assert counts == {"fwd": 4792, "drop": 12012 - 4792}
+
+
+BOB = None
+
+
+def bob_order(shares=50, price=100000, buy_sell=b"B"):
+    from subc.runtime.itch import encode_add_order, stock_value
+
+    return encode_add_order({"add_order.stock": stock_value("BOB"), "add_order.shares": shares,
+                             "add_order.price": price, "add_order.buy_sell_indicator": buy_sell[0],
+                             "add_order.order_ref_number": 7})
+
+
+def test_vlan_options_fragments_and_other_traffic(itch_filter):
+    from scapy.layers.inet import IP, TCP, UDP
+    from scapy.layers.l2 import ARP, Ether
+
+    spec, rules, subs, lf = itch_filter
+    run = Runner(lf)
+    plain = itch_frame(bob_order(shares=150))  # BOB, 150 shares: fwd(1) only -> one endpoint
+    ret, out, leaf = run.run(plain)
+    assert ret == XDP_REDIRECT and run.decision(leaf).ports == (1,)
+    ret_v, out_v, leaf_v = run.run(itch_frame(bob_order(shares=150), vlan=42))
+    assert (ret_v, leaf_v) == (ret, leaf)
+    assert len(out_v) == len(plain) and out_v == out, "the tagged copy leaves untagged, rewritten alike"
+    ret_o, out_o, leaf_o = run.run(itch_frame(bob_order(shares=150), options=True))
+    assert (ret_o, leaf_o) == (ret, leaf)
+    check_rewrite(out_o, subs.by_id[1][0])
+    before = stat_totals(lf)
+    others = [
+        bytes(Ether() / ARP()),
+        bytes(Ether() / IP(dst="10.0.0.2") / UDP(dport=9999) / b"hello"),
+        bytes(Ether() / IP(dst="10.0.0.2") / TCP(dport=26400) / (b"x" * 60)),
+        itch_frame(bob_order(), frag=True),
+    ]
+    for f in others:
+        ret, out, leaf = run.run(f)
+        assert ret == XDP_PASS and leaf is None and out == f
+    assert stat_totals(lf)["not_ours"] - before["not_ours"] == len(others)
+
+
+def test_truncated_and_malformed_frames_are_never_delivered(itch_filter):
+    spec, rules, subs, lf = itch_filter
+    run = Runner(lf)
+    good = itch_frame(bob_order())
+    before = stat_totals(lf)
+    # UDP length larger than the frame: malformed, dropped, not classified
+    bad_len = bytearray(good)
+    bad_len[38:40] = (2000).to_bytes(2, "big")
+    ret, _, leaf = run.run(bytes(bad_len))
+    assert ret == XDP_DROP and leaf is None
+    # frame cut inside the Add Order: UDP length too large as well
+    ret, _, leaf = run.run(good[:-10])
+    assert ret == XDP_DROP and leaf is None
+    # a consistent datagram whose Add Order is short: parser error, default action
+    from subc.runtime.moldudp64 import encode_packet
+
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Ether
+
+    short = bytes(Ether() / IP(dst="10.0.0.2") / UDP(dport=26400) / encode_packet("S", 1, [bob_order()[:20]]))
+    ret, _, leaf = run.run(short)
+    assert ret == XDP_DROP and leaf == 0
+    heartbeat = bytes(Ether() / IP(dst="10.0.0.2") / UDP(dport=26400) / encode_packet("S", 1, []))
+    ret, _, leaf = run.run(heartbeat)
+    assert ret == XDP_DROP and leaf == 0
+    after = stat_totals(lf)
+    assert after["malformed"] - before["malformed"] == 2
+    assert after["truncated"] - before["truncated"] == 2
+    assert after["xdp_unicast"] == before["xdp_unicast"] and after["to_tc"] == before["to_tc"]
+
+
+def test_update_refuses_a_rule_set_that_does_not_fit(itch_filter):
+    from subc.compiler.spec import load_spec
+    from subc.runtime.broker import LoadedFilter
+
+    spec = load_spec(EXAMPLE / "spec.p4")
+    order = "add_order.stock,add_order.shares".split(",")
+    _, small, src = compile_ebpf('stock == "BOB" and shares > 10 : fwd(1);', spec, order)
+    lf = LoadedFilter.build(small, src, None)
+    big_rules = "\n".join(f'stock == "S{i}" and shares > {i} : fwd({1 + i % 5});' for i in range(60))
+    _, big, _ = compile_ebpf(big_rules, spec, order)
+    with pytest.raises(SubcError, match="load the rule set again"):
+        lf.update(big)
+    run = Runner(lf)  # the live generation is untouched
+    ret, _, leaf = run.run(itch_frame(bob_order(shares=50)))
+    assert ret == XDP_PASS and run.decision(leaf).ports == (1,)
