@@ -224,12 +224,13 @@ def replay_cmd(trace: str, dest: str, rate: float | None, batch: int, count: int
 @click.option("--count", type=click.IntRange(1), help="stop after this many datagrams")
 @click.option("--timeout", type=float, help="stop after this many idle seconds")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object at the end")
-def listen_cmd(bind: str, count: int | None, timeout: float | None, as_json: bool) -> None:
+@click.option("--save", type=click.Path(dir_okay=False), help="write the messages received as a BinaryFILE")
+def listen_cmd(bind: str, count: int | None, timeout: float | None, as_json: bool, save: str | None) -> None:
     """Receive MoldUDP64 on BIND (IP:PORT): count messages, Add Orders and sequence gaps."""
     from .runtime.listen import listen
 
     try:
-        st = listen(_endpoint(bind), count=count, timeout=timeout)
+        st = listen(_endpoint(bind), count=count, timeout=timeout, save=save)
     except SubcError as e:
         _fail(e)
     doc = st.as_json()

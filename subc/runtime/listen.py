@@ -73,7 +73,7 @@ class ListenStats:
             "seconds": self.seconds,
         }
 
-    def add_datagram(self, data: bytes, keep: bool = False) -> bool:
+    def add_datagram(self, data: bytes, keep: bool = False, save=None) -> bool:
         """Count one datagram; True when it is an end-of-session packet."""
         self.received += 1
         self.bytes += len(data)
@@ -98,6 +98,8 @@ class ListenStats:
             self.first_seq = packet.seq if self.first_seq is None else min(self.first_seq, packet.seq)
             self.last_seq = last if self.last_seq is None else max(self.last_seq, last)
         for msg in packet.messages:
+            if save is not None:
+                save.write(len(msg).to_bytes(2, "big") + msg)
             self.messages += 1
             self.by_type[msg[:1].decode("latin-1")] += 1
             if msg[:1] in ADD_ORDER_TYPES:
@@ -136,6 +138,7 @@ def listen(
     timeout: float | None = None,
     on_ready: Callable[[], object] | None = None,
     keep: bool = False,
+    save: str | None = None,
 ) -> ListenStats:
     """Receive MoldUDP64 datagrams on ``bind`` = (host, UDP port) and count them (:class:`ListenStats`).
 
@@ -144,10 +147,15 @@ def listen(
     ``timeout`` seconds without a datagram (idle timeout; None: wait forever), on an
     end-of-session packet, or on KeyboardInterrupt; then returns the counts.  Datagrams that do
     not decode are counted as ``malformed``.  ``keep``: record every Add Order's
-    ``order_ref_number`` in ``order_refs``.  Raises :class:`SubcError` if the socket cannot be
-    bound.
+    ``order_ref_number`` in ``order_refs``.  ``save``: write every message received to this file
+    as an ITCH BinaryFILE (2-byte big-endian length, then the message).  Raises
+    :class:`SubcError` if the socket cannot be bound or the file cannot be written.
     """
     stats = ListenStats()
+    try:
+        sink = open(save, "wb") if save else None  # noqa: SIM115 - closed below
+    except OSError as e:
+        raise SubcError(f"cannot write {save}: {e}") from e
     with _open_socket(bind) as sock:
         sock.settimeout(timeout)
         if on_ready is not None:
@@ -161,9 +169,12 @@ def listen(
                     break
                 last = time.perf_counter()
                 first = last if first is None else first
-                if stats.add_datagram(data, keep):
+                if stats.add_datagram(data, keep, sink):
                     break
         except KeyboardInterrupt:
             pass
+        finally:
+            if sink is not None:
+                sink.close()
         stats.seconds = (last - first) if first is not None else 0.0
     return stats
