@@ -129,8 +129,8 @@ def test_ebpf_outputs_describe_maps():
     assert sorted(e["value"] for e in maps["st0_ex"]["entries"]) == [2, 7]  # values other than 2 and 7: the miss
     assert all(e["state"] == 1 for e in maps["st0_ex"]["entries"])
     # bounds of a state are sorted and start at 0, so a binary search finds the last bound <= v
-    for st in maps["st1_info"]["entries"]:
-        los = [b["lo"] for b in maps["st1_bnd"]["entries"][st["offset"]: st["offset"] + st["count"]]]
+    for info in maps["st1_info"]["entries"]:
+        los = [b["lo"] for b in maps["st1_bnd"]["entries"][info["offset"]: info["offset"] + info["count"]]]
         assert los[0] == 0 and los == sorted(set(los))
     assert {"state": 0, "action": "drop"} in maps["subc_leaf"]["entries"]
     for name in maps:
@@ -250,9 +250,6 @@ def test_real_sample_through_xdp(itch_filter):
             check_rewrite(out, ep)
         counts["fwd" if ref.ports else "drop"] += 1
     assert counts == {"fwd": 4792, "drop": 12012 - 4792}
-
-
-BOB = None
 
 
 def bob_order(shares=50, price=100000, buy_sell=b"B"):

@@ -14,7 +14,6 @@ lines), a full map.
 from __future__ import annotations
 
 import ctypes as ct
-import hashlib
 import os
 import platform
 import sys
@@ -26,8 +25,7 @@ from ..errors import SubcError
 
 DIST_PACKAGES = "/usr/lib/python3/dist-packages"
 BPFFS = Path("/sys/fs/bpf")
-XDP_RESULTS = {0: "XDP_ABORTED", 1: "XDP_DROP", 2: "XDP_PASS", 3: "XDP_TX", 4: "XDP_REDIRECT"}
-BPF_ANY, BPF_NOEXIST = 0, 1
+BPF_ANY = 0
 
 
 def require_root(what: str) -> None:
@@ -199,8 +197,7 @@ class Map:
             out.append(cur)
 
     def pin(self, path: Path) -> None:
-        if self.lib.bpf_obj_pin(self.fd, str(path).encode()) < 0:
-            raise self._err(f"pin at {path}")
+        pin_fd(self.fd, path)
 
 
 def obj_get(path: Path) -> int:
@@ -272,11 +269,3 @@ def test_run(prog_fd: int, packet: bytes, repeat: int = 1) -> tuple[int, bytes, 
     if fn(prog_fd, ct.byref(opts)) < 0:
         raise SubcError(f"BPF_PROG_TEST_RUN failed: {os.strerror(ct.get_errno())}")
     return opts.retval, dout.raw[: opts.data_size_out], opts.duration
-
-
-def source_digest(src: str, cflags: list[str]) -> str:
-    """A digest of a program and its compiler flags (to reuse a loaded program in tests)."""
-    h = hashlib.sha256(src.encode())
-    for f in cflags:
-        h.update(b"\0" + f.encode())
-    return h.hexdigest()

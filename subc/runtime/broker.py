@@ -15,7 +15,7 @@ import os
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..compiler.targets import ebpf_layout as L
@@ -74,6 +74,7 @@ class LoadedFilter:
     max_fanout: int
     subs: Subscribers | None
     gen: int = 0
+    bounds_used: dict[str, int] = field(default_factory=dict)  # bounds per bounds array, live generation
 
     @classmethod
     def build(cls, doc: dict, src: str, subs: Subscribers | None = None, factor: float = 2.0,
@@ -92,7 +93,7 @@ class LoadedFilter:
         plan = install.plan_generation(doc, 0, subs, caps, fan)
         install.install_generation(plan, maps)
         install.switch_root(plan, maps)
-        lf.bounds_used = {n: len(plan.writes[n]) for n in plan.bounds_base}
+        lf.bounds_used.update({n: len(plan.writes[n]) for n in plan.bounds_base})
         return lf
 
     def update(self, doc: dict, grace_s: float = 0.0) -> None:
@@ -354,14 +355,10 @@ def stats(iface: str) -> dict:
         glob[name] = sum(int.from_bytes(v[:8], "little") for v in vals)
     subs = {}
     sub_map = maps["subc_sub_cnt"]
-    for sid in range(L_SUBSCRIBER_SLOTS(state)):
-        vals = sub_map.lookup(L.U32.pack(v=sid))
-        if not vals:
-            continue
-        p = sum(L.COUNTER.unpack(v)["packets"] for v in vals)
-        b = sum(L.COUNTER.unpack(v)["bytes"] for v in vals)
-        if p:
-            subs[str(sid)] = {"packets": p, "bytes": b, "name": state["subscriber_names"].get(str(sid))}
+    for sid in range(state["capacities"]["subc_sub_cnt"]):
+        c = _counter(sub_map.lookup(L.U32.pack(v=sid)))
+        if c["packets"]:
+            subs[str(sid)] = {**c, "name": state["subscriber_names"].get(str(sid))}
     leaves = {}
     gen = state["generation"]
     lc = maps["subc_leaf_cnt"]
@@ -369,16 +366,13 @@ def stats(iface: str) -> dict:
         st = int.from_bytes(k, "little")
         if (1 if st & L.GEN_BIT else 0) != gen:
             continue
-        vals = lc.lookup(k) or []
         s = st & L.STATE_MASK
-        leaves[str(s)] = {
-            "action": state["leaves"].get(str(s), "?"),
-            "packets": sum(L.COUNTER.unpack(v)["packets"] for v in vals),
-            "bytes": sum(L.COUNTER.unpack(v)["bytes"] for v in vals),
-        }
+        leaves[str(s)] = {"action": state["leaves"].get(str(s), "?"), **_counter(lc.lookup(k))}
     return {"iface": iface, "generation": gen, "programs": state["programs"], "stats": glob,
             "subscribers": subs, "leaves": dict(sorted(leaves.items(), key=lambda kv: int(kv[0])))}
 
 
-def L_SUBSCRIBER_SLOTS(state: dict) -> int:  # noqa: N802
-    return state["capacities"].get("subc_sub_cnt", 512)
+def _counter(per_cpu: list[bytes] | None) -> dict[str, int]:
+    """``struct subc_counter`` values of one key summed over CPUs."""
+    vals = [L.COUNTER.unpack(v) for v in per_cpu or []]
+    return {"packets": sum(v["packets"] for v in vals), "bytes": sum(v["bytes"] for v in vals)}

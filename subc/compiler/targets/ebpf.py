@@ -124,7 +124,7 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
     n_groups = sum(1 for e in leaves if len(e.get("subscribers", ())) > 1)
     add("subc_groups", "hash", L.U32, L.group_struct(DEFAULT_MAX_FANOUT), [], "groups", cap=capacity(max(1, n_groups)))
     add("subc_eps", "array", L.U32, L.ENDPOINT, [], "endpoints", cap=DEFAULT_ENDPOINTS)
-    add("subc_stats", "percpu_array", L.U32, Struct_u64(), [], "stats", cap=len(L.STATS))
+    add("subc_stats", "percpu_array", L.U32, L.U64, [], "stats", cap=len(L.STATS))
     add("subc_sub_cnt", "percpu_array", L.U32, L.COUNTER, [], "subscriber_counters", cap=SUBSCRIBER_SLOTS)
     add("subc_leaf_cnt", "percpu_hash", L.U32, L.COUNTER, [], "leaf_counters", cap=capacity(len(leaves)))
     return {
@@ -143,10 +143,6 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
         "subscribers": sorted({s for e in leaves for s in e.get("subscribers", ())}),
         "maps": maps,
     }
-
-
-def Struct_u64() -> L.Struct:  # noqa: N802 - a layout constructor
-    return L.Struct("u64", (("v", "u64", 1),))
 
 
 def render_filter(res: CompileResult, plan: ParsePlan, doc: dict, rules_path: str) -> str:

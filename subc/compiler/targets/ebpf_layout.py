@@ -122,6 +122,7 @@ class Struct:
 
 
 U32 = Struct("u32", (("v", "u32", 1),))
+U64 = Struct("u64", (("v", "u64", 1),))
 INFO = Struct("subc_info", (("a", "u32", 1), ("b", "u32", 1)))
 BOUND = Struct("subc_bound", (("lo", "u64", 1), ("next", "u32", 1), ("pad", "u32", 1)))
 EXACT_KEY = Struct("subc_exact_key", (("state", "u32", 1), ("pad", "u32", 1), ("value", "u64", 1)))
