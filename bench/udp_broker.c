@@ -3,8 +3,8 @@
  * by bench/udp_tables.py) and sends one copy per endpoint, with batched recvmmsg/sendmmsg.
  *
  *   udp_broker classify TABLES PAYLOADS          per payload: leaf state, kind, endpoints (tests)
- *   udp_broker broker TABLES BIND_IP PORT SECONDS BATCH
- *   udp_broker publish PAYLOADS DST_IP PORT SECONDS BATCH
+ *   udp_broker broker TABLES BIND_IP PORT SECONDS BATCH   (SECONDS 0: until SIGTERM; prints counters)
+ *   udp_broker publish PAYLOADS DST_IP PORT SECONDS BATCH RATE SEGMENTS
  *
  * PAYLOADS: records of a 2-byte big-endian length and a UDP payload (MoldUDP64 packets).  The
  * classifier is the one of templates/ebpf/subc_filter.bpf.c.j2 on the UDP payload: the spec's
@@ -22,7 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/udp.h>
 #include <sys/socket.h>
+#include <signal.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -419,6 +421,13 @@ static int cmd_classify(int argc, char **argv)
     return 0;
 }
 
+static volatile sig_atomic_t stop;
+static void on_term(int sig)
+{
+    (void)sig;
+    stop = 1;
+}
+
 static int udp_socket(void)
 {
     int s = socket(AF_INET, SOCK_DGRAM, 0);
@@ -461,7 +470,9 @@ static int cmd_broker(int argc, char **argv)
     }
     uint64_t received = 0, sent = 0, matched = 0, send_errors = 0, passed = 0;
     double end = now() + seconds;
-    while (now() < end) {
+    signal(SIGTERM, on_term);
+    signal(SIGINT, on_term);
+    while (!stop && (seconds <= 0 || now() < end)) {
         int n = recvmmsg(rx, rmsg, batch, 0, NULL);
         if (n <= 0)
             continue;
@@ -503,41 +514,68 @@ static int cmd_broker(int argc, char **argv)
     return 0;
 }
 
+/* Send the payloads round-robin for SECONDS: sendmmsg of BATCH datagrams per call, at RATE
+ * datagrams/s (0: as fast as possible).  SEGMENTS > 1 sends that many equal-sized payloads per
+ * datagram with UDP GSO (UDP_SEGMENT, Linux 4.18), which the kernel splits into datagrams. */
 static int cmd_publish(int argc, char **argv)
 {
-    if (argc != 7)
-        die("usage: publish PAYLOADS DST_IP PORT SECONDS BATCH");
+    if (argc != 9)
+        die("usage: publish PAYLOADS DST_IP PORT SECONDS BATCH RATE SEGMENTS");
     uint32_t *lens;
     int n;
     uint8_t *p = read_payloads(argv[2], &lens, &n);
-    double seconds = atof(argv[5]);
-    int batch = atoi(argv[6]);
-    if (n < 1 || batch < 1 || batch > MAX_BATCH)
-        die("no payloads, or batch out of range");
+    double seconds = atof(argv[5]), rate = atof(argv[7]);
+    int batch = atoi(argv[6]), segs = atoi(argv[8]);
+    if (n < 1 || batch < 1 || batch > MAX_BATCH || segs < 1 || segs > 64)
+        die("no payloads, or batch or segments out of range");
     int s = udp_socket();
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(atoi(argv[4]))};
     if (inet_pton(AF_INET, argv[3], &a.sin_addr) != 1 || connect(s, (void *)&a, sizeof(a)))
         die("cannot connect");
+    if (segs > 1) {
+        for (int i = 1; i < n; i++)
+            if (lens[i] != lens[0])
+                die("UDP GSO needs payloads of one size");
+        int gso = lens[0];
+        if (setsockopt(s, SOL_UDP, UDP_SEGMENT, &gso, sizeof(gso)))
+            die("UDP_SEGMENT not supported");
+    }
+    /* one contiguous copy of the payloads, repeated so that any window of segs fits */
+    uint32_t size = 0;
+    for (int i = 0; i < n; i++)
+        size += lens[i];
+    uint8_t *ring = malloc(2 * size + 1);
+    memcpy(ring, p, size);
+    memcpy(ring + size, p, size);
+    uint32_t *start = calloc(n, sizeof(uint32_t));
+    for (int i = 1; i < n; i++)
+        start[i] = start[i - 1] + lens[i - 1];
     static struct iovec iov[MAX_BATCH];
     static struct mmsghdr msg[MAX_BATCH];
-    uint8_t **starts = calloc(n, sizeof(*starts));
-    for (int i = 0, w = 0; i < n; w += lens[i], i++)
-        starts[i] = p + w;
     uint64_t sent = 0, errors = 0;
     int next = 0;
-    double t0 = now(), end = t0 + seconds;
-    while (now() < end) {
-        for (int i = 0; i < batch; i++, next = (next + 1) % n) {
-            iov[i].iov_base = starts[next];
-            iov[i].iov_len = lens[next];
+    double t0 = now(), end = t0 + seconds, t;
+    while ((t = now()) < end) {
+        if (rate > 0 && sent > (t - t0) * rate) {
+            struct timespec ts = {0, 50000};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        for (int i = 0; i < batch; i++) {
+            uint32_t len = 0;
+            for (int k = 0; k < segs; k++)
+                len += lens[(next + k) % n];
+            iov[i].iov_base = ring + start[next];
+            iov[i].iov_len = len;
             msg[i].msg_hdr.msg_iov = &iov[i];
             msg[i].msg_hdr.msg_iovlen = 1;
+            next = (next + segs) % n;
         }
         int k = sendmmsg(s, msg, batch, 0);
         if (k < 0)
             errors++;
         else
-            sent += k;
+            sent += (uint64_t)k * segs;
     }
     printf("{\"sent\": %" PRIu64 ", \"errors\": %" PRIu64 ", \"seconds\": %.6f}\n", sent, errors, now() - t0);
     return 0;

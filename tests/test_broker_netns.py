@@ -101,6 +101,10 @@ def test_broker_delivers_exactly_the_reference(topo, tmp_path):
     subs.write_text(topo.subscribers_toml(ENDPOINTS))
     r = topo.subc(topo.brk, "load", str(out), "--iface", topo.b0, "--subscribers", str(subs))
     assert re.search(r"XDP \d+ instructions", r.stdout)
+    insns = json.loads((out / "report.json").read_text())["instructions"]  # filled in by the load
+    for prog in ("xdp", "tc"):
+        assert insns[prog]["xlated_insns"] > 100 and insns[prog]["verified_insns"] > 0
+        assert insns[prog]["jited_bytes"] > 0
     try:
         procs = start_listeners(topo, tmp_path, idle=3)
         local = topo.popen_subc(topo.brk, "listen", "10.10.0.2:9999", "--timeout", "3", "--json")

@@ -172,8 +172,8 @@ def test_report(compiled):
     rep = json.loads((out / "report.json").read_text())
     doc = json.loads((out / "entries.json").read_text())
     assert rep["rules"] == 5 and rep["target"] == target
-    assert rep["bdd_nodes"] > 0 and rep["field_order"] == doc["field_order"]
-    assert {"parse", "bdd", "slicing", "tables", "codegen"} <= set(rep["phases_s"])
+    assert rep["diagram_states"] > 0 and rep["field_order"] == doc["field_order"]
+    assert {"parse", "slicing", "tables", "codegen"} <= set(rep["phases_s"])
     assert rep["multicast_groups"] == len(doc["multicast_groups"])
     assert sum(t["entries"] for t in rep["tables"]) == rep["total_entries"]
 

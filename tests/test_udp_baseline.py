@@ -14,8 +14,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import EXAMPLE, ROOT, real_sample
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from strategies import boundary_packets, rule_set
+from test_ebpf import DIFF_SPEC_TEXT, MSG_LAYOUT
 
 from subc.compiler.driver import compile_rules
 from subc.compiler.rules import parse_rules
@@ -24,12 +27,8 @@ from subc.compiler.targets import target_files
 from subc.compiler.targets.ebpf_parse import plan_parser
 from subc.runtime.reference import reference_decision
 
-from conftest import EXAMPLE, ROOT, real_sample
-from strategies import boundary_packets, rule_set
-from test_ebpf import DIFF_SPEC_TEXT, MSG_LAYOUT
-
 sys.path.insert(0, str(ROOT / "bench"))
-from udp_tables import build_udp_broker, payloads_file, tables_text  # noqa: E402
+from udp_tables import build_udp_broker, payloads_file, tables_text
 
 SPEC = parse_spec(DIFF_SPEC_TEXT.replace("@pragma query_field_lpm(ip.dstAddr)\n", ""), "udp_diff.p4")
 QS = dict(SPEC.query_fields)

@@ -128,11 +128,11 @@ def fields_used(rules: Sequence[Rule]) -> list[str]:
     return list(seen)
 
 
-def build_bdd(rules: Sequence[Rule], fields: dict[str, QueryField], order: Sequence[str]) -> RuleBDD:
-    """Build the BDD of ``rules`` with the fields in ``order`` (every field the rules use).
+def field_domains(rules: Sequence[Rule], fields: dict[str, QueryField], order: Sequence[str]) -> list[FieldDomain]:
+    """The :class:`FieldDomain` of every field in ``order``: elementary intervals cut at every
+    bound the rules' predicates on it have, and its BDD variable names.
 
-    ``fields`` maps field names to :class:`QueryField`.  Raises ValueError if ``order`` misses a
-    used field.
+    Raises ValueError if ``order`` misses a field the rules use.
     """
     preds_by_field: dict[str, list[Pred]] = {f: [] for f in order}
     for r in rules:
@@ -140,8 +140,6 @@ def build_bdd(rules: Sequence[Rule], fields: dict[str, QueryField], order: Seque
             if p.field not in preds_by_field:
                 raise ValueError(f"field order misses {p.field}")
             preds_by_field[p.field].append(p)
-    bdd = cudd.BDD()
-    bdd.configure(reordering=False)
     domains: list[FieldDomain] = []
     for fname in order:
         q = fields[fname]
@@ -149,7 +147,6 @@ def build_bdd(rules: Sequence[Rule], fields: dict[str, QueryField], order: Seque
         cuts = elementary_cuts(sets, q.max_value)
         nbits = max(1, (len(cuts) - 1).bit_length())
         names = [f"{_var_prefix(fname)}_{b}" for b in range(nbits)]
-        bdd.declare(*names)
         mentioned = {
             (o.value, o.prefix_len if o.prefix_len is not None else q.width)
             for p in preds_by_field[fname]
@@ -157,6 +154,20 @@ def build_bdd(rules: Sequence[Rule], fields: dict[str, QueryField], order: Seque
             for o in p.operands
         }
         domains.append(FieldDomain(q, cuts, names, mentioned))
+    return domains
+
+
+def build_bdd(rules: Sequence[Rule], fields: dict[str, QueryField], order: Sequence[str]) -> RuleBDD:
+    """Build the BDD of ``rules`` with the fields in ``order`` (every field the rules use).
+
+    ``fields`` maps field names to :class:`QueryField`.  Raises ValueError if ``order`` misses a
+    used field.
+    """
+    domains = field_domains(rules, fields, order)
+    bdd = cudd.BDD()
+    bdd.configure(reordering=False)
+    for d in domains:
+        bdd.declare(*d.vars)
     atoms = sorted({a for r in rules for a in r.atoms()}, key=repr)
     atom_vars = {a: f"y_{i}" for i, a in enumerate(atoms)}
     if atom_vars:

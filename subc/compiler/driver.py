@@ -11,16 +11,20 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Sequence
 
 from ..errors import SubcError
 from .ast import Rule, evaluate
 from .bdd import RuleBDD, build_bdd, fields_used
-from .slicing import Sliced, slice_bdd
+from .layered import slice_rules
+from .slicing import Sliced
 from .spec import Spec
 from .tables import Pipeline, build_pipeline
 
 EXHAUSTIVE_ORDER_FIELDS = 4
+#: Above this many rules only the heuristic field order is compiled (each order is a compile).
+ORDER_SEARCH_MAX_RULES = 20_000
 
 
 @dataclass
@@ -30,11 +34,21 @@ class CompileResult:
     pipeline: Pipeline
     rules: list[Rule]
     spec: Spec
-    rbdd: RuleBDD
     sliced: Sliced
     target: str
     phases: dict[str, float] = field(default_factory=dict)
     orders_tried: int = 1
+
+    @cached_property
+    def rbdd(self) -> RuleBDD:
+        """The global BDD of the rules in the chosen field order, built on first use (``--dot``):
+        the compiler slices without it (:mod:`.layered`), to the same stages."""
+        return build_bdd(self.rules, self.spec.query_fields, self.pipeline.field_order)
+
+    @property
+    def diagram_states(self) -> int:
+        """States of the sliced diagram: every stage's input states plus the leaves."""
+        return sum(len(st.states) for st in self.sliced.stages) + len(self.sliced.leaves)
 
 
 def default_action_of(spec: Spec) -> tuple[str, tuple]:
@@ -114,19 +128,17 @@ def resolve_order(names: Sequence[str], spec: Spec, used: Sequence[str]) -> list
 
 
 def _build(rules, spec, order, target, range_form="auto"):
-    """One compilation in a given field order: (BDD, sliced stages, pipeline, phase times in s)."""
+    """One compilation in a given field order: (sliced stages, pipeline, phase times in s)."""
     t0 = time.perf_counter()
-    rb = build_bdd(rules, spec.query_fields, order)
+    _, sliced = slice_rules(rules, spec.query_fields, order)
     t1 = time.perf_counter()
-    sliced = slice_bdd(rb)
-    t2 = time.perf_counter()
     leaf_actions, mcast, atoms = _leaf_tables(sliced, rules, spec)
     headers = list(dict.fromkeys(f.split(".")[0] for f in order))
     hdr = spec.parser.hdr if spec.parser else "hdr"
     meta = spec.parser.meta if spec.parser and spec.parser.meta else "meta"
     pipe = build_pipeline(sliced, leaf_actions, mcast, default_action_of(spec), atoms, headers, target, hdr, meta, range_form)
-    t3 = time.perf_counter()
-    return rb, sliced, pipe, {"bdd": t1 - t0, "slicing": t2 - t1, "tables": t3 - t2}
+    t2 = time.perf_counter()
+    return sliced, pipe, {"slicing": t1 - t0, "tables": t2 - t1}
 
 
 def candidate_orders(used: Sequence[str], spec: Spec) -> list[list[str]]:
@@ -155,7 +167,8 @@ def compile_rules(
     """Compile ``rules`` for ``target`` ('bmv2', 'tofino' or 'ebpf').
 
     The field order is ``field_order`` when given, else the candidate (see
-    :func:`candidate_orders`) with the fewest table entries (ties: first candidate).
+    :func:`candidate_orders`) with the fewest table entries (ties: first candidate); above
+    :data:`ORDER_SEARCH_MAX_RULES` rules, the first (heuristic) candidate only.
     ``range_form`` is passed to :func:`~subc.compiler.tables.build_pipeline`.  Raises
     :class:`SubcError` for conflicting actions or a bad field order.
     """
@@ -166,11 +179,13 @@ def compile_rules(
         orders = [resolve_order(field_order, spec, used)]
     else:
         orders = candidate_orders(used, spec)
+        if len(rules) > ORDER_SEARCH_MAX_RULES:
+            orders = orders[:1]
     best = None
     for order in orders:
         built = _build(rules, spec, order, target, range_form)
-        if best is None or built[2].total_entries < best[2].total_entries:
+        if best is None or built[1].total_entries < best[1].total_entries:
             best = built
-    rb, sliced, pipe, phases = best
+    sliced, pipe, phases = best
     phases = {"order_search": time.perf_counter() - t0, **phases}
-    return CompileResult(pipe, rules, spec, rb, sliced, target, phases, len(orders))
+    return CompileResult(pipe, rules, spec, sliced, target, phases, len(orders))

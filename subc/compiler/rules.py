@@ -56,11 +56,12 @@ def _syntax_error(e: UnexpectedInput, path: str, text: str) -> SubcError:
 class _Resolver:
     def __init__(self, spec: Spec, path: str, text: str):
         self.spec, self.path, self.text = spec, path, text
+        self.lines = text.split("\n")  # once: a location per token must not rescan the text
 
     def loc(self, item) -> Location:
-        if isinstance(item, Token):
-            return Location.from_line_col(self.path, self.text, item.line, item.column)
-        return Location.from_line_col(self.path, self.text, item.meta.line, item.meta.column)
+        line, col = (item.line, item.column) if isinstance(item, Token) else (item.meta.line, item.meta.column)
+        src = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
+        return Location(self.path, line, col, src)
 
     def rule(self, tree: Tree, index: int) -> Rule:
         cond_tree, actions_tree = tree.children

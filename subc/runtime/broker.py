@@ -233,6 +233,7 @@ def load(out_dir: str, iface: str, subscribers: str | None = None, xdp_mode: str
         shutil.rmtree(pins, ignore_errors=True)
         raise
     info = {"xdp": prog_info(lf.program.xdp.fd), "tc": prog_info(lf.program.tc.fd)}
+    record_instructions(out_dir, info)
     state = {
         "iface": iface,
         "ifindex": ifindex,
@@ -252,6 +253,31 @@ def load(out_dir: str, iface: str, subscribers: str | None = None, xdp_mode: str
     }
     _write_state(iface, state, doc)
     return state
+
+
+def record_instructions(out_dir: str | Path, info: dict) -> bool:
+    """Write the loaded programs' instruction counts into ``out_dir/report.json``.
+
+    ``info``: {'xdp': prog_info, 'tc': prog_info}.  The report is replaced atomically (a
+    temporary file, then rename).  Returns False, changing nothing, when there is no report or
+    it cannot be written (a read-only output directory).
+    """
+    path = Path(out_dir) / "report.json"
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    report["instructions"] = {**{k: {f: v[f] for f in ("xlated_insns", "jited_bytes", "verified_insns")}
+                                 for k, v in info.items()},
+                              "kernel": os.uname().release, "measured_by": "subc load"}
+    tmp = path.with_name(f".report.json.{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(report, indent=2) + "\n")
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        return False
+    return True
 
 
 def _leaf_labels(doc: dict) -> dict[str, str]:
@@ -340,6 +366,7 @@ def update(out_dir: str, iface: str, grace_s: float = GRACE_S) -> GenerationResu
                       state["bounds_used"], grace_s)
     state["generation"] = res.gen
     state["out_dir"] = str(Path(out_dir).resolve())
+    record_instructions(out_dir, state["programs"])  # the same programs now run the new rule set
     state["leaves"] = _leaf_labels(doc)
     _write_state(iface, state, doc)
     return res

@@ -209,13 +209,13 @@ def ebpf_plan(res: CompileResult) -> ParsePlan:
 def report(res: CompileResult, doc: dict, phases: dict[str, float]) -> dict:
     """``report.json`` of the eBPF target: states and entries per stage and per map, leaves, times.
 
-    ``instructions`` is filled by ``subc compile`` when it could load the programs (root and bcc),
-    else null; ``subc load`` reports the counts of the programs it loads.
+    ``instructions`` is null at compile time (the counts exist only once the kernel has verified
+    and rewritten the programs); ``subc load`` fills it with the XDP and TC programs' counts.
     """
     return {
         "target": "ebpf",
         "rules": len(res.rules),
-        "bdd_nodes": len(res.rbdd.root),
+        "diagram_states": res.diagram_states,
         "field_order": res.pipeline.field_order,
         "orders_tried": res.orders_tried,
         "stages": doc["stages"],

@@ -174,7 +174,7 @@ def report_json(res: CompileResult, phases: dict[str, float]) -> dict:
     return {
         "target": res.target,
         "rules": len(res.rules),
-        "bdd_nodes": len(res.rbdd.root),
+        "diagram_states": res.diagram_states,
         "field_order": pipe.field_order,
         "orders_tried": res.orders_tried,
         "state_width": pipe.state_width,
