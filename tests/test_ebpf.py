@@ -334,3 +334,48 @@ def test_update_refuses_a_rule_set_that_does_not_fit(itch_filter):
     run = Runner(lf)  # the live generation is untouched
     ret, _, leaf = run.run(itch_frame(bob_order(shares=50)))
     assert ret == XDP_PASS and run.decision(leaf).ports == (1,)
+
+
+def test_100k_rule_program_passes_the_verifier():
+    """The Camus ITCH workload at 100,000 rules (bench/ebpf_bench.py): the XDP and TC programs
+    load (the verifier accepts them; map sizes follow the 100K rule set's entries), and frames
+    reach the leaves the reference semantics assign."""
+    need_root()
+    import json
+    import random
+    import sys
+
+    from subc.compiler.spec import load_spec
+    from subc.runtime.bpf import prog_info
+    from subc.runtime.broker import LoadedFilter
+    from subc.runtime.itch import encode_add_order, stock_value
+
+    from conftest import ROOT
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from ebpf_bench import SYMBOLS, camus_rules
+
+    spec = load_spec(EXAMPLE / "spec.p4")
+    rules = parse_rules(camus_rules(100_000), spec, "camus100k.sub")
+    res = compile_rules(rules, spec, "ebpf", field_order=["add_order.stock", "add_order.shares"])
+    files, _ = target_files(res, "camus100k.sub")
+    doc = json.loads(files["maps.json"])
+    assert sum(len(m["entries"]) for m in doc["maps"]) > 20_000
+    subs = fake_subscribers(ids=range(1, 201))
+    lf = LoadedFilter.build(doc, files["subc_filter.bpf.c"], subs)
+    for prog in (lf.program.xdp, lf.program.tc):
+        info = prog_info(prog.fd)
+        assert info["xlated_insns"] > 100 and info["verified_insns"] > 0
+    run = Runner(lf)
+    rng = random.Random(5)
+    for n in range(12):
+        sym = rng.choice(SYMBOLS) if n else "NONE"
+        pkt = {"add_order.stock": stock_value(sym), "add_order.shares": rng.choice([1, 2, 500, 999, 1000, 1001,
+                                                                                   rng.randint(1, 1100)])}
+        msg = encode_add_order({**pkt, "add_order.order_ref_number": n})
+        ref = reference_decision(rules, spec, {**pkt, **{f: 0 for f in spec.query_fields if f not in pkt}})
+        ret, out, leaf = run.run(itch_frame(msg, seq=n + 1))
+        assert leaf is not None and run.decision(leaf) == ref, f"{sym} {pkt}: {ref} vs leaf {leaf}"
+        assert ret == expected_xdp(ref, subs)
+        if ret == XDP_REDIRECT:
+            check_rewrite(out, subs.by_id[ref.ports[0]][0])
