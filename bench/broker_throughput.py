@@ -6,12 +6,13 @@ Topology (network namespaces made here, removed afterwards; addresses only insid
 
     publisher (tpub, CPU 0) --veth-- broker (tbrk, CPU 1) ==N veths== sink (tsnk, XDP_DROP)
 
-* Publisher, pinned to CPU 0, sends MoldUDP64 packets of one ITCH Add Order each, as fast as it
-  can, for ``--seconds``: by default (``--publisher xdp``) an XDP program run with
-  BPF_PROG_TEST_RUN in live-frames mode that transmits (``XDP_TX``) prebuilt frames out of the
-  publisher's veth (the kernel's traffic generator, several Mpps a core, so the brokers and not
-  the publisher are the limit); ``--publisher socket`` uses ``udp_broker publish`` (C, sendmmsg
-  of 256 datagrams per call) through the publisher's UDP stack instead.
+* Publisher, pinned to CPU 0: ``udp_broker publish`` (C) sends MoldUDP64 packets of one ITCH Add
+  Order each, ``--seconds`` per offered rate of ``--rates`` (0: as fast as it can).  By default
+  (``--publisher gso``) each sendmmsg entry carries 32 messages with UDP GSO, segmented in
+  software on CPU 0, which reaches several million messages/s; ``--publisher socket`` sends one
+  datagram per message with complete UDP checksums instead.  The publisher's veth has TSO off
+  (so frames go to the broker's NAPI ring with or without XDP) and a pfifo queue (so a full ring
+  pushes back instead of dropping, Linux 6.16+).
 * Broker, on CPU 1 only: the broker veth has GRO on and *threaded NAPI*, its NAPI kthread pinned
   to CPU 1, so everything after the publisher's transmit (the XDP and TC programs, or the kernel
   UDP receive path, the user-space broker process, also pinned to CPU 1, and its sends) runs on
@@ -28,8 +29,10 @@ Workload (fan-out to all): subscriber i of N has ten rules
 ``add_order.stock == "S<j>" and add_order.price > <i> : fwd(i)``; every published Add Order
 (symbols S0..S9, price 100.0000) matches one rule of every subscriber, so each message is one
 leaf with N endpoints.  Delivered messages/s = copies received by the sinks / N / seconds.
+The summary gives, per broker, the peak delivered rate over the offered rates (a socket broker
+livelocks when offered more than it can take) and the rate at the highest offered load.
 
-    sudo python3 bench/broker_throughput.py --subscribers 1,8,32 --seconds 5 --repeat 3 --json out.json
+    sudo python3 bench/broker_throughput.py --subscribers 1,8,32 --repeat 3 --json out.json
 """
 
 from __future__ import annotations

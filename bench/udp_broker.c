@@ -140,6 +140,16 @@ static void expect(const char *word)
         die("bad tables file (section order)");
 }
 
+/* n lines "state offset count": the state's slice of a bounds or prefix array */
+static void read_spans(struct table *t, uint64_t n)
+{
+    for (uint64_t j = 0; j < n; j++) {
+        uint32_t st = rd();
+        uint64_t off = rd(), cnt = rd();
+        table_put(t, st, 0, off << 32 | cnt);
+    }
+}
+
 static void read_tables(const char *path)
 {
     tf = fopen(path, "r");
@@ -193,11 +203,7 @@ static void read_tables(const char *path)
         uint64_t n = rd();
         table_init(&s->info, n);
         if (s->kind == 0) {
-            for (uint64_t j = 0; j < n; j++) {
-                uint32_t st = rd();
-                uint64_t off = rd(), cnt = rd();
-                table_put(&s->info, st, 0, off << 32 | cnt);
-            }
+            read_spans(&s->info, n);
             uint64_t nb = rd();
             s->bounds = calloc(nb + 1, sizeof(struct bound));
             for (uint64_t j = 0; j < nb; j++) {
@@ -218,11 +224,7 @@ static void read_tables(const char *path)
             }
         } else {
             /* n states: state offset count; then the prefixes, longest first within a state */
-            for (uint64_t j = 0; j < n; j++) {
-                uint32_t st = rd();
-                uint64_t off = rd(), cnt = rd();
-                table_put(&s->info, st, 0, off << 32 | cnt);
-            }
+            read_spans(&s->info, n);
             uint64_t np = rd();
             s->prefixes = calloc(np + 1, sizeof(struct prefix));
             for (uint64_t j = 0; j < np; j++) {

@@ -130,7 +130,7 @@ def resolve_order(names: Sequence[str], spec: Spec, used: Sequence[str]) -> list
 def _build(rules, spec, order, target, range_form="auto"):
     """One compilation in a given field order: (sliced stages, pipeline, phase times in s)."""
     t0 = time.perf_counter()
-    _, sliced = slice_rules(rules, spec.query_fields, order)
+    sliced = slice_rules(rules, spec.query_fields, order)
     t1 = time.perf_counter()
     leaf_actions, mcast, atoms = _leaf_tables(sliced, rules, spec)
     headers = list(dict.fromkeys(f.split(".")[0] for f in order))

@@ -194,8 +194,8 @@ def _sweep(state: Sequence[int], keys: list, k: int, zob: list[int], index: dict
             j += 1
 
 
-def slice_rules(rules: Sequence[Rule], fields: dict[str, QueryField], order: Sequence[str]) -> tuple[list[FieldDomain], Sliced]:
-    """The field domains and the sliced stages of ``rules`` in field ``order`` (module docstring).
+def slice_rules(rules: Sequence[Rule], fields: dict[str, QueryField], order: Sequence[str]) -> Sliced:
+    """The sliced stages of ``rules`` in field ``order`` (see the module docstring).
 
     Equal to ``slice_bdd(build_bdd(rules, fields, order))``.  Raises ValueError if ``order``
     misses a field the rules use.
@@ -235,7 +235,8 @@ def slice_rules(rules: Sequence[Rule], fields: dict[str, QueryField], order: Seq
         layer_runs.append([_sweep(s, keys[i], dom.k, zob, index, nxt_states) for s in layer_states[i]])
         layer_states.append(nxt_states)
 
-    # 4. minimisation, bottom up: cls[i][state] = class id; sig[i][class] = runs over classes
+    # 4. minimisation, bottom up: cls_below[state] = class of a state of the layer below;
+    #    sigs[i][class] = runs of stage i with next states as classes
     leaf_atoms: list[frozenset] = []
     leaf_class: dict[frozenset, int] = {}
     cls_below: list[int] = []
@@ -247,9 +248,9 @@ def slice_rules(rules: Sequence[Rule], fields: dict[str, QueryField], order: Seq
             leaf_atoms.append(atoms)
         cls_below.append(c)
     sigs: list[list[tuple]] = [[] for _ in range(n)]
-    cls_of: list[list[int]] = [[] for _ in range(n)]
     for i in range(n - 1, -1, -1):
         by_sig: dict[tuple, int] = {}
+        cls_here: list[int] = []
         for runs in layer_runs[i]:
             merged: list[tuple[int, int, int]] = []
             for first, last, t in runs:
@@ -263,15 +264,13 @@ def slice_rules(rules: Sequence[Rule], fields: dict[str, QueryField], order: Seq
             if c is None:
                 c = by_sig[sig] = len(sigs[i])
                 sigs[i].append(sig)
-            cls_of[i].append(c)
-        cls_below = cls_of[i]
+            cls_here.append(c)
+        cls_below = cls_here
 
-    # 5. numbering, top down
+    # 5. numbering, top down (cls_below now holds the root's class)
     stages: list[Stage] = []
-    current: dict[int, tuple[int, dict]] = {cls_of[0][0]: (1, {})} if n and layer_states[0] else {}
     root_state = 1 if layer_states[0] else 0
-    if n == 0 and root_items:
-        current = {leaf_class[frozenset().union(*(keys[0][it] for it in root_items))]: (1, {})}
+    current: dict[int, tuple[int, dict]] = {cls_below[0]: (1, {})} if root_state else {}
     for i, dom in enumerate(domains):
         nxt: dict[int, tuple[int, dict]] = {}
         states: list[StageState] = []
@@ -290,5 +289,5 @@ def slice_rules(rules: Sequence[Rule], fields: dict[str, QueryField], order: Seq
         stages.append(Stage(dom, states, len(nxt)))
         current = nxt
     leaves = [Leaf(sid, leaf_atoms[c], path) for c, (sid, path) in sorted(current.items(), key=lambda kv: kv[1][0])]
-    return domains, Sliced(stages, leaves, root_state)
+    return Sliced(stages, leaves, root_state)
 

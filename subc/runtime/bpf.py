@@ -254,40 +254,25 @@ class _TestRunOpts(ct.Structure):
     ]
 
 
-BPF_F_TEST_XDP_LIVE_FRAMES = 1 << 1  # include/uapi/linux/bpf.h (Linux 5.18)
-
-
-def test_run(prog_fd: int, packet: bytes, repeat: int = 1, ctx: bytes | None = None, flags: int = 0,
-             batch_size: int = 0) -> tuple[int, bytes, int]:
+def test_run(prog_fd: int, packet: bytes, repeat: int = 1) -> tuple[int, bytes, int]:
     """Run a loaded program on ``packet`` with BPF_PROG_TEST_RUN.
 
-    Returns (return code, output packet, mean duration in ns per run).  ``ctx``: the context in
-    (``struct xdp_md`` / ``__sk_buff`` bytes).  With ``flags`` BPF_F_TEST_XDP_LIVE_FRAMES the
-    frames really go where the XDP program sends them (``XDP_TX`` out of ``ctx``'s ingress
-    interface, redirects): the kernel's way to generate traffic; there is no output packet then.
-    Raises SubcError when the kernel refuses the test run.
+    Returns (return code, output packet, mean duration in ns per run).  Raises SubcError when
+    the kernel refuses the test run.
     """
     lib = _lib()
     fn = lib.bpf_prog_test_run_opts
     fn.argtypes = [ct.c_int, ct.POINTER(_TestRunOpts)]
     fn.restype = ct.c_int
-    live = bool(flags & BPF_F_TEST_XDP_LIVE_FRAMES)
     din = ct.create_string_buffer(packet, len(packet))
     dout = ct.create_string_buffer(len(packet) + 256)
     opts = _TestRunOpts()
     opts.sz = ct.sizeof(_TestRunOpts)
     opts.data_in = ct.cast(din, ct.c_void_p)
     opts.data_size_in = len(packet)
-    if not live:
-        opts.data_out = ct.cast(dout, ct.c_void_p)
-        opts.data_size_out = len(dout)
-    if ctx is not None:
-        cin = ct.create_string_buffer(ctx, len(ctx))
-        opts.ctx_in = ct.cast(cin, ct.c_void_p)
-        opts.ctx_size_in = len(ctx)
+    opts.data_out = ct.cast(dout, ct.c_void_p)
+    opts.data_size_out = len(dout)
     opts.repeat = repeat
-    opts.flags = flags
-    opts.batch_size = batch_size
     if fn(prog_fd, ct.byref(opts)) < 0:
         raise SubcError(f"BPF_PROG_TEST_RUN failed: {os.strerror(ct.get_errno())}")
-    return opts.retval, b"" if live else dout.raw[: opts.data_size_out], opts.duration
+    return opts.retval, dout.raw[: opts.data_size_out], opts.duration
