@@ -1,0 +1,270 @@
+"""``subc analyze``: what each subscriber receives from a day of market data (a Spark job).
+
+Steps (each Spark step runs on every core in local mode, or on a cluster under ``spark-submit``):
+
+1. The driver compiles the rules (:func:`subc.compiler.driver.compile_rules`), prepares the
+   tables for vectorised lookups and plans the splits of the traces (:mod:`.splits`); all of it is
+   broadcast once.
+2. One task per split reads and decodes every message and evaluates the compiled tables on every
+   Add Order (:func:`.evaluate.evaluate_split`, ``mapInArrow``: NumPy over whole batches).  The
+   messages DataFrame is cached.
+3. The messages are grouped by (value-class key, table decision).  The driver evaluates the rules
+   directly on one representative per class key (:mod:`.reference_np`); a message whose table
+   decision differs from its class's reference decision is a disagreement.  Rule hits come from
+   the same evaluation, weighted by the messages per key.
+4. Outputs, written to a temporary directory and renamed to ``out_dir`` at the end:
+   ``messages.parquet`` (one row per Add Order: where it is in the trace, its fields, the
+   ``subscribers`` (ports) the tables deliver it to and the ``decision``), ``subscribers.parquet``
+   (per port: messages, bytes), ``rules.parquet`` (per rule: line, text, hits),
+   ``summary.json`` (see :func:`analyze`), ``deliveries_per_subscriber.png`` and
+   ``messages_per_second.png``.
+
+Bytes count what a subscriber receives per message in a MoldUDP64 stream: the message and its
+2-byte message-block length (packet headers excluded).  Broadcast sends every message of the trace
+to every subscriber (every port that a rule forwards to); filtering sends each Add Order to the
+ports of its decision and no other message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..compiler.ast import Rule
+from ..compiler.driver import CompileResult
+from ..compiler.targets.entries import entries_json
+from ..errors import SubcError
+from .evaluate import EVALUATED_SCHEMA, Bundle, evaluate_split, representatives
+from .reference_np import ValueClasses, evaluate_rules
+from .session import get_session, task_error
+from .splits import DEFAULT_SPLIT_BYTES, plan_splits
+from .tables_np import PipelineEvaluator
+
+#: Bytes of framing a subscriber receives per message (the MoldUDP64 message-block length).
+BLOCK_LENGTH_BYTES = 2
+
+
+def make_bundle(res: CompileResult, traces: list[str], split_bytes: int = DEFAULT_SPLIT_BYTES,
+                udp_port: int | None = None) -> Bundle:
+    """The :class:`Bundle` for ``res`` and the ``traces`` (raises SubcError for unreadable files)."""
+    return Bundle(
+        splits=plan_splits(traces, split_bytes),
+        tables=PipelineEvaluator(entries_json(res.pipeline, res.target)),
+        classes=ValueClasses(res.rules),
+        fields=list(res.spec.query_fields),
+        udp_port=udp_port,
+    )
+
+
+def _subscribers(rules: list[Rule]) -> list[int]:
+    return sorted({a[1] for r in rules for a in r.atoms() if a[0] == "fwd"})
+
+
+def analyze(res: CompileResult, traces: list[str], out_dir: str | Path, master: str | None = None,
+            split_bytes: int = DEFAULT_SPLIT_BYTES, udp_port: int | None = None, spark=None,
+            log=None) -> dict:
+    """Run the job (see the module docstring) and return ``summary.json`` as a dict.
+
+    ``summary.json`` keys: ``files``; ``messages`` and ``by_type`` (every message read);
+    ``add_orders``; ``zero_length_fallbacks``; ``deliveries`` (Add Order -> subscriber copies),
+    ``unicast`` / ``multicast`` (Add Orders sent to one / several ports), ``no_rule_matched``,
+    ``actions`` (Add Orders given a non-forwarding action, by action); ``subscribers``; ``bytes``
+    (``filtered``, ``broadcast`` = every message to every subscriber, ``broadcast_add_orders`` =
+    every Add Order to every subscriber, ``saving`` = 1 - filtered/broadcast); ``disagreements``
+    (must be 0) with up to 10 ``disagreement_examples``; ``value_classes`` (distinct class keys the
+    reference evaluated); ``rules``; ``seconds`` (wall time per step) and ``messages_per_second``.
+
+    Raises :class:`SubcError` for unreadable or malformed traces (file and byte offset), for
+    conflicting actions, or when the output directory cannot be written.
+    """
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+    from pyspark.sql.utils import CapturedException
+
+    say = log or (lambda msg: None)
+    out_dir = Path(out_dir)
+    t0 = time.perf_counter()
+    timings: dict[str, float] = {}
+    bundle = make_bundle(res, traces, split_bytes, udp_port)
+    timings["plan"] = time.perf_counter() - t0
+    if spark is None:
+        t = time.perf_counter()
+        spark = get_session(master, "subc analyze")
+        timings["spark_start"] = time.perf_counter() - t
+    sc = spark.sparkContext
+    bc = sc.broadcast(bundle)
+
+    def run(batches):
+        b = bc.value
+        for batch in batches:
+            for i in batch.column(0).to_pylist():
+                yield evaluate_split(b, i)
+
+    n_splits = len(bundle.splits)
+    say(f"analyze: {len(traces)} trace file(s) in {n_splits} split(s), {len(res.rules)} rules")
+    msgs = spark.range(0, n_splits, 1, numPartitions=max(1, n_splits)).mapInArrow(run, EVALUATED_SCHEMA)
+    msgs = msgs.persist(StorageLevel.MEMORY_AND_DISK)
+    tables = bundle.tables
+    try:
+        t = time.perf_counter()
+        pairs = (
+            msgs.where(F.col("decision").isNotNull()).groupBy("class_key", "decision").count().toPandas()
+        )
+        timings["read_and_tables"] = time.perf_counter() - t
+        t = time.perf_counter()
+        agg = (
+            msgs.groupBy("type", "decision", F.floor(F.col("timestamp") / 1_000_000_000).alias("second"))
+            .agg(F.count(F.lit(1)).alias("n"), F.sum("length").alias("bytes"),
+                 F.sum(F.col("zero_length").cast("long")).alias("zero_length"))
+            .toPandas()
+        )
+        timings["aggregate"] = time.perf_counter() - t
+
+        # reference semantics on one representative per class key
+        t = time.perf_counter()
+        per_key = pairs.groupby("class_key")["count"].sum()
+        keys = per_key.index.to_numpy(dtype=np.int64)
+        counts = per_key.to_numpy(dtype=np.int64)
+        reps = representatives(bundle.classes, keys)
+        ref = evaluate_rules(res.rules, res.spec, reps, counts)
+        ref_codes = np.array([tables.code_of(d) for d in ref.decisions], dtype=np.int64)
+        key_pos = {int(k): i for i, k in enumerate(keys)}
+        pair_ref = np.array([ref_codes[key_pos[int(k)]] for k in pairs["class_key"]], dtype=np.int64)
+        bad = pairs[pair_ref != pairs["decision"].to_numpy(dtype=np.int64)]
+        disagreements = int(bad["count"].sum())
+        timings["reference"] = time.perf_counter() - t
+
+        examples = []
+        if disagreements:
+            bad_keys = [int(k) for k in bad["class_key"]]
+            rows = (
+                msgs.where(F.col("class_key").isin(bad_keys[:1000])).limit(200).toPandas()
+            )
+            for _, r in rows.iterrows():
+                ref_d = ref.decisions[key_pos[int(r["class_key"])]]
+                got = tables.decisions[int(r["decision"])]
+                if ref_d != got and len(examples) < 10:
+                    examples.append({"file": traces[int(r["file_index"])], "position": int(r["position"]),
+                                     "index": int(r["index"]), "reference": str(ref_d), "tables": str(got)})
+
+        # outputs: written to a temporary directory, renamed at the end
+        t = time.perf_counter()
+        parent = out_dir.resolve().parent
+        parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=parent))
+        try:
+            decisions = [(i, list(d.ports), str(d)) for i, d in enumerate(tables.decisions)]
+            dec_df = spark.createDataFrame(decisions, "decision int, subscribers array<int>, decision_text string")
+            (
+                msgs.where(F.col("decision").isNotNull())
+                .join(F.broadcast(dec_df), "decision")
+                .select("file_index", "position", "index", "type", "timestamp", "length", "stock_locate",
+                        "order_ref_number", "side", "shares", "stock", "price", "subscribers",
+                        F.col("decision_text").alias("decision"))
+                .write.parquet(str(tmp / "messages.parquet"))
+            )
+            no_match = int(counts[ref.matched_rules == 0].sum())
+            summary, per_port, per_sec = _summarize(res, traces, bundle, agg, tables, no_match, disagreements,
+                                                    examples, len(keys))
+            port_rows = [(p, per_port[p][0], per_port[p][1]) for p in sorted(per_port)]
+            spark.createDataFrame(port_rows, "subscriber int, messages long, bytes long").coalesce(1).write.parquet(
+                str(tmp / "subscribers.parquet"))
+            rule_rows = [(r.index, r.location.line, r.text, int(h)) for r, h in zip(res.rules, ref.rule_hits)]
+            spark.createDataFrame(rule_rows, "rule int, line int, text string, hits long").coalesce(1).write.parquet(
+                str(tmp / "rules.parquet"))
+            from . import plots
+
+            plots.deliveries_per_subscriber({p: v[0] for p, v in per_port.items()}, tmp / "deliveries_per_subscriber.png")
+            plots.messages_per_second(per_sec[0], per_sec[1], tmp / "messages_per_second.png")
+            timings["write"] = time.perf_counter() - t
+            timings["total"] = time.perf_counter() - t0
+            summary["seconds"] = {k: round(v, 3) for k, v in timings.items()}
+            summary["messages_per_second"] = round(summary["messages"] / max(timings["total"], 1e-9))
+            (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+            os.chmod(tmp, 0o755)
+            if out_dir.exists():
+                shutil.rmtree(out_dir)
+            os.replace(tmp, out_dir)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    except CapturedException as e:
+        err = task_error(e)
+        if err is not None:
+            raise err from None
+        raise
+    except Exception as e:  # py4j / Spark failures that carry a task's SubcError
+        err = task_error(e)
+        if err is not None and not isinstance(e, SubcError):
+            raise err from None
+        raise
+    finally:
+        msgs.unpersist()
+        bc.unpersist()
+    return summary
+
+
+def _summarize(res, traces, bundle, agg, tables, no_match, disagreements, examples, n_keys):
+    """summary.json (without timings), per port (messages, bytes), messages per second series."""
+    subscribers = _subscribers(res.rules)
+    agg = agg.copy()
+    agg["wire"] = agg["bytes"] + agg["n"] * BLOCK_LENGTH_BYTES
+    messages = int(agg["n"].sum())
+    wire_all = int(agg["wire"].sum())
+    by_type = agg.groupby("type")["n"].sum()
+    evaluated = agg[agg["decision"].notna()]
+    per_dec = evaluated.groupby("decision")[["n", "wire"]].sum()
+    per_port: dict[int, list[int]] = {p: [0, 0] for p in subscribers}
+    deliveries = unicast = multicast = 0
+    actions: dict[str, int] = {}
+    filtered = 0
+    for code, row in per_dec.iterrows():
+        d = tables.decisions[int(code)]
+        n, wire = int(row["n"]), int(row["wire"])
+        if d.ports:
+            for p in d.ports:
+                per_port.setdefault(p, [0, 0])
+                per_port[p][0] += n
+                per_port[p][1] += wire
+            deliveries += n * len(d.ports)
+            filtered += wire * len(d.ports)
+            if len(d.ports) > 1:
+                multicast += n
+            else:
+                unicast += n
+        else:
+            actions[str(d)] = actions.get(str(d), 0) + n
+    per_sec = agg.groupby("second")["n"].sum().sort_index()
+    ao_wire = int(evaluated["wire"].sum())
+    broadcast = wire_all * len(subscribers)
+    summary = {
+        "files": traces,
+        "messages": messages,
+        "by_type": {str(k): int(v) for k, v in sorted(by_type.items())},
+        "add_orders": int(evaluated["n"].sum()),
+        "zero_length_fallbacks": int(agg["zero_length"].sum()),
+        "deliveries": deliveries,
+        "unicast": unicast,
+        "multicast": multicast,
+        "no_rule_matched": no_match,
+        "actions": dict(sorted(actions.items())),
+        "subscribers": len(subscribers),
+        "bytes": {
+            "filtered": filtered,
+            "broadcast": broadcast,
+            "broadcast_add_orders": ao_wire * len(subscribers),
+            "saving": round(1 - filtered / broadcast, 6) if broadcast else 0.0,
+        },
+        "disagreements": disagreements,
+        "disagreement_examples": examples,
+        "value_classes": n_keys,
+        "rules": len(res.rules),
+        "splits": len(bundle.splits),
+    }
+    return summary, per_port, ([int(s) for s in per_sec.index], [int(c) for c in per_sec.to_numpy()])

@@ -1,0 +1,294 @@
+"""Where the messages of a trace file are: BinaryFILE splits and pcap/pcapng captures.
+
+**BinaryFILE** (2-byte big-endian length, then the message; :mod:`subc.runtime.itch`) has no sync
+marker, so a large file is cut into splits of about ``split_bytes`` and each split boundary is moved
+forward to the first offset where :data:`SYNC_MESSAGES` consecutive frames are well formed: every
+length equals the ITCH 5.0 length of the frame's message type (or is 0, the zero-length quirk,
+followed by a known type), or the chain ends exactly at the end of the file.  Each task then walks
+its split from its start; the walk must end exactly on the next split's start, else the task raises
+(:func:`walk_binaryfile`), so a wrong split point is an error, never silently wrong data.  Pass
+``split_bytes=0`` to read each file in one task.
+
+**pcap / pcapng** captures (read with ``dpkt``) are read one file per task: frames are Ethernet,
+Linux cooked (SLL) or raw IP; every UDP datagram (to ``udp_port`` when given) is decoded as a
+MoldUDP64 downstream packet (:mod:`subc.runtime.moldudp64`) and each of its messages is a row.
+
+Both produce a :class:`MessageBuffer`: the message bytes and, per message, its start offset in that
+buffer, its length and its position in the source (BinaryFILE: byte offset of the length prefix;
+pcap: 1-based frame number and message index in the packet).
+"""
+
+from __future__ import annotations
+
+import os
+from array import array
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import SubcError
+from ..runtime.itch import MESSAGE_LENGTHS
+from ..runtime.moldudp64 import decode_packet
+
+#: Consecutive well-formed frames that make a BinaryFILE split point.
+SYNC_MESSAGES = 32
+#: How far past a split boundary to look for a split point (bytes).
+SYNC_WINDOW = 1 << 16
+#: Default split size (bytes).
+DEFAULT_SPLIT_BYTES = 64 << 20
+
+_LEN = [0] * 256
+for _t, _n in MESSAGE_LENGTHS.items():
+    _LEN[_t[0]] = _n
+
+PCAP_MAGICS = {b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d"}
+PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
+
+
+@dataclass(frozen=True)
+class Split:
+    """A piece of a trace for one task: ``kind`` 'binaryfile' (bytes ``start`` to ``stop``) or 'pcap'
+    (the whole file; ``start``/``stop`` unused); ``file_index`` indexes the job's file list."""
+
+    file_index: int
+    path: str
+    kind: str
+    start: int = 0
+    stop: int = 0
+
+
+@dataclass
+class MessageBuffer:
+    """Messages of one split: ``data`` (uint8), per message ``starts`` (int64, into ``data``),
+    ``lengths`` (int32, bytes), ``positions`` (int64: BinaryFILE byte offset of the length prefix, or
+    pcap frame number) and ``indexes`` (int32: message index in its MoldUDP64 packet, 0 for
+    BinaryFILE) and ``zero_length`` (bool: the length prefix was 0 and the length was taken from the
+    message type; None for pcap)."""
+
+    data: np.ndarray
+    starts: np.ndarray
+    lengths: np.ndarray
+    positions: np.ndarray
+    indexes: np.ndarray
+    zero_length: np.ndarray | None = None
+
+    @property
+    def zero_length_fallbacks(self) -> int:
+        return int(self.zero_length.sum()) if self.zero_length is not None else 0
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+
+def file_kind(path: str) -> str:
+    """'pcap' for pcap and pcapng captures (by magic number), else 'binaryfile'.
+
+    Raises :class:`SubcError` when the file cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        raise SubcError(f"cannot read trace {path}: {e}") from e
+    return "pcap" if magic in PCAP_MAGICS or magic == PCAPNG_MAGIC else "binaryfile"
+
+
+def _chain_ok(data: bytes, pos: int, count: int) -> bool:
+    """True when ``count`` well-formed frames start at ``pos`` (or fewer that end exactly at the end)."""
+    n = len(data)
+    for _ in range(count):
+        if pos == n:
+            return True
+        if pos + 3 > n:
+            return False
+        length = (data[pos] << 8) | data[pos + 1]
+        expected = _LEN[data[pos + 2]]
+        if not expected or (length and length != expected):
+            return False
+        pos += 2 + expected
+        if pos > n:
+            return False
+    return True
+
+
+def sync_point(path: str, boundary: int, size: int) -> int | None:
+    """The first offset at or after ``boundary`` where :data:`SYNC_MESSAGES` well-formed frames
+    start (``size`` = file size in bytes), or None within :data:`SYNC_WINDOW` bytes."""
+    need = SYNC_WINDOW + SYNC_MESSAGES * (2 + max(MESSAGE_LENGTHS.values()))
+    with open(path, "rb") as f:
+        f.seek(boundary)
+        data = f.read(need)
+    at_end = boundary + len(data) >= size
+    for i in range(min(SYNC_WINDOW, len(data))):
+        if _chain_ok(data, i, SYNC_MESSAGES):
+            if not at_end and i + SYNC_MESSAGES * (2 + max(MESSAGE_LENGTHS.values())) > len(data):
+                return None
+            return boundary + i
+    return None
+
+
+def plan_splits(paths: list[str], split_bytes: int = DEFAULT_SPLIT_BYTES) -> list[Split]:
+    """Splits of the trace files ``paths`` (in order); see the module docstring.
+
+    ``split_bytes`` <= 0 reads every file in one split.  A boundary with no split point within
+    :data:`SYNC_WINDOW` bytes is dropped (its bytes go to the previous split).  Raises
+    :class:`SubcError` when a file cannot be read."""
+    out: list[Split] = []
+    for i, path in enumerate(paths):
+        kind = file_kind(path)
+        size = os.path.getsize(path)
+        if kind == "pcap":
+            out.append(Split(i, path, "pcap", 0, size))
+            continue
+        points = [0]
+        if split_bytes > 0:
+            for b in range(split_bytes, size, split_bytes):
+                p = sync_point(path, b, size)
+                if p is not None and p > points[-1] and p < size:
+                    points.append(p)
+        points.append(size)
+        out.extend(Split(i, path, "binaryfile", a, b) for a, b in zip(points, points[1:]))
+    return out
+
+
+def walk_binaryfile(data: bytes, base: int, path: str, last: bool) -> MessageBuffer:
+    """The messages of the BinaryFILE bytes ``data`` (file offset ``base``), which must end exactly
+    at a frame end.
+
+    ``last``: ``data`` ends at the end of the file, where a zero length marks the end of the
+    session.  Raises :class:`SubcError` naming ``path`` and the byte offset for a truncated length,
+    a zero length before an unknown type, a frame running past the end (for a split that is not
+    the last: past the split point, which means the split heuristic failed; rerun with
+    ``--split-bytes 0``), or a length that differs from the ITCH length of its message type.
+    """
+    starts = array("q")
+    lengths = array("i")
+    zero = bytearray()
+    n = len(data)
+    pos = 0
+    LEN = _LEN
+    while pos < n:
+        if pos + 2 > n:
+            raise SubcError(f"{path}: truncated length prefix at byte offset {base + pos}")
+        length = (data[pos] << 8) | data[pos + 1]
+        body = pos + 2
+        if length == 0:
+            if body >= n and last:
+                break
+            mtype = data[body] if body < n else None
+            length = LEN[mtype] if mtype is not None else 0
+            if not length:
+                raise SubcError(
+                    f"{path}: zero length prefix followed by unknown message type "
+                    f"{bytes([mtype]) if mtype is not None else b''!r} at byte offset {base + pos}"
+                )
+        if body + length > n:
+            if last:
+                raise SubcError(
+                    f"{path}: message of {length} bytes at byte offset {base + pos} runs past the end of the file "
+                    f"({base + n} bytes)"
+                )
+            raise SubcError(
+                f"{path}: message of {length} bytes at byte offset {base + pos} crosses the split point at byte "
+                f"offset {base + n}: no safe split point there (rerun with --split-bytes 0)"
+            )
+        expected = LEN[data[body]]
+        if expected and expected != length:
+            raise SubcError(
+                f"{path}: message type {bytes([data[body]])!r} at byte offset {base + pos} has length {length}, "
+                f"expected {expected}"
+            )
+        starts.append(body)
+        zero.append(data[pos] == 0 and data[pos + 1] == 0)
+        lengths.append(length)
+        pos = body + length
+    st = np.frombuffer(starts, dtype=np.int64) if len(starts) else np.zeros(0, np.int64)
+    return MessageBuffer(
+        np.frombuffer(data, dtype=np.uint8),
+        st,
+        np.frombuffer(lengths, dtype=np.int32) if len(lengths) else np.zeros(0, np.int32),
+        st - 2 + base,
+        np.zeros(len(st), np.int32),
+        np.frombuffer(bytes(zero), dtype=np.bool_),
+    )
+
+
+def read_split(split: Split, udp_port: int | None = None) -> MessageBuffer:
+    """Read the messages of ``split`` (see :func:`walk_binaryfile` and :func:`read_pcap`)."""
+    if split.kind == "pcap":
+        return read_pcap(split.path, udp_port)
+    try:
+        with open(split.path, "rb") as f:
+            f.seek(split.start)
+            data = f.read(split.stop - split.start)
+        size = os.path.getsize(split.path)
+    except OSError as e:
+        raise SubcError(f"cannot read trace {split.path}: {e}") from e
+    return walk_binaryfile(data, split.start, split.path, split.stop >= size)
+
+
+def _udp_payload(linktype: int, frame: bytes):
+    """(UDP destination port, payload) of a frame, or None when it is not UDP over IPv4/IPv6."""
+    import dpkt
+
+    try:
+        if linktype == dpkt.pcap.DLT_EN10MB:
+            ip = dpkt.ethernet.Ethernet(frame).data
+        elif linktype == dpkt.pcap.DLT_LINUX_SLL:
+            ip = dpkt.sll.SLL(frame).data
+        elif linktype in (dpkt.pcap.DLT_RAW, 101):  # 101: LINKTYPE_RAW
+            ip = dpkt.ip.IP(frame) if frame[:1] and frame[0] >> 4 == 4 else dpkt.ip6.IP6(frame)
+        else:
+            return None
+    except (dpkt.UnpackError, IndexError):
+        return None
+    if not isinstance(ip, (dpkt.ip.IP, dpkt.ip6.IP6)):
+        return None
+    udp = ip.data
+    if not isinstance(udp, dpkt.udp.UDP):
+        return None
+    return udp.dport, bytes(udp.data)
+
+
+def read_pcap(path: str, udp_port: int | None = None) -> MessageBuffer:
+    """Every MoldUDP64 message of the pcap or pcapng capture at ``path``.
+
+    UDP datagrams (to ``udp_port`` when given) are decoded as MoldUDP64 downstream packets;
+    heartbeats and end-of-session packets carry no messages.  Raises :class:`SubcError` naming the
+    file and frame number when a datagram is not a valid MoldUDP64 packet, or when the capture
+    cannot be read."""
+    import dpkt
+
+    body = bytearray()
+    starts, lengths, frames, indexes = array("q"), array("i"), array("q"), array("i")
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise SubcError(f"cannot read trace {path}: {e}") from e
+    with f:
+        try:
+            magic = f.read(4)
+            f.seek(0)
+            reader = dpkt.pcapng.Reader(f) if magic == PCAPNG_MAGIC else dpkt.pcap.Reader(f)
+            linktype = reader.datalink()
+            for frame_no, (_ts, frame) in enumerate(reader, start=1):
+                got = _udp_payload(linktype, frame)
+                if got is None or (udp_port is not None and got[0] != udp_port):
+                    continue
+                try:
+                    pkt = decode_packet(got[1])
+                except SubcError as e:
+                    raise SubcError(f"{path}: frame {frame_no}: {e.message}") from None
+                for i, msg in enumerate(pkt.messages):
+                    starts.append(len(body))
+                    lengths.append(len(msg))
+                    frames.append(frame_no)
+                    indexes.append(i)
+                    body += msg
+        except (ValueError, dpkt.UnpackError) as e:
+            raise SubcError(f"{path}: not a readable pcap/pcapng capture: {e}") from None
+
+    def arr(a, dt):
+        return np.frombuffer(a, dtype=dt).copy() if len(a) else np.zeros(0, dt)
+
+    return MessageBuffer(np.frombuffer(bytes(body), dtype=np.uint8), arr(starts, np.int64), arr(lengths, np.int32),
+                         arr(frames, np.int64), arr(indexes, np.int32))

@@ -1,0 +1,225 @@
+"""The compiled tables (``entries.json``) evaluated on many packets at once with NumPy.
+
+The semantics are those of the table simulator (:mod:`subc.runtime.simulator`, P4 table
+semantics), applied to columns instead of one packet: exact keys must be equal, range keys contain
+the value, lpm keys pick the longest prefix, among several hits the largest priority wins (equal
+priorities: the first entry); a miss runs the default action and the step's ``on_miss`` table.
+
+Each table is prepared once (:class:`TableIndex`): entries are grouped by the values of their
+leading exact keys, and within a group the last key's ranges (an exact value is the range
+``[v, v]``, a prefix the range it covers) are resolved by priority into disjoint segments.  A
+lookup is then two ``searchsorted`` calls per table over the batch: O(packets x log entries).
+Ternary keys with masks that are not prefixes are not supported (subc never emits them).
+
+:class:`PipelineEvaluator` gives, per packet, a *decision code*: an index into
+:attr:`PipelineEvaluator.decisions`, the list of distinct :class:`~subc.runtime.reference.Decision`
+values the leaf table (and its default action) can produce.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..runtime.reference import Decision
+from ..runtime.simulator import _BUILTIN
+
+_NO_ENTRY = -1
+
+
+def _interval(kind: str, m, width: int) -> tuple[int, int]:
+    """The values ``[lo, hi]`` a match element covers."""
+    if kind == "exact":
+        return m["exact"], m["exact"]
+    if kind == "range":
+        return m["range"][0], m["range"][1]
+    if kind == "lpm":
+        value, plen = m["lpm"]
+        span = (1 << (width - plen)) - 1
+        return value & ~span, value | span
+    value, mask = m["ternary"]
+    top = (1 << width) - 1
+    inv = top & ~mask
+    if inv & (inv + 1):  # not a prefix mask
+        raise ValueError("ternary key with a non-prefix mask")
+    return value & mask, (value & mask) | inv
+
+
+class TableIndex:
+    """One table prepared for vectorised lookups (see the module docstring).
+
+    ``lookup(values)`` takes one uint64 array per key (in key order, all of equal length n) and
+    returns the index of the winning entry per packet (int64, -1 on a miss)."""
+
+    def __init__(self, doc: dict):
+        self.name = doc["name"]
+        self.keys = doc["keys"]
+        self.kinds = [k["match_kind"] for k in self.keys]
+        self.entries = doc["entries"]
+        self.default = (doc["default_action"]["action"], doc["default_action"]["params"])
+        lead = len(self.keys) - 1
+        groups: dict[tuple, list] = {}
+        for i, e in enumerate(self.entries):
+            prefix = tuple(m["exact"] for m in e["match"][:lead])
+            lo, hi = _interval(self.kinds[-1], e["match"][-1], self.keys[-1]["bitwidth"])
+            rank = e.get("priority", e["match"][-1]["lpm"][1] if self.kinds[-1] == "lpm" else 0)
+            groups.setdefault(prefix, []).append((rank, -i, lo, hi, i))
+        if any(k != "exact" for k in self.kinds[:lead]):
+            raise ValueError(f"table {self.name}: only the last key may be non-exact")
+        self.group_keys = sorted(groups)
+        # per group: disjoint segments [start, next start) -> entry (or -1), painted by priority
+        starts_all: list[int] = []
+        seg_group: list[int] = []
+        seg_start: list[int] = []
+        seg_entry: list[int] = []
+        for g, prefix in enumerate(self.group_keys):
+            items = sorted(groups[prefix])  # lowest rank first; equal rank: later entries first
+            points = sorted({0} | {lo for _, _, lo, _, _ in items} | {hi + 1 for _, _, _, hi, _ in items if hi + 1 < 1 << 64})
+            owner = np.full(len(points), _NO_ENTRY, dtype=np.int64)
+            pts = np.array(points, dtype=np.uint64)
+            for _, _, lo, hi, i in items:
+                a = int(np.searchsorted(pts, np.uint64(lo)))
+                b = int(np.searchsorted(pts, np.uint64(hi + 1))) if hi + 1 < 1 << 64 else len(points)
+                owner[a:b] = i
+            for p, o in zip(points, owner):
+                starts_all.append(p)
+                seg_group.append(g)
+                seg_start.append(p)
+                seg_entry.append(int(o))
+        self.breaks = np.array(sorted(set(starts_all)) or [0], dtype=np.uint64)
+        nb = len(self.breaks)
+        self.nbreaks = nb
+        cls = np.searchsorted(self.breaks, np.array(seg_start, dtype=np.uint64)) if seg_start else np.zeros(0, np.int64)
+        composite = np.array(seg_group, dtype=np.int64) * nb + cls
+        order = np.argsort(composite, kind="stable")
+        self.seg_key = composite[order]
+        self.seg_group = np.array(seg_group, dtype=np.int64)[order]
+        self.seg_entry = np.array(seg_entry, dtype=np.int64)[order]
+        # leading exact keys -> group number
+        self.prefix_width = [k["bitwidth"] for k in self.keys[:lead]]
+        self.group_code = np.array([self._prefix_code(p) for p in self.group_keys], dtype=np.uint64)
+
+    def _prefix_code(self, prefix: tuple) -> int:
+        code = 0
+        for v, w in zip(prefix, self.prefix_width):
+            code = (code << w) | v
+        return code
+
+    def lookup(self, values: list[np.ndarray]) -> np.ndarray:
+        n = len(values[0])
+        if not len(self.seg_key):
+            return np.full(n, _NO_ENTRY, dtype=np.int64)
+        code = np.zeros(n, dtype=np.uint64)
+        for v, w in zip(values[:-1], self.prefix_width):
+            code = (code << np.uint64(w)) | v
+        g = np.searchsorted(self.group_code, code)
+        g_ok = g < len(self.group_code)
+        g = np.where(g_ok, g, 0)
+        g_ok &= self.group_code[g] == code if len(self.group_code) else False
+        c = np.searchsorted(self.breaks, values[-1], side="right") - 1
+        composite = g.astype(np.int64) * self.nbreaks + c
+        pos = np.searchsorted(self.seg_key, composite, side="right") - 1
+        pos_ok = pos >= 0
+        pos = np.where(pos_ok, pos, 0)
+        hit = g_ok & pos_ok & (self.seg_group[pos] == g)
+        return np.where(hit, self.seg_entry[pos], _NO_ENTRY)
+
+
+class PipelineEvaluator:
+    """All steps of an ``entries.json`` document over columns of packets.
+
+    ``decide(fields)`` takes ``{'header.field': uint64 array}`` (every field a key names, equal
+    lengths n) and returns the decision code per packet (int64 array of n, indexes into
+    :attr:`decisions`).  Raises ValueError for a document that is not ``subc-entries`` or a key on
+    a field missing from ``fields``.
+    """
+
+    def __init__(self, doc: dict):
+        if doc.get("format") != "subc-entries":
+            raise ValueError("not a subc entries.json document")
+        self.tables = {t["name"]: TableIndex(t) for t in doc["tables"]}
+        self.steps = [(s["table"], s["on_miss"]) for s in doc["pipeline"]]
+        self.groups = {g["group"]: tuple(sorted(g["ports"])) for g in doc["multicast_groups"]}
+        self.initial_state = doc["initial_state"]
+        leaf = self.tables[self.steps[-1][0]]
+        self.state_key = leaf.keys[0]["name"]
+        self.code_key = self.state_key.rsplit(".", 1)[0] + ".subc_code"
+        self.decisions: list[Decision] = []
+        self._codes: dict[Decision, int] = {}
+        self.default_code = self.code_of(self._decision(*leaf.default))
+        # per table: per entry (kind, value): kind 0 set_state, 1 set_code, 2 decision, 3 nothing
+        self._acts: dict[str, tuple[np.ndarray, np.ndarray, tuple[int, int]]] = {}
+        for name, t in self.tables.items():
+            kinds, vals = [], []
+            for e in t.entries:
+                k, v = self._action(e["action"], e["params"])
+                kinds.append(k)
+                vals.append(v)
+            self._acts[name] = (np.array(kinds, dtype=np.int8), np.array(vals, dtype=np.int64), self._action(*t.default))
+
+    def code_of(self, d: Decision) -> int:
+        """The decision code of ``d`` (a new code when the tables never produce it)."""
+        c = self._codes.get(d)
+        if c is None:
+            c = self._codes[d] = len(self.decisions)
+            self.decisions.append(d)
+        return c
+
+    def _decision(self, action: str, params: dict) -> Decision:
+        if action == "subc_fwd":
+            return Decision((params["port"],), None)
+        if action == "subc_mcast":
+            return Decision(self.groups[params["group"]], None)
+        if action in _BUILTIN:
+            return Decision((), _BUILTIN[action])
+        return Decision((), (action, *params.values()))
+
+    def _action(self, action: str, params: dict) -> tuple[int, int]:
+        if action == "subc_set_state":
+            return 0, params["next_state"]
+        if action == "subc_set_code":
+            return 1, params["code"]
+        if action == "NoAction":
+            return 3, 0
+        return 2, self.code_of(self._decision(action, params))
+
+    def decide(self, fields: dict[str, np.ndarray]) -> np.ndarray:
+        n = len(next(iter(fields.values()))) if fields else 0
+        state = np.full(n, self.initial_state, dtype=np.uint64)
+        code = np.zeros(n, dtype=np.uint64)
+        result = np.full(n, -1, dtype=np.int64)
+        for table_name, on_miss in self.steps:
+            pending = np.ones(n, dtype=bool)  # packets for which this step is not finished
+            for name in (table_name, on_miss):
+                if name is None:
+                    continue
+                t = self.tables[name]
+                idx = np.flatnonzero(pending)
+                vals = []
+                for k in t.keys:
+                    key = k["name"]
+                    if key == self.state_key:
+                        vals.append(state[idx])
+                    elif key == self.code_key:
+                        vals.append(code[idx])
+                    else:
+                        field = key.split(".", 1)[1]
+                        if field not in fields:
+                            raise ValueError(f"table {name} keys on {field}, which the packets lack")
+                        vals.append(fields[field][idx])
+                hit = t.lookup(vals)
+                kinds, values, (dkind, dval) = self._acts[name]
+                is_hit = hit >= 0
+                safe = np.where(is_hit, hit, 0)
+                kind = np.where(is_hit, kinds[safe] if len(kinds) else dkind, dkind)
+                val = np.where(is_hit, values[safe] if len(values) else dval, dval)
+                for kcode, target in ((0, state), (1, code)):
+                    sel = kind == kcode
+                    target[idx[sel]] = val[sel].astype(np.uint64)
+                sel = kind == 2
+                result[idx[sel]] = val[sel]
+                done = is_hit | (name == on_miss)
+                pending[idx[done]] = False
+                if not pending.any():
+                    break
+        result[result < 0] = self.default_code
+        return result
