@@ -241,5 +241,164 @@ def listen_cmd(bind: str, count: int | None, timeout: float | None, as_json: boo
             click.echo(f"{k:<17} {doc[k]}")
 
 
+@main.command("analyze")
+@click.argument("rules", type=click.Path(dir_okay=False))
+@click.argument("more_traces", nargs=-1, type=click.Path(dir_okay=False))
+@click.option("--spec", "spec_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--trace", "traces", multiple=True, type=click.Path(dir_okay=False),
+              help="ITCH 5.0 BinaryFILE, or pcap/pcapng of MoldUDP64 (repeat, or list after the options)")
+@click.option("--master", help="Spark master (default: local[*]; under spark-submit: what it set)")
+@click.option("-o", "--output", "out_dir", default="analysis", show_default=True, type=click.Path(file_okay=False))
+@click.option("--target", type=click.Choice(["bmv2", "tofino"]), default="bmv2", show_default=True,
+              help="whose table entries to evaluate")
+@click.option("--split-bytes", type=int, default=64 << 20, show_default=True,
+              help="BinaryFILE split size (0: one task per file)")
+@click.option("--udp-port", type=click.IntRange(0, 65535), help="pcap: only UDP datagrams to this port")
+@click.option("--json", "as_json", is_flag=True, help="print summary.json")
+def analyze_cmd(rules: str, more_traces: tuple, spec_path: str, traces: tuple, master: str | None, out_dir: str,
+                target: str, split_bytes: int, udp_port: int | None, as_json: bool) -> None:
+    """What each subscriber receives from TRACE(s), filtering vs broadcast, and whether the compiled
+    tables agree with the rules on every Add Order (a Spark job; exit 1 on disagreements)."""
+    from .pipeline.analyze import analyze
+
+    paths = list(traces) + list(more_traces)
+    if not paths:
+        _fail(SubcError("no trace given (--trace PATH)"))
+    try:
+        res = _compile(rules, spec_path, target, None)
+        doc = analyze(res, paths, out_dir, master=master, split_bytes=split_bytes, udp_port=udp_port,
+                      log=lambda m: click.echo(m, err=True))
+    except SubcError as e:
+        _fail(e)
+    if as_json:
+        click.echo(json.dumps(doc, indent=1))
+    else:
+        b = doc["bytes"]
+        click.echo(f"messages:        {doc['messages']} ({doc['add_orders']} Add Orders) in {len(doc['files'])} file(s)")
+        click.echo(f"deliveries:      {doc['deliveries']} to {doc['subscribers']} subscribers "
+                   f"({doc['unicast']} unicast, {doc['multicast']} multicast, {doc['no_rule_matched']} matched no rule)")
+        click.echo(f"bytes:           {b['filtered']} filtered vs {b['broadcast']} broadcast (saving {b['saving']:.1%})")
+        click.echo(f"disagreements:   {doc['disagreements']}")
+        click.echo(f"time:            {doc['seconds']['total']:.1f} s, {doc['messages_per_second']} messages/s -> {out_dir}/")
+    sys.exit(1 if doc["disagreements"] else 0)
+
+
+@main.command("validate")
+@click.argument("rules", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--spec", "spec_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--master", help="Spark master (default: local[*]; under spark-submit: what it set)")
+@click.option("--piece-chars", type=click.IntRange(1), default=1 << 20, show_default=True,
+              help="characters of rule text per task")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def validate_cmd(rules: tuple, spec_path: str, master: str | None, piece_chars: int, as_json: bool) -> None:
+    """Parse and check RULES files in parallel: every error with its line, and statistics
+    (exit 2 when any rule is bad)."""
+    from .compiler.spec import load_spec
+    from .pipeline.validate import validate
+
+    try:
+        spec = load_spec(spec_path)
+        doc = validate(list(rules), spec, master=master, piece_chars=piece_chars)
+    except SubcError as e:
+        _fail(e)
+    if as_json:
+        click.echo(json.dumps(doc, indent=1))
+    else:
+        for msg in doc["error_messages"]:
+            click.echo(msg, err=True)
+        click.echo(f"rules:      {doc['rules']} valid, {doc['errors']} error(s) in {len(doc['files'])} file(s)")
+        click.echo(f"duplicates: {doc['duplicates']}")
+        for group in doc["duplicate_groups"][:10]:
+            click.echo("  " + ", ".join(group[:6]) + (" ..." if len(group) > 6 else ""))
+        click.echo("rules per field:")
+        for f, n in doc["rules_per_field"].items():
+            click.echo(f"  {f:<32} {n}")
+        click.echo("predicates per rule: " + ", ".join(f"{k}: {v}" for k, v in doc["predicates_per_rule"].items()))
+    sys.exit(2 if doc["errors"] else 0)
+
+
+def _write_text(path: str | None, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (temporary file, then rename), or to stdout."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    if path is None:
+        click.echo(text, nl=False)
+        return
+    p = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent if str(p.parent) else ".")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, p)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+@main.group("gen")
+def gen() -> None:
+    """Deterministic workload generators: rule sets and ITCH traces."""
+
+
+@gen.command("itch")
+@click.option("--rules", "n", type=click.IntRange(0), required=True, help="number of rules")
+@click.option("--symbols", type=click.IntRange(1), default=100, show_default=True)
+@click.option("--ports", type=click.IntRange(1, 511), default=32, show_default=True)
+@click.option("--form", type=click.Choice(["price", "camus"]), default="price", show_default=True,
+              help="price: stock == S (Zipf) and a price predicate; camus: stock == S and shares > P (Camus Fig. 5c)")
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="rules file (default: stdout)")
+def gen_itch(n: int, symbols: int, ports: int, form: str, seed: int, output: str | None) -> None:
+    """ITCH subscriptions for examples/itch/spec.p4."""
+    from .workloads.itch_rules import itch_rules
+
+    _write_text(output, itch_rules(n, symbols, ports, seed, form))
+
+
+@gen.command("siena")
+@click.option("--filters", type=click.IntRange(0), required=True, help="number of subscriptions")
+@click.option("--conj", type=click.IntRange(1), default=2, show_default=True, help="predicates per conjunction")
+@click.option("--disj", type=click.IntRange(1), default=1, show_default=True, help="conjunctions per subscription")
+@click.option("--attrs", type=click.IntRange(1), default=8, show_default=True, help="attributes in the space")
+@click.option("--zipf/--uniform", default=False, show_default=True, help="attribute popularity")
+@click.option("--ports", type=click.IntRange(1, 511), default=32, show_default=True)
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="rules file (default: stdout)")
+@click.option("--spec-out", type=click.Path(dir_okay=False), help="also write the matching spec (P4_16)")
+def gen_siena(filters: int, conj: int, disj: int, attrs: int, zipf: bool, ports: int, seed: int, output: str | None,
+              spec_out: str | None) -> None:
+    """Siena Synthetic Benchmark Generator-style subscriptions (= 50%, < 25%, > 25%, values 0..100)."""
+    from .workloads.siena import siena_rules, siena_spec
+
+    try:
+        text = siena_rules(filters, conj, disj, attrs, zipf, ports, seed)
+    except ValueError as e:
+        _fail(SubcError(str(e)))
+    if spec_out:
+        _write_text(spec_out, siena_spec(attrs))
+    _write_text(output, text)
+
+
+@gen.command("trace")
+@click.option("--messages", type=click.IntRange(1), required=True)
+@click.option("--symbols", type=click.IntRange(1), default=500, show_default=True)
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="BinaryFILE to write")
+def gen_trace(messages: int, symbols: int, seed: int, output: str) -> None:
+    """A synthetic ITCH 5.0 BinaryFILE with a trading day's message mix."""
+    from .workloads.itch_trace import generate_trace
+
+    try:
+        counts = generate_trace(output, messages, symbols, seed)
+    except ValueError as e:
+        _fail(SubcError(str(e)))
+    click.echo(f"wrote {sum(counts.values())} messages to {output}: "
+               + ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])), err=True)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

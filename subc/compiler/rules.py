@@ -54,14 +54,15 @@ def _syntax_error(e: UnexpectedInput, path: str, text: str) -> SubcError:
 
 
 class _Resolver:
-    def __init__(self, spec: Spec, path: str, text: str):
+    def __init__(self, spec: Spec, path: str, text: str, line_offset: int = 0):
         self.spec, self.path, self.text = spec, path, text
         self.lines = text.split("\n")  # once: a location per token must not rescan the text
+        self.line_offset = line_offset
 
     def loc(self, item) -> Location:
         line, col = (item.line, item.column) if isinstance(item, Token) else (item.meta.line, item.meta.column)
         src = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
-        return Location(self.path, line, col, src)
+        return Location(self.path, line + self.line_offset, col, src)
 
     def rule(self, tree: Tree, index: int) -> Rule:
         cond_tree, actions_tree = tree.children
@@ -165,19 +166,25 @@ class _Resolver:
         return Action(name, values, loc)
 
 
-def parse_rules(text: str, spec: Spec, path: str = "<rules>") -> list[Rule]:
+def parse_rules(text: str, spec: Spec, path: str = "<rules>", line_offset: int = 0, first_index: int = 0) -> list[Rule]:
     """Parse and resolve a rule set.
 
-    Returns the rules in file order (``Rule.index`` 0, 1, ...).  Raises :class:`SubcError` at the
-    first syntax or semantic error (unknown field or action, operator not allowed by the field's
-    match kind, literal that does not fit, string on a numeric field, ...).
+    Returns the rules in file order (``Rule.index`` ``first_index``, ``first_index`` + 1, ...).
+    ``text`` may be a piece of a file that starts at the beginning of line ``line_offset`` + 1:
+    locations then give file lines.  Raises :class:`SubcError` at the first syntax or semantic
+    error (unknown field or action, operator not allowed by the field's match kind, literal that
+    does not fit, string on a numeric field, ...).
     """
     try:
         tree = rule_parser().parse(text)
     except UnexpectedInput as e:
-        raise _syntax_error(e, path, text) from None
-    resolver = _Resolver(spec, path, text)
-    return [resolver.rule(r, i) for i, r in enumerate(tree.children)]
+        err = _syntax_error(e, path, text)
+        loc = err.location
+        if line_offset and loc is not None:
+            err.location = Location(loc.path, loc.line + line_offset, loc.column, loc.source_line)
+        raise err from None
+    resolver = _Resolver(spec, path, text, line_offset)
+    return [resolver.rule(r, first_index + i) for i, r in enumerate(tree.children)]
 
 
 def load_rules(path: str | Path, spec: Spec) -> list[Rule]:

@@ -11,8 +11,15 @@ def zipf_weights(n: int, s: float = 1.0) -> np.ndarray:
     return w / w.sum()
 
 
-def symbol_names(n: int, rng: np.random.Generator) -> list[str]:
-    """``n`` distinct ticker-like symbols of 2 to 5 upper-case letters, in a seeded random order."""
+#: Seed of the symbol names: every generator uses the same names, so rule sets and traces made with
+#: the same number of symbols (or more) refer to the same stocks, most popular first.
+SYMBOL_SEED = 20181115
+
+
+def symbol_names(n: int) -> list[str]:
+    """``n`` distinct ticker-like symbols of 2 to 5 upper-case letters; the names for ``n`` are the
+    first ``n`` of the names for any larger count (:data:`SYMBOL_SEED`)."""
+    rng = np.random.default_rng(SYMBOL_SEED)
     out: list[str] = []
     seen: set[str] = set()
     letters = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ", dtype=np.uint8)
@@ -25,6 +32,8 @@ def symbol_names(n: int, rng: np.random.Generator) -> list[str]:
     return out
 
 
-def mean_prices(n: int, rng: np.random.Generator) -> np.ndarray:
-    """Per-symbol mean prices in dollars: log-normal around $40 (median), clipped to $1..$2,000."""
+def mean_prices(n: int) -> np.ndarray:
+    """Mean price in dollars of each of the first ``n`` symbols of :func:`symbol_names`: log-normal
+    around $40 (median), clipped to $1..$2,000; fixed like the names, so traces and rule sets agree."""
+    rng = np.random.default_rng(SYMBOL_SEED + 1)
     return np.clip(np.exp(rng.normal(np.log(40.0), 1.0, size=n)), 1.0, 2000.0)

@@ -31,7 +31,7 @@ def itch_rules(n: int, symbols: int = 100, ports: int = 32, seed: int = 1, form:
     if n < 0 or symbols < 1 or ports < 1:
         raise ValueError("rules must be >= 0, symbols and ports >= 1")
     rng = np.random.default_rng(seed)
-    names = symbol_names(symbols, rng)
+    names = symbol_names(symbols)
     host = rng.integers(1, ports + 1, size=n)
     if form == "camus":
         sym = rng.integers(0, symbols, size=n)
@@ -40,7 +40,7 @@ def itch_rules(n: int, symbols: int = 100, ports: int = 32, seed: int = 1, form:
             f'add_order.stock == "{names[s]}" and add_order.shares > {p} : fwd({h});\n'
             for s, p, h in zip(sym.tolist(), shares.tolist(), host.tolist())
         )
-    means = mean_prices(symbols, rng)
+    means = mean_prices(symbols)
     sym = rng.choice(symbols, size=n, p=zipf_weights(symbols, zipf_s))
     kind = rng.integers(0, 3, size=n)
     a = np.maximum(1, np.round(rng.normal(means[sym], 0.05 * means[sym]) * 100)).astype(np.int64)

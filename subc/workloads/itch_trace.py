@@ -100,9 +100,9 @@ def generate_trace(path: str | Path, messages: int, symbols: int = 500, seed: in
     if messages < fixed:
         raise ValueError(f"{messages} messages are fewer than the {fixed} system and directory messages")
     rng = np.random.default_rng(seed)
-    names = symbol_names(symbols, rng)
+    names = symbol_names(symbols)
     stock_bytes = np.array([n.encode().ljust(8) for n in names], dtype="S8")
-    means = np.round(mean_prices(symbols, rng) * 100).astype(np.int64)  # cents
+    means = np.round(mean_prices(symbols) * 100).astype(np.int64)  # cents
     zipf = zipf_weights(symbols)
     kinds = list(mix)
     p = np.array([mix[k] for k in kinds], dtype=np.float64)
