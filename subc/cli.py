@@ -251,12 +251,12 @@ def listen_cmd(bind: str, count: int | None, timeout: float | None, as_json: boo
 @click.option("-o", "--output", "out_dir", default="analysis", show_default=True, type=click.Path(file_okay=False))
 @click.option("--target", type=click.Choice(["bmv2", "tofino"]), default="bmv2", show_default=True,
               help="whose table entries to evaluate")
-@click.option("--split-bytes", type=int, default=64 << 20, show_default=True,
-              help="BinaryFILE split size (0: one task per file)")
+@click.option("--split-bytes", type=click.IntRange(0),
+              help="BinaryFILE split size in bytes (default: equal splits per core, at most 64 MiB; 0: one task per file)")
 @click.option("--udp-port", type=click.IntRange(0, 65535), help="pcap: only UDP datagrams to this port")
 @click.option("--json", "as_json", is_flag=True, help="print summary.json")
 def analyze_cmd(rules: str, more_traces: tuple, spec_path: str, traces: tuple, master: str | None, out_dir: str,
-                target: str, split_bytes: int, udp_port: int | None, as_json: bool) -> None:
+                target: str, split_bytes: int | None, udp_port: int | None, as_json: bool) -> None:
     """What each subscriber receives from TRACE(s), filtering vs broadcast, and whether the compiled
     tables agree with the rules on every Add Order (a Spark job; exit 1 on disagreements)."""
     from .pipeline.analyze import analyze

@@ -40,7 +40,7 @@ from ..compiler.ast import Rule
 from ..compiler.driver import CompileResult
 from ..compiler.targets.entries import entries_json
 from ..errors import SubcError
-from .evaluate import EVALUATED_SCHEMA, Bundle, evaluate_split, representatives
+from .evaluate import AGGREGATE_SCHEMA, Bundle, process_split, representatives
 from .reference_np import ValueClasses, evaluate_rules
 from .session import get_session, task_error
 from .splits import DEFAULT_SPLIT_BYTES, plan_splits
@@ -66,126 +66,135 @@ def _subscribers(rules: list[Rule]) -> list[int]:
     return sorted({a[1] for r in rules for a in r.atoms() if a[0] == "fwd"})
 
 
+def auto_split_bytes(traces: list[str], parallelism: int) -> int:
+    """A split size that gives every core the same number of splits of at most
+    :data:`~.splits.DEFAULT_SPLIT_BYTES` (a multiple of ``parallelism`` splits in all)."""
+    import math
+
+    total = sum(os.path.getsize(p) for p in traces if os.path.exists(p))
+    waves = max(1, math.ceil(total / max(1, parallelism) / DEFAULT_SPLIT_BYTES))
+    return max(1 << 20, math.ceil(total / (parallelism * waves)))
+
+
 def analyze(res: CompileResult, traces: list[str], out_dir: str | Path, master: str | None = None,
-            split_bytes: int = DEFAULT_SPLIT_BYTES, udp_port: int | None = None, spark=None,
-            log=None) -> dict:
+            split_bytes: int | None = None, udp_port: int | None = None, spark=None, log=None) -> dict:
     """Run the job (see the module docstring) and return ``summary.json`` as a dict.
 
+    ``split_bytes``: BinaryFILE split size (None: :func:`auto_split_bytes`; 0: one task per file).
     ``summary.json`` keys: ``files``; ``messages`` and ``by_type`` (every message read);
     ``add_orders``; ``zero_length_fallbacks``; ``deliveries`` (Add Order -> subscriber copies),
     ``unicast`` / ``multicast`` (Add Orders sent to one / several ports), ``no_rule_matched``,
     ``actions`` (Add Orders given a non-forwarding action, by action); ``subscribers``; ``bytes``
     (``filtered``, ``broadcast`` = every message to every subscriber, ``broadcast_add_orders`` =
     every Add Order to every subscriber, ``saving`` = 1 - filtered/broadcast); ``disagreements``
-    (must be 0) with up to 10 ``disagreement_examples``; ``value_classes`` (distinct class keys the
-    reference evaluated); ``rules``; ``seconds`` (wall time per step) and ``messages_per_second``.
+    (must be 0) with up to 10 ``disagreement_examples``; ``decisions`` (decision code -> text, as
+    in ``messages.parquet``); ``value_classes`` (distinct class keys the reference evaluated);
+    ``rules``; ``splits``; ``seconds`` (wall time per step) and ``messages_per_second`` (messages
+    over the wall time after Spark started).
 
     Raises :class:`SubcError` for unreadable or malformed traces (file and byte offset), for
     conflicting actions, or when the output directory cannot be written.
     """
-    from pyspark import StorageLevel
     from pyspark.sql import functions as F
-    from pyspark.sql.utils import CapturedException
 
     say = log or (lambda msg: None)
     out_dir = Path(out_dir)
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
-    bundle = make_bundle(res, traces, split_bytes, udp_port)
-    timings["plan"] = time.perf_counter() - t0
     if spark is None:
-        t = time.perf_counter()
         spark = get_session(master, "subc analyze")
-        timings["spark_start"] = time.perf_counter() - t
+        timings["spark_start"] = time.perf_counter() - t0
+    t_work = time.perf_counter()
     sc = spark.sparkContext
+    if split_bytes is None:
+        split_bytes = auto_split_bytes(traces, sc.defaultParallelism)
+    bundle = make_bundle(res, traces, split_bytes, udp_port)
+    timings["plan"] = time.perf_counter() - t_work
     bc = sc.broadcast(bundle)
+    tables = bundle.tables
+    ports = [d.ports for d in tables.decisions]
+
+    parent = out_dir.resolve().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=parent))
+    parts = tmp / "messages.parquet"
+    parts.mkdir()
+    parts_dir = str(parts)
 
     def run(batches):
         b = bc.value
         for batch in batches:
             for i in batch.column(0).to_pylist():
-                yield evaluate_split(b, i)
+                yield process_split(b, i, parts_dir, ports)
 
     n_splits = len(bundle.splits)
     say(f"analyze: {len(traces)} trace file(s) in {n_splits} split(s), {len(res.rules)} rules")
-    msgs = spark.range(0, n_splits, 1, numPartitions=max(1, n_splits)).mapInArrow(run, EVALUATED_SCHEMA)
-    msgs = msgs.persist(StorageLevel.MEMORY_AND_DISK)
-    tables = bundle.tables
+    ids = spark.range(0, n_splits, 1, numPartitions=max(1, n_splits))
     try:
-        t = time.perf_counter()
-        pairs = (
-            msgs.where(F.col("decision").isNotNull()).groupBy("class_key", "decision").count().toPandas()
-        )
-        timings["read_and_tables"] = time.perf_counter() - t
+        # 1. read, decode, evaluate the tables, write messages.parquet; partial counts per split, summed by Spark
         t = time.perf_counter()
         agg = (
-            msgs.groupBy("type", "decision", F.floor(F.col("timestamp") / 1_000_000_000).alias("second"))
-            .agg(F.count(F.lit(1)).alias("n"), F.sum("length").alias("bytes"),
-                 F.sum(F.col("zero_length").cast("long")).alias("zero_length"))
+            ids.mapInArrow(run, AGGREGATE_SCHEMA)
+            .groupBy("class_key", "decision", "type", "second")
+            .agg(*(F.sum(c).alias(c) for c in ("messages", "bytes", "zero_length")))
             .toPandas()
         )
-        timings["aggregate"] = time.perf_counter() - t
+        timings["read_and_tables"] = time.perf_counter() - t
 
-        # reference semantics on one representative per class key
+        # 2. reference semantics on one representative per class key
         t = time.perf_counter()
-        per_key = pairs.groupby("class_key")["count"].sum()
+        pairs = agg[agg["class_key"].notna()]
+        per_key = pairs.groupby("class_key")["messages"].sum()
         keys = per_key.index.to_numpy(dtype=np.int64)
         counts = per_key.to_numpy(dtype=np.int64)
-        reps = representatives(bundle.classes, keys)
-        ref = evaluate_rules(res.rules, res.spec, reps, counts)
+        ref = evaluate_rules(res.rules, res.spec, representatives(bundle.classes, keys), counts)
         ref_codes = np.array([tables.code_of(d) for d in ref.decisions], dtype=np.int64)
-        key_pos = {int(k): i for i, k in enumerate(keys)}
-        pair_ref = np.array([ref_codes[key_pos[int(k)]] for k in pairs["class_key"]], dtype=np.int64)
+        pair_keys = pairs["class_key"].to_numpy(dtype=np.int64)
+        pair_ref = ref_codes[np.searchsorted(keys, pair_keys)] if len(keys) else np.zeros(0, np.int64)
         bad = pairs[pair_ref != pairs["decision"].to_numpy(dtype=np.int64)]
-        disagreements = int(bad["count"].sum())
+        disagreements = int(bad["messages"].sum())
         timings["reference"] = time.perf_counter() - t
 
-        examples = []
-        if disagreements:
-            bad_keys = [int(k) for k in bad["class_key"]]
-            rows = (
-                msgs.where(F.col("class_key").isin(bad_keys[:1000])).limit(200).toPandas()
-            )
-            for _, r in rows.iterrows():
-                ref_d = ref.decisions[key_pos[int(r["class_key"])]]
-                got = tables.decisions[int(r["decision"])]
-                if ref_d != got and len(examples) < 10:
-                    examples.append({"file": traces[int(r["file_index"])], "position": int(r["position"]),
-                                     "index": int(r["index"]), "reference": str(ref_d), "tables": str(got)})
-
-        # outputs: written to a temporary directory, renamed at the end
+        # 3. the other outputs, then the temporary directory is renamed
         t = time.perf_counter()
-        parent = out_dir.resolve().parent
-        parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=parent))
         try:
-            decisions = [(i, list(d.ports), str(d)) for i, d in enumerate(tables.decisions)]
-            dec_df = spark.createDataFrame(decisions, "decision int, subscribers array<int>, decision_text string")
-            (
-                msgs.where(F.col("decision").isNotNull())
-                .join(F.broadcast(dec_df), "decision")
-                .select("file_index", "position", "index", "type", "timestamp", "length", "stock_locate",
-                        "order_ref_number", "side", "shares", "stock", "price", "subscribers",
-                        F.col("decision_text").alias("decision"))
-                .write.parquet(str(tmp / "messages.parquet"))
-            )
+            examples = []
+            if disagreements:
+                key_pos = {int(k): i for i, k in enumerate(keys)}
+                bad_keys = [int(k) for k in bad["class_key"]][:1000]
+                sample = (spark.read.parquet(str(tmp / "messages.parquet"))
+                          .where(F.col("value_class").isin(bad_keys)).limit(1000).toPandas())
+                for _, r in sample.iterrows():
+                    ref_d = ref.decisions[key_pos[int(r["value_class"])]]
+                    got = tables.decisions[int(r["decision"])]
+                    if ref_d != got and len(examples) < 10:
+                        examples.append({"file": traces[int(r["file_index"])], "position": int(r["position"]),
+                                         "index": int(r["index"]), "reference": str(ref_d), "tables": str(got)})
             no_match = int(counts[ref.matched_rules == 0].sum())
-            summary, per_port, per_sec = _summarize(res, traces, bundle, agg, tables, no_match, disagreements,
-                                                    examples, len(keys))
-            port_rows = [(p, per_port[p][0], per_port[p][1]) for p in sorted(per_port)]
-            spark.createDataFrame(port_rows, "subscriber int, messages long, bytes long").coalesce(1).write.parquet(
-                str(tmp / "subscribers.parquet"))
-            rule_rows = [(r.index, r.location.line, r.text, int(h)) for r, h in zip(res.rules, ref.rule_hits)]
-            spark.createDataFrame(rule_rows, "rule int, line int, text string, hits long").coalesce(1).write.parquet(
-                str(tmp / "rules.parquet"))
+            summary, per_port, per_sec = _summarize(res, traces, bundle, agg[agg["class_key"].isna()], tables,
+                                                    no_match, disagreements, examples, len(keys))
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            sp = sorted(per_port)
+            pq.write_table(pa.table({"subscriber": pa.array(sp, pa.int32()),
+                                     "messages": pa.array([per_port[p][0] for p in sp], pa.int64()),
+                                     "bytes": pa.array([per_port[p][1] for p in sp], pa.int64())}),
+                           tmp / "subscribers.parquet")
+            pq.write_table(pa.table({"rule": pa.array([r.index for r in res.rules], pa.int32()),
+                                     "line": pa.array([r.location.line for r in res.rules], pa.int32()),
+                                     "text": pa.array([r.text for r in res.rules], pa.string()),
+                                     "hits": pa.array(ref.rule_hits, pa.int64())}),
+                           tmp / "rules.parquet")
             from . import plots
 
             plots.deliveries_per_subscriber({p: v[0] for p, v in per_port.items()}, tmp / "deliveries_per_subscriber.png")
             plots.messages_per_second(per_sec[0], per_sec[1], tmp / "messages_per_second.png")
             timings["write"] = time.perf_counter() - t
             timings["total"] = time.perf_counter() - t0
+            work = time.perf_counter() - t_work
             summary["seconds"] = {k: round(v, 3) for k, v in timings.items()}
-            summary["messages_per_second"] = round(summary["messages"] / max(timings["total"], 1e-9))
+            summary["messages_per_second"] = round(summary["messages"] / max(work, 1e-9))
             (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
             os.chmod(tmp, 0o755)
             if out_dir.exists():
@@ -194,18 +203,16 @@ def analyze(res: CompileResult, traces: list[str], out_dir: str | Path, master: 
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-    except CapturedException as e:
+    except SubcError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    except Exception as e:
+        shutil.rmtree(tmp, ignore_errors=True)  # a task's SubcError arrives wrapped in Spark's exception
         err = task_error(e)
         if err is not None:
             raise err from None
         raise
-    except Exception as e:  # py4j / Spark failures that carry a task's SubcError
-        err = task_error(e)
-        if err is not None and not isinstance(e, SubcError):
-            raise err from None
-        raise
     finally:
-        msgs.unpersist()
         bc.unpersist()
     return summary
 
@@ -213,12 +220,12 @@ def analyze(res: CompileResult, traces: list[str], out_dir: str | Path, master: 
 def _summarize(res, traces, bundle, agg, tables, no_match, disagreements, examples, n_keys):
     """summary.json (without timings), per port (messages, bytes), messages per second series."""
     subscribers = _subscribers(res.rules)
-    agg = agg.copy()
+    agg = agg.rename(columns={"messages": "n"}).copy()
     agg["wire"] = agg["bytes"] + agg["n"] * BLOCK_LENGTH_BYTES
     messages = int(agg["n"].sum())
     wire_all = int(agg["wire"].sum())
     by_type = agg.groupby("type")["n"].sum()
-    evaluated = agg[agg["decision"].notna()]
+    evaluated = agg[agg["decision"] >= 0]
     per_dec = evaluated.groupby("decision")[["n", "wire"]].sum()
     per_port: dict[int, list[int]] = {p: [0, 0] for p in subscribers}
     deliveries = unicast = multicast = 0
@@ -246,7 +253,7 @@ def _summarize(res, traces, bundle, agg, tables, no_match, disagreements, exampl
     summary = {
         "files": traces,
         "messages": messages,
-        "by_type": {str(k): int(v) for k, v in sorted(by_type.items())},
+        "by_type": {chr(int(k)): int(v) for k, v in sorted(by_type.items())},
         "add_orders": int(evaluated["n"].sum()),
         "zero_length_fallbacks": int(agg["zero_length"].sum()),
         "deliveries": deliveries,
@@ -263,6 +270,7 @@ def _summarize(res, traces, bundle, agg, tables, no_match, disagreements, exampl
         },
         "disagreements": disagreements,
         "disagreement_examples": examples,
+        "decisions": {str(i): str(d) for i, d in enumerate(tables.decisions)},
         "value_classes": n_keys,
         "rules": len(res.rules),
         "splits": len(bundle.splits),

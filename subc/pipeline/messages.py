@@ -87,14 +87,20 @@ def symbols(stock: np.ndarray) -> pa.Array:
     return pc.utf8_rtrim(pc.cast(pc.cast(arr, pa.binary()), pa.string(), safe=False), characters=" ")
 
 
+def pad(buf: MessageBuffer) -> MessageBuffer:
+    """``buf`` with 64 zero bytes after its data, so that fixed-offset reads past a short last
+    message stay in bounds."""
+    return MessageBuffer(np.concatenate([buf.data, np.zeros(64, np.uint8)]), buf.starts, buf.lengths, buf.positions,
+                         buf.indexes, buf.zero_length)
+
+
 def decode(buf: MessageBuffer, file_index: int) -> tuple[pa.RecordBatch, np.ndarray, dict[str, np.ndarray]]:
     """(record batch in :data:`MESSAGE_SCHEMA` order, Add Order mask, Add Order raw fields).
 
     Messages shorter than the 11-byte common header get 0 in the header fields."""
     n = len(buf)
-    d = np.concatenate([buf.data, np.zeros(64, np.uint8)])  # reads past a short last message stay in bounds
-    s = buf.starts
-    padded = MessageBuffer(d, s, buf.lengths, buf.positions, buf.indexes)
+    padded = pad(buf)
+    d, s = padded.data, buf.starts
     mask = add_order_mask(padded)
     ao = add_order_fields(padded, mask)
     short = buf.lengths < 11

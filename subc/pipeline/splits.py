@@ -40,6 +40,7 @@ DEFAULT_SPLIT_BYTES = 64 << 20
 _LEN = [0] * 256
 for _t, _n in MESSAGE_LENGTHS.items():
     _LEN[_t[0]] = _n
+_LEN_NP = np.array(_LEN, dtype=np.int32)
 
 PCAP_MAGICS = {b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d"}
 PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
@@ -161,55 +162,69 @@ def walk_binaryfile(data: bytes, base: int, path: str, last: bool) -> MessageBuf
     ``--split-bytes 0``), or a length that differs from the ITCH length of its message type.
     """
     starts = array("q")
-    lengths = array("i")
-    zero = bytearray()
+    append = starts.append
     n = len(data)
     pos = 0
     LEN = _LEN
-    while pos < n:
-        if pos + 2 > n:
-            raise SubcError(f"{path}: truncated length prefix at byte offset {base + pos}")
+    last_pos = n - 1
+    end = n
+    d = np.frombuffer(data, dtype=np.uint8)
+    while pos < last_pos:  # the hot loop: one length prefix per message, checks vectorised below
         length = (data[pos] << 8) | data[pos + 1]
-        body = pos + 2
-        if length == 0:
+        if not length:
+            body = pos + 2
             if body >= n and last:
+                end = pos  # end-of-session marker
                 break
             mtype = data[body] if body < n else None
             length = LEN[mtype] if mtype is not None else 0
             if not length:
+                _check_lengths(d, _array(starts), pos, base, path)  # an earlier bad length explains it
                 raise SubcError(
                     f"{path}: zero length prefix followed by unknown message type "
                     f"{bytes([mtype]) if mtype is not None else b''!r} at byte offset {base + pos}"
                 )
-        if body + length > n:
-            if last:
-                raise SubcError(
-                    f"{path}: message of {length} bytes at byte offset {base + pos} runs past the end of the file "
-                    f"({base + n} bytes)"
-                )
+        append(pos + 2)
+        pos += 2 + length
+    st = _array(starts)
+    if pos == last_pos and end == n:
+        _check_lengths(d, st, pos, base, path)
+        raise SubcError(f"{path}: truncated length prefix at byte offset {base + pos}")
+    if pos > n:
+        _check_lengths(d, st[:-1], int(st[-1]) - 2, base, path)
+        at = int(st[-1]) - 2
+        length = pos - at - 2
+        if last:
             raise SubcError(
-                f"{path}: message of {length} bytes at byte offset {base + pos} crosses the split point at byte "
-                f"offset {base + n}: no safe split point there (rerun with --split-bytes 0)"
+                f"{path}: message of {length} bytes at byte offset {base + at} runs past the end of the file "
+                f"({base + n} bytes)"
             )
-        expected = LEN[data[body]]
-        if expected and expected != length:
-            raise SubcError(
-                f"{path}: message type {bytes([data[body]])!r} at byte offset {base + pos} has length {length}, "
-                f"expected {expected}"
-            )
-        starts.append(body)
-        zero.append(data[pos] == 0 and data[pos + 1] == 0)
-        lengths.append(length)
-        pos = body + length
-    st = np.frombuffer(starts, dtype=np.int64) if len(starts) else np.zeros(0, np.int64)
-    return MessageBuffer(
-        np.frombuffer(data, dtype=np.uint8),
-        st,
-        np.frombuffer(lengths, dtype=np.int32) if len(lengths) else np.zeros(0, np.int32),
-        st - 2 + base,
-        np.zeros(len(st), np.int32),
-        np.frombuffer(bytes(zero), dtype=np.bool_),
-    )
+        raise SubcError(
+            f"{path}: message of {length} bytes at byte offset {base + at} crosses the split point at byte "
+            f"offset {base + n}: no safe split point there (rerun with --split-bytes 0)"
+        )
+    lengths = _check_lengths(d, st, min(pos, end), base, path)
+    zero = (d[st - 2] == 0) & (d[st - 1] == 0) if len(st) else np.zeros(0, dtype=bool)
+    return MessageBuffer(d, st, lengths, st - 2 + base, np.zeros(len(st), np.int32), zero)
+
+
+def _array(starts: array) -> np.ndarray:
+    return np.frombuffer(starts, dtype=np.int64).copy() if len(starts) else np.zeros(0, np.int64)
+
+
+def _check_lengths(d: np.ndarray, st: np.ndarray, end: int, base: int, path: str) -> np.ndarray:
+    """Lengths of the messages starting at ``st`` (the last one ending at ``end``); raises
+    :class:`SubcError` at the first whose length differs from the ITCH length of its type."""
+    lengths = (np.r_[st[1:] - 2, end] - st).astype(np.int32)
+    expected = _LEN_NP[d[st]] if len(st) else np.zeros(0, np.int32)
+    bad = np.flatnonzero((expected != 0) & (expected != lengths))
+    if len(bad):
+        k = int(bad[0])
+        raise SubcError(
+            f"{path}: message type {bytes([d[st[k]]])!r} at byte offset {base + int(st[k]) - 2} has length "
+            f"{int(lengths[k])}, expected {int(expected[k])}"
+        )
+    return lengths
 
 
 def read_split(split: Split, udp_port: int | None = None) -> MessageBuffer:
