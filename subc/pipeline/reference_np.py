@@ -16,8 +16,10 @@ rules and 10 million messages).  This module evaluates the rules exactly but on 
    constants differ), then combines the matched rules' actions as
    :func:`subc.runtime.reference.combine` does.
 
-Nothing here uses the BDD, the intervals of the compiler or the tables, so agreement with the
-compiled pipeline is a real check.  Cost: O(R x T) for T distinct class keys in the data.
+Rules with a top-level conjunct ``field == c`` are evaluated only on the representatives whose
+value is ``c`` (exact: the rule is false on the others).  Nothing here uses the BDD, the intervals of the compiler or the tables, so agreement with the
+compiled pipeline is a real check.  Cost: O(R x T) for T distinct class keys in the data, divided
+by about the number of distinct equality constants when rules have one.
 """
 
 from __future__ import annotations
@@ -134,12 +136,33 @@ class ReferenceResult:
     matched_rules: np.ndarray
 
 
+def _index_column(shape: tuple) -> tuple[str, int] | None:
+    """(field, constant column) of a top-level conjunct ``field == constant`` of ``shape``, if any."""
+    items = shape[1] if shape[0] == "and" else (shape,)
+    j = 0
+    for sub in items:
+        if sub[0] == "p" and sub[3] == "==" and sub[4] == (None,):
+            return sub[1], j
+        j += _count_constants(sub)
+    return None
+
+
+def _count_constants(shape: tuple) -> int:
+    if shape[0] == "p":
+        return len(shape[4])
+    if shape[0] == "not":
+        return _count_constants(shape[1])
+    return sum(_count_constants(s) for s in shape[1])
+
+
 def evaluate_rules(rules: list[Rule], spec: Spec, reps: dict[str, np.ndarray], counts: np.ndarray) -> ReferenceResult:
     """Evaluate ``rules`` on T representatives (``reps``: 'header.field' -> uint64 array of T; every
     field the rules use) weighted by ``counts`` (int64, messages per representative).
 
-    Raises :class:`SubcError` when matched rules' actions conflict on a representative (as
-    :func:`subc.runtime.reference.combine`)."""
+    Rules whose condition has a top-level conjunct ``field == c`` are evaluated only on the
+    representatives whose value of that field is ``c`` (on the others the conjunct, hence the
+    rule, is false); the rest on all representatives.  Raises :class:`SubcError` when matched
+    rules' actions conflict on a representative (as :func:`subc.runtime.reference.combine`)."""
     T = len(counts)
     counts = np.asarray(counts, dtype=np.int64)
     hits = np.zeros(len(rules), dtype=np.int64)
@@ -148,6 +171,29 @@ def evaluate_rules(rules: list[Rule], spec: Spec, reps: dict[str, np.ndarray], c
     rule_aset = np.array([aset_ids.setdefault(r.atoms(), len(aset_ids)) for r in rules], dtype=np.int64)
     asets = list(aset_ids)
     acc = np.zeros((len(asets), T), dtype=bool)
+
+    def block(shape: tuple, rows: np.ndarray, C: np.ndarray, cols: np.ndarray | None) -> None:
+        sub = reps if cols is None else {f: v[cols] for f, v in reps.items()}
+        width = T if cols is None else len(cols)
+        step = max(1, BLOCK // max(width, 1))
+        w = counts if cols is None else counts[cols]
+        for a in range(0, len(rows), step):
+            r = rows[a : a + step]
+            M, _ = _eval_shape(shape, C[a : a + step], sub, 0)
+            M = np.broadcast_to(M, (len(r), width))
+            hits[r] = M.astype(np.int64) @ w
+            ids = rule_aset[r]
+            order = np.argsort(ids, kind="stable")
+            sorted_ids = ids[order]
+            starts = np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]])
+            hit_sets = np.logical_or.reduceat(M[order], starts, axis=0)
+            if cols is None:
+                matched[:] += M.sum(axis=0)
+                acc[sorted_ids[starts]] |= hit_sets
+            else:
+                matched[cols] += M.sum(axis=0)
+                acc[np.ix_(sorted_ids[starts], cols)] |= hit_sets
+
     groups: dict[tuple, list[int]] = {}
     for i, r in enumerate(rules):
         groups.setdefault(_shape(r.condition), []).append(i)
@@ -159,18 +205,25 @@ def evaluate_rules(rules: list[Rule], spec: Spec, reps: dict[str, np.ndarray], c
             consts.append(row)
         C = np.array(consts, dtype=np.uint64).reshape(len(idx), -1)
         idx_arr = np.array(idx, dtype=np.int64)
-        step = max(1, BLOCK // max(T, 1))
-        for a in range(0, len(idx), step):
-            rows = idx_arr[a : a + step]
-            M, _ = _eval_shape(shape, C[a : a + step], reps, 0)
-            M = np.broadcast_to(M, (len(rows), T))
-            hits[rows] = M.astype(np.int64) @ counts
-            matched += M.sum(axis=0)
-            ids = rule_aset[rows]
-            order = np.argsort(ids, kind="stable")
-            sorted_ids = ids[order]
-            starts = np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]])
-            acc[sorted_ids[starts]] |= np.logical_or.reduceat(M[order], starts, axis=0)
+        index = _index_column(shape)
+        if index is None or T == 0:
+            block(shape, idx_arr, C, None)
+            continue
+        field, j = index
+        # bucket rules by their constant and representatives by their value of the field
+        rep_vals = reps[field]
+        rep_order = np.argsort(rep_vals, kind="stable")
+        sorted_vals = rep_vals[rep_order]
+        rule_order = np.argsort(C[:, j], kind="stable")
+        cj = C[rule_order, j]
+        bounds = np.flatnonzero(np.r_[True, cj[1:] != cj[:-1], True])
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            c = cj[a]
+            lo, hi = np.searchsorted(sorted_vals, c, "left"), np.searchsorted(sorted_vals, c, "right")
+            if lo == hi:
+                continue  # no representative has this value: these rules match nothing
+            sel = rule_order[a:b]
+            block(shape, idx_arr[sel], C[sel], rep_order[lo:hi])
     return ReferenceResult(_combine_sets(asets, acc, spec), hits, matched)
 
 
