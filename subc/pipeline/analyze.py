@@ -32,6 +32,7 @@ import os
 import shutil
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -133,12 +134,14 @@ def analyze(res: CompileResult, traces: list[str], out_dir: str | Path, master: 
     try:
         # 1. read, decode, evaluate the tables, write messages.parquet; partial counts per split, summed by Spark
         t = time.perf_counter()
-        agg = (
-            ids.mapInArrow(run, AGGREGATE_SCHEMA)
-            .groupBy("class_key", "decision", "type", "second")
-            .agg(*(F.sum(c).alias(c) for c in ("messages", "bytes", "zero_length")))
-            .toPandas()
-        )
+        with warnings.catch_warnings():  # a task's error is re-raised below; Arrow's warning repeats it
+            warnings.simplefilter("ignore", UserWarning)
+            agg = (
+                ids.mapInArrow(run, AGGREGATE_SCHEMA)
+                .groupBy("class_key", "decision", "type", "second")
+                .agg(*(F.sum(c).alias(c) for c in ("messages", "bytes", "zero_length")))
+                .toPandas()
+            )
         timings["read_and_tables"] = time.perf_counter() - t
 
         # 2. reference semantics on one representative per class key

@@ -33,7 +33,7 @@ from .distributions import mean_prices, symbol_names, zipf_weights
 
 #: Order-flow message shares (sum 1).
 MESSAGE_MIX = {
-    "A": 0.420, "D": 0.405, "U": 0.075, "E": 0.023, "I": 0.022, "X": 0.012, "F": 0.007, "P": 0.005,
+    "A": 0.430, "D": 0.420, "U": 0.075, "E": 0.025, "I": 0.022, "X": 0.013, "F": 0.008, "P": 0.006,
     "L": 0.0007, "C": 0.0003,
 }
 CHUNK = 1 << 20

@@ -1,0 +1,177 @@
+"""The data pipeline's vectorised parts, without Spark: differential tests of the NumPy table
+evaluator against the table simulator and of the value-class reference against the per-packet
+reference, and the trace readers against :mod:`subc.runtime.itch`."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from subc.compiler.driver import compile_rules
+from subc.compiler.rules import parse_rules
+from subc.compiler.targets.entries import entries_json
+from subc.errors import SubcError
+from subc.pipeline.evaluate import representatives
+from subc.pipeline.messages import decode
+from subc.pipeline.reference_np import ValueClasses, evaluate_rules
+from subc.pipeline.splits import plan_splits, read_pcap, read_split, walk_binaryfile
+from subc.pipeline.tables_np import PipelineEvaluator
+from subc.runtime.itch import decode_add_order, read_binaryfile
+from subc.runtime.reference import reference_decision
+from subc.runtime.simulator import TableSimulator
+
+from conftest import real_sample
+from strategies import boundary_packets, rule_set
+from test_differential import FIELDS, SPEC
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def _columns(pkts):
+    return {f: np.array([p[f] for p in pkts], dtype=np.uint64) for f in FIELDS}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(rule_set(FIELDS, allow_drop=True), st.sampled_from(["bmv2", "tofino"]), st.data())
+def test_numpy_tables_agree_with_the_table_simulator_and_the_reference(fields_text, target, data):
+    _, text = fields_text
+    rules = parse_rules(text, SPEC, "gen.sub")
+    try:
+        res = compile_rules(rules, SPEC, target)
+    except SubcError:
+        return  # conflicting actions: covered by test_differential
+    doc = entries_json(res.pipeline, target)
+    ev, sim = PipelineEvaluator(doc), TableSimulator(doc)
+    pkts = boundary_packets(rules, FIELDS, data.draw)
+    codes = ev.decide(_columns(pkts))
+    for p, c in zip(pkts, codes):
+        assert ev.decisions[c] == sim.process(p), p
+        assert ev.decisions[c] == reference_decision(rules, SPEC, p), p
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(rule_set(FIELDS), st.data())
+def test_value_class_reference_agrees_with_the_per_packet_reference(fields_text, data):
+    _, text = fields_text
+    rules = parse_rules(text, SPEC, "gen.sub")
+    pkts = boundary_packets(rules, FIELDS, data.draw)
+    classes = ValueClasses(rules)
+    keys = classes.key(_columns(pkts))
+    uniq, inv = np.unique(keys, return_inverse=True)
+    try:
+        ref = evaluate_rules(rules, SPEC, representatives(classes, uniq), np.bincount(inv))
+    except SubcError:
+        with pytest.raises(SubcError):
+            for p in pkts:
+                reference_decision(rules, SPEC, p)
+        return
+    hits = np.zeros(len(rules), dtype=np.int64)
+    for p, k in zip(pkts, inv):
+        assert ref.decisions[k] == reference_decision(rules, SPEC, p), p
+        for r in rules:
+            from subc.compiler.ast import evaluate
+
+            hits[r.index] += evaluate(r.condition, p)
+    assert hits.tolist() == ref.rule_hits.tolist()
+
+
+def test_equality_index_matches_a_full_evaluation(example_spec):
+    """Rules with a top-level ``==`` go through the per-value buckets; with the index disabled the
+    same rules must give the same decisions and hits."""
+    from subc.pipeline import reference_np
+    from subc.runtime.itch import stock_value
+    from subc.workloads.distributions import symbol_names
+    from subc.workloads.itch_rules import itch_rules
+
+    rules = parse_rules(itch_rules(400, symbols=20, seed=4) + itch_rules(100, symbols=20, seed=5, form="camus"),
+                        example_spec)
+    rng = np.random.default_rng(1)
+    syms = np.array([stock_value(s) for s in symbol_names(25)], dtype=np.uint64)
+    n = 4000
+    cols = {f: np.zeros(n, np.uint64) for f in example_spec.query_fields}
+    cols["add_order.stock"] = syms[rng.integers(0, 25, n)]
+    cols["add_order.price"] = rng.integers(0, 2_000_000, n).astype(np.uint64)
+    cols["add_order.shares"] = rng.integers(0, 1200, n).astype(np.uint64)
+    classes = ValueClasses(rules)
+    uniq, inv = np.unique(classes.key(cols), return_inverse=True)
+    reps, counts = representatives(classes, uniq), np.bincount(inv)
+    fast = evaluate_rules(rules, example_spec, reps, counts)
+    orig = reference_np._index_column
+    try:
+        reference_np._index_column = lambda shape: None
+        full = evaluate_rules(rules, example_spec, reps, counts)
+    finally:
+        reference_np._index_column = orig
+    assert fast.decisions == full.decisions
+    assert fast.rule_hits.tolist() == full.rule_hits.tolist()
+    assert fast.rule_hits.sum() > 0
+
+
+@pytest.mark.parametrize("name", ["ex20101224.TEST_ITCH_50", "ex20101224.TEST_ITCH_50.reframed"])
+@pytest.mark.parametrize("split_bytes", [0, 7_000, 100_000])
+def test_splits_read_every_message_once(name, split_bytes):
+    path = real_sample(name)
+    expected = [(o, m) for o, m in read_binaryfile(path)]
+    splits = plan_splits([str(path)], split_bytes)
+    if split_bytes:
+        assert len(splits) > 1
+    got = []
+    for sp in splits:
+        buf = read_split(sp)
+        got.extend((int(p), bytes(buf.data[s : s + n])) for p, s, n in zip(buf.positions, buf.starts, buf.lengths))
+    assert got == expected
+
+
+def test_decoded_columns_equal_the_per_message_decoder():
+    path = real_sample()
+    buf = read_split(plan_splits([str(path)], 0)[0])
+    batch, mask, ao = decode(buf, 3)
+    rows = batch.to_pylist()
+    adds = [(o, decode_add_order(m)) for o, m in read_binaryfile(path) if m[:1] in (b"A", b"F")]
+    got = [r for r in rows if r["type"] in ("A", "F")]
+    assert len(got) == len(adds) == int(mask.sum()) == 5000
+    for r, (o, d) in zip(got, adds):
+        assert r["file_index"] == 3 and r["position"] == o
+        assert (r["shares"], r["price"], r["timestamp"]) == (d["add_order.shares"], d["add_order.price"], d["add_order.timestamp"])
+        assert r["stock"] == d["add_order.stock"].to_bytes(8, "big").decode().rstrip()
+        assert r["side"] == chr(d["add_order.buy_sell_indicator"])
+    for f, v in ao.items():
+        assert v.tolist() == [d[f] for _, d in adds]
+
+
+def test_corrupt_binaryfile_names_the_file_and_byte_offset():
+    data = real_sample("ex20101224.TEST_ITCH_50.reframed").read_bytes()
+    bad = data[:14] + b"\x00\x26" + data[16:]  # the Stock Directory at byte 14 claims 38 bytes
+    with pytest.raises(SubcError, match=r"day\.itch: message type b'R' at byte offset 14 has length 38, expected 39"):
+        walk_binaryfile(bad, 0, "day.itch", True)
+    with pytest.raises(SubcError, match=r"day\.itch: message of 12 bytes at byte offset 465034 runs past the end"):
+        walk_binaryfile(data[:-5], 0, "day.itch", True)
+    with pytest.raises(SubcError, match=r"crosses the split point at byte offset 465043"):
+        walk_binaryfile(data[:-5], 0, "day.itch", False)
+    with pytest.raises(SubcError, match=r"zero length prefix followed by unknown message type b'\\x07' at byte offset 14"):
+        walk_binaryfile(data[:14] + b"\x00\x00\x07" + data[17:], 0, "day.itch", True)
+
+
+def test_pcap_with_several_messages_per_packet(tmp_path):
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Ether
+    from scapy.utils import wrpcap
+
+    from subc.runtime.moldudp64 import encode_packet
+
+    msgs = [m for _, m in read_binaryfile(real_sample())][:50]
+    frames = []
+    for k in range(0, 50, 7):
+        frames.append(Ether() / IP(src="10.0.0.1", dst="10.0.0.2") / UDP(sport=1, dport=26400)
+                      / encode_packet("S1", k + 1, msgs[k : k + 7]))
+    frames.append(Ether() / IP(src="10.0.0.1", dst="10.0.0.2") / UDP(sport=1, dport=53) / b"not mold")
+    path = tmp_path / "feed.pcap"
+    wrpcap(str(path), frames)
+    buf = read_pcap(str(path), udp_port=26400)
+    assert [bytes(buf.data[s : s + n]) for s, n in zip(buf.starts, buf.lengths)] == msgs
+    assert buf.positions.tolist() == [1 + i // 7 for i in range(50)]
+    assert buf.indexes.tolist() == [i % 7 for i in range(50)]
+    with pytest.raises(SubcError, match=r"feed\.pcap: frame 9: MoldUDP64: truncated header"):
+        read_pcap(str(path))  # without the port filter the DNS-port datagram is read as MoldUDP64
