@@ -2,7 +2,7 @@
 
 Under ``spark-submit`` (the Python driver then runs with ``PYSPARK_GATEWAY_PORT`` set) the master
 and resources come from ``spark-submit``; otherwise Spark starts embedded in local mode
-(``--master``, default ``local[*]``), with no cluster and no Hadoop install.  Spark's console
+(``--master``, default ``local[*]``), with no cluster and no Hadoop install, bound to loopback.  Spark's console
 progress bar is on; its log is quiet (warnings and errors only).
 """
 
@@ -35,9 +35,14 @@ def get_session(master: str | None = None, app: str = "subc", conf: dict[str, st
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     b = SparkSession.builder.appName(app)
     if not under_spark_submit():
-        b = b.master(master or "local[*]").config("spark.driver.memory", LOCAL_DRIVER_MEMORY)
+        master = master or "local[*]"
+        b = b.master(master).config("spark.driver.memory", LOCAL_DRIVER_MEMORY)
     elif master:
         b = b.master(master)
+    if master and master.startswith("local"):
+        # embedded Spark talks to itself only: keep the driver (and its web UI) on loopback
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        b = b.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
     settings = {
         "spark.ui.showConsoleProgress": "true",
         "spark.sql.execution.arrow.pyspark.enabled": "true",

@@ -1,0 +1,139 @@
+"""Throughput of ``subc analyze``: Spark in local mode against plain NumPy on one core.
+
+Workload (generated deterministically, cached under --work): a synthetic ITCH 5.0 BinaryFILE
+(``subc gen trace``, default 10 million messages over 500 symbols) and an ITCH rule set (``subc gen
+itch``, price form, default 100,000 rules over the same 500 symbols, 32 ports).
+
+Measured, each the median of --repeat runs (the compile is done once and timed separately):
+
+* ``spark``: the whole job after the session is up (:func:`subc.pipeline.analyze.analyze`: read,
+  decode, tables, messages.parquet, counts, reference, outputs), messages per second;
+* ``spark_read``: the trace alone as a DataFrame (:func:`subc.pipeline.trace_df.read_messages`),
+  every column decoded and handed to the JVM, counted;
+* ``numpy``: the same per-split work as a Spark task (:func:`subc.pipeline.evaluate.process_split`,
+  including writing the Parquet parts) in one Python process, split after split, plus the
+  reference on the driver side: the cost of the evaluation without Spark;
+* ``numpy_read``: reading and decoding alone in one process.
+
+Prints a table and writes JSON (--json).  Run it alone: ``python3 bench/analyze_bench.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC = ROOT / "examples" / "itch" / "spec.p4"
+
+
+def ensure_inputs(work: Path, messages: int, rules: int, symbols: int) -> tuple[Path, Path]:
+    work.mkdir(parents=True, exist_ok=True)
+    trace = work / f"trace-{messages}-{symbols}.itch"
+    rules_path = work / f"rules-{rules}-{symbols}.sub"
+    if not trace.exists():
+        subprocess.run([sys.executable, "-m", "subc.cli", "gen", "trace", "--messages", str(messages), "--symbols",
+                        str(symbols), "-o", str(trace)], check=True)
+    if not rules_path.exists():
+        subprocess.run([sys.executable, "-m", "subc.cli", "gen", "itch", "--rules", str(rules), "--symbols",
+                        str(symbols), "-o", str(rules_path)], check=True)
+    return trace, rules_path
+
+
+def numpy_run(res, trace: Path, out: Path) -> dict:
+    """The Spark job's per-split work and the reference, in this process, one split after another."""
+    import numpy as np
+    import pandas as pd
+
+    from subc.pipeline.analyze import auto_split_bytes, make_bundle
+    from subc.pipeline.evaluate import process_split, representatives
+    from subc.pipeline.reference_np import evaluate_rules
+
+    t0 = time.perf_counter()
+    bundle = make_bundle(res, [str(trace)], auto_split_bytes([str(trace)], 2))
+    ports = [d.ports for d in bundle.tables.decisions]
+    out.mkdir(parents=True, exist_ok=True)
+    parts = [process_split(bundle, i, str(out), ports).to_pandas() for i in range(len(bundle.splits))]
+    agg = pd.concat(parts)
+    pairs = agg[agg["class_key"].notna()].groupby("class_key")["messages"].sum()
+    ref = evaluate_rules(res.rules, res.spec, representatives(bundle.classes, pairs.index.to_numpy(np.int64)),
+                         pairs.to_numpy(np.int64))
+    return {"seconds": time.perf_counter() - t0, "messages": int(agg["messages"].sum()), "hits": int(ref.rule_hits.sum())}
+
+
+def numpy_read(trace: Path) -> dict:
+    from subc.pipeline.analyze import auto_split_bytes
+    from subc.pipeline.messages import decode
+    from subc.pipeline.splits import plan_splits, read_split
+
+    t0 = time.perf_counter()
+    n = 0
+    for sp in plan_splits([str(trace)], auto_split_bytes([str(trace)], 2)):
+        n += decode(read_split(sp), 0)[0].num_rows
+    return {"seconds": time.perf_counter() - t0, "messages": n}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--messages", type=int, default=10_000_000)
+    ap.add_argument("--rules", type=int, default=100_000)
+    ap.add_argument("--symbols", type=int, default=500)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "subc-analyze-bench")
+    ap.add_argument("--json", type=Path, help="write the results here")
+    args = ap.parse_args()
+
+    from subc.compiler.driver import compile_rules
+    from subc.compiler.rules import load_rules
+    from subc.compiler.spec import load_spec
+    from subc.pipeline.analyze import analyze
+    from subc.pipeline.session import get_session
+    from subc.pipeline.trace_df import read_messages
+
+    trace, rules_path = ensure_inputs(args.work, args.messages, args.rules, args.symbols)
+    t = time.perf_counter()
+    spec = load_spec(SPEC)
+    res = compile_rules(load_rules(rules_path, spec), spec, "bmv2")
+    compile_s = time.perf_counter() - t
+    t = time.perf_counter()
+    spark = get_session(args.master, "subc analyze bench", {"spark.ui.enabled": "false"})
+    spark_start = time.perf_counter() - t
+    runs: dict[str, list[dict]] = {"spark": [], "spark_read": [], "numpy": [], "numpy_read": []}
+    for _ in range(args.repeat):
+        out = args.work / "out"
+        t = time.perf_counter()
+        s = analyze(res, [str(trace)], out, spark=spark)
+        runs["spark"].append({"seconds": time.perf_counter() - t, "messages": s["messages"],
+                              "disagreements": s["disagreements"], "steps": s["seconds"]})
+        t = time.perf_counter()
+        n = read_messages(spark, [str(trace)]).count()
+        runs["spark_read"].append({"seconds": time.perf_counter() - t, "messages": n})
+        shutil.rmtree(args.work / "np", ignore_errors=True)
+        runs["numpy"].append(numpy_run(res, trace, args.work / "np"))
+        runs["numpy_read"].append(numpy_read(trace))
+    spark.stop()
+    result = {"messages": args.messages, "rules": args.rules, "symbols": args.symbols, "master": args.master,
+              "compile_seconds": round(compile_s, 2), "spark_start_seconds": round(spark_start, 2),
+              "disagreements": max(r["disagreements"] for r in runs["spark"]), "runs": runs, "median": {}}
+    print(f"{args.messages:,} messages, {args.rules:,} rules; compile {compile_s:.1f} s, Spark start {spark_start:.1f} s")
+    print(f"{'path':<12} {'median s':>9} {'messages/s':>12}")
+    for k, rs in runs.items():
+        sec = statistics.median(r["seconds"] for r in rs)
+        rate = args.messages / sec
+        result["median"][k] = {"seconds": round(sec, 3), "messages_per_second": round(rate)}
+        print(f"{k:<12} {sec:>9.2f} {rate:>12,.0f}")
+    print(f"disagreements: {result['disagreements']}")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
