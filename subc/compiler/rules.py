@@ -9,6 +9,7 @@ every operator against the field's match kind, converts literals to raw values
 from __future__ import annotations
 
 from functools import lru_cache
+from importlib import resources
 from pathlib import Path
 
 from lark import Lark, Token, Tree
@@ -19,7 +20,8 @@ from .ast import And, Action, Not, Operand, Or, Pred, Rule
 from .literals import arg_value, literal_value
 from .spec import QueryField, Spec
 
-GRAMMAR = Path(__file__).resolve().parent.parent / "grammar" / "rules.lark"
+#: The grammar, read as package data (works from a zip too, as shipped with ``spark-submit --py-files``).
+GRAMMAR = resources.files("subc") / "grammar" / "rules.lark"
 MAX_PORT = 511  # 9-bit port numbers (v1model egress_spec, TNA PortId_t)
 
 _FRIENDLY = {
