@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..compiler.ast import And, Not, Or, Pred, Rule, predicates
+from ..compiler.ast import And, Not, Pred, Rule, predicates
 from ..compiler.spec import Spec
 from ..errors import SubcError
 from ..runtime.reference import Decision, default_decision

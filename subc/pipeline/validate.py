@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..compiler.ast import And, Not, Or, Pred, Rule, predicates
+from ..compiler.ast import And, Not, Pred, Rule, predicates
 from ..compiler.spec import Spec
 from ..errors import SubcError
 
