@@ -16,7 +16,7 @@ from subc.errors import SubcError
 from subc.pipeline.evaluate import representatives
 from subc.pipeline.messages import decode
 from subc.pipeline.reference_np import ValueClasses, evaluate_rules
-from subc.pipeline.splits import plan_splits, read_pcap, read_split, walk_binaryfile
+from subc.pipeline.splits import file_kind, plan_splits, read_pcap, read_split, walk_binaryfile
 from subc.pipeline.tables_np import PipelineEvaluator
 from subc.runtime.itch import decode_add_order, read_binaryfile
 from subc.runtime.reference import reference_decision
@@ -175,3 +175,10 @@ def test_pcap_with_several_messages_per_packet(tmp_path):
     assert buf.indexes.tolist() == [i % 7 for i in range(50)]
     with pytest.raises(SubcError, match=r"feed\.pcap: frame 9: MoldUDP64: truncated header"):
         read_pcap(str(path))  # without the port filter the DNS-port datagram is read as MoldUDP64
+    from scapy.utils import wrpcapng
+
+    ng = tmp_path / "feed.pcapng"
+    wrpcapng(str(ng), frames[:-1])
+    assert file_kind(str(ng)) == "pcap"
+    buf = read_pcap(str(ng))
+    assert [bytes(buf.data[s : s + n]) for s, n in zip(buf.starts, buf.lengths)] == msgs
