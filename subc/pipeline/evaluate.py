@@ -10,6 +10,7 @@ rules (:class:`~subc.pipeline.reference_np.ValueClasses`) and the spec's query f
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,7 +88,10 @@ def process_split(bundle: Bundle, i: int, parts_dir: str | None = None,
         import pyarrow.parquet as pq
 
         table = pa.Table.from_batches([add_order_rows(ev, bundle.splits[i].file_index, ports or [])])
-        pq.write_table(table, f"{parts_dir}/part-{i:05d}.parquet")
+        part = os.path.join(parts_dir, f"part-{i:05d}.parquet")
+        tmp = f"{os.path.dirname(part)}/.{os.path.basename(part)}.{os.getpid()}"
+        pq.write_table(table, tmp)
+        os.replace(tmp, part)  # a retried or speculative task attempt replaces the part whole
     return aggregates(ev)
 
 
