@@ -54,10 +54,13 @@ def compile_cmd(rules: str, spec_path: str, target: str, out_dir: str, field_ord
     from .compiler.targets import target_files
     from .compiler.targets.output import write_directory
 
+    from .compiler.gcpause import paused_gc
+
     try:
-        res = _compile(rules, spec_path, target, field_order)
-        files, _ = target_files(res, rules, dot)
-        write_directory(out_dir, files)
+        with paused_gc():  # see subc/compiler/gcpause.py
+            res = _compile(rules, spec_path, target, field_order)
+            files, _ = target_files(res, rules, dot)
+            write_directory(out_dir, files)
     except SubcError as e:
         _fail(e)
     pipe = res.pipeline

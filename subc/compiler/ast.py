@@ -8,6 +8,7 @@ interval sets that the compiler derives from it (:meth:`Pred.values`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Union
 
 from ..errors import Location
@@ -58,15 +59,21 @@ class Pred:
         return {"<": v < c, "<=": v <= c, ">": v > c, ">=": v >= c}[op]
 
     def values(self) -> IntervalSet:
-        """The set of field values that satisfy the predicate."""
-        top = (1 << self.width) - 1
-        op = self.op
-        if op in ("in", "==", "!=", "not in"):
-            s = IntervalSet(top, [o.interval(self.width) for o in self.operands])
-            return s if op in ("in", "==") else s.complement()
-        c = self.operands[0].value
-        lo_hi = {"<": (0, c - 1), "<=": (0, c), ">": (c + 1, top), ">=": (c, top)}[op]
-        return IntervalSet(top, [lo_hi])
+        """The set of field values that satisfy the predicate (shared between equal predicates:
+        do not mutate it)."""
+        return _pred_values(self.width, self.op, self.operands)
+
+
+@lru_cache(maxsize=1 << 16)
+def _pred_values(width: int, op: str, operands: tuple[Operand, ...]) -> IntervalSet:
+    """:meth:`Pred.values`, cached: large rule sets repeat a few thousand distinct predicates."""
+    top = (1 << width) - 1
+    if op in ("in", "==", "!=", "not in"):
+        s = IntervalSet(top, [o.interval(width) for o in operands])
+        return s if op in ("in", "==") else s.complement()
+    c = operands[0].value
+    lo_hi = {"<": (0, c - 1), "<=": (0, c), ">": (c + 1, top), ">=": (c, top)}[op]
+    return IntervalSet(top, [lo_hi])
 
 
 @dataclass(frozen=True)

