@@ -18,7 +18,7 @@ from ..errors import SubcError
 from .ast import Rule, evaluate
 from .bdd import RuleBDD, build_bdd, fields_used
 from .gcpause import paused_gc
-from .layered import slice_rules
+from .layered import SliceBudgetExceeded, slice_rules
 from .slicing import Sliced
 from .spec import Spec
 from .tables import Pipeline, build_pipeline
@@ -26,6 +26,9 @@ from .tables import Pipeline, build_pipeline
 EXHAUSTIVE_ORDER_FIELDS = 4
 #: Above this many rules only the heuristic field order is compiled (each order is a compile).
 ORDER_SEARCH_MAX_RULES = 20_000
+#: A candidate field order is abandoned once slicing it visits this many times the items that the
+#: best candidate so far needed (see :func:`~.layered.slice_rules`).
+ORDER_SEARCH_WORK_FACTOR = 8
 
 
 @dataclass
@@ -128,10 +131,12 @@ def resolve_order(names: Sequence[str], spec: Spec, used: Sequence[str]) -> list
     return [f for f in out if f in used]
 
 
-def _build(rules, spec, order, target, range_form="auto"):
-    """One compilation in a given field order: (sliced stages, pipeline, phase times in s)."""
+def _build(rules, spec, order, target, range_form="auto", max_work=None):
+    """One compilation in a given field order: (sliced stages, pipeline, phase times in s).
+
+    Raises :class:`~.layered.SliceBudgetExceeded` past ``max_work`` (see :func:`slice_rules`)."""
     t0 = time.perf_counter()
-    sliced = slice_rules(rules, spec.query_fields, order)
+    sliced = slice_rules(rules, spec.query_fields, order, max_work)
     t1 = time.perf_counter()
     leaf_actions, mcast, atoms = _leaf_tables(sliced, rules, spec)
     headers = list(dict.fromkeys(f.split(".")[0] for f in order))
@@ -168,8 +173,9 @@ def compile_rules(
     """Compile ``rules`` for ``target`` ('bmv2', 'tofino' or 'ebpf').
 
     The field order is ``field_order`` when given, else the candidate (see
-    :func:`candidate_orders`) with the fewest table entries (ties: first candidate); above
-    :data:`ORDER_SEARCH_MAX_RULES` rules, the first (heuristic) candidate only.
+    :func:`candidate_orders`) with the fewest table entries (ties: first candidate; a candidate
+    whose slicing costs :data:`ORDER_SEARCH_WORK_FACTOR` times the best one's is abandoned);
+    above :data:`ORDER_SEARCH_MAX_RULES` rules, the first (heuristic) candidate only.
     ``range_form`` is passed to :func:`~subc.compiler.tables.build_pipeline`.  Raises
     :class:`SubcError` for conflicting actions or a bad field order.
     """
@@ -185,7 +191,13 @@ def compile_rules(
     best = None
     with paused_gc():
         for order in orders:
-            built = _build(rules, spec, order, target, range_form)
+            # a candidate is dropped once slicing it costs ORDER_SEARCH_WORK_FACTOR times the best
+            # candidate's work: a heuristic cut (such an order has far larger states)
+            budget = None if best is None else ORDER_SEARCH_WORK_FACTOR * best[0].work + 10_000
+            try:
+                built = _build(rules, spec, order, target, range_form, budget)
+            except SliceBudgetExceeded:
+                continue
             if best is None or built[1].total_entries < best[1].total_entries:
                 best = built
     sliced, pipe, phases = best

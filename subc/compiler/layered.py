@@ -194,11 +194,18 @@ def _sweep(state: Sequence[int], keys: list, k: int, zob: list[int], index: dict
             j += 1
 
 
-def slice_rules(rules: Sequence[Rule], fields: dict[str, QueryField], order: Sequence[str]) -> Sliced:
+class SliceBudgetExceeded(Exception):
+    """:func:`slice_rules` did more work than its ``max_work`` allows."""
+
+
+def slice_rules(rules: Sequence[Rule], fields: dict[str, QueryField], order: Sequence[str],
+                max_work: int | None = None) -> Sliced:
     """The sliced stages of ``rules`` in field ``order`` (see the module docstring).
 
     Equal to ``slice_bdd(build_bdd(rules, fields, order))``.  Raises ValueError if ``order``
-    misses a field the rules use.
+    misses a field the rules use, and :class:`SliceBudgetExceeded` as soon as the sweeps have
+    visited more than ``max_work`` items in all (``Sliced.work`` is that count; the order search
+    uses it to drop a field order early).
     """
     domains = field_domains(rules, fields, order)
     n = len(domains)
@@ -228,11 +235,18 @@ def slice_rules(rules: Sequence[Rule], fields: dict[str, QueryField], order: Seq
     # 3. layers, top down: layer_states[i] = item tuples; layer_runs[i] = runs per state
     layer_states: list[list[tuple[int, ...]]] = [[tuple(sorted(root_items))] if root_items else []]
     layer_runs: list[list[list[tuple[int, int, int]]]] = []
+    work = 0
     for i, dom in enumerate(domains):
         zob = [_zobrist(i + 1, j) for j in range(len(keys[i + 1]))]
         nxt_states: list[tuple[int, ...]] = []
         index: dict[int, int] = {}
-        layer_runs.append([_sweep(s, keys[i], dom.k, zob, index, nxt_states) for s in layer_states[i]])
+        runs_i = []
+        for s in layer_states[i]:
+            work += len(s)
+            if max_work is not None and work > max_work:
+                raise SliceBudgetExceeded(f"more than {max_work} item visits in field order {list(order)}")
+            runs_i.append(_sweep(s, keys[i], dom.k, zob, index, nxt_states))
+        layer_runs.append(runs_i)
         layer_states.append(nxt_states)
 
     # 4. minimisation, bottom up: cls_below[state] = class of a state of the layer below;
@@ -289,5 +303,5 @@ def slice_rules(rules: Sequence[Rule], fields: dict[str, QueryField], order: Seq
         stages.append(Stage(dom, states, len(nxt)))
         current = nxt
     leaves = [Leaf(sid, leaf_atoms[c], path) for c, (sid, path) in sorted(current.items(), key=lambda kv: kv[1][0])]
-    return Sliced(stages, leaves, root_state)
+    return Sliced(stages, leaves, root_state, work)
 

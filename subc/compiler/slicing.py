@@ -55,11 +55,15 @@ class Leaf:
 
 @dataclass
 class Sliced:
-    """The result of slicing: stages in field order, leaves (non-dead), and the root state (0 or 1)."""
+    """The result of slicing: stages in field order, leaves (non-dead), and the root state (0 or 1).
+
+    ``work`` (not compared) counts the item visits of the layered slicer (:mod:`.layered`), 0 from
+    :func:`slice_bdd`."""
 
     stages: list[Stage]
     leaves: list[Leaf]
     root_state: int
+    work: int = field(default=0, compare=False)
 
 
 def slice_bdd(rb: RuleBDD) -> Sliced:
