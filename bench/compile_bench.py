@@ -183,7 +183,7 @@ def plot(results: list[dict], out: Path) -> None:
         ax.set_yscale("log")
         ax.set_xlabel("predicates per subscription")
         ax.set_ylabel("table entries")
-        ax.set_title(f"Siena workload ({siena[0]['rules']} subscriptions): entries vs predicates")
+        ax.set_title(f"Siena, {siena[0]['rules']} subscriptions")
         fig.tight_layout()
         fig.savefig(out / "entries_vs_predicates.png", dpi=100)
         plt.close(fig)

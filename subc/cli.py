@@ -21,7 +21,7 @@ def _fail(e: SubcError) -> None:
     sys.exit(2)
 
 
-def _compile(rules_path: str, spec_path: str, target: str, field_order: str | None):
+def _compile(rules_path: str, spec_path: str, target: str, field_order: str | None, progress=None):
     from .compiler.driver import compile_rules
     from .compiler.rules import load_rules
     from .compiler.spec import load_spec
@@ -30,9 +30,13 @@ def _compile(rules_path: str, spec_path: str, target: str, field_order: str | No
     spec = load_spec(spec_path)
     rules = load_rules(rules_path, spec)
     t_parse = time.perf_counter() - t0
+    if progress:
+        progress.next()
     order = [f.strip() for f in field_order.split(",") if f.strip()] if field_order else None
     res = compile_rules(rules, spec, target, order)
     res.phases = {"parse": t_parse, **res.phases}
+    if progress:
+        progress.next()
     return res
 
 
@@ -55,12 +59,15 @@ def compile_cmd(rules: str, spec_path: str, target: str, out_dir: str, field_ord
     from .compiler.targets.output import write_directory
 
     from .compiler.gcpause import paused_gc
+    from .progress import PhaseProgress
 
     try:
-        with paused_gc():  # see subc/compiler/gcpause.py
-            res = _compile(rules, spec_path, target, field_order)
+        with paused_gc(), PhaseProgress(["parsing", "compiling", "generating", "writing"]) as progress:
+            res = _compile(rules, spec_path, target, field_order, progress)
             files, _ = target_files(res, rules, dot)
+            progress.next()
             write_directory(out_dir, files)
+            progress.next()
     except SubcError as e:
         _fail(e)
     pipe = res.pipeline
