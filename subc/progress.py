@@ -13,22 +13,40 @@ import threading
 DELAY_S = 1.0
 
 
+class _Null:
+    """The bar when there is no terminal: counts phases, prints nothing."""
+
+    n = 0
+
+    def update(self, k: int = 1) -> None:
+        self.n += k
+
+    def set_description_str(self, *a, **k) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class PhaseProgress:
     """``phases``: the phase names in order; :meth:`next` moves to the next one; use as a context
     manager (the bar is removed at the end).  ``enabled`` None: when standard error is a TTY."""
 
     def __init__(self, phases: list[str], enabled: bool | None = None, file=None):
-        from tqdm import tqdm
-
         file = file or sys.stderr
         self.enabled = file.isatty() if enabled is None else enabled
         self.phases = list(phases)
+        self.bar = _Null()
+        self._stop = threading.Event()
+        self._thread = None
+        if not self.enabled:
+            return
+        from tqdm import tqdm  # imported only for a terminal
+
         self.bar = tqdm(total=len(self.phases), desc=self.phases[0], file=file, disable=not self.enabled,
                         delay=DELAY_S, leave=False, bar_format="{desc:<12} {bar:24} {n}/{total} phases [{elapsed}]")
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._tick, daemon=True) if self.enabled else None
-        if self._thread:
-            self._thread.start()
+        self._thread = threading.Thread(target=self._tick, daemon=True)
+        self._thread.start()
 
     def _tick(self) -> None:
         while not self._stop.wait(0.25):

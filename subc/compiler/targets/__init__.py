@@ -37,7 +37,7 @@ def target_files(res: CompileResult, rules_path: str, dot: bool = False) -> tupl
         if dot:
             files["bdd.dot"] = to_dot(res.rbdd)
         phases = {**res.phases, "codegen": time.perf_counter() - t0}
-        files["report.json"] = dumps(report(res, doc, phases))
+        files["report.json"] = dumps(report(res, doc))
         return files, phases
     name, src = render_program(res, rules_path)
     files[name] = src
@@ -50,5 +50,5 @@ def target_files(res: CompileResult, rules_path: str, dot: bool = False) -> tupl
     if dot:
         files["bdd.dot"] = to_dot(res.rbdd)
     phases = {**res.phases, "codegen": time.perf_counter() - t0}
-    files["report.json"] = dumps(report_json(res, phases))
+    files["report.json"] = dumps(report_json(res))
     return files, phases

@@ -206,8 +206,9 @@ def ebpf_plan(res: CompileResult) -> ParsePlan:
     return plan
 
 
-def report(res: CompileResult, doc: dict, phases: dict[str, float]) -> dict:
-    """``report.json`` of the eBPF target: states and entries per stage and per map, leaves, times.
+def report(res: CompileResult, doc: dict) -> dict:
+    """``report.json`` of the eBPF target: states and entries per stage and per map, leaves (no
+    timings, so that a compile's outputs are byte-identical from run to run).
 
     ``instructions`` is null at compile time (the counts exist only once the kernel has verified
     and rewritten the programs); ``subc load`` fills it with the XDP and TC programs' counts.
@@ -225,5 +226,4 @@ def report(res: CompileResult, doc: dict, phases: dict[str, float]) -> dict:
         "total_entries": sum(len(m["entries"]) for m in doc["maps"] if m["role"] != "root"),
         "multicast_groups": len(res.pipeline.mcast_groups),
         "instructions": None,
-        "phases_s": {k: round(v, 6) for k, v in phases.items()},
     }

@@ -154,9 +154,10 @@ def bfrt_setup(pipe: Pipeline, program: str = "subc") -> str:
     return "\n".join(out) + "\n"
 
 
-def report_json(res: CompileResult, phases: dict[str, float]) -> dict:
-    """``report.json``: rule count, BDD nodes, field order, per table its match kinds and
-    entries, per stage its states, multicast groups, TCAM estimate, time per phase (s)."""
+def report_json(res: CompileResult) -> dict:
+    """``report.json``: rule count, diagram states, field order, per table its match kinds and
+    entries, per stage its states, multicast groups, TCAM estimate.  No timings, so that a compile's
+    outputs are byte-identical from run to run (``subc compile --timings FILE`` writes them)."""
     pipe = res.pipeline
     stages = []
     for st in res.sliced.stages:
@@ -192,7 +193,6 @@ def report_json(res: CompileResult, phases: dict[str, float]) -> dict:
         "leaf_states": len(res.sliced.leaves),
         "total_entries": pipe.total_entries,
         "multicast_groups": len(pipe.mcast_groups),
-        "phases_s": {k: round(v, 6) for k, v in phases.items()},
     }
 
 
