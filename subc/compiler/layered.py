@@ -77,6 +77,7 @@ class _CubeMaker:
         self.pos = {d.field.name: i for i, d in enumerate(domains)}
         self._bdd: cudd.BDD | None = None
         self._builder: _Builder | None = None
+        self._ranges: dict[tuple[int, int], tuple[IntervalSet, Ranges]] = {}  # (field, id(set)) -> ranges
 
     def cubes(self, cond: Expr) -> list[Cube]:
         flat = _conjuncts(cond)
@@ -87,10 +88,16 @@ class _CubeMaker:
             i = self.pos[p.field]
             per[i] = per[i].intersect(p.values()) if i in per else p.values()
         cube: list[Ranges] = [None] * len(self.domains)
+        cache = self._ranges
         for i, s in per.items():
+            hit = cache.get((i, id(s)))
+            if hit is not None and hit[0] is s:  # value sets of equal predicates are one object
+                cube[i] = hit[1]
+                continue
             if s.is_empty():
                 return []
             cube[i] = _index_ranges(self.domains[i], s)
+            cache[(i, id(s))] = (s, cube[i])
         return [tuple(cube)]
 
     def _bdd_cubes(self, cond: Expr) -> list[Cube]:
