@@ -156,36 +156,34 @@ def main() -> None:
 
 
 def plot(results: list[dict], out: Path) -> None:
+    """Entries against subscriptions (Camus) and against predicates per subscription (Siena)."""
+    out.mkdir(parents=True, exist_ok=True)
+    ok = [r for r in results if "error" not in r]
+    camus = sorted((r for r in ok if r["family"] == "camus"), key=lambda r: r["rules"])
+    siena = sorted((r for r in ok if r["family"] == "siena"), key=lambda r: r["predicates"])
+    if camus:
+        _line_plot([r["rules"] for r in camus], [r["total_entries"] for r in camus], "subscriptions", "x",
+                   "Camus ITCH workload: entries vs subscriptions", out / "entries_vs_subscriptions.png")
+    if siena:
+        _line_plot([r["predicates"] for r in siena], [r["total_entries"] for r in siena], "predicates per subscription",
+                   "y", f"Siena, {siena[0]['rules']} subscriptions", out / "entries_vs_predicates.png")
+
+
+def _line_plot(xs, ys, xlabel: str, log_axis: str, title: str, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out.mkdir(parents=True, exist_ok=True)
-    ok = [r for r in results if "error" not in r]
-    camus = sorted((r for r in ok if r["family"] == "camus"), key=lambda r: r["rules"])
-    if camus:
-        fig, ax = plt.subplots(figsize=(5, 3.5))
-        ax.plot([r["rules"] for r in camus], [r["total_entries"] for r in camus], "o-")
-        ax.set_xscale("log")
-        ax.set_xlabel("subscriptions")
-        ax.set_ylabel("table entries")
-        ax.set_title("Camus ITCH workload: entries vs subscriptions")
-        fig.tight_layout()
-        fig.savefig(out / "entries_vs_subscriptions.png", dpi=100)
-        plt.close(fig)
-    siena = sorted((r for r in ok if r["family"] == "siena"), key=lambda r: r["predicates"])
-    if siena:
-        fig, ax = plt.subplots(figsize=(5, 3.5))
-        ax.plot([r["predicates"] for r in siena], [r["total_entries"] for r in siena], "o-")
-        ax.set_yscale("log")
-        ax.set_xlabel("predicates per subscription")
-        ax.set_ylabel("table entries")
-        ax.set_title(f"Siena, {siena[0]['rules']} subscriptions")
-        fig.tight_layout()
-        fig.savefig(out / "entries_vs_predicates.png", dpi=100)
-        plt.close(fig)
-
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.plot(xs, ys, "o-")
+    (ax.set_xscale if log_axis == "x" else ax.set_yscale)("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("table entries")
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 if __name__ == "__main__":
     main()

@@ -31,6 +31,7 @@ from lark.exceptions import UnexpectedInput
 from ..errors import Location
 from .ast import And, Action, Not, Or, Pred, Rule
 from .gcpause import paused_gc
+from .rules import comparison_parts
 
 #: Rule ends: a ';' outside strings and comments (strings and comments are matched to skip them).
 _ENDS = re.compile(r'"(?:[^"\\\n]|\\.)*"|#[^\n]*|//[^\n]*|;')
@@ -41,6 +42,11 @@ _SPLIT = re.compile(
 )
 _COMMENT_OR_SPACE = re.compile(r"(?:\s+|#[^\n]*|//[^\n]*)*\Z")
 _LITERAL_TYPES = ("INT", "HEX", "DECIMAL", "STRING")
+
+
+def rule_ends(text: str) -> list[int]:
+    """Offsets just after each ';' that ends a rule (outside strings and comments)."""
+    return [m.end() for m in _ENDS.finditer(text) if m.group() == ";"]
 
 
 def _kind(lit: str) -> str:
@@ -97,10 +103,9 @@ class ShapeParser:
     def pieces(self) -> list[tuple[int, int]]:
         """(start, end) of every rule piece: from the previous rule's end to just after this ';'."""
         out, start = [], 0
-        for m in _ENDS.finditer(self.text):
-            if m.group() == ";":
-                out.append((start, m.end()))
-                start = m.end()
+        for end in rule_ends(self.text):
+            out.append((start, end))
+            start = end
         if not _COMMENT_OR_SPACE.match(self.text, start):
             raise _Fallback  # an incomplete rule at the end: Lark reports it
         return out
@@ -165,7 +170,7 @@ class ShapeParser:
             tree = rule_parser().parse(piece)
         except UnexpectedInput:  # pragma: no cover - checked in the first pass
             raise _Fallback from None
-        return [self._resolve_tree(self._shift(r, start), index + i) for i, r in enumerate(tree.children)]
+        return [self.resolver.rule(self._shift(r, start), index + i) for i, r in enumerate(tree.children)]
 
     def _shift(self, t, base: int):
         """A copy of Lark tree ``t`` (positions relative to a piece at ``base``) in text positions."""
@@ -178,9 +183,6 @@ class ShapeParser:
             new.meta.start_pos, new.meta.end_pos = base + t.meta.start_pos, base + t.meta.end_pos
             new.meta.empty = False
         return new
-
-    def _resolve_tree(self, rule_tree: Tree, index: int) -> Rule:
-        return self.resolver.rule(rule_tree, index)
 
     # -- templates -------------------------------------------------------------------------
     def _template(self, tree: Tree, parts: list[str], rep_start: int) -> _Template:
@@ -244,14 +246,8 @@ class ShapeParser:
                 fs = [operand_fn(q, v) for v in t.children[1:]]
                 op = "in" if t.data == "member" else "not in"
             else:
-                if t.data == "cmp":
-                    ftree, op_tok, value = t.children
-                    op = str(op_tok)
-                else:
-                    value, op_tok, ftree = t.children
-                    op = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}.get(str(op_tok), str(op_tok))
+                ftree, _, op, value = comparison_parts(t)
                 q = field(ftree)  # the shape's checks ran on the representative
-                op = "==" if op == "=" else op
                 fs = [operand_fn(q, value)]
             name, width = q.name, q.width
 

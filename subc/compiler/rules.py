@@ -55,6 +55,18 @@ def _syntax_error(e: UnexpectedInput, path: str, text: str) -> SubcError:
     return SubcError(msg, loc)
 
 
+def comparison_parts(t: Tree) -> tuple[Tree, Token, str, object]:
+    """(field tree, operator token, operator as if the field came first with ``=`` as ``==``,
+    value) of a ``cmp`` or ``cmp_rev`` tree (``5 < price`` is ``price > 5``)."""
+    if t.data == "cmp":
+        ftree, op_tok, value = t.children
+        op = str(op_tok)
+    else:
+        value, op_tok, ftree = t.children
+        op = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}.get(str(op_tok), str(op_tok))
+    return ftree, op_tok, "==" if op == "=" else op, value
+
+
 class _Resolver:
     def __init__(self, spec: Spec, path: str, text: str, line_offset: int = 0):
         self.spec, self.path, self.text = spec, path, text
@@ -120,14 +132,8 @@ class _Resolver:
             values = t.children[1:]
             ops = tuple(self.operand(v, q) for v in values)
             return Pred(q.name, q.width, "in" if t.data == "member" else "not in", ops, self.loc(t))
-        if t.data == "cmp":
-            ftree, op_tok, value = t.children
-            op = str(op_tok)
-        else:
-            value, op_tok, ftree = t.children
-            op = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}.get(str(op_tok), str(op_tok))
+        ftree, op_tok, op, value = comparison_parts(t)
         q = self.field(ftree)
-        op = "==" if op == "=" else op
         if op in ("<", "<=", ">", ">=") and q.match_kind != "range":
             kind = "query_field_exact" if q.match_kind == "exact" else "query_field_lpm"
             raise SubcError(

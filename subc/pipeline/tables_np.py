@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime.reference import Decision
-from ..runtime.simulator import _BUILTIN
+from ..runtime.simulator import leaf_decision
 
 _NO_ENTRY = -1
 
@@ -165,13 +165,7 @@ class PipelineEvaluator:
         return c
 
     def _decision(self, action: str, params: dict) -> Decision:
-        if action == "subc_fwd":
-            return Decision((params["port"],), None)
-        if action == "subc_mcast":
-            return Decision(self.groups[params["group"]], None)
-        if action in _BUILTIN:
-            return Decision((), _BUILTIN[action])
-        return Decision((), (action, *params.values()))
+        return leaf_decision(action, params, self.groups)
 
     def _action(self, action: str, params: dict) -> tuple[int, int]:
         if action == "subc_set_state":

@@ -19,11 +19,11 @@ from pathlib import Path
 
 from ..compiler.ast import And, Not, Pred, Rule, predicates
 from ..compiler.gcpause import paused_gc
+from ..compiler.rule_shapes import rule_ends
 from ..compiler.spec import Spec
 from ..errors import SubcError
 
 DEFAULT_PIECE_CHARS = 1 << 20
-_TOKENS = re.compile(r'"(?:[^"\\\n]|\\.)*"|#[^\n]*|//[^\n]*|;')
 _AFTER_RULE = re.compile(r"[ \t]*(?:(?:#|//)[^\n]*)?\n")
 
 
@@ -36,17 +36,12 @@ class Piece:
     text: str
 
 
-def _rule_ends(text: str) -> list[int]:
-    """Offsets just after each ';' that ends a rule (outside strings and comments)."""
-    return [m.end() for m in _TOKENS.finditer(text) if m.group() == ";"]
-
-
 def pieces(path: str, text: str, piece_chars: int = DEFAULT_PIECE_CHARS) -> list[Piece]:
     """Cut ``text`` (the contents of ``path``) into pieces at line starts after a rule end."""
     out: list[Piece] = []
     start, line = 0, 0
     target = piece_chars
-    for end in _rule_ends(text):
+    for end in rule_ends(text):
         if end < target:
             continue
         m = _AFTER_RULE.match(text, end)
@@ -67,7 +62,7 @@ def statements(piece: Piece) -> list[Piece]:
     out = []
     start, line = 0, piece.line_offset
     text = piece.text
-    for end in _rule_ends(text) + [len(text)]:
+    for end in rule_ends(text) + [len(text)]:
         chunk = text[start:end]
         # pad to the column the rule's text starts at, so that columns stay right
         pad = start - (text.rfind("\n", 0, start) + 1)

@@ -17,6 +17,18 @@ from .reference import Decision
 _BUILTIN = {"subc_drop": ("drop",), "subc_nop": ("nop",)}
 
 
+def leaf_decision(action: str, params: dict, groups: dict[int, tuple[int, ...]]) -> Decision:
+    """The :class:`Decision` of a leaf action of ``entries.json`` (``groups``: multicast group ->
+    sorted ports).  Raises KeyError for an unknown multicast group."""
+    if action == "subc_fwd":
+        return Decision((params["port"],), None)
+    if action == "subc_mcast":
+        return Decision(groups[params["group"]], None)
+    if action in _BUILTIN:
+        return Decision((), _BUILTIN[action])
+    return Decision((), (action, *params.values()))
+
+
 class _Table:
     """One table with an index for the common shapes: (state exact, X) keys are grouped by state."""
 
@@ -103,13 +115,7 @@ class TableSimulator:
         return packet[field]
 
     def _decision(self, action: str, params: dict) -> Decision:
-        if action == "subc_fwd":
-            return Decision((params["port"],), None)
-        if action == "subc_mcast":
-            return Decision(self.groups[params["group"]], None)
-        if action in _BUILTIN:
-            return Decision((), _BUILTIN[action])
-        return Decision((), (action, *params.values()))
+        return leaf_decision(action, params, self.groups)
 
     def process(self, packet: dict[str, int], valid: set[str] | None = None, trace: bool = False) -> Decision:
         """The decision for ``packet`` (see the class docstring)."""
