@@ -68,16 +68,18 @@ def test_analyze_real_sample_agrees_with_simulate(spark, compiled, tmp_path, nam
 
 
 def test_analyze_counts_disagreements(spark, compiled, tmp_path):
-    """Leaf entries broken to drop what goes to port 5 alone must show up as disagreements."""
+    """Entries broken to drop what goes to port 5 alone must show up as disagreements."""
     import copy
 
     from subc.compiler.tables import Entry
 
     broken = copy.deepcopy(compiled)
-    leaf = broken.pipeline.tables[-1]
-    assert leaf.role == "leaf"
-    leaf.entries = [Entry(e.match, "subc_drop") if (e.action, e.params) == ("subc_fwd", (("port", 5),)) else e
-                    for e in leaf.entries]
+    changed = 0
+    for t in broken.pipeline.tables:
+        fwd5 = [(e.action, e.params) == ("subc_fwd", (("port", 5),)) for e in t.entries]
+        t.entries = [Entry(e.match, "subc_drop", (), e.priority) if f else e for e, f in zip(t.entries, fwd5)]
+        changed += sum(fwd5)
+    assert changed > 0
     s = analyze(broken, [str(real_sample())], tmp_path / "a", split_bytes=0, spark=spark)
     only5 = 0
     for _, m in read_binaryfile(real_sample()):

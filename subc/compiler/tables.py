@@ -1,9 +1,11 @@
 """Match-action tables from the sliced BDD: the target-independent pipeline.
 
 Each field stage becomes a table keyed by ``(state: exact, field: <match kind>)`` whose actions
-set the next state; the leaf table is keyed by the final state and applies the packet's
-actions.  State 0 is dead: every table's default action leads to state 0, so no entry is ever
-written for a dead path.  Match kinds and their entries:
+set the next state, except the last stage: its entries apply the packet's actions (egress port,
+multicast group, drop, spec action) directly, so no leaf table keyed by the final state is needed
+(one entry per leaf state fewer).  State 0 is dead: every table's default action leads to state
+0, and the last stage's default is the spec's default action, so no entry is ever written for a
+dead path.  Match kinds and their entries:
 
 * **range** (``query_field``): per state, the runs of the state; one target per state becomes a
   full-range fallback entry at lower priority (or nothing, when it is state 0), chosen to
@@ -61,7 +63,8 @@ class Entry:
 
 @dataclass
 class Table:
-    """A match-action table: ``role`` is 'stage', 'miss', 'code' or 'leaf'."""
+    """A match-action table: ``role`` is 'stage', 'miss', 'code' or 'leaf' (the table keyed by
+    the root state alone, only when there is no field stage)."""
 
     name: str
     keys: list[Key]
@@ -220,6 +223,25 @@ def _code_form(stage: Stage) -> tuple[list[tuple[int, int, int]], dict[int, dict
     return runs, per_state, len(codes)
 
 
+def _apply_leaf_actions(tables: list[Table], leaf_actions: dict[int, tuple[str, tuple]], default_action) -> None:
+    """Make the last stage's tables apply the packets' actions: an entry that would set leaf state
+    ``s`` applies ``leaf_actions[s]`` instead, and an entry or default that leads to the dead state
+    applies ``default_action`` (a packet that reaches the dead state matched no rule)."""
+    for t in tables:
+        used = set()
+        entries = []
+        for e in t.entries:
+            target = e.params[0][1]
+            action, params = leaf_actions[target] if target else default_action
+            used.add(action)
+            entries.append(Entry(e.match, action, params, e.priority))
+        t.entries = entries
+        if t.default_action != NO_ACTION:
+            t.default_action = default_action
+            used.add(default_action[0])
+        t.actions = sorted(used) or [default_action[0]]
+
+
 def build_pipeline(
     sliced: Sliced,
     leaf_actions: dict[int, tuple[str, tuple]],
@@ -238,7 +260,8 @@ def build_pipeline(
     interval-code form of range fields where it needs fewer TCAM words.  ``range_form``
     'direct' or 'code' forces one form of range fields on every target (for tests and tuning).
     """
-    max_state = max([1] + [s.n_next for s in sliced.stages])
+    # states are written by every stage but the last, which applies the packets' actions
+    max_state = max([1] + [s.n_next for s in sliced.stages[:-1]])
     state_width = max(1, max_state.bit_length())
     state_key = Key(f"{meta}.subc_state", "exact", state_width)
     to_dead = ("subc_set_state", (("next_state", 0),))
@@ -312,10 +335,14 @@ def build_pipeline(
     # widths of code keys are known only now
     for t in tables:
         t.keys = [Key(k.name, k.match_kind, code_width, k.field) if k.name.endswith(".subc_code") else k for k in t.keys]
-    leaf_entries = [Entry((s,), a, p) for s, (a, p) in sorted(leaf_actions.items())]
-    actions = sorted({a for a, _ in leaf_actions.values()} | {default_action[0]})
-    tables.append(Table("subc_leaf", [state_key], leaf_entries, default_action, "leaf", None, actions))
-    steps.append(Step("subc_leaf"))
+    if sliced.stages:
+        last = sliced.stages[-1].field.name
+        _apply_leaf_actions([t for t in tables if t.field == last and t.role != "code"], leaf_actions, default_action)
+    else:  # no field to match (no rules): the root state alone decides
+        leaf_entries = [Entry((s,), a, p) for s, (a, p) in sorted(leaf_actions.items())]
+        actions = sorted({a for a, _ in leaf_actions.values()} | {default_action[0]})
+        tables.append(Table("subc_leaf", [state_key], leaf_entries, default_action, "leaf", None, actions))
+        steps.append(Step("subc_leaf"))
     return Pipeline(
         tables=tables,
         steps=steps,

@@ -13,7 +13,7 @@ Ternary keys with masks that are not prefixes are not supported (subc never emit
 
 :class:`PipelineEvaluator` gives, per packet, a *decision code*: an index into
 :attr:`PipelineEvaluator.decisions`, the list of distinct :class:`~subc.runtime.reference.Decision`
-values the leaf table (and its default action) can produce.
+values the last stage's actions (and the default action) can produce.
 """
 
 from __future__ import annotations
@@ -140,12 +140,11 @@ class PipelineEvaluator:
         self.steps = [(s["table"], s["on_miss"]) for s in doc["pipeline"]]
         self.groups = {g["group"]: tuple(sorted(g["ports"])) for g in doc["multicast_groups"]}
         self.initial_state = doc["initial_state"]
-        leaf = self.tables[self.steps[-1][0]]
-        self.state_key = leaf.keys[0]["name"]
+        self.state_key = doc["state_key"]
         self.code_key = self.state_key.rsplit(".", 1)[0] + ".subc_code"
         self.decisions: list[Decision] = []
         self._codes: dict[Decision, int] = {}
-        self.default_code = self.code_of(self._decision(*leaf.default))
+        self.default_code = self.code_of(self._decision(doc["default_action"]["action"], doc["default_action"]["params"]))
         # per table: per entry (kind, value): kind 0 set_state, 1 set_code, 2 decision, 3 nothing
         self._acts: dict[str, tuple[np.ndarray, np.ndarray, tuple[int, int]]] = {}
         for name, t in self.tables.items():

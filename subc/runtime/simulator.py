@@ -4,8 +4,9 @@ It reads nothing but the ``entries.json`` document, and follows P4 table semanti
 must be equal, range keys contain the value, lpm keys pick the longest prefix, ternary keys
 match under the mask; among several hits of a table with range or ternary keys the largest
 priority wins (P4Runtime convention); a miss runs the default action, and a step's ``on_miss``
-table is applied when its table missed.  Leaf actions map to a :class:`Decision` (multicast
-groups resolved through ``multicast_groups``).
+table is applied when its table missed.  The actions of the last stage (and the document's
+``default_action``) map to a :class:`Decision` (multicast groups resolved through
+``multicast_groups``).
 """
 
 from __future__ import annotations
@@ -101,9 +102,8 @@ class TableSimulator:
         self.steps = [(s["table"], s["on_miss"]) for s in doc["pipeline"]]
         self.groups = {g["group"]: tuple(sorted(g["ports"])) for g in doc["multicast_groups"]}
         self.headers = doc["headers"]
-        leaf = self.tables[self.steps[-1][0]]
-        self.default_action = leaf.default
-        self.state_key = leaf.keys[0]["name"]
+        self.default_action = (doc["default_action"]["action"], doc["default_action"]["params"])
+        self.state_key = doc["state_key"]
         self.code_key = self.state_key.rsplit(".", 1)[0] + ".subc_code"
         self.trace: list[tuple[str, bool, str]] = []
 

@@ -3,8 +3,9 @@
 ``entries.json`` (format ``subc-entries``, version 1) is the one documented form of every table
 entry and multicast group (see docs in README.md, "Outputs")::
 
-    {"format": "subc-entries", "version": 1, "target": "bmv2", "control": "SubcIngress",
-     "state_width": 2, "code_width": 1, "initial_state": 1, "headers": ["add_order"],
+    {"format": "subc-entries", "version": 2, "target": "bmv2", "control": "SubcIngress",
+     "state_width": 2, "code_width": 1, "initial_state": 1, "state_key": "meta.subc_state",
+     "default_action": {"action": "subc_drop", "params": {}}, "headers": ["add_order"],
      "pipeline": [{"table": "SubcIngress.subc_add_order_stock", "on_miss": "...miss"}, ...],
      "tables": [{"name": "SubcIngress.subc_add_order_shares", "role": "stage",
                  "field": "add_order.shares", "size": 2,
@@ -13,6 +14,11 @@ entry and multicast group (see docs in README.md, "Outputs")::
                  "entries": [{"match": [{"exact": 1}, {"range": [0, 59]}], "priority": 2,
                               "action": "subc_set_state", "params": {"next_state": 1}}]}],
      "multicast_groups": [{"group": 1, "ports": [1, 2]}]}
+
+The last stage's entries (and its ``_miss`` table's) apply the packet's action: ``subc_fwd``
+(``port``), ``subc_mcast`` (``group``), ``subc_drop``, ``subc_nop`` or a spec action;
+``default_action`` is what a packet that matches no rule gets (also when a header the tables
+key on is invalid).  Version 1 had a separate leaf table keyed by the final state.
 
 Match elements are ``{"exact": v}``, ``{"range": [lo, hi]}``, ``{"lpm": [value, prefix_len]}``;
 integers are exact (arbitrary precision).  Priorities follow P4Runtime (larger wins); BMv2
@@ -64,12 +70,14 @@ def entries_json(pipe: Pipeline, target: str) -> dict:
     """The ``entries.json`` document of ``pipe`` (see the module docstring)."""
     return {
         "format": "subc-entries",
-        "version": 1,
+        "version": 2,
         "target": target,
         "control": CONTROL,
         "state_width": pipe.state_width,
         "code_width": pipe.code_width,
         "initial_state": pipe.root_state,
+        "state_key": f"{pipe.meta}.subc_state",
+        "default_action": {"action": pipe.default_action[0], "params": dict(pipe.default_action[1])},
         "headers": pipe.headers,
         "field_order": pipe.field_order,
         "pipeline": [
