@@ -21,19 +21,39 @@ def _fail(e: SubcError) -> None:
     sys.exit(2)
 
 
-def _compile(rules_path: str, spec_path: str, target: str, field_order: str | None, progress=None):
+def _limits(max_rules: int | None, max_states: int | None):
+    from .compiler.limits import DEFAULT_LIMITS, Limits
+
+    d = DEFAULT_LIMITS
+    return Limits(max_rules=max_rules or d.max_rules, max_states=max_states or d.max_states,
+                  max_rule_chars=d.max_rule_chars, max_nesting=d.max_nesting, max_layer_items=d.max_layer_items)
+
+
+def limit_options(f):
+    """The ``--max-rules`` and ``--max-states`` options (:class:`subc.compiler.limits.Limits`)."""
+    from .compiler.limits import DEFAULT_LIMITS as d
+
+    f = click.option("--max-states", type=click.IntRange(1), default=d.max_states, show_default=True,
+                     help="states of all stages allowed while slicing (before minimisation)")(f)
+    return click.option("--max-rules", type=click.IntRange(1), default=d.max_rules, show_default=True,
+                        help="rules allowed per rule file")(f)
+
+
+def _compile(rules_path: str, spec_path: str, target: str, field_order: str | None, progress=None, limits=None):
     from .compiler.driver import compile_rules
+    from .compiler.limits import DEFAULT_LIMITS
     from .compiler.rules import load_rules
     from .compiler.spec import load_spec
 
+    limits = limits or DEFAULT_LIMITS
     t0 = time.perf_counter()
     spec = load_spec(spec_path)
-    rules = load_rules(rules_path, spec)
+    rules = load_rules(rules_path, spec, limits)
     t_parse = time.perf_counter() - t0
     if progress:
         progress.next()
     order = [f.strip() for f in field_order.split(",") if f.strip()] if field_order else None
-    res = compile_rules(rules, spec, target, order)
+    res = compile_rules(rules, spec, target, order, limits=limits)
     res.phases = {"parse": t_parse, **res.phases}
     if progress:
         progress.next()
@@ -55,8 +75,9 @@ def main() -> None:
 @click.option("--dot", is_flag=True, help="also write the BDD as bdd.dot")
 @click.option("--timings", type=click.Path(dir_okay=False),
               help="write the time of each phase (s) to this JSON file (outputs stay byte-identical)")
+@limit_options
 def compile_cmd(rules: str, spec_path: str, target: str, out_dir: str, field_order: str | None, dot: bool,
-                timings: str | None) -> None:
+                timings: str | None, max_rules: int, max_states: int) -> None:
     """Compile RULES into a P4 program and control-plane entries in OUTPUT (written atomically)."""
     from .compiler.targets import target_files
     from .compiler.targets.output import write_directory
@@ -66,7 +87,7 @@ def compile_cmd(rules: str, spec_path: str, target: str, out_dir: str, field_ord
 
     try:
         with paused_gc(), PhaseProgress(["parsing", "compiling", "generating", "writing"]) as progress:
-            res = _compile(rules, spec_path, target, field_order, progress)
+            res = _compile(rules, spec_path, target, field_order, progress, _limits(max_rules, max_states))
             files, phases = target_files(res, rules, dot)
             progress.next()
             t = time.perf_counter()
@@ -95,6 +116,40 @@ def compile_cmd(rules: str, spec_path: str, target: str, out_dir: str, field_ord
         f"compiled {len(res.rules)} rules for {target}: field order {', '.join(pipe.field_order) or '(none)'}; "
         f"{len(pipe.tables)} tables, {pipe.total_entries} entries, {len(pipe.mcast_groups)} multicast groups -> {out_dir}/"
     )
+
+
+@main.command("check")
+@click.argument("rules", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--spec", "spec_path", required=True, type=click.Path(dir_okay=False), help="message-format spec (P4_16)")
+@click.option("--target", type=click.Choice(["bmv2", "tofino", "ebpf"]), default="bmv2", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "github"]), default="text", show_default=True)
+@click.option("--strict", is_flag=True, help="exit 1 on warnings too")
+@click.option("--no-load", is_flag=True, help="ebpf: do not load the program to count its instructions")
+@limit_options
+def check_cmd(rules: tuple[str, ...], spec_path: str, target: str, fmt: str, strict: bool, no_load: bool,
+              max_rules: int, max_states: int) -> None:
+    """Check RULES for CI: errors, rules that never match or change nothing, conflicting actions,
+    and target fit.  Exit status 0 when clean (warnings allowed unless --strict), 1 on errors, 2
+    when the input cannot be read."""
+    from .check.diagnostics import render_github, render_text
+    from .check.run import check, report_json, summary_line
+
+    try:
+        rep = check(list(rules), spec_path, target, _limits(max_rules, max_states), load_ebpf=not no_load)
+    except SubcError as e:
+        if fmt == "github":
+            from .check.diagnostics import Diagnostic
+
+            click.echo(render_github(Diagnostic.from_error(e)))
+        _fail(e)
+    if fmt == "json":
+        click.echo(json.dumps(report_json(rep), indent=1))
+    else:
+        render = render_github if fmt == "github" else render_text
+        for d in rep.diagnostics:
+            click.echo(render(d))
+        click.echo(summary_line(rep), err=fmt == "github")
+    sys.exit(rep.exit_status(strict))
 
 
 @main.command("simulate")

@@ -18,7 +18,8 @@ from ..errors import SubcError
 from .ast import Rule, evaluate
 from .bdd import RuleBDD, build_bdd, fields_used
 from .gcpause import paused_gc
-from .layered import SliceBudgetExceeded, slice_rules
+from .layered import SliceBudgetExceeded, StateLimitExceeded, slice_rules
+from .limits import DEFAULT_LIMITS, Limits
 from .slicing import Sliced
 from .spec import Spec
 from .tables import Pipeline, build_pipeline
@@ -131,12 +132,13 @@ def resolve_order(names: Sequence[str], spec: Spec, used: Sequence[str]) -> list
     return [f for f in out if f in used]
 
 
-def _build(rules, spec, order, target, range_form="auto", max_work=None):
+def _build(rules, spec, order, target, range_form="auto", max_work=None, limits=DEFAULT_LIMITS):
     """One compilation in a given field order: (sliced stages, pipeline, phase times in s).
 
-    Raises :class:`~.layered.SliceBudgetExceeded` past ``max_work`` (see :func:`slice_rules`)."""
+    Raises :class:`~.layered.SliceBudgetExceeded` past ``max_work`` and
+    :class:`~.layered.StateLimitExceeded` past ``limits`` (see :func:`slice_rules`)."""
     t0 = time.perf_counter()
-    sliced = slice_rules(rules, spec.query_fields, order, max_work)
+    sliced = slice_rules(rules, spec.query_fields, order, max_work, limits)
     t1 = time.perf_counter()
     leaf_actions, mcast, atoms = _leaf_tables(sliced, rules, spec)
     headers = list(dict.fromkeys(f.split(".")[0] for f in order))
@@ -169,6 +171,7 @@ def compile_rules(
     target: str = "bmv2",
     field_order: Sequence[str] | None = None,
     range_form: str = "auto",
+    limits: Limits = DEFAULT_LIMITS,
 ) -> CompileResult:
     """Compile ``rules`` for ``target`` ('bmv2', 'tofino' or 'ebpf').
 
@@ -177,7 +180,9 @@ def compile_rules(
     whose slicing costs :data:`ORDER_SEARCH_WORK_FACTOR` times the best one's is abandoned);
     above :data:`ORDER_SEARCH_MAX_RULES` rules, the first (heuristic) candidate only.
     ``range_form`` is passed to :func:`~subc.compiler.tables.build_pipeline`.  Raises
-    :class:`SubcError` for conflicting actions or a bad field order.
+    :class:`SubcError` for conflicting actions or a bad field order, and
+    :class:`~.layered.StateLimitExceeded` when every candidate order needs more states than
+    ``limits`` allow (a candidate over the limit is skipped when another fits).
     """
     rules = list(rules)
     used = fields_used(rules)
@@ -189,17 +194,23 @@ def compile_rules(
         if len(rules) > ORDER_SEARCH_MAX_RULES:
             orders = orders[:1]
     best = None
+    too_big: StateLimitExceeded | None = None
     with paused_gc():
         for order in orders:
             # a candidate is dropped once slicing it costs ORDER_SEARCH_WORK_FACTOR times the best
             # candidate's work: a heuristic cut (such an order has far larger states)
             budget = None if best is None else ORDER_SEARCH_WORK_FACTOR * best[0].work + 10_000
             try:
-                built = _build(rules, spec, order, target, range_form, budget)
+                built = _build(rules, spec, order, target, range_form, budget, limits)
             except SliceBudgetExceeded:
+                continue
+            except StateLimitExceeded as e:
+                too_big = too_big or e
                 continue
             if best is None or built[1].total_entries < best[1].total_entries:
                 best = built
+    if best is None:
+        raise too_big
     sliced, pipe, phases = best
     # the order search is the time spent on the candidates that were not kept
     phases = {"order_search": time.perf_counter() - t0 - sum(phases.values()), **phases}

@@ -27,7 +27,8 @@ leaves (tests/test_layered.py checks it against the BDD on random rule sets).
 5. **Numbering, top down,** in the order of :func:`~.slicing.slice_bdd`: states in number order,
    runs in value order, next states numbered on first sight; an example packet per state.
 
-Raises nothing of its own; a rule with an empty condition (no packet) contributes no cube.
+A rule with an empty condition (no packet) contributes no cube.  The number of states per
+boundary is bounded (:class:`~subc.compiler.limits.Limits`).
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ from collections.abc import Sequence
 from dd import cudd
 
 from .ast import And, Expr, Pred, Rule
+from ..errors import SubcError
 from .bdd import FieldDomain, _Builder, field_domains, index_segments
+from .limits import DEFAULT_LIMITS, Limits
 from .intervals import IntervalSet, interval_index
 from .slicing import Leaf, Sliced, Stage, StageState
 from .spec import QueryField
@@ -205,14 +208,20 @@ class SliceBudgetExceeded(Exception):
     """:func:`slice_rules` did more work than its ``max_work`` allows."""
 
 
+class StateLimitExceeded(SubcError):
+    """:func:`slice_rules` needs more states (or items in them) than the limits allow."""
+
+
 def slice_rules(rules: Sequence[Rule], fields: dict[str, QueryField], order: Sequence[str],
-                max_work: int | None = None) -> Sliced:
+                max_work: int | None = None, limits: Limits = DEFAULT_LIMITS) -> Sliced:
     """The sliced stages of ``rules`` in field ``order`` (see the module docstring).
 
     Equal to ``slice_bdd(build_bdd(rules, fields, order))``.  Raises ValueError if ``order``
-    misses a field the rules use, and :class:`SliceBudgetExceeded` as soon as the sweeps have
+    misses a field the rules use, :class:`SliceBudgetExceeded` as soon as the sweeps have
     visited more than ``max_work`` items in all (``Sliced.work`` is that count; the order search
-    uses it to drop a field order early).
+    uses it to drop a field order early), and :class:`StateLimitExceeded` when the boundaries have
+    more than ``limits.max_states`` states in all, or their item sets hold more than
+    ``limits.max_layer_items`` items in all (before minimisation).
     """
     domains = field_domains(rules, fields, order)
     n = len(domains)
@@ -242,7 +251,7 @@ def slice_rules(rules: Sequence[Rule], fields: dict[str, QueryField], order: Seq
     # 3. layers, top down: layer_states[i] = item tuples; layer_runs[i] = runs per state
     layer_states: list[list[tuple[int, ...]]] = [[tuple(sorted(root_items))] if root_items else []]
     layer_runs: list[list[list[tuple[int, int, int]]]] = []
-    work = 0
+    work = n_states = items = 0
     for i, dom in enumerate(domains):
         zob = [_zobrist(i + 1, j) for j in range(len(keys[i + 1]))]
         nxt_states: list[tuple[int, ...]] = []
@@ -252,9 +261,23 @@ def slice_rules(rules: Sequence[Rule], fields: dict[str, QueryField], order: Seq
             work += len(s)
             if max_work is not None and work > max_work:
                 raise SliceBudgetExceeded(f"more than {max_work} item visits in field order {list(order)}")
+            before = len(nxt_states)
             runs_i.append(_sweep(s, keys[i], dom.k, zob, index, nxt_states))
+            for j in range(before, len(nxt_states)):
+                items += len(nxt_states[j])
+            total = n_states + len(nxt_states)
+            if total > limits.max_states or items > limits.max_layer_items:
+                what = (f"more than {limits.max_states:,} states" if total > limits.max_states
+                        else f"states holding more than {limits.max_layer_items:,} rule items")
+                raise StateLimitExceeded(
+                    f"the rule set needs {what} by field {dom.field.name} (field order "
+                    f"{', '.join(order)}); the limit is --max-states {limits.max_states:,}. The diagram "
+                    "grows with the combinations of fields the rules test together: rules with few "
+                    "predicates over many fields can need exponentially many states"
+                )
         layer_runs.append(runs_i)
         layer_states.append(nxt_states)
+        n_states += len(nxt_states)
 
     # 4. minimisation, bottom up: cls_below[state] = class of a state of the layer below;
     #    sigs[i][class] = runs of stage i with next states as classes

@@ -29,6 +29,19 @@ def string_value(s: str, nbytes: int, loc: Location) -> int:
     return int.from_bytes(raw.ljust(nbytes, b" "), "big")
 
 
+def show_value(field: QueryField, v: int) -> str:
+    """A raw field value as a rule would write it: a quoted string for ASCII text fields (trailing
+    padding removed), a decimal for fields with implied decimals, else the integer."""
+    if field.alpha and field.width % 8 == 0:
+        raw = v.to_bytes(field.width // 8, "big").rstrip(b" ")
+        if all(0x20 <= b < 0x7F and b not in (0x22, 0x5C) for b in raw):
+            return '"' + raw.decode("ascii") + '"'
+    if field.scale:
+        whole, frac = divmod(v, 10**field.scale)
+        return f"{whole}.{frac:0{field.scale}d}"
+    return str(v)
+
+
 def unquote(token: str) -> str:
     body = token[1:-1]
     out, i = [], 0

@@ -31,6 +31,7 @@ from lark.exceptions import UnexpectedInput
 from ..errors import Location
 from .ast import And, Action, Not, Or, Pred, Rule
 from .gcpause import paused_gc
+from .limits import tree_tokens
 from .rules import comparison_parts
 
 #: Rule ends: a ';' outside strings and comments (strings and comments are matched to skip them).
@@ -154,7 +155,7 @@ class ShapeParser:
             return False
         bounds = list(accumulate(map(len, parts)))
         lit_at = {bounds[i - 1]: parts[i] for i in range(1, len(parts), 2)}
-        for tok in tree.scan_values(lambda v: isinstance(v, Token)):
+        for tok in tree_tokens(tree):
             if tok.type in ("IPV4", "IPV6", "MAC"):
                 return False
             if tok.type in _LITERAL_TYPES and lit_at.get(tok.start_pos) != str(tok):
@@ -173,16 +174,22 @@ class ShapeParser:
         return [self.resolver.rule(self._shift(r, start), index + i) for i, r in enumerate(tree.children)]
 
     def _shift(self, t, base: int):
-        """A copy of Lark tree ``t`` (positions relative to a piece at ``base``) in text positions."""
+        """A copy of Lark tree ``t`` (positions relative to a piece at ``base``) in text positions
+        (built without recursion: a long ``and`` chain is a deep tree)."""
         if isinstance(t, Token):
             return self.token(t.type, str(t), base + t.start_pos)
-        new = Tree(t.data, [self._shift(c, base) for c in t.children])
-        if not t.meta.empty:
-            loc = self.location(base + t.meta.start_pos)
-            new.meta.line, new.meta.column = loc.line - self.line_offset, loc.column
-            new.meta.start_pos, new.meta.end_pos = base + t.meta.start_pos, base + t.meta.end_pos
-            new.meta.empty = False
-        return new
+        copies: dict[int, Tree] = {}
+        for node in t.iter_subtrees():  # children before parents
+            kids = [copies[id(c)] if isinstance(c, Tree) else self.token(c.type, str(c), base + c.start_pos)
+                    for c in node.children]
+            new = Tree(node.data, kids)
+            if not node.meta.empty:
+                loc = self.location(base + node.meta.start_pos)
+                new.meta.line, new.meta.column = loc.line - self.line_offset, loc.column
+                new.meta.start_pos, new.meta.end_pos = base + node.meta.start_pos, base + node.meta.end_pos
+                new.meta.empty = False
+            copies[id(node)] = new
+        return copies[id(t)]
 
     # -- templates -------------------------------------------------------------------------
     def _template(self, tree: Tree, parts: list[str], rep_start: int) -> _Template:
@@ -204,17 +211,13 @@ class ShapeParser:
 
         def expr(t):
             if t.data in ("or_", "and_"):
-                items = []
-
-                def flat(x):  # as the resolver: a left-nested chain is one node, a right operand is not
-                    left, right = x.children
-                    if isinstance(left, Tree) and left.data == t.data:
-                        flat(left)
-                    else:
-                        items.append(expr(left))
-                    items.append(expr(right))
-
-                flat(t)
+                # as the resolver: a left-nested chain is one node (walked in a loop), a right
+                # operand is not
+                rights, x = [], t
+                while isinstance(x, Tree) and x.data == t.data:
+                    rights.append(x.children[1])
+                    x = x.children[0]
+                items = [expr(x)] + [expr(r) for r in reversed(rights)]
                 cls = Or if t.data == "or_" else And
                 fs = tuple(items)
                 return lambda b: cls(tuple(f(b) for f in fs))

@@ -17,6 +17,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from ..errors import Location, SubcError
 from .ast import And, Action, Not, Operand, Or, Pred, Rule
+from .limits import DEFAULT_LIMITS, Limits, check_rule_text
 from .literals import arg_value, literal_value
 from .spec import QueryField, Spec
 
@@ -28,7 +29,7 @@ _FRIENDLY = {
     "CMP": "a comparison operator", "SEMICOLON": "';'", "COLON": "':'", "LPAR": "'('", "RPAR": "')'",
     "COMMA": "','", "NAME": "a name", "INT": "a value", "STRING": "a value", "DECIMAL": "a value", "HEX": "a value",
     "IPV4": "a value", "IPV6": "a value", "MAC": "a value", "AND": "'and'", "OR": "'or'",
-    "LBRACE": "'{'", "RBRACE": "'}'", "IN": "'in'", "SLASH": "'/'", "$END": "end of input", "DOT": "'.'",
+    "LBRACE": "'{'", "RBRACE": "'}'", "BANG": "'!'", "NOT": "'not'", "IN": "'in'", "SLASH": "'/'", "$END": "end of input", "DOT": "'.'",
 }
 
 
@@ -95,9 +96,14 @@ class _Resolver:
         return self.comparison(t)
 
     def _flatten(self, t: Tree, kind: str) -> tuple:
-        left, right = t.children
-        items = list(self._flatten(left, kind)) if isinstance(left, Tree) and left.data == kind else [self.expr(left)]
-        return tuple(items + [self.expr(right)])
+        """The operands of a left-nested chain ``((a op b) op c) op d`` of one ``kind``, in order
+        (a loop down the left spine: a chain of any length is one node and no recursion)."""
+        rights = []
+        while isinstance(t, Tree) and t.data == kind:
+            left, right = t.children
+            rights.append(right)
+            t = left
+        return tuple([self.expr(t)] + [self.expr(r) for r in reversed(rights)])
 
     def field(self, t: Tree) -> QueryField:
         name = ".".join(str(c) for c in t.children)
@@ -174,7 +180,8 @@ class _Resolver:
         return Action(name, values, loc)
 
 
-def parse_rules(text: str, spec: Spec, path: str = "<rules>", line_offset: int = 0, first_index: int = 0) -> list[Rule]:
+def parse_rules(text: str, spec: Spec, path: str = "<rules>", line_offset: int = 0, first_index: int = 0,
+                limits: Limits = DEFAULT_LIMITS) -> list[Rule]:
     """Parse and resolve a rule set.
 
     Returns the rules in file order (``Rule.index`` ``first_index``, ``first_index`` + 1, ...).
@@ -183,9 +190,12 @@ def parse_rules(text: str, spec: Spec, path: str = "<rules>", line_offset: int =
     error (unknown field or action, operator not allowed by the field's match kind, literal that
     does not fit, string on a numeric field, ...).  Each distinct rule shape is parsed by Lark
     once (:mod:`subc.compiler.rule_shapes`); the result equals :func:`parse_rules_lark`'s.
+    The rule count, each rule's length and its nesting depth are checked first against
+    ``limits`` (:func:`~subc.compiler.limits.check_rule_text`).
     """
-    from .rule_shapes import parse_shapes
+    from .rule_shapes import parse_shapes, rule_ends
 
+    check_rule_text(text, path, rule_ends(text), line_offset, limits)
     rules = parse_shapes(text, spec, path, line_offset, first_index)
     if rules is None:
         rules = parse_rules_lark(text, spec, path, line_offset, first_index)
@@ -213,10 +223,10 @@ def parse_rules_lark(text: str, spec: Spec, path: str = "<rules>", line_offset: 
     return [resolver.rule(r, first_index + i) for i, r in enumerate(tree.children)]
 
 
-def load_rules(path: str | Path, spec: Spec) -> list[Rule]:
+def load_rules(path: str | Path, spec: Spec, limits: Limits = DEFAULT_LIMITS) -> list[Rule]:
     """Read and parse the rule file at ``path`` (see :func:`parse_rules`)."""
     try:
         text = Path(path).read_text()
     except (OSError, UnicodeDecodeError) as e:
         raise SubcError(f"cannot read rules {path}: {e}") from e
-    return parse_rules(text, spec, str(path))
+    return parse_rules(text, spec, str(path), limits=limits)

@@ -1,0 +1,142 @@
+"""``subc check``: everything a CI job should know about a rule set before it reaches a switch.
+
+:func:`check` parses every rule file (rule by rule after a failure, so that every syntax and
+semantic error is reported), runs the analyses of :mod:`.analysis` on the rules that parsed,
+compiles them for the target and estimates its fit (:mod:`.fit`).  Unreadable input (a missing
+file, a spec that does not parse) raises :class:`~subc.errors.SubcError`: exit status 2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from ..compiler.gcpause import paused_gc
+from ..compiler.layered import StateLimitExceeded
+from ..compiler.limits import DEFAULT_LIMITS, Limits, check_rule_text
+from ..compiler.rule_shapes import rule_ends
+from ..compiler.rules import parse_rules
+from ..compiler.spec import Spec, load_spec
+from ..errors import SubcError
+from .analysis import RuleSpace, changes_nothing, conflicts, unsatisfiable
+from .diagnostics import Diagnostic, to_json
+
+
+@dataclass
+class CheckReport:
+    """The result of :func:`check`: diagnostics sorted by location, rule and file counts, the
+    target and its fit report (None when the rules did not compile)."""
+
+    target: str
+    files: list[str]
+    rules: int = 0
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    target_fit: dict | None = None
+
+    def count(self, severity: str) -> int:
+        return sum(1 for d in self.diagnostics if d.severity == severity)
+
+    def exit_status(self, strict: bool = False) -> int:
+        """1 with errors (or, ``strict``, warnings), else 0."""
+        return 1 if self.count("error") or (strict and self.count("warning")) else 0
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise SubcError(f"cannot read rules {path}: {e}") from e
+
+
+def parse_all(paths: Sequence[str], spec: Spec, limits: Limits = DEFAULT_LIMITS) -> tuple[list, list[Diagnostic]]:
+    """(rules of all files, numbered in order, and a diagnostic per error).  A file over a limit
+    gets one 'limit' error and contributes no rule; a file with errors is parsed rule by rule."""
+    from ..pipeline.validate import Piece, statements
+
+    rules: list = []
+    diags: list[Diagnostic] = []
+    for path in paths:
+        text = _read(path)
+        try:
+            check_rule_text(text, path, rule_ends(text), 0, limits)
+        except SubcError as e:
+            diags.append(Diagnostic.from_error(e, "limit"))
+            continue
+        try:
+            rules += parse_rules(text, spec, path, first_index=len(rules), limits=limits)
+            continue
+        except SubcError:
+            pass
+        for st in statements(Piece(path, 0, text)):
+            try:
+                rules += parse_rules(st.text, spec, path, st.line_offset, len(rules), limits)
+            except SubcError as e:
+                diags.append(Diagnostic.from_error(e))
+    return rules, diags
+
+
+def check(paths: Sequence[str], spec_path: str, target: str = "bmv2", limits: Limits = DEFAULT_LIMITS,
+          load_ebpf: bool = True) -> CheckReport:
+    """Check the rule files ``paths`` against the spec at ``spec_path`` for ``target``.
+
+    Raises :class:`SubcError` when the spec or a rule file cannot be read or the spec does not
+    parse (exit status 2); everything else is a diagnostic of the report.
+    """
+    from ..compiler.driver import compile_rules
+    from . import fit
+
+    spec = load_spec(spec_path)
+    rep = CheckReport(target, list(paths))
+    with paused_gc():
+        rules, rep.diagnostics = parse_all(paths, spec, limits)
+        rep.rules = len(rules)
+        space = RuleSpace(rules, spec)
+        rep.diagnostics += unsatisfiable(space)
+        rep.diagnostics += changes_nothing(space)
+        rep.diagnostics += conflicts(space)
+        if not any(d.severity == "error" for d in rep.diagnostics):
+            try:
+                res = compile_rules(rules, spec, target, limits=limits)
+            except SubcError as e:
+                rep.diagnostics.append(Diagnostic.from_error(e, "limit" if isinstance(e, StateLimitExceeded)
+                                                             else "target-fit"))
+                res = None
+            if res is not None:
+                if target == "tofino":
+                    rep.target_fit, more = fit.tofino_fit(res)
+                elif target == "ebpf":
+                    rep.target_fit, more = fit.ebpf_fit(res, str(paths[0]) if paths else "", load_ebpf)
+                else:
+                    rep.target_fit, more = fit.bmv2_fit(res)
+                rep.diagnostics += more
+    rep.diagnostics.sort(key=Diagnostic.sort_key)
+    return rep
+
+
+def report_json(rep: CheckReport) -> dict:
+    """The ``--format json`` document (format ``subc-check``, see :mod:`.diagnostics`)."""
+    return {
+        "format": "subc-check",
+        "version": 1,
+        "target": rep.target,
+        "files": rep.files,
+        "rules": rep.rules,
+        "summary": {"errors": rep.count("error"), "warnings": rep.count("warning"), "notes": rep.count("note")},
+        "diagnostics": [to_json(d) for d in rep.diagnostics],
+        "target_fit": rep.target_fit,
+    }
+
+
+def summary_line(rep: CheckReport) -> str:
+    """One line: rules, files, errors, warnings and the target's headline figure."""
+    s = (f"subc check: {rep.rules:,} rules in {len(rep.files)} file(s) for {rep.target}: "
+         f"{rep.count('error')} error(s), {rep.count('warning')} warning(s)")
+    f = rep.target_fit or {}
+    if f.get("model") == "tofino":
+        s += f"; about {f['stages']['needed']} MAU stages (Tofino 1: 12, Tofino 2: 20)"
+    if "multicast_groups" in f:
+        s += f"; {f['multicast_groups']['used']:,} multicast groups"
+    if f.get("model") == "ebpf" and f.get("instructions"):
+        s += "; " + ", ".join(f"{k} {v['xlated_insns']:,} instructions" for k, v in f["instructions"].items())
+    return s

@@ -1,0 +1,139 @@
+"""Input limits: hostile or runaway input gets a clear error instead of exhausting the machine.
+
+The limits (all configurable through :class:`Limits`; ``subc compile`` and ``subc check`` take
+``--max-rules`` and ``--max-states``):
+
+* **rule length** (characters from the end of the previous rule to this rule's ``;``),
+* **nesting depth** of a condition (parentheses and ``not``/``!``, each level counts one),
+* **rules per file**,
+* **states** of all stages while slicing (before minimisation) and the items they hold in all:
+  rule sets whose diagram grows exponentially (e.g. many single-predicate subscriptions over many
+  attributes, each packet's port set depending on every attribute) stop with an error instead of
+  using all memory.
+
+The field width limit (128 bits) is the spec parser's (:mod:`subc.compiler.spec`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from lark import Token, Tree
+from lark.exceptions import UnexpectedInput
+
+from ..errors import Location, SubcError
+
+_NESTERS = ("(", "not", "!")
+_LEAD = re.compile(r"(?:\s|(?:#|//)[^\n]*)*")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Limits on rule input and compilation (see the module docstring)."""
+
+    max_rule_chars: int = 65_536
+    max_nesting: int = 64
+    max_rules: int = 2_000_000
+    max_states: int = 200_000
+    max_layer_items: int = 50_000_000
+
+
+DEFAULT_LIMITS = Limits()
+
+
+def _rule_start(text: str, start: int) -> int:
+    """The offset of the first character of the rule whose piece starts at ``start`` (comments and
+    white space skipped)."""
+    return _LEAD.match(text, start).end()
+
+
+def _loc(path: str, text: str, offset: int, line_offset: int) -> Location:
+    loc = Location.from_offset(path, text, offset)
+    return Location(loc.path, loc.line + line_offset, loc.column, loc.source_line)
+
+
+def tree_tokens(tree: Tree) -> list[Token]:
+    """The tokens of a Lark tree in text order, found without recursion."""
+    out: list[Token] = []
+    stack: list[object] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Tree):
+            stack.extend(reversed(node.children))
+        else:
+            out.append(node)
+    return out
+
+
+def condition_depth(tree: Tree, mark: int = 0) -> tuple[int, Tree | None]:
+    """(nesting depth, the first node found at depth ``mark`` or, with ``mark`` 0, at the
+    maximum depth) of a condition's Lark tree, counted without recursion as the AST nests: each
+    ``and``/``or``/``not`` node is a level, except that a left-nested chain of one operator
+    (``a and b and c``) is one level, as the resolver flattens it."""
+    best, best_node = 0, None
+    marked = None
+    stack: list[tuple[object, int]] = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if not isinstance(node, Tree) or node.data not in ("and_", "or_", "not_"):
+            continue
+        d = depth + 1
+        if d > best:
+            best, best_node = d, node
+        if d == mark and marked is None:
+            marked = node
+        if node.data == "not_":
+            stack.append((node.children[0], d))
+            continue
+        left, right = node.children
+        stack.append((right, d))
+        stack.append((left, depth if isinstance(left, Tree) and left.data == node.data else d))
+    return best, (marked if mark else best_node)
+
+
+def check_rule_text(text: str, path: str, ends: list[int], line_offset: int = 0,
+                    limits: Limits = DEFAULT_LIMITS) -> None:
+    """Check the rule count, each rule's length and nesting depth before parsing.
+
+    ``ends`` are the offsets just after each rule's ``;`` (:func:`~.rule_shapes.rule_ends`).
+    Raises :class:`SubcError` at the first rule over a limit (at its first character; for nesting,
+    at the start of the first sub-condition one level too deep).
+    """
+    if len(ends) > limits.max_rules:
+        start = _rule_start(text, ends[limits.max_rules - 1])
+        raise SubcError(
+            f"more than {limits.max_rules:,} rules in one file (the limit; raise it with --max-rules)",
+            _loc(path, text, start, line_offset),
+        )
+    start = 0
+    for end in ends + ([len(text)] if not ends or ends[-1] < len(text) else []):
+        n = end - start
+        if n > limits.max_rule_chars:
+            raise SubcError(
+                f"rule is {n:,} characters long, more than the limit of {limits.max_rule_chars:,}",
+                _loc(path, text, _rule_start(text, start), line_offset),
+            )
+        if n > limits.max_nesting:
+            piece = text[start:end]
+            # nesting needs parentheses or 'not': without them, precedence allows 3 levels
+            if sum(piece.count(s) for s in _NESTERS) + 3 > limits.max_nesting:
+                _check_nesting(text, start, end, path, line_offset, limits)
+        start = end
+
+
+def _check_nesting(text: str, start: int, end: int, path: str, line_offset: int, limits: Limits) -> None:
+    from .rules import rule_parser
+
+    try:
+        tree = rule_parser().parse(text[start:end])
+    except UnexpectedInput:
+        return  # the parser reports the syntax error
+    for rule in tree.children:
+        depth, node = condition_depth(rule.children[0], limits.max_nesting + 1)
+        if depth > limits.max_nesting:
+            pos = start + (node.meta.start_pos if not node.meta.empty else 0)
+            raise SubcError(
+                f"condition nested {depth} levels deep (and/or/not), more than the limit of {limits.max_nesting}",
+                _loc(path, text, pos, line_offset),
+            )
