@@ -202,3 +202,33 @@ def test_check_api_on_several_files(tmp_path):
     (d,) = rep.diagnostics
     assert (d.code, d.location.path, d.location.line) == ("redundant", str(b), 2)
     assert d.related[0].path == str(a)
+
+
+def test_pre_commit_hook_and_workflow_examples_run(tmp_path):
+    import shlex
+
+    import yaml
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    (hook,) = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
+    cfg = yaml.safe_load((ROOT / "examples" / "ci" / "pre-commit-config.yaml").read_text())
+    (use,) = cfg["repos"][0]["hooks"]
+    assert use["id"] == hook["id"] == "subc-check"
+    import re
+
+    assert re.search(hook["files"], "rules/a.sub") and not re.search(hook["files"], "spec.p4")
+    rules = ROOT / "examples" / "itch" / "rules.sub"
+    args = [a if a != "spec.p4" else str(SPEC_PATH) for a in use["args"]]
+    entry = shlex.split(hook["entry"])
+    assert entry[0] == "subc"
+    cmd = [sys.executable, "-m", "subc.cli", *entry[1:], *args, str(rules)]
+    assert subprocess.run(cmd, capture_output=True, text=True, env=env).returncode == 0
+    bad = tmp_path / "bad.sub"
+    bad.write_text('add_order.price > 1 : fwd(1);\nadd_order.price > 2 : fwd(1);\n')
+    p = subprocess.run(cmd[:-1] + [str(bad)], capture_output=True, text=True, env=env)
+    assert p.returncode == 1 and "[redundant]" in p.stdout  # --strict: a warning fails the hook
+    wf = yaml.safe_load((ROOT / "examples" / "ci" / "github-workflow.yml").read_text())
+    step = next(s for s in wf["jobs"]["check"]["steps"] if s.get("name") == "Check the rule sets for Tofino")
+    words = shlex.split(step["run"].replace("rules/*.sub", str(bad)).replace("spec.p4", str(SPEC_PATH)))
+    p = subprocess.run([sys.executable, "-m", "subc.cli", *words[1:]], capture_output=True, text=True, env=env)
+    assert p.returncode == 1 and p.stdout.startswith(f"::warning file={bad},line=2,col=1,title=subc redundant::")
