@@ -31,6 +31,7 @@ from ..driver import CompileResult
 from ..tables import exact_entries, lpm_entries
 from . import ebpf_layout as L
 from .ebpf_parse import FieldLayout, ParsePlan, check_fields, plan_parser
+from .safety import comment_text, identifier
 from .p4program import environment
 
 DEFAULT_MAX_FANOUT = 64
@@ -150,7 +151,12 @@ def render_filter(res: CompileResult, plan: ParsePlan, doc: dict, rules_path: st
     spec = res.spec
     hb = plan.header_bytes
     states = []
+    for m in doc["maps"]:
+        identifier(m["name"], "BPF map name")
+    for f in res.pipeline.field_order:
+        identifier(f, "field", dotted=True)
     for s in plan.states:
+        identifier(s.name, "parser state")
         extracts = [{"inst": i, "bytes": hb[i], "bit": 1 << plan.bit[i]} for i in s.extracts]
         sel = None
         if s.select is not None:
@@ -177,8 +183,8 @@ def render_filter(res: CompileResult, plan: ParsePlan, doc: dict, rules_path: st
     tmpl = environment().get_template("ebpf/subc_filter.bpf.c.j2")
     return tmpl.render(
         version=__version__,
-        rules_path=rules_path,
-        spec_path=spec.path,
+        rules_path=comment_text(rules_path),
+        spec_path=comment_text(spec.path),
         n_rules=len(res.rules),
         field_order=res.pipeline.field_order,
         ports=[p for p, _ in plan.ports],

@@ -32,6 +32,7 @@ import json
 
 from ..driver import CompileResult
 from ..tables import Pipeline, Table
+from .safety import check_pipeline, identifier
 
 CONTROL = "SubcIngress"
 
@@ -113,6 +114,7 @@ def bmv2_commands(pipe: Pipeline) -> str:
     Multicast node handles are assumed to be allocated from 0 in order, as on a freshly started
     ``simple_switch``.
     """
+    check_pipeline(pipe)
     top = _max_priority(pipe) + 1
     lines = ["// subc: simple_switch_CLI commands (run on a freshly started switch)"]
     for t in pipe.tables:
@@ -135,6 +137,8 @@ def bfrt_key_name(key_name: str) -> str:
 
 def bfrt_setup(pipe: Pipeline, program: str = "subc") -> str:
     """A ``bfrt_python`` script (``bfshell -b bfrt_setup.py``) installing entries and PRE groups."""
+    check_pipeline(pipe)
+    identifier(program, "program name")
     top = _max_priority(pipe) + 1
     out = [
         "# subc: bfrt_python script; run with `bfshell -b bfrt_setup.py` after loading the program.",

@@ -2,7 +2,8 @@
 
 ``render_program`` gives a whole program for BMv2 (``v1model.p4``) or Tofino (``tna.p4``) when
 the spec has headers and a parser, else the subscription control block only.  Every identifier
-that reaches a template comes from the spec parser (already a P4 identifier) or from subc.
+that reaches a template comes from the spec parser (already a P4 identifier) or from subc, and is
+checked again at the template boundary (:mod:`.safety`); rule literals reach it only as integers.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import jinja2
 
 from ... import __version__
 from ..driver import CompileResult
-from ..spec import IDENT_RE
 from .entries import bfrt_key_name
+from .safety import check_action, check_pipeline, comment_text, identifier
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "templates"
 
@@ -33,6 +34,7 @@ def environment() -> jinja2.Environment:
 
 
 def _call(action: tuple[str, tuple]) -> str:
+    check_action(action, "default")
     name, params = action
     return f"{name}({', '.join(str(v) for _, v in params)})"
 
@@ -53,12 +55,13 @@ def _table_ctx(t) -> dict:
 def program_context(res: CompileResult, rules_path: str, tna: bool) -> dict:
     """The template context for ``res`` (see the templates for the names used)."""
     spec, pipe = res.spec, res.pipeline
+    check_pipeline(pipe)
     parser = spec.parser
     ctx = {
         "version": __version__,
         "tna": tna,
-        "rules_path": rules_path,
-        "spec_path": spec.path,
+        "rules_path": comment_text(rules_path),
+        "spec_path": comment_text(spec.path),
         "n_rules": len(res.rules),
         "field_order": pipe.field_order,
         "state_width": pipe.state_width,
@@ -77,9 +80,15 @@ def program_context(res: CompileResult, rules_path: str, tna: bool) -> dict:
         "std_meta": (parser.std_meta if parser and parser.std_meta else "standard_metadata"),
     }
     for name in (ctx["hdr"], ctx["meta"], ctx["packet"], ctx["std_meta"], ctx["headers_type"]):
-        assert IDENT_RE.match(name), name
+        identifier(name, "parser parameter")
+    for a in spec.actions.values():
+        identifier(a.name, "spec action")
     if parser is not None:
         rename = (lambda n: "subc_spec_start" if n == "start" else n) if tna else (lambda n: n)
+        for s in parser.states:
+            identifier(s.name, "parser state")
+            for _, t in s.transition.cases:
+                identifier(t, "parser state")
         ctx["states"] = [
             {
                 "name": rename(s.name),
