@@ -60,10 +60,17 @@ def _compile(rules_path: str, spec_path: str, target: str, field_order: str | No
     return res
 
 
+def _terminate(signum, frame):
+    raise SystemExit(128 + signum)  # unwinds: temporary outputs are removed (finally blocks run)
+
+
 @click.group()
 @click.version_option(__version__, prog_name="subc")
 def main() -> None:
     """subc: compile packet subscriptions into data-plane pipelines."""
+    import signal
+
+    signal.signal(signal.SIGTERM, _terminate)
 
 
 @main.command("compile")

@@ -1,18 +1,41 @@
 """Writing an output directory atomically.
 
 All files are written into a fresh temporary directory beside the destination, which then
-replaces the destination with ``rename``: on any error the destination is left as it was, and
-readers never see a half-written directory.
+replaces the destination: with ``renameat2(RENAME_EXCHANGE)`` (Linux 3.15+, one atomic step, so
+the destination always exists, old or new), else with two renames.  On any error or interruption
+(an exception, SIGINT, or SIGTERM, which the CLI turns into an exception) the destination is left
+as it was and the temporary directory is removed: readers never see a half-written directory.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
 from ...errors import SubcError
+
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap directories ``a`` and ``b`` (renameat2); False when not supported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (22, 38, 95):  # EINVAL, ENOSYS, EOPNOTSUPP: the file system cannot exchange
+        return False
+    raise OSError(err, os.strerror(err), str(b))
 
 
 def write_directory(dest: str | Path, files: dict[str, str]) -> Path:
@@ -33,10 +56,13 @@ def write_directory(dest: str | Path, files: dict[str, str]) -> Path:
             (tmp / name).write_text(text)
         os.chmod(tmp, 0o755)
         if dest.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old-", dir=parent))
-            os.rename(dest, old / "d")
-            os.rename(tmp, dest)
-            shutil.rmtree(old, ignore_errors=True)
+            if _exchange(tmp, dest):
+                shutil.rmtree(tmp, ignore_errors=True)  # now the old directory
+            else:
+                old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old-", dir=parent))
+                os.rename(dest, old / "d")
+                os.rename(tmp, dest)
+                shutil.rmtree(old, ignore_errors=True)
         else:
             os.rename(tmp, dest)
         tmp = None
