@@ -89,6 +89,7 @@ class ShapeParser:
         self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
         self.operands: dict[tuple, object] = {}
         self.action_values: dict[tuple, tuple] = {}
+        self.ends: list[int] | None = None  # rule_ends(text), when known
 
     # -- positions -------------------------------------------------------------------------
     def location(self, pos: int) -> Location:
@@ -104,7 +105,7 @@ class ShapeParser:
     def pieces(self) -> list[tuple[int, int]]:
         """(start, end) of every rule piece: from the previous rule's end to just after this ';'."""
         out, start = [], 0
-        for end in rule_ends(self.text):
+        for end in self.ends if self.ends is not None else rule_ends(self.text):
             out.append((start, end))
             start = end
         if not _COMMENT_OR_SPACE.match(self.text, start):
@@ -301,11 +302,15 @@ class ShapeParser:
         return Rule(index, cond, actions, self.location(s), self.text[s:e])
 
 
-def parse_shapes(text: str, spec, path: str, line_offset: int = 0, first_index: int = 0) -> list[Rule] | None:
+def parse_shapes(text: str, spec, path: str, line_offset: int = 0, first_index: int = 0,
+                 ends: list[int] | None = None) -> list[Rule] | None:
     """The rules of ``text`` by shape (see the module docstring), or None when the plain parser is
-    needed.  The cycle collector is off meanwhile: parsing allocates and frees nothing cyclic."""
+    needed.  ``ends``: :func:`rule_ends` of ``text`` when the caller has them.  The cycle collector
+    is off meanwhile: parsing allocates and frees nothing cyclic."""
     with paused_gc():
         try:
-            return ShapeParser(text, spec, path, line_offset, first_index).parse()
+            sp = ShapeParser(text, spec, path, line_offset, first_index)
+            sp.ends = ends
+            return sp.parse()
         except _Fallback:
             return None

@@ -195,8 +195,9 @@ def parse_rules(text: str, spec: Spec, path: str = "<rules>", line_offset: int =
     """
     from .rule_shapes import parse_shapes, rule_ends
 
-    check_rule_text(text, path, rule_ends(text), line_offset, limits)
-    rules = parse_shapes(text, spec, path, line_offset, first_index)
+    ends = rule_ends(text)
+    check_rule_text(text, path, ends, line_offset, limits)
+    rules = parse_shapes(text, spec, path, line_offset, first_index, ends)
     if rules is None:
         rules = parse_rules_lark(text, spec, path, line_offset, first_index)
     return rules
