@@ -134,14 +134,24 @@ def unsatisfiable(space: RuleSpace) -> list[Diagnostic]:
         if u != f:
             continue
         items = _conjuncts(r.condition)
-        core = list(items)
-        for x in items:
-            trial = [y for y in core if y is not x]
+        parts = [space.expr(x) for x in items]
+        # a minimal unsatisfiable subset by insertion: each round adds the first conjunct at which
+        # (core and the conjuncts before it) becomes false; O(conjuncts x core size) conjunctions
+        chosen: list[int] = []
+        while True:
             acc = space.valid
-            for y in trial:
-                acc &= space.expr(y)
-            if trial and acc == f:
-                core = trial
+            for j in chosen:
+                acc &= parts[j]
+            if acc == f:
+                break
+            for j, u in enumerate(parts):
+                if j in chosen:
+                    continue
+                acc &= u
+                if acc == f:
+                    chosen.append(j)
+                    break
+        core = [items[j] for j in sorted(chosen)]
         texts = [pred_text(x) if isinstance(x, Pred) else "(...)" for x in core]
         if len(core) == 1:
             msg = f"rule never matches: '{texts[0]}' holds for no packet"
@@ -248,9 +258,11 @@ def conflicts(space: RuleSpace) -> list[Diagnostic]:
     at most :data:`MAX_CONFLICTS_PER_PAIR` rule pairs per pair of actions."""
     rules, cond, f = space.rules, space.cond, space.bdd.false
     groups: dict[object, cudd.Function] = {}
-    for r, u in zip(rules, cond):
-        for a in r.atoms():
-            groups[_group(a)] = groups.get(_group(a), f) | u
+    members: dict[object, list[int]] = defaultdict(list)
+    for i, (r, u) in enumerate(zip(rules, cond)):
+        for g in {_group(a) for a in r.atoms()}:
+            groups[g] = groups.get(g, f) | u
+            members[g].append(i)
     others = sorted((g for g in groups if g != "fwd"), key=repr)
     pairs = [("fwd", b) for b in others if "fwd" in groups] + [
         (b, c) for k, b in enumerate(others) for c in others[k + 1:]
@@ -263,9 +275,8 @@ def conflicts(space: RuleSpace) -> list[Diagnostic]:
             if overlap == f:
                 break
             pkt = space.example(overlap)
-            matched = [i for i, r in enumerate(rules) if evaluate(r.condition, pkt)]
-            i = next(i for i in matched if any(_group(a) == x for a in rules[i].atoms()))
-            j = next(j for j in matched if any(_group(a) == y for a in rules[j].atoms()))
+            i = next(i for i in members[x] if evaluate(rules[i].condition, pkt))
+            j = next(j for j in members[y] if evaluate(rules[j].condition, pkt))
             ax = next(a for a in sorted(rules[i].atoms(), key=repr) if _group(a) == x)
             ay = next(a for a in sorted(rules[j].atoms(), key=repr) if _group(a) == y)
             if i > j:
