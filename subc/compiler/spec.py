@@ -30,6 +30,9 @@ from ..errors import Location, SubcError
 from .p4lexer import Pragma, Token, parse_p4_int, preprocess, tokenize
 
 MAX_FIELD_WIDTH = 128
+#: Largest width of a ``bit<W>`` type (a C int, as p4c keeps widths; p4c itself stops at 2048):
+#: anything wider is an error, never a number too big to print.
+MAX_TYPE_WIDTH = (1 << 31) - 1
 IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
@@ -264,12 +267,16 @@ class _SpecParser:
 
     # -- types and values ------------------------------------------------------------------
     def parse_type(self) -> tuple[int | None, str]:
-        """A type: returns (width in bits or None, type name as written)."""
+        """A type: returns (width in bits or None, type name as written).
+
+        Raises SubcError (at the width) for a width over :data:`MAX_TYPE_WIDTH`."""
         tok = self.expect("id")
         if tok.text in ("bit", "int", "varbit"):
             self.expect("<")
             wtok = self.next()
             width = self.const_value(wtok)
+            if width > MAX_TYPE_WIDTH:
+                raise self.error(f"type width exceeds the limit of {MAX_TYPE_WIDTH} bits", wtok)
             self.expect(">")
             return (None if tok.text == "varbit" else width), f"{tok.text}<{width}>"
         if tok.text == "bool":
@@ -322,6 +329,9 @@ class _SpecParser:
         return self.spec
 
     def _is_parser_definition(self) -> bool:
+        """Whether the ``parser`` at the current token has a body: its parameter list is followed
+        by ``{``.  Looks no further than the end of the declaration (a ``;``, ``{`` or ``}``
+        outside parentheses), so that many declarations cost linear time."""
         j, depth = self.i + 1, 0
         while j < len(self.toks):
             k = self.toks[j].kind
@@ -329,8 +339,10 @@ class _SpecParser:
                 depth += 1
             elif k == ")":
                 depth -= 1
-                if depth == 0:
-                    return j + 1 < len(self.toks) and self.toks[j + 1].kind == "{"
+                if depth <= 0:
+                    return depth == 0 and j + 1 < len(self.toks) and self.toks[j + 1].kind == "{"
+            elif depth == 0 and k in (";", "{", "}"):
+                return False
             j += 1
         return False
 
@@ -538,7 +550,7 @@ class _SpecParser:
                 q.alpha = True
             else:
                 digits = parse_p4_int(p.args[1])
-                if digits is None or digits > 18:
+                if digits is None or not 0 <= digits <= 18:
                     raise SubcError("scale must be a number of decimal digits from 0 to 18", self.loc(p.arg_offsets[1]))
                 q.scale = digits
         da = spec.default_action
@@ -559,7 +571,7 @@ class _SpecParser:
         width = None
         if len(p.args) == 2:
             width = parse_p4_int(p.args[1])
-            if width is None or width <= 0:
+            if width is None or not 0 < width <= MAX_TYPE_WIDTH:
                 raise SubcError(f"bad width '{p.args[1]}'", self.loc(p.arg_offsets[1]))
         declared = None
         if spec.headers:
@@ -572,6 +584,8 @@ class _SpecParser:
             declared = header.width_of(parts[1])
             if declared is None:
                 raise SubcError(f"field '{fname}' has no fixed width (varbit) and cannot be queried", floc)
+            if declared == 0:
+                raise SubcError(f"field '{fname}' is bit<0> and cannot be queried", floc)
             if width is not None and width != declared:
                 raise SubcError(
                     f"width {width} does not fit field '{fname}', which is bit<{declared}>", self.loc(p.arg_offsets[1])
@@ -580,7 +594,11 @@ class _SpecParser:
         if width is None:
             raise SubcError(f"field '{fname}' needs a width (the spec declares no headers)", floc)
         if width > MAX_FIELD_WIDTH:
-            raise SubcError(f"field '{fname}' is {width} bits wide; at most {MAX_FIELD_WIDTH} are supported", floc)
+            raise SubcError(
+                f"field '{fname}': field width {width} bits exceeds the limit of {MAX_FIELD_WIDTH} "
+                f"(at most {MAX_FIELD_WIDTH} bits are supported)",
+                floc,
+            )
         if fname in spec.query_fields:
             raise SubcError(f"field '{fname}' is declared twice", floc)
         spec.query_fields[fname] = QueryField(fname, width, kind, floc)
@@ -590,7 +608,8 @@ def parse_spec(text: str, path: str = "<spec>") -> Spec:
     """Parse a message-format spec from ``text``.
 
     Raises :class:`SubcError` with the location of the first problem (unknown field or
-    instance, width mismatch, malformed pragma or declaration).
+    instance, width mismatch, a query field of 0 or more than :data:`MAX_FIELD_WIDTH` bits, a type
+    wider than :data:`MAX_TYPE_WIDTH`, a scale outside 0..18, malformed pragma or declaration).
     """
     spec = _SpecParser(path, text).parse()
     if not spec.query_fields:
@@ -599,9 +618,16 @@ def parse_spec(text: str, path: str = "<spec>") -> Spec:
 
 
 def load_spec(path: str | Path) -> Spec:
-    """Read and parse the spec file at ``path`` (errors as :func:`parse_spec`; unreadable: SubcError)."""
+    """Read and parse the spec file at ``path`` (errors as :func:`parse_spec`; unreadable: SubcError;
+    not UTF-8: SubcError at the first bad byte)."""
     try:
-        text = Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as e:
+        data = Path(path).read_bytes()
+    except OSError as e:
         raise SubcError(f"cannot read spec {path}: {e}") from e
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        good = data[: e.start].decode("utf-8")
+        loc = Location.from_offset(str(path), data.decode("utf-8", "replace"), len(good))
+        raise SubcError(f"the spec is not UTF-8 text: byte {data[e.start]:#04x} at byte offset {e.start}", loc) from None
     return parse_spec(text, str(path))

@@ -68,9 +68,14 @@ def add_order_fields(buf: MessageBuffer, mask: np.ndarray) -> dict[str, np.ndarr
     }
 
 
+#: The one-character string of every byte value (latin-1), then '' (code 256: a message without bytes).
+_CHAR_TABLE = pa.array([chr(i) for i in range(256)] + [""], pa.string())
+
+
 def _chars(codes: np.ndarray) -> pa.Array:
-    """One-character strings from byte values (latin-1 bytes -> 'A', 'F', ...)."""
-    return pc.cast(pa.FixedSizeBinaryArray.from_buffers(pa.binary(1), len(codes), [None, pa.py_buffer(codes.astype(np.uint8).tobytes())]), pa.string())
+    """One-character strings from byte values (latin-1: 'A', 'F', ...; any byte gives a valid
+    string, the code 256 gives '')."""
+    return pc.take(_CHAR_TABLE, pa.array(np.asarray(codes).astype(np.int16)))
 
 
 def _scatter(values: np.ndarray, mask: np.ndarray, dtype) -> pa.Array:
@@ -81,10 +86,19 @@ def _scatter(values: np.ndarray, mask: np.ndarray, dtype) -> pa.Array:
 
 
 def symbols(stock: np.ndarray) -> pa.Array:
-    """Stock symbols (trailing spaces removed) from raw 8-byte big-endian ``stock`` values."""
-    raw = stock.astype(">u8").tobytes()
-    arr = pa.FixedSizeBinaryArray.from_buffers(pa.binary(8), len(stock), [None, pa.py_buffer(raw)])
-    return pc.utf8_rtrim(pc.cast(pc.cast(arr, pa.binary()), pa.string(), safe=False), characters=" ")
+    """Stock symbols (trailing spaces removed) from raw 8-byte big-endian ``stock`` values; a byte
+    outside ASCII becomes U+FFFD, as in :func:`subc.runtime.itch.stock_symbol` (always valid UTF-8)."""
+    raw = stock.astype(">u8").view(np.uint8).reshape(-1, 8)
+    bad = (raw >= 0x80).any(axis=1)
+    if bad.any():
+        raw = raw.copy()
+        raw[bad] = ord(" ")
+    arr = pa.FixedSizeBinaryArray.from_buffers(pa.binary(8), len(stock), [None, pa.py_buffer(raw.tobytes())])
+    out = pc.utf8_rtrim(pc.cast(pc.cast(arr, pa.binary()), pa.string(), safe=False), characters=" ")
+    if bad.any():
+        text = [v.to_bytes(8, "big").decode("ascii", "replace").rstrip(" ") for v in stock[bad].tolist()]
+        out = pc.replace_with_mask(out, pa.array(bad), pa.array(text, pa.string()))
+    return out
 
 
 def pad(buf: MessageBuffer) -> MessageBuffer:
@@ -97,7 +111,8 @@ def pad(buf: MessageBuffer) -> MessageBuffer:
 def decode(buf: MessageBuffer, file_index: int) -> tuple[pa.RecordBatch, np.ndarray, dict[str, np.ndarray]]:
     """(record batch in :data:`MESSAGE_SCHEMA` order, Add Order mask, Add Order raw fields).
 
-    Messages shorter than the 11-byte common header get 0 in the header fields."""
+    Messages shorter than the 11-byte common header get 0 in the header fields; a message without
+    bytes (a MoldUDP64 block of length 0) gets the type ''."""
     n = len(buf)
     padded = pad(buf)
     d, s = padded.data, buf.starts
@@ -116,12 +131,14 @@ def decode(buf: MessageBuffer, file_index: int) -> tuple[pa.RecordBatch, np.ndar
     stock_full[mask] = ao["add_order.stock"]
     side = np.full(n, ord(" "), np.uint8)
     side[mask] = d[s[mask] + 19]
+    types = d[s].astype(np.int16)
+    types[buf.lengths == 0] = 256
     batch = pa.RecordBatch.from_arrays(
         [
             pa.array(np.full(n, file_index, np.int32)),
             pa.array(buf.positions.astype(np.int64)),
             pa.array(buf.indexes.astype(np.int32)),
-            _chars(d[s]),
+            _chars(types),
             pa.array(buf.lengths.astype(np.int32)),
             header(1, 2, np.int32),
             header(3, 2, np.int32),

@@ -9,9 +9,12 @@ its split from its start; the walk must end exactly on the next split's start, e
 (:func:`walk_binaryfile`), so a wrong split point is an error, never silently wrong data.  Pass
 ``split_bytes=0`` to read each file in one task.
 
-**pcap / pcapng** captures (read with ``dpkt``) are read one file per task: frames are Ethernet,
-Linux cooked (SLL) or raw IP; every UDP datagram (to ``udp_port`` when given) is decoded as a
-MoldUDP64 downstream packet (:mod:`subc.runtime.moldudp64`) and each of its messages is a row.
+**pcap / pcapng** captures are read one file per task (records and blocks here, every length checked
+against the file size; frames decoded with ``dpkt``): frames are Ethernet, Linux cooked (SLL) or
+raw IP; every UDP datagram (to ``udp_port`` when given) is decoded as a MoldUDP64 downstream packet
+(:mod:`subc.runtime.moldudp64`) and each of its messages is a row.  Frames that are not UDP are
+skipped; a malformed capture, link-layer header, truncated datagram or MoldUDP64 packet is an error
+naming the file, the frame and the byte offset of its record.
 
 Both produce a :class:`MessageBuffer`: the message bytes and, per message, its start offset in that
 buffer, its length and its position in the source (BinaryFILE: byte offset of the length prefix;
@@ -21,6 +24,7 @@ pcap: 1-based frame number and message index in the packet).
 from __future__ import annotations
 
 import os
+import struct
 from array import array
 from dataclasses import dataclass
 
@@ -131,8 +135,10 @@ def plan_splits(paths: list[str], split_bytes: int = DEFAULT_SPLIT_BYTES) -> lis
     """Splits of the trace files ``paths`` (in order); see the module docstring.
 
     ``split_bytes`` <= 0 reads every file in one split.  A boundary with no split point within
-    :data:`SYNC_WINDOW` bytes is dropped (its bytes go to the previous split).  Raises
-    :class:`SubcError` when a file cannot be read."""
+    :data:`SYNC_WINDOW` bytes is dropped (its bytes go to the previous split).  No byte is searched
+    twice: a boundary at or before the last split point is dropped, and one inside the window of a
+    boundary without a split point is searched from that window's end, so that the time is linear
+    in the file size whatever ``split_bytes``.  Raises :class:`SubcError` when a file cannot be read."""
     out: list[Split] = []
     for i, path in enumerate(paths):
         kind = file_kind(path)
@@ -142,9 +148,15 @@ def plan_splits(paths: list[str], split_bytes: int = DEFAULT_SPLIT_BYTES) -> lis
             continue
         points = [0]
         if split_bytes > 0:
+            searched = 0  # no split point starts in [points[-1] + 1, searched)
             for b in range(split_bytes, size, split_bytes):
-                p = sync_point(path, b, size)
-                if p is not None and p > points[-1] and p < size:
+                if b <= points[-1]:
+                    continue
+                start = max(b, searched)
+                p = sync_point(path, start, size) if start < size else None
+                if p is None:
+                    searched = start + SYNC_WINDOW
+                elif p > points[-1] and p < size:
                     points.append(p)
         points.append(size)
         out.extend(Split(i, path, "binaryfile", a, b) for a, b in zip(points, points[1:]))
@@ -241,36 +253,113 @@ def read_split(split: Split, udp_port: int | None = None) -> MessageBuffer:
     return walk_binaryfile(data, split.start, split.path, split.stop >= size)
 
 
-def _udp_payload(linktype: int, frame: bytes):
-    """(UDP destination port, payload) of a frame, or None when it is not UDP over IPv4/IPv6."""
+_PCAP_LE = {b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1"}
+_BOM_LE, _BOM_BE = b"\x4d\x3c\x2b\x1a", b"\x1a\x2b\x3c\x4d"
+_NG_SHB, _NG_IDB, _NG_PB, _NG_SPB, _NG_EPB = 0x0A0D0D0A, 1, 2, 3, 6
+#: Smallest length of a pcapng block by type (type, length, body, trailing length).
+_NG_MIN = {_NG_SHB: 28, _NG_IDB: 20, _NG_PB: 32, _NG_SPB: 16, _NG_EPB: 32}
+
+
+def _records(f, path: str):
+    """Yield (byte offset of the record, link type, frame bytes) for every packet record of the pcap
+    or pcapng capture open as ``f`` (pcapng: enhanced, simple and obsolete packet blocks; other
+    blocks are skipped).  Lengths are checked against the file size before anything is read.
+
+    Raises :class:`SubcError` naming ``path`` and the byte offset for an unknown magic number, a
+    truncated header, record or block, a pcapng block length that is too small, runs past the end
+    or differs from the block's trailing length, or a packet of an undeclared interface."""
+    size = os.fstat(f.fileno()).st_size
+
+    def take(n: int, at: int, what: str) -> bytes:
+        if n > size - at:
+            raise SubcError(f"{path}: {what} at byte offset {at} runs past the end of the file ({size} bytes)")
+        return f.read(n)
+
+    magic = f.read(4)
+    f.seek(0)
+    if magic in PCAP_MAGICS:
+        e = "<" if magic in _PCAP_LE else ">"
+        linktype = struct.unpack(e + "I", take(24, 0, "the pcap file header")[20:24])[0] & 0xFFFF
+        pos = 24
+        while pos < size:
+            caplen = struct.unpack(e + "I", take(16, pos, "the pcap record header")[8:12])[0]
+            yield pos, linktype, take(caplen, pos + 16, f"the frame ({caplen} bytes)")
+            pos += 16 + caplen
+        return
+    if magic != PCAPNG_MAGIC:
+        raise SubcError(f"{path}: not a pcap or pcapng capture: magic number {magic!r} at byte offset 0")
+    e, links, pos = "<", [], 0
+    while pos < size:
+        block = take(8, pos, "the pcapng block header")
+        if block[:4] == PCAPNG_MAGIC:  # section header block: its byte-order magic sets the byte order
+            block += take(4, pos + 8, "the byte-order magic of the section header block")
+            if block[8:] not in (_BOM_LE, _BOM_BE):
+                raise SubcError(f"{path}: bad byte-order magic {block[8:]!r} at byte offset {pos + 8}")
+            e, links = ("<" if block[8:] == _BOM_LE else ">"), []
+        btype, blen = struct.unpack(e + "II", block[:8])
+        least = _NG_MIN.get(btype, 12)
+        if blen < least:
+            raise SubcError(f"{path}: pcapng block of type {btype:#x} at byte offset {pos} has length {blen}, "
+                            f"less than {least}")
+        if blen > size - pos:
+            raise SubcError(f"{path}: pcapng block of {blen} bytes at byte offset {pos} runs past the end of the file "
+                            f"({size} bytes)")
+        block += f.read(blen - len(block))
+        if struct.unpack(e + "I", block[-4:])[0] != blen:
+            raise SubcError(f"{path}: pcapng block at byte offset {pos}: trailing length differs from {blen}")
+        body = block[8:-4]
+        frame = None
+        if btype == _NG_IDB:
+            links.append(struct.unpack(e + "HxxI", body[:8]))  # (link type, snap length)
+        elif btype in (_NG_EPB, _NG_PB):
+            iface, caplen = struct.unpack(e + "I8xI" if btype == _NG_EPB else e + "H10xI", body[:16])
+            if caplen > len(body) - 20:
+                raise SubcError(f"{path}: packet block at byte offset {pos} has a captured length of {caplen} "
+                                f"bytes, more than the {len(body) - 20} it holds")
+            frame = body[20 : 20 + caplen]
+        elif btype == _NG_SPB:
+            iface, orig = 0, struct.unpack(e + "I", body[:4])[0]
+            snap = links[0][1] if links else 0
+            frame = body[4 : 4 + min(orig, snap or orig)]
+        if frame is not None:
+            if iface >= len(links):
+                raise SubcError(f"{path}: packet block at byte offset {pos} names interface {iface}, "
+                                f"but {len(links)} are declared before it")
+            yield pos, links[iface][0], frame
+        pos += blen
+
+
+def _udp(linktype: int, frame: bytes):
+    """The UDP datagram (``dpkt.udp.UDP``) of a frame, or None when it is not UDP over IPv4/IPv6 (the
+    link-layer header decodes, but what it carries is not IP, or dpkt cannot decode the IP header).
+
+    Raises ``dpkt.UnpackError`` (``dpkt.NeedData`` for a short frame), ValueError or IndexError
+    when dpkt cannot decode the link-layer header (or a layer it does not catch errors of)."""
     import dpkt
 
-    try:
-        if linktype == dpkt.pcap.DLT_EN10MB:
-            ip = dpkt.ethernet.Ethernet(frame).data
-        elif linktype == dpkt.pcap.DLT_LINUX_SLL:
-            ip = dpkt.sll.SLL(frame).data
-        elif linktype in (dpkt.pcap.DLT_RAW, 101):  # 101: LINKTYPE_RAW
-            ip = dpkt.ip.IP(frame) if frame[:1] and frame[0] >> 4 == 4 else dpkt.ip6.IP6(frame)
-        else:
-            return None
-    except (dpkt.UnpackError, IndexError):
+    if linktype == dpkt.pcap.DLT_EN10MB:
+        ip = dpkt.ethernet.Ethernet(frame).data
+    elif linktype == dpkt.pcap.DLT_LINUX_SLL:
+        ip = dpkt.sll.SLL(frame).data
+    elif linktype in (dpkt.pcap.DLT_RAW, 101):  # 101: LINKTYPE_RAW
+        ip = dpkt.ip.IP(frame) if frame[:1] and frame[0] >> 4 == 4 else dpkt.ip6.IP6(frame)
+    else:
         return None
     if not isinstance(ip, (dpkt.ip.IP, dpkt.ip6.IP6)):
         return None
     udp = ip.data
-    if not isinstance(udp, dpkt.udp.UDP):
-        return None
-    return udp.dport, bytes(udp.data)
+    return udp if isinstance(udp, dpkt.udp.UDP) else None
 
 
 def read_pcap(path: str, udp_port: int | None = None) -> MessageBuffer:
     """Every MoldUDP64 message of the pcap or pcapng capture at ``path``.
 
-    UDP datagrams (to ``udp_port`` when given) are decoded as MoldUDP64 downstream packets;
-    heartbeats and end-of-session packets carry no messages.  Raises :class:`SubcError` naming the
-    file and frame number when a datagram is not a valid MoldUDP64 packet, or when the capture
-    cannot be read."""
+    UDP datagrams (to ``udp_port`` when given) are decoded as MoldUDP64 downstream packets (the
+    payload ends where the UDP length says); heartbeats and end-of-session packets carry no
+    messages; frames that are not UDP over IPv4/IPv6 are skipped.  Raises :class:`SubcError`
+    naming the file, the frame number and the byte offset of its record when the link-layer header
+    does not decode, a datagram is truncated or is not a valid MoldUDP64 packet, or when the
+    capture cannot be read (see :func:`_records`)."""
     import dpkt
 
     body = bytearray()
@@ -280,27 +369,32 @@ def read_pcap(path: str, udp_port: int | None = None) -> MessageBuffer:
     except OSError as e:
         raise SubcError(f"cannot read trace {path}: {e}") from e
     with f:
-        try:
-            magic = f.read(4)
-            f.seek(0)
-            reader = dpkt.pcapng.Reader(f) if magic == PCAPNG_MAGIC else dpkt.pcap.Reader(f)
-            linktype = reader.datalink()
-            for frame_no, (_ts, frame) in enumerate(reader, start=1):
-                got = _udp_payload(linktype, frame)
-                if got is None or (udp_port is not None and got[0] != udp_port):
-                    continue
-                try:
-                    pkt = decode_packet(got[1])
-                except SubcError as e:
-                    raise SubcError(f"{path}: frame {frame_no}: {e.message}") from None
-                for i, msg in enumerate(pkt.messages):
-                    starts.append(len(body))
-                    lengths.append(len(msg))
-                    frames.append(frame_no)
-                    indexes.append(i)
-                    body += msg
-        except (ValueError, dpkt.UnpackError) as e:
-            raise SubcError(f"{path}: not a readable pcap/pcapng capture: {e}") from None
+        for frame_no, (at, linktype, frame) in enumerate(_records(f, path), start=1):
+            where = f"{path}: frame {frame_no}"
+            try:
+                udp = _udp(linktype, frame)
+            except (dpkt.UnpackError, ValueError, IndexError) as e:
+                raise SubcError(f"{where}: the link-layer header (link type {linktype}) does not decode: "
+                                f"{str(e) or type(e).__name__}; the frame's record is at byte offset {at}") from None
+            if udp is None or (udp_port is not None and udp.dport != udp_port):
+                continue
+            payload = bytes(udp.data)
+            if udp.ulen:  # 0: IPv6 jumbogram, the payload is all there is
+                if udp.ulen < 8 or udp.ulen - 8 > len(payload):
+                    raise SubcError(f"{where}: UDP length {udp.ulen} but {8 + len(payload)} bytes captured "
+                                    f"(truncated datagram); the frame's record is at byte offset {at}")
+                payload = payload[: udp.ulen - 8]
+            try:
+                pkt = decode_packet(payload)
+            except SubcError as e:
+                raise SubcError(f"{where}: {e.message} (in the UDP payload); the frame's record is at byte "
+                                f"offset {at}") from None
+            for i, msg in enumerate(pkt.messages):
+                starts.append(len(body))
+                lengths.append(len(msg))
+                frames.append(frame_no)
+                indexes.append(i)
+                body += msg
 
     def arr(a, dt):
         return np.frombuffer(a, dtype=dt).copy() if len(a) else np.zeros(0, dt)

@@ -1,0 +1,3 @@
+@pragma query_field(h.a, 8)
+@pragma query_frobnicate(h.a)
+@pragma

@@ -1,0 +1,3 @@
+header h_t {
+  bit<8> aÿ; }
+@pragma query_field(h.a, 8)

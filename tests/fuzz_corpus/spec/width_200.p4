@@ -1,0 +1,1 @@
+@pragma query_field(h.a, 200)
