@@ -54,7 +54,7 @@ def _param_width(name: str) -> int:
     return {"port": 9, "group": 16}.get(name, 32)
 
 
-def table_resources(t: Table, state_width: int) -> dict:
+def table_resources(t: Table) -> dict:
     """TCAM and SRAM blocks of one table (see the module docstring): ``{'name', 'entries',
     'match', 'key_bits', 'tcam_words', 'tcam_blocks', 'sram_blocks'}``."""
     key_bits = sum(k.width for k in t.keys)
@@ -87,7 +87,7 @@ def tofino_steps(res: CompileResult) -> list[dict]:
     for t in pipe.tables:
         groups.setdefault(t.field, []).append(t)
     for k, (fname, tables) in enumerate(groups.items()):
-        rs = [table_resources(t, pipe.state_width) for t in tables]
+        rs = [table_resources(t) for t in tables]
         tcam = sum(r["tcam_blocks"] for r in rs)
         sram = sum(r["sram_blocks"] for r in rs)
         stages = max(1, math.ceil(tcam / TCAM_BLOCKS), math.ceil(sram / SRAM_BLOCKS))
