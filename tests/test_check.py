@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from subc.check.analysis import RuleSpace, changes_nothing, conflicts, unsatisfiable
 from subc.check.fit import tofino_fit
