@@ -22,11 +22,11 @@ def _fail(e: SubcError) -> None:
 
 
 def _limits(max_rules: int | None, max_states: int | None):
-    from .compiler.limits import DEFAULT_LIMITS, Limits
+    from dataclasses import replace
 
-    d = DEFAULT_LIMITS
-    return Limits(max_rules=max_rules or d.max_rules, max_states=max_states or d.max_states,
-                  max_rule_chars=d.max_rule_chars, max_nesting=d.max_nesting, max_layer_items=d.max_layer_items)
+    from .compiler.limits import DEFAULT_LIMITS as d
+
+    return replace(d, max_rules=max_rules or d.max_rules, max_states=max_states or d.max_states)
 
 
 def limit_options(f):
@@ -398,24 +398,13 @@ def validate_cmd(rules: tuple, spec_path: str, master: str | None, piece_chars: 
 
 def _write_text(path: str | None, text: str) -> None:
     """Write ``text`` to ``path`` atomically (temporary file, then rename), or to stdout."""
-    import os
-    import tempfile
-    from pathlib import Path
+    from .compiler.targets.output import atomic_file
 
     if path is None:
         click.echo(text, nl=False)
         return
-    p = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent if str(p.parent) else ".")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_file(path) as f:
+        f.write(text)
 
 
 @main.group("gen")

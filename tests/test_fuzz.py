@@ -54,7 +54,7 @@ HERE = Path(__file__).resolve().parent
 CORPUS = HERE / "fuzz_corpus"
 EXAMPLE_SPEC = HERE.parent / "examples" / "itch" / "spec.p4"
 
-#: Per input: wall-clock seconds, and bytes that Python and NumPy may allocate at the peak
+#: Per input: CPU seconds, and bytes that Python and NumPy may allocate at the peak
 #: (tracemalloc) and that the resident set may grow by (inputs are at most ~64 KB).
 TIME_LIMIT = 1.0
 MEMORY_LIMIT = 32 << 20

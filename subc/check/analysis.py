@@ -31,6 +31,7 @@ from dd import cudd
 
 from ..compiler.ast import And, Expr, Pred, Rule, evaluate
 from ..compiler.bdd import _Builder, _index_range_bdd, field_domains, fields_used
+from ..compiler.driver import describe_atom
 from ..compiler.layered import _CubeMaker
 from ..compiler.literals import show_value
 from ..compiler.spec import Spec
@@ -242,12 +243,6 @@ def changes_nothing(space: RuleSpace) -> list[Diagnostic]:
     return out
 
 
-def _describe(atom: tuple) -> str:
-    if atom[0] == "fwd":
-        return f"fwd({atom[1]})"
-    return f"{atom[0]}({', '.join(str(a) for a in atom[1:])})"
-
-
 def _group(a: tuple) -> object:
     return "fwd" if a[0] == "fwd" else a
 
@@ -283,11 +278,11 @@ def conflicts(space: RuleSpace) -> list[Diagnostic]:
                 i, j, ax, ay = j, i, ay, ax
             where = ", ".join(f"{k}={show_value(space.fields[k], pkt[k])}" for k in used)
             if i == j:
-                msg = (f"conflicting actions: {_describe(ax)} and {_describe(ay)} of this rule apply to the same "
+                msg = (f"conflicting actions: {describe_atom(ax)} and {describe_atom(ay)} of this rule apply to the same "
                        f"packet ({where}); a packet can be forwarded or get one other action, not both")
                 out.append(Diagnostic("error", "conflict", msg, rules[j].location, [], [], pkt))
             else:
-                msg = (f"conflicting actions: {_describe(ay)} of this rule and {_describe(ax)} of the rule at "
+                msg = (f"conflicting actions: {describe_atom(ay)} of this rule and {describe_atom(ax)} of the rule at "
                        f"{_where(rules[i].location)} apply to the same packet ({where}); a packet can be forwarded "
                        "or get one other action, not both")
                 out.append(Diagnostic("error", "conflict", msg, rules[j].location,

@@ -13,9 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..compiler.gcpause import paused_gc
-from ..compiler.layered import StateLimitExceeded
-from ..compiler.limits import DEFAULT_LIMITS, Limits, check_rule_text
-from ..compiler.rule_shapes import rule_ends
+from ..compiler.limits import DEFAULT_LIMITS, LimitError, Limits
 from ..compiler.rules import parse_rules
 from ..compiler.spec import Spec, load_spec
 from ..errors import SubcError
@@ -59,12 +57,10 @@ def parse_all(paths: Sequence[str], spec: Spec, limits: Limits = DEFAULT_LIMITS)
     for path in paths:
         text = _read(path)
         try:
-            check_rule_text(text, path, rule_ends(text), 0, limits)
-        except SubcError as e:
-            diags.append(Diagnostic.from_error(e, "limit"))
-            continue
-        try:
             rules += parse_rules(text, spec, path, first_index=len(rules), limits=limits)
+            continue
+        except LimitError as e:  # the whole file is over a limit: no rule of it is checked
+            diags.append(Diagnostic.from_error(e, "limit"))
             continue
         except SubcError:
             pass
@@ -99,8 +95,7 @@ def check(paths: Sequence[str], spec_path: str, target: str = "bmv2", limits: Li
             try:
                 res = compile_rules(rules, spec, target, limits=limits)
             except SubcError as e:
-                rep.diagnostics.append(Diagnostic.from_error(e, "limit" if isinstance(e, StateLimitExceeded)
-                                                             else "target-fit"))
+                rep.diagnostics.append(Diagnostic.from_error(e, "limit" if isinstance(e, LimitError) else "target-fit"))
                 res = None
             if res is not None:
                 if target == "tofino":

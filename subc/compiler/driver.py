@@ -62,7 +62,8 @@ def default_action_of(spec: Spec) -> tuple[str, tuple]:
     return {"drop": ("subc_drop", ()), "nop": ("subc_nop", ())}.get(name, (name, ()))
 
 
-def _describe(atom: tuple) -> str:
+def describe_atom(atom: tuple) -> str:
+    """An action atom as a rule writes it: ``fwd(3)``, ``drop()``, ``name(arg, ...)``."""
     if atom[0] == "fwd":
         return f"fwd({atom[1]})"
     return f"{atom[0]}({', '.join(str(a) for a in atom[1:])})"
@@ -82,7 +83,7 @@ def check_leaf(atoms: frozenset, example: dict[str, int], rules: Sequence[Rule])
     pkt = ", ".join(f"{k}={v}" for k, v in sorted(example.items()))
     where1 = f"{r1.location.path}:{r1.location.line}"
     err = SubcError(
-        f"conflicting actions: {_describe(second)} of this rule and {_describe(first)} of the rule at {where1} "
+        f"conflicting actions: {describe_atom(second)} of this rule and {describe_atom(first)} of the rule at {where1} "
         f"apply to the same packet ({pkt}); a packet can be forwarded or get one other action, not both",
         r2.location,
         notes=[f"{where1}: {r1.text.strip()}"],

@@ -38,9 +38,8 @@ from collections.abc import Sequence
 from dd import cudd
 
 from .ast import And, Expr, Pred, Rule
-from ..errors import SubcError
 from .bdd import FieldDomain, _Builder, field_domains, index_segments
-from .limits import DEFAULT_LIMITS, Limits
+from .limits import DEFAULT_LIMITS, LimitError, Limits
 from .intervals import IntervalSet, interval_index
 from .slicing import Leaf, Sliced, Stage, StageState
 from .spec import QueryField
@@ -208,7 +207,7 @@ class SliceBudgetExceeded(Exception):
     """:func:`slice_rules` did more work than its ``max_work`` allows."""
 
 
-class StateLimitExceeded(SubcError):
+class StateLimitExceeded(LimitError):
     """:func:`slice_rules` needs more states (or items in them) than the limits allow."""
 
 

@@ -28,6 +28,10 @@ _NESTERS = ("(", "not", "!")
 _LEAD = re.compile(r"(?:\s|(?:#|//)[^\n]*)*")
 
 
+class LimitError(SubcError):
+    """Input over one of the :class:`Limits` (``subc check`` reports it as a 'limit' finding)."""
+
+
 @dataclass(frozen=True)
 class Limits:
     """Limits on rule input and compilation (see the module docstring)."""
@@ -97,12 +101,12 @@ def check_rule_text(text: str, path: str, ends: list[int], line_offset: int = 0,
     """Check the rule count, each rule's length and nesting depth before parsing.
 
     ``ends`` are the offsets just after each rule's ``;`` (:func:`~.rule_shapes.rule_ends`).
-    Raises :class:`SubcError` at the first rule over a limit (at its first character; for nesting,
+    Raises :class:`LimitError` at the first rule over a limit (at its first character; for nesting,
     at the start of the first sub-condition one level too deep).
     """
     if len(ends) > limits.max_rules:
         start = _rule_start(text, ends[limits.max_rules - 1])
-        raise SubcError(
+        raise LimitError(
             f"more than {limits.max_rules:,} rules in one file (the limit; raise it with --max-rules)",
             _loc(path, text, start, line_offset),
         )
@@ -110,7 +114,7 @@ def check_rule_text(text: str, path: str, ends: list[int], line_offset: int = 0,
     for end in ends + ([len(text)] if not ends or ends[-1] < len(text) else []):
         n = end - start
         if n > limits.max_rule_chars:
-            raise SubcError(
+            raise LimitError(
                 f"rule is {n:,} characters long, more than the limit of {limits.max_rule_chars:,}",
                 _loc(path, text, _rule_start(text, start), line_offset),
             )
@@ -133,7 +137,7 @@ def _check_nesting(text: str, start: int, end: int, path: str, line_offset: int,
         depth, node = condition_depth(rule.children[0], limits.max_nesting + 1)
         if depth > limits.max_nesting:
             pos = start + (node.meta.start_pos if not node.meta.empty else 0)
-            raise SubcError(
+            raise LimitError(
                 f"condition nested {depth} levels deep (and/or/not), more than the limit of {limits.max_nesting}",
                 _loc(path, text, pos, line_offset),
             )

@@ -79,7 +79,8 @@ class ShapeParser:
     ``parse()`` returns the rules in text order; errors are :class:`SubcError` exactly as
     :func:`subc.compiler.rules.parse_rules_lark` raises them."""
 
-    def __init__(self, text: str, spec, path: str, line_offset: int = 0, first_index: int = 0):
+    def __init__(self, text: str, spec, path: str, line_offset: int = 0, first_index: int = 0,
+                 ends: list[int] | None = None):
         from .rules import _Resolver
 
         self.text, self.spec, self.path = text, spec, path
@@ -89,7 +90,7 @@ class ShapeParser:
         self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
         self.operands: dict[tuple, object] = {}
         self.action_values: dict[tuple, tuple] = {}
-        self.ends: list[int] | None = None  # rule_ends(text), when known
+        self.ends = ends if ends is not None else rule_ends(text)
 
     # -- positions -------------------------------------------------------------------------
     def location(self, pos: int) -> Location:
@@ -105,7 +106,7 @@ class ShapeParser:
     def pieces(self) -> list[tuple[int, int]]:
         """(start, end) of every rule piece: from the previous rule's end to just after this ';'."""
         out, start = [], 0
-        for end in self.ends if self.ends is not None else rule_ends(self.text):
+        for end in self.ends:
             out.append((start, end))
             start = end
         if not _COMMENT_OR_SPACE.match(self.text, start):
@@ -309,8 +310,6 @@ def parse_shapes(text: str, spec, path: str, line_offset: int = 0, first_index: 
     is off meanwhile: parsing allocates and frees nothing cyclic."""
     with paused_gc():
         try:
-            sp = ShapeParser(text, spec, path, line_offset, first_index)
-            sp.ends = ends
-            return sp.parse()
+            return ShapeParser(text, spec, path, line_offset, first_index, ends).parse()
         except _Fallback:
             return None

@@ -22,12 +22,11 @@ Everything is vectorised with NumPy and written in chunks; the same seed gives t
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from ..compiler.targets.output import atomic_file
 from ..runtime.itch import MESSAGE_LENGTHS
 from .distributions import mean_prices, symbol_names, zipf_weights
 
@@ -110,55 +109,46 @@ def generate_trace(path: str | Path, messages: int, symbols: int = 500, seed: in
     flow = messages - fixed
     ts = _timestamps(flow, rng)
     ttype = rng.choice(len(kinds), size=flow, p=p)
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            out = _Writer(f)
+    with atomic_file(path, "wb") as f:
+        out = _Writer(f)
 
-            def system(event: str, t_s: int) -> None:
-                rec = np.zeros(1, DTYPES["S"])
-                _set_header(rec, "S", np.array([t_s * _NS]), np.zeros(1, np.int64))
-                rec["event"] = event.encode()
-                out.records(rec)
+        def system(event: str, t_s: int) -> None:
+            rec = np.zeros(1, DTYPES["S"])
+            _set_header(rec, "S", np.array([t_s * _NS]), np.zeros(1, np.int64))
+            rec["event"] = event.encode()
+            out.records(rec)
 
-            system("O", DAY_START)
-            system("S", DAY_START)
-            loc = np.arange(1, symbols + 1)
-            t0 = DAY_START * _NS + 1000 + 2000 * np.arange(symbols, dtype=np.int64)  # before any order flow
-            r = np.zeros(symbols, DTYPES["R"])
-            _set_header(r, "R", t0, loc)
-            r["stock"] = stock_bytes
-            r["category"], r["status"], r["lot"], r["lots_only"] = b"Q", b"N", 100, b"N"
-            r["classification"], r["subtype"], r["authenticity"], r["threshold"] = b"C", b"Z ", b"P", b"N"
-            r["ipo"], r["luld"], r["etp"], r["inverse"] = b" ", b"2", b"N", b"N"
-            h = np.zeros(symbols, DTYPES["H"])
-            _set_header(h, "H", t0 + 1000, loc)
-            h["stock"], h["state"], h["reserved"], h["reason"] = stock_bytes, b"T", b" ", b"    "
-            for i in range(symbols):  # directory entry then trading action, symbol by symbol
-                out.records(r[i : i + 1])
-                out.records(h[i : i + 1])
-            # order flow in chunks that end at the market open and close, where system events go
-            cuts = sorted({0, flow, *range(CHUNK, flow, CHUNK), *np.searchsorted(ts, [OPEN * _NS, CLOSE * _NS]).tolist()})
-            events = {int(np.searchsorted(ts, OPEN * _NS)): [("Q", OPEN)], }
-            events.setdefault(int(np.searchsorted(ts, CLOSE * _NS)), []).append(("M", CLOSE))
-            add_codes = [kinds.index(k) for k in ("A", "F") if k in kinds]
-            order_base = 0  # order references added before the chunk
-            for c0, c1 in zip(cuts, cuts[1:] + [None]):
-                for ev in events.pop(c0, []):
-                    system(*ev)
-                if c1 is None:
-                    break
-                _flow_chunk(out, rng, kinds, ttype[c0:c1], ts[c0:c1], order_base, stock_bytes, means, zipf)
-                order_base += int(np.isin(ttype[c0:c1], add_codes).sum())
-            system("E", DAY_END)
-            system("C", DAY_END)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        system("O", DAY_START)
+        system("S", DAY_START)
+        loc = np.arange(1, symbols + 1)
+        t0 = DAY_START * _NS + 1000 + 2000 * np.arange(symbols, dtype=np.int64)  # before any order flow
+        r = np.zeros(symbols, DTYPES["R"])
+        _set_header(r, "R", t0, loc)
+        r["stock"] = stock_bytes
+        r["category"], r["status"], r["lot"], r["lots_only"] = b"Q", b"N", 100, b"N"
+        r["classification"], r["subtype"], r["authenticity"], r["threshold"] = b"C", b"Z ", b"P", b"N"
+        r["ipo"], r["luld"], r["etp"], r["inverse"] = b" ", b"2", b"N", b"N"
+        h = np.zeros(symbols, DTYPES["H"])
+        _set_header(h, "H", t0 + 1000, loc)
+        h["stock"], h["state"], h["reserved"], h["reason"] = stock_bytes, b"T", b" ", b"    "
+        for i in range(symbols):  # directory entry then trading action, symbol by symbol
+            out.records(r[i : i + 1])
+            out.records(h[i : i + 1])
+        # order flow in chunks that end at the market open and close, where system events go
+        cuts = sorted({0, flow, *range(CHUNK, flow, CHUNK), *np.searchsorted(ts, [OPEN * _NS, CLOSE * _NS]).tolist()})
+        events = {int(np.searchsorted(ts, OPEN * _NS)): [("Q", OPEN)], }
+        events.setdefault(int(np.searchsorted(ts, CLOSE * _NS)), []).append(("M", CLOSE))
+        add_codes = [kinds.index(k) for k in ("A", "F") if k in kinds]
+        order_base = 0  # order references added before the chunk
+        for c0, c1 in zip(cuts, cuts[1:] + [None]):
+            for ev in events.pop(c0, []):
+                system(*ev)
+            if c1 is None:
+                break
+            _flow_chunk(out, rng, kinds, ttype[c0:c1], ts[c0:c1], order_base, stock_bytes, means, zipf)
+            order_base += int(np.isin(ttype[c0:c1], add_codes).sum())
+        system("E", DAY_END)
+        system("C", DAY_END)
     return dict(sorted(out.counts.items()))
 
 

@@ -13,7 +13,9 @@ import ctypes
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import IO, Iterator
 
 from ...errors import SubcError
 
@@ -72,3 +74,21 @@ def write_directory(dest: str | Path, files: dict[str, str]) -> Path:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
     return dest
+
+
+@contextmanager
+def atomic_file(path: str | Path, mode: str = "w") -> Iterator[IO]:
+    """A file object for ``path`` (``mode`` 'w' or 'wb') whose contents replace ``path`` only when
+    the block ends without an exception: written to a temporary file beside it, then renamed
+    (mode 0644).  On any exception (SIGINT, SIGTERM through the CLI) the temporary file is removed."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent) or ".")
+    try:
+        with os.fdopen(fd, mode) as f:
+            yield f
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
