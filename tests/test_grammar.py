@@ -129,7 +129,7 @@ BAD = [
     ("shares > 4294967296 : fwd(1);", 1, 10, "does not fit"),
     ("shares > 1.5 : fwd(1);", 1, 10, "no fixed-point scale"),
     ("price > 1.23456 : fwd(1);", 1, 9, "more than the 4 decimal digits"),
-    ("shares > 1 : frob(1);", 1, 14, "unknown action 'frob'"),
+    ("shares > 1 : subc_frob(1);", 1, 14, "action name 'subc_frob' is reserved"),
     ("shares > 1 : fwd(600);", 1, 18, "port 600 is out of range"),
     ("ipv4.dstAddr == 10.0.0.1/8 : fwd(1);", 1, 17, "bits set after the first 8"),
     ("stock == 1.2.3.4 : fwd(1);", 1, 10, "IPV4 address on field 'add_order.stock'"),

@@ -44,7 +44,7 @@ def independent_counts(trace):
 def test_simulate_real_sample(name, fallbacks):
     trace = real_sample(name)
     doc = json.loads(simulate(trace, "--json").stdout)
-    assert doc["messages"] == 12012 and doc["add_orders"] == 5000
+    assert doc["messages"] == 12012 and doc["classified"] == 5000
     assert doc["by_type"] == {"A": 4997, "D": 1745, "E": 198, "F": 3, "H": 3, "P": 5000, "R": 3, "S": 6, "U": 12, "X": 45}
     assert doc["zero_length_fallbacks"] == fallbacks
     assert doc["disagreements"] == 0
@@ -54,7 +54,7 @@ def test_simulate_real_sample(name, fallbacks):
 
 def test_simulate_text_output():
     out = simulate(real_sample()).stdout
-    assert "disagreements:        0" in out and "add orders:           5000" in out
+    assert "disagreements:        0" in out and "classified:           5000" in out
 
 
 def test_corrupt_trace_is_a_clear_error(tmp_path):

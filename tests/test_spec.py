@@ -20,7 +20,7 @@ def test_example_spec(example_spec):
     assert [st.name for st in s.parser.states][0] == "start"
     parse = {st.name: st for st in s.parser.states}
     assert parse["parse_moldudp64"].extracts == ["mold", "mold_msg", "itch"]
-    assert ("ITCH_ADD_ORDER_MPID", "parse_add_order") in parse["parse_moldudp64"].transition.cases
+    assert ("ITCH_ADD_ORDER_MPID", "parse_add_order_mpid") in parse["parse_moldudp64"].transition.cases
     assert (s.parser.packet, s.parser.hdr, s.parser.meta_type) == ("packet", "hdr", "metadata")
 
 
@@ -57,7 +57,8 @@ BAD = [
     ("@pragma query_field(h.a, 200)\n", 1, 21, "at most 128"),
     ("@pragma query_field(h.a, 8)\n@pragma query_frobnicate(h.a)\n", 2, 1, "unknown pragma"),
     ("@pragma query_field(h.a, 8)\n@pragma query_field_scale(h.b, 2)\n", 2, 27, "not a query field"),
-    ("@pragma query_field(h.a, 8)\n@pragma query_default_action(foo)\n", 2, 30, "default action 'foo'"),
+    ("header h_t { bit<8> a; }\nstruct headers { h_t h; }\naction foo(bit<8> x) { }\n@pragma query_field(h.a)\n"
+     "@pragma query_default_action(foo)\n", 5, 30, "default action 'foo'"),
     ("header h_t { bit<8> a; wat b; }\n@pragma query_field(h.a, 8)\n", 1, 24, "unknown type 'wat'"),
     ("header h_t { bit<8> a }\n", 1, 23, "expected ';'"),
     ("", 1, 1, "no query fields"),

@@ -169,6 +169,8 @@ class _Resolver:
                 raise SubcError("drop() takes no arguments", self.loc(args[0]))
             return Action("drop", (), loc)
         decl = self.spec.actions.get(name)
+        if decl is None and self.spec.infers_actions:
+            decl = self.spec.declare_action(name, [inferred_width(a.type, str(a)) for a in args], loc)
         if decl is None:
             known = ", ".join(["fwd", "drop", *sorted(self.spec.actions)])
             raise SubcError(f"unknown action '{name}' (known: {known})", loc)
@@ -178,6 +180,21 @@ class _Resolver:
             arg_value(a.type, str(a), w, f"parameter '{p}' of '{name}'", self.loc(a)) for a, (p, w) in zip(args, decl.params)
         )
         return Action(name, values, loc)
+
+
+#: Widths of the parameters of an action a rule declares (``Spec.infers_actions``), by literal kind:
+#: integers are 32 bits (64 when the value needs it), addresses their size, strings their bytes.
+INFERRED_WIDTHS = {"IPV4": 32, "IPV6": 128, "MAC": 48}
+
+
+def inferred_width(kind: str, text: str) -> int:
+    """The width in bits of a parameter declared by an action call's literal ``text`` of ``kind``."""
+    if kind in INFERRED_WIDTHS:
+        return INFERRED_WIDTHS[kind]
+    if kind == "STRING":
+        return max(8, 8 * len(text.encode("utf-8", "replace")) - 16)  # without the quotes
+    value = int(text, 16) if kind == "HEX" else int(text) if kind == "INT" else 0
+    return 32 if value < 1 << 32 else 64
 
 
 def parse_rules(text: str, spec: Spec, path: str = "<rules>", line_offset: int = 0, first_index: int = 0,

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import Location, SubcError
+from .p4_14 import P414Declarations
 from .p4lexer import Pragma, Token, parse_p4_int, preprocess, tokenize
 
 MAX_FIELD_WIDTH = 128
@@ -95,20 +96,30 @@ class SpecAction:
 
 @dataclass
 class Transition:
-    """A parser transition: direct (``select_text`` None) or select with (keyset text, target) cases."""
+    """A parser transition: direct (``select_text`` None) or select with (keyset text, target) cases.
+
+    ``select_text`` and the keysets are P4_16 text (a P4_14 spec's are translated).  ``fields``
+    names the selected fields in order as ``instance.field`` (the key is their concatenation), or
+    is None when the select expression is not a list of header fields (the decoder then reports it).
+    ``location`` is where the transition is written.
+    """
 
     select_text: str | None
     cases: list[tuple[str, str]]
+    fields: list[str] | None = None
+    location: Location | None = None
 
 
 @dataclass
 class ParserState:
-    """A parser state: statements as raw P4 text, the header instances it extracts, its transition."""
+    """A parser state: statements as raw P4_16 text, the header instances it extracts in order,
+    its transition, and ``location`` (the state's name in the spec)."""
 
     name: str
     statements: list[str]
     extracts: list[str]
     transition: Transition
+    location: Location | None = None
 
 
 @dataclass
@@ -141,6 +152,27 @@ class Spec:
     actions: dict[str, SpecAction] = field(default_factory=dict)
     default_action: str = "drop"
     default_action_location: Location | None = None
+    #: 'p4_16', 'p4_14' (translated to P4_16 for the P4 targets) or 'pragmas' (pragma lines only)
+    form: str = "p4_16"
+
+    @property
+    def infers_actions(self) -> bool:
+        """True when the rules may call actions the spec does not declare (a pragma-only or P4_14
+        spec, as Camus allows): :meth:`declare_action` then declares them."""
+        return self.form != "p4_16" or not self.whole_program
+
+    def declare_action(self, name: str, widths: list[int], location: Location) -> SpecAction:
+        """Declare action ``name`` with parameters of ``widths`` bits (``arg0``, ``arg1``, ...) as a
+        rule calls it (see :attr:`infers_actions`); returns the declaration, which has an empty
+        body in the generated control block.  Raises SubcError for a reserved or invalid name."""
+        if name in ("fwd", "drop") or name.startswith("subc_") or not IDENT_RE.match(name):
+            raise SubcError(f"action name {name!r} is reserved", location)
+        params = [(f"arg{i}", w) for i, w in enumerate(widths)]
+        decl = ", ".join(f"bit<{w}> {p}" for p, w in params)
+        text = f"action {name}({decl}) {{\n    /* declared by the rules; the spec gives no body */\n}}"
+        act = SpecAction(name, params, text, location)
+        self.actions[name] = act
+        return act
 
     @property
     def whole_program(self) -> bool:
@@ -172,13 +204,19 @@ class Spec:
         return sorted(q.name for q in self.query_fields.values() if q.member == name)
 
 
-class _SpecParser:
+class _SpecParser(P414Declarations):
     def __init__(self, path: str, text: str):
         self.path, self.text = path, text
         self.clean, self.defines, self.pragmas = preprocess(path, text)
         self.toks = tokenize(path, text, self.clean)
         self.i = 0
         self.spec = Spec(path, text)
+        # P4_14: header instances (type, instance), stacks, parser functions; first P4_16 keyword
+        self.p414_instances: list[tuple[str, str]] = []
+        self.p414_stacks: set[str] = set()
+        self.p414_states: list = []
+        self.p414_locations: dict[str, Location] = {}
+        self.p416_seen: str | None = None
 
     # -- token helpers ---------------------------------------------------------------------
     def loc(self, offset: int) -> Location:
@@ -311,22 +349,57 @@ class _SpecParser:
             if tok is None:
                 break
             kw = tok.text if tok.kind == "id" else ""
-            if kw == "const":
+            nxt = [self.peek(k) for k in (1, 2)]
+            if kw == "header_type":
+                self.parse_header_type()
+            elif kw in ("header", "metadata") and all(t is not None and t.kind == "id" for t in nxt):
+                self.parse_instance()
+            elif kw == "parser" and nxt[0] is not None and nxt[1] is not None and nxt[1].kind == "{":
+                self.parse_parser_function()
+            elif kw == "const":
+                self.note_p4_16(kw)
                 self.parse_const()
             elif kw in ("typedef", "type"):
+                self.note_p4_16(kw)
                 self.parse_typedef()
             elif kw == "header":
+                self.note_p4_16(kw)
                 self.parse_header()
             elif kw == "struct":
+                self.note_p4_16(kw)
                 self.parse_struct()
             elif kw == "parser" and self._is_parser_definition():
+                self.note_p4_16(kw)
                 self.parse_parser()
-            elif kw == "action":
+            elif kw == "action" and not self._p4_14_action():
                 self.parse_action()
             else:
                 self.skip_declaration()
+        if self.spec.form == "p4_14":
+            self.finish_p4_14()
+        elif not self.spec.headers and self.spec.parser is None:
+            self.spec.form = "pragmas"
         self.apply_pragmas()
         return self.spec
+
+    def note_p4_16(self, kw: str) -> None:
+        """Note a P4_16 declaration; one form per file."""
+        if self.spec.form == "p4_14":
+            raise self.error(f"P4_16 '{kw}' declaration in a P4_14 spec")
+        self.p416_seen = self.p416_seen or kw
+
+    def _p4_14_action(self) -> bool:
+        """Whether the ``action`` at the current token is P4_14 (untyped parameters, or a P4_14 spec):
+        such actions are the program's own and are skipped."""
+        if self.spec.form == "p4_14":
+            return True
+        j = self.i + 2
+        if j >= len(self.toks) or self.toks[j].kind != "(":
+            return False
+        a = self.toks[j + 1] if j + 1 < len(self.toks) else None
+        b = self.toks[j + 2] if j + 2 < len(self.toks) else None
+        return a is not None and a.kind == "id" and a.text not in ("in", "out", "inout") and b is not None \
+            and b.kind in (",", ")")
 
     def _is_parser_definition(self) -> bool:
         """Whether the ``parser`` at the current token has a body: its parameter list is followed
@@ -451,6 +524,7 @@ class _SpecParser:
         if "packet" not in roles or "hdr" not in roles:
             raise self.error("the parser needs a 'packet_in' parameter and an 'out' headers parameter", name)
         self.expect("{")
+        self.hdr_name = roles["hdr"][1]
         states: list[ParserState] = []
         while not self.accept("}"):
             self.skip_annotations()
@@ -474,7 +548,8 @@ class _SpecParser:
 
     def parse_state(self, packet: str, hdr: str) -> ParserState:
         self.expect("id")
-        name = self.expect("id").text
+        name_tok = self.expect("id")
+        name = name_tok.text
         self.expect("{")
         statements: list[str] = []
         extracts: list[str] = []
@@ -493,11 +568,12 @@ class _SpecParser:
                 extracts.append(m.group(1))
             statements.append(stmt)
         if transition is None:
-            transition = Transition(None, [("", "reject")])
-        return ParserState(name, statements, extracts, transition)
+            transition = Transition(None, [("", "reject")], None, self.loc(name_tok.start))
+        return ParserState(name, statements, extracts, transition, self.loc(name_tok.start))
 
     def parse_transition(self) -> Transition:
-        self.expect("id")
+        kw = self.expect("id")
+        loc = self.loc(kw.start)
         if self.accept("id", "select"):
             lp = self.peek()
             rp = self.skip_balanced("(", ")")
@@ -510,22 +586,28 @@ class _SpecParser:
                 target = self.expect("id").text
                 self.expect(";")
                 cases.append((keyset, target))
-            return Transition(sel, cases)
+            return Transition(sel, cases, select_fields(sel, self.hdr_name), loc)
         target = self.expect("id").text
         self.expect(";")
-        return Transition(None, [("", target)])
+        return Transition(None, [("", target)], None, loc)
 
     # -- pragmas ---------------------------------------------------------------------------
     def apply_pragmas(self) -> None:
         spec = self.spec
         instances = spec.instances
         extra: list[Pragma] = []
-        kinds = {"query_field": "range", "query_field_exact": "exact", "query_field_lpm": "lpm"}
+        kinds = {"query_field": "range", "query_field_range": "range", "query_field_exact": "exact",
+                 "query_field_lpm": "lpm"}
         for p in self.pragmas:
             if p.name in kinds:
                 self.query_field_pragma(p, kinds[p.name], instances)
             elif p.name in ("query_field_scale", "query_field_alpha", "query_default_action"):
                 extra.append(p)
+            elif p.name == "query_control":
+                continue  # Camus: where its generated control goes; subc generates the whole pipeline
+            elif p.name == "query_field_counter":
+                raise SubcError("query_field_counter (a stateful subscription) is not supported yet",
+                                self.loc(p.offset))
             elif p.name.startswith("query_"):
                 raise SubcError(f"unknown pragma '{p.name}'", self.loc(p.offset))
         for p in extra:
@@ -554,6 +636,8 @@ class _SpecParser:
                     raise SubcError("scale must be a number of decimal digits from 0 to 18", self.loc(p.arg_offsets[1]))
                 q.scale = digits
         da = spec.default_action
+        if da not in ("drop", "nop") and da not in spec.actions and spec.infers_actions and IDENT_RE.match(da):
+            spec.declare_action(da, [], spec.default_action_location)
         if da not in ("drop", "nop") and (da not in spec.actions or spec.actions[da].params):
             raise SubcError(
                 f"default action '{da}' must be drop, nop, or a spec action without parameters",
@@ -602,6 +686,18 @@ class _SpecParser:
         if fname in spec.query_fields:
             raise SubcError(f"field '{fname}' is declared twice", floc)
         spec.query_fields[fname] = QueryField(fname, width, kind, floc)
+
+
+def select_fields(select_text: str, hdr: str) -> list[str] | None:
+    """The fields of a P4_16 select expression ``hdr.i.f, hdr.j.g`` as ``['i.f', 'j.g']``, or None
+    when an element is not a header field (an expression, a lookahead, metadata)."""
+    out = []
+    for part in select_text.split(","):
+        m = re.fullmatch(rf"\s*{re.escape(hdr)}\s*\.\s*(\w+)\s*\.\s*(\w+)\s*", part)
+        if m is None:
+            return None
+        out.append(f"{m.group(1)}.{m.group(2)}")
+    return out
 
 
 def parse_spec(text: str, path: str = "<spec>") -> Spec:

@@ -1,10 +1,15 @@
-"""``subc simulate``: every Add Order of an ITCH trace through the reference and the tables.
+"""``subc simulate``: every message of a trace through the reference and the compiled tables.
 
-Each Add Order (``A`` and ``F``) is decoded (:mod:`.itch`) into a packet
-``{'header.field': value}`` and given to the reference semantics (:mod:`.reference`) and to the
-table simulator over the compiled ``entries.json`` (:mod:`.simulator`); any difference is a
-disagreement.  Fields that an Add Order does not carry (for example ``ipv4.dstAddr``) take the
-value 0 in both.
+Messages are decoded by the spec alone (:mod:`.decoder`): a BinaryFILE's messages (2-byte
+big-endian length prefixes; a zero prefix followed by a type whose length the spec gives is taken
+from the spec, as the shared real sample needs), or every message of every MoldUDP64 datagram to
+a feed port of a pcap/pcapng capture (:mod:`.capture`: frames that are not the feed are counted by
+kind).  Each message the spec's parser accepts is given to the reference semantics (the rules
+evaluated on the decoded values, :mod:`.reference`) and to the table simulator over the compiled
+``entries.json`` (:mod:`.simulator`); any difference is a disagreement.  A message that lacks a
+header the rules test gets the default action in both (Camus semantics).  Messages whose length
+differs from their type's length in the spec, or that the parser rejects, are counted by kind with
+their position and never decoded (``strict``: the first one is an error).
 """
 
 from __future__ import annotations
@@ -12,21 +17,27 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
+from ..compiler.ast import evaluate
 from ..compiler.driver import CompileResult
 from ..compiler.targets.entries import entries_json
-from .itch import ADD_ORDER_TYPES, ReadStats, decode_add_order, read_binaryfile
-from ..compiler.ast import evaluate
-from .reference import combine
+from ..errors import SubcError
+from .decoder import LENGTH_MISMATCH, Decoded, MessageDecoder
+from .reference import combine, default_decision
 from .simulator import TableSimulator
+
+#: Problem examples kept per kind.
+MAX_EXAMPLES = 10
 
 
 @dataclass
 class SimulationResult:
-    """Counts of a simulation (see :meth:`as_json` for the keys)."""
+    """Counts of a simulation (see :meth:`as_json` for the keys).  ``classified`` counts the
+    messages that carry every header the rules test (the others get the default action)."""
 
     messages: int = 0
-    add_orders: int = 0
+    classified: int = 0
     by_type: Counter = field(default_factory=Counter)
     per_port: Counter = field(default_factory=Counter)
     multicast_deliveries: int = 0
@@ -37,11 +48,19 @@ class SimulationResult:
     examples: list = field(default_factory=list)
     zero_length_fallbacks: int = 0
     rule_hits: Counter = field(default_factory=Counter)
+    problems: Counter = field(default_factory=Counter)
+    problem_examples: list = field(default_factory=list)
+    capture: dict | None = None
+
+    def problem(self, kind: str, where: str, text: str) -> None:
+        self.problems[kind] += 1
+        if sum(1 for e in self.problem_examples if e["kind"] == kind) < MAX_EXAMPLES:
+            self.problem_examples.append({"kind": kind, "where": where, "message": text})
 
     def as_json(self) -> dict:
         return {
             "messages": self.messages,
-            "add_orders": self.add_orders,
+            "classified": self.classified,
             "by_type": dict(sorted(self.by_type.items())),
             "per_port": {str(p): n for p, n in sorted(self.per_port.items())},
             "unicast_deliveries": self.unicast_deliveries,
@@ -52,30 +71,136 @@ class SimulationResult:
             "disagreement_examples": self.examples[:10],
             "zero_length_fallbacks": self.zero_length_fallbacks,
             "rule_hits": {str(i): n for i, n in sorted(self.rule_hits.items())},
+            "problems": dict(sorted(self.problems.items())),
+            "problem_examples": self.problem_examples,
+            "capture": self.capture,
         }
 
 
-def simulate_trace(res: CompileResult, trace: str | Path) -> SimulationResult:
-    """Run every Add Order of the BinaryFILE ``trace`` through both semantics (see module doc)."""
+@dataclass(frozen=True)
+class TraceMessage:
+    """A message of a trace: ``where`` (for reports: 'byte offset N' or 'frame N message K'), its
+    bytes, the MoldUDP64 ``session`` (10 bytes), ``seq`` and ``count`` of its datagram, and the
+    ``network`` headers of its datagram (see :meth:`MessageDecoder.network`; None: no datagram)."""
+
+    where: str
+    msg: bytes
+    session: bytes = b" " * 10
+    seq: int = 0
+    count: int = 1
+    network: tuple | None = None
+
+
+def is_capture(path: str | Path) -> bool:
+    """Whether ``path`` is a pcap or pcapng capture (by its magic number)."""
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    return magic in (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d",
+                     b"\x0a\x0d\x0d\x0a")
+
+
+def binaryfile_messages(data: bytes, path: str, decoder: MessageDecoder, out: SimulationResult) -> Iterator[TraceMessage]:
+    """The messages of a BinaryFILE (Nasdaq: a 2-byte big-endian length before each message; a zero
+    length ends a session unless a type whose length the spec gives follows, whose length is then
+    taken, counted in ``out.zero_length_fallbacks``).  Raises SubcError naming ``path`` and the
+    byte offset when a length runs past the end, or a zero length is followed by a type the spec
+    gives no length for (the file cannot be walked further)."""
+    pos, n = 0, len(data)
+    while pos < n:
+        if pos + 2 > n:
+            raise SubcError(f"{path}: truncated length prefix at byte offset {pos}")
+        length = int.from_bytes(data[pos : pos + 2], "big")
+        start = pos + 2
+        if length == 0:
+            if start >= n:
+                return
+            length = decoder.types.length_of(data, start) or 0
+            if not length:
+                raise SubcError(f"{path}: zero length prefix at byte offset {pos} followed by a message type whose "
+                                f"length the spec does not give ({data[start:start + 1]!r})")
+            out.zero_length_fallbacks += 1
+        if start + length > n:
+            raise SubcError(f"{path}: message of {length} bytes at byte offset {pos} runs past the end of the file "
+                            f"({n} bytes)")
+        yield TraceMessage(f"byte offset {pos}", data[start : start + length], seq=out.messages + 1)
+        pos = start + length
+
+
+def capture_messages(path: str, decoder: MessageDecoder, out: SimulationResult, strict: bool) -> Iterator[TraceMessage]:
+    """Every message of every MoldUDP64 datagram to one of the spec's feed ports in the capture at
+    ``path`` (see :mod:`.capture`); counts of foreign frames go to ``out.capture``."""
+    from .capture import CaptureStats, iter_moldudp64, read_datagrams
+
+    stats = CaptureStats()
+    ports = {p for p, _ in decoder.feed.ports}
+    for dg, pkt in iter_moldudp64(read_datagrams(path, ports, stats, strict), stats, strict):
+        network = decoder.network(network_frame(dg))
+        session = getattr(pkt, "session_bytes", None) or pkt.session.encode("ascii").ljust(10, b" ")
+        for i, msg in enumerate(pkt.messages):
+            yield TraceMessage(f"frame {dg.frame} message {i}", msg, session, pkt.seq + i, pkt.count, network)
+    out.capture = stats.as_json()
+
+
+def network_frame(dg) -> bytes:
+    """An untagged Ethernet/IPv4/UDP frame with the addresses and ports of datagram ``dg`` and
+    its payload (what the eBPF broker's native parser sees of a tagged frame or IPv4 options)."""
+    import ipaddress
+
+    frame = getattr(dg, "frame", None)
+    ip_off = getattr(dg, "ip_offset", None)
+    if frame is not None and ip_off is not None and len(frame) >= ip_off + 20:
+        ihl = (frame[ip_off] & 0x0F) * 4
+        ip = frame[ip_off : ip_off + 20]
+        udp = frame[ip_off + ihl : ip_off + ihl + 8]
+        return frame[:12] + b"\x08\x00" + ip + udp + dg.payload
+    src, dst = dg.src, dg.dst
+    ip = bytes([0x45, 0]) + (28 + len(dg.payload)).to_bytes(2, "big") + bytes(5) + b"\x11" + bytes(2) \
+        + ipaddress.IPv4Address(src[0]).packed + ipaddress.IPv4Address(dst[0]).packed
+    udp = src[1].to_bytes(2, "big") + dst[1].to_bytes(2, "big") + (8 + len(dg.payload)).to_bytes(2, "big") + bytes(2)
+    return bytes(12) + b"\x08\x00" + ip + udp + dg.payload
+
+
+def simulate_trace(res: CompileResult, trace: str | Path, strict: bool = False) -> SimulationResult:
+    """Run every message of ``trace`` (BinaryFILE, pcap or pcapng) through both semantics (see the
+    module docstring).  Raises SubcError for an unreadable or malformed trace, a spec the decoder
+    cannot follow, or (``strict``) the first problem message or foreign frame."""
+    decoder = MessageDecoder(res.spec)
     sim = TableSimulator(entries_json(res.pipeline, res.target))
-    fields = list(res.spec.query_fields)
     out = SimulationResult()
-    stats = ReadStats()
-    for offset, msg in read_binaryfile(trace, stats):
-        if msg[:1] not in ADD_ORDER_TYPES:
+    headers = set(res.pipeline.headers)
+    default = default_decision(res.spec)
+    path = str(trace)
+    try:
+        capture = is_capture(path)
+        data = None if capture else Path(path).read_bytes()
+    except OSError as e:
+        raise SubcError(f"cannot read trace {path}: {e}") from e
+    source = capture_messages(path, decoder, out, strict) if capture else binaryfile_messages(data, path, decoder, out)
+    for m in source:
+        out.messages += 1
+        d: Decoded = decoder.decode(m.msg, m.session, m.seq, m.count, m.network)
+        label = decoder.types.label(d.type_key) or "?"
+        if not d.classified:
+            text = (f"message of type {label} has {d.length} bytes, the spec's type has {d.expected}"
+                    if d.status == LENGTH_MISMATCH else f"the spec's parser rejects the message (type {label})")
+            if strict:
+                raise SubcError(f"{path}: {m.where}: {text}")
+            out.problem(d.status, m.where, text)
             continue
-        out.add_orders += 1
-        packet = {f: 0 for f in fields}
-        packet.update(decode_add_order(msg))
-        matched = [r for r in res.rules if evaluate(r.condition, packet)]
-        out.rule_hits.update(r.index for r in matched)
-        ref = combine(matched, res.spec)
-        got = sim.process(packet)
+        out.by_type[label] += 1
+        if headers <= d.valid:
+            out.classified += 1
+            matched = [r for r in res.rules if evaluate(r.condition, d.values)]
+            out.rule_hits.update(r.index for r in matched)
+            ref = combine(matched, res.spec)
+        else:
+            matched, ref = [], default
+        got = sim.process(d.values, d.valid)
         if got != ref:
             out.disagreements += 1
             if len(out.examples) < 10:
-                out.examples.append({"offset": offset, "reference": str(ref), "tables": str(got)})
-        if not matched:
+                out.examples.append({"where": m.where, "reference": str(ref), "tables": str(got)})
+        if not matched and headers <= d.valid:
             out.default_action += 1
         if got.ports:
             out.per_port.update(got.ports)
@@ -83,9 +208,6 @@ def simulate_trace(res: CompileResult, trace: str | Path) -> SimulationResult:
                 out.multicast_deliveries += 1
             else:
                 out.unicast_deliveries += 1
-        else:
+        elif headers <= d.valid:
             out.actions[str(got)] += 1
-    out.messages = stats.messages
-    out.by_type = stats.by_type
-    out.zero_length_fallbacks = stats.zero_length_fallbacks
     return out
