@@ -51,9 +51,50 @@ from .tables_np import PipelineEvaluator
 BLOCK_LENGTH_BYTES = 2
 
 
+def check_spec_decoding(res: CompileResult, probes: int = 64) -> None:
+    """Refuse a spec whose messages this job's vectorised decoder (fixed ITCH 5.0 Add Order offsets,
+    :mod:`.messages`) would decode differently from the spec's own decoder
+    (:class:`~subc.runtime.decoder.MessageDecoder`): every field the rules test must decode to the
+    same value on probe Add Orders (``A`` and ``F``, random values), and no other message type may
+    carry every header the rules test.  Raises :class:`SubcError` naming the first field that
+    differs, so that the job never reports agreement on values both sides decoded wrongly."""
+    import random
+
+    from ..runtime.decoder import MessageDecoder
+    from ..runtime.itch import decode_add_order, encode_add_order
+
+    dec = MessageDecoder(res.spec)
+    used, headers = res.pipeline.field_order, set(res.pipeline.headers)
+    hint = "; use `subc simulate`, which decodes every message with the spec"
+    rng = random.Random(0)
+    for i in range(probes):
+        vals = {f"add_order.{n}": rng.getrandbits(w) for n, w in (
+            ("stock_locate", 16), ("tracking_number", 16), ("timestamp", 48), ("order_ref_number", 64),
+            ("buy_sell_indicator", 8), ("shares", 32), ("stock", 64), ("price", 32))}
+        msg = encode_add_order(vals, b"MPID" if i % 2 else None)
+        fixed, got = decode_add_order(msg), dec.decode(msg)
+        for f in used:
+            if f.split(".", 1)[0] in dec.network_instances:
+                continue
+            if f not in fixed or got.values.get(f) != fixed[f]:
+                why = (f"in the spec, message type {dec.types.label(got.type_key)} does not carry field '{f}'"
+                       if f in fixed and f not in got.values else f"the spec's field '{f}' is not where it looks for it")
+                raise SubcError(f"subc analyze decodes ITCH 5.0 Add Orders (A and F) at fixed offsets, and {why}{hint}",
+                                res.spec.query_fields[f].location)
+    for key in dec.types.lengths:
+        if dec.types.label(key) in ("A", "F"):
+            continue
+        got = dec.decode(bytes([key]) + bytes(dec.types.lengths[key] - 1)) if dec.types.width == 8 else None
+        if got is None or (got.classified and headers <= got.valid):
+            raise SubcError(f"subc analyze classifies Add Orders only, and the rules test headers that message type "
+                            f"{dec.types.label(key)} carries too{hint}", res.spec.query_fields[used[0]].location)
+
+
 def make_bundle(res: CompileResult, traces: list[str], split_bytes: int = DEFAULT_SPLIT_BYTES,
                 udp_port: int | None = None) -> Bundle:
-    """The :class:`Bundle` for ``res`` and the ``traces`` (raises SubcError for unreadable files)."""
+    """The :class:`Bundle` for ``res`` and the ``traces`` (raises SubcError for unreadable files, and
+    for a spec this job cannot decode, see :func:`check_spec_decoding`)."""
+    check_spec_decoding(res)
     return Bundle(
         splits=plan_splits(traces, split_bytes),
         tables=PipelineEvaluator(entries_json(res.pipeline, res.target)),

@@ -91,8 +91,9 @@ class ParsePlan:
         return self.layouts[(inst, member)]
 
 
-def _error(spec: Spec, msg: str) -> SubcError:
-    return SubcError(f"--target ebpf: {msg}", Location(spec.path, 0, 0) if spec.path else None)
+def _error(spec: Spec, msg: str, where: Location | None = None) -> SubcError:
+    """An error located at ``where`` (a state or transition of the spec), else the spec's first line."""
+    return SubcError(f"--target ebpf: {msg}", where or Location.from_line_col(spec.path, spec.text, 1, 1))
 
 
 def _layouts(spec: Spec) -> tuple[dict[str, int], dict[tuple[str, str], FieldLayout], dict[str, int]]:
@@ -113,16 +114,16 @@ def _layouts(spec: Spec) -> tuple[dict[str, int], dict[tuple[str, str], FieldLay
     return sizes, layouts, widths
 
 
-def _keyset(spec: Spec, text: str) -> int | None:
+def _keyset(spec: Spec, text: str, where: Location | None = None) -> int | None:
     t = text.strip()
     if t in ("default", "_"):
         return None
     if t in spec.consts:
         return spec.consts[t]
-    try:
-        return parse_p4_int(t)
-    except (ValueError, TypeError):
-        raise _error(spec, f"unsupported select keyset '{t}' (constants and 'default' only)") from None
+    v = parse_p4_int(t)
+    if v is None:
+        raise _error(spec, f"unsupported select keyset '{t}' (constants and 'default' only)", where)
+    return v
 
 
 def _select_field(spec: Spec, st: ParserState, layouts) -> FieldLayout | None:
@@ -131,17 +132,19 @@ def _select_field(spec: Spec, st: ParserState, layouts) -> FieldLayout | None:
         return None
     hdr = spec.parser.hdr
     m = re.fullmatch(rf"{re.escape(hdr)}\s*\.\s*(\w+)\s*\.\s*(\w+)", sel.strip())
+    where = st.transition.location or st.location
     if not m or (m.group(1), m.group(2)) not in layouts:
-        raise _error(spec, f"state '{st.name}': select on '{sel.strip()}' is not supported (one header field only)")
+        raise _error(spec, f"state '{st.name}': select on '{sel.strip()}' is not supported (one header field only)",
+                     where)
     fl = layouts[(m.group(1), m.group(2))]
     if fl.width > MAX_EBPF_FIELD_WIDTH or fl.n_bytes > 8:
-        raise _error(spec, f"state '{st.name}': select field '{sel.strip()}' is wider than 64 bits")
+        raise _error(spec, f"state '{st.name}': select field '{sel.strip()}' is wider than 64 bits", where)
     return fl
 
 
 def _one_extract(spec: Spec, st: ParserState, bits: int, widths: dict[str, int], what: str) -> str:
     if len(st.extracts) != 1 or widths.get(st.extracts[0]) != bits:
-        raise _error(spec, f"state '{st.name}' must extract one {what} header of {bits} bits")
+        raise _error(spec, f"state '{st.name}' must extract one {what} header of {bits} bits", st.location)
     return st.extracts[0]
 
 
@@ -149,7 +152,7 @@ def _case_to(spec: Spec, st: ParserState, value: int, what: str) -> str:
     for keyset, target in st.transition.cases:
         if _keyset(spec, keyset) == value:
             return target
-    raise _error(spec, f"state '{st.name}' has no select case for {what} {value:#x}")
+    raise _error(spec, f"state '{st.name}' has no select case for {what} {value:#x}", st.transition.location)
 
 
 def plan_parser(spec: Spec) -> ParsePlan:
@@ -162,31 +165,35 @@ def plan_parser(spec: Spec) -> ParsePlan:
 
     def state(name: str) -> ParserState:
         if name not in states:
-            raise _error(spec, f"the parser has no state '{name}'")
+            raise _error(spec, f"the parser has no state '{name}'", p.states[0].location if p.states else None)
         return states[name]
 
     start = state("start")
+    hops = 0
+    while not start.extracts and start.transition.select_text is None and hops < len(states):
+        start = state(start.transition.cases[0][1])  # transition-only states before Ethernet
+        hops += 1
     eth = _one_extract(spec, start, ETH_BITS, widths, "Ethernet")
     sel = _select_field(spec, start, layouts)
     if sel is None or (sel.instance, sel.bit_offset, sel.width) != (eth, 96, 16):
-        raise _error(spec, "state 'start' must select on the EtherType")
+        raise _error(spec, f"state '{start.name}' must select on the EtherType", start.location)
     ip_state = state(_case_to(spec, start, ETHERTYPE_IPV4, "EtherType"))
     ipv4 = _one_extract(spec, ip_state, IPV4_BITS, widths, "IPv4")
     sel = _select_field(spec, ip_state, layouts)
     if sel is None or (sel.instance, sel.bit_offset, sel.width) != (ipv4, 72, 8):
-        raise _error(spec, f"state '{ip_state.name}' must select on the IPv4 protocol")
+        raise _error(spec, f"state '{ip_state.name}' must select on the IPv4 protocol", ip_state.location)
     udp_state = state(_case_to(spec, ip_state, IPPROTO_UDP, "IP protocol"))
     udp = _one_extract(spec, udp_state, UDP_BITS, widths, "UDP")
     sel = _select_field(spec, udp_state, layouts)
     if sel is None or (sel.instance, sel.bit_offset, sel.width) != (udp, 16, 16):
-        raise _error(spec, f"state '{udp_state.name}' must select on the UDP destination port")
+        raise _error(spec, f"state '{udp_state.name}' must select on the UDP destination port", udp_state.location)
     ports = []
     for keyset, target in udp_state.transition.cases:
         v = _keyset(spec, keyset)
         if v is not None and target not in ("accept", "reject"):
             ports.append((v, target))
     if not ports:
-        raise _error(spec, f"state '{udp_state.name}' selects no message state on any UDP port")
+        raise _error(spec, f"state '{udp_state.name}' selects no message state on any UDP port", udp_state.location)
 
     plan = ParsePlan(eth, ipv4, udp, ports, [], {})
     order = [s.name for s in p.states]
@@ -200,17 +207,19 @@ def plan_parser(spec: Spec) -> ParsePlan:
         st = state(name)
         for stmt in st.statements:
             if ".extract(" not in stmt.replace(" ", ""):
-                raise _error(spec, f"state '{name}': statement '{stmt.strip()}' is not supported (extract only)")
+                raise _error(spec, f"state '{name}': statement '{stmt.strip()}' is not supported (extract only)",
+                             st.location)
         for inst in st.extracts:
             if inst not in sizes:
-                raise _error(spec, f"state '{name}': header '{inst}' is not a whole number of bytes")
+                raise _error(spec, f"state '{name}': header '{inst}' is not a whole number of bytes", st.location)
         todo.extend(t for _, t in st.transition.cases)
     for name in order:
         if name not in seen:
             continue
         st = states[name]
         sel = _select_field(spec, st, layouts)
-        cases = [(_keyset(spec, k) if sel is not None else None, t) for k, t in st.transition.cases]
+        cases = [(_keyset(spec, k, st.transition.location) if sel is not None else None, t)
+                 for k, t in st.transition.cases]
         if sel is not None and all(v is not None for v, _ in cases):
             cases.append((None, "reject"))  # P4: no matching case is a parser error
         plan.states.append(MessageState(name, list(st.extracts), sel, cases))
