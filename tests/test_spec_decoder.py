@@ -1,0 +1,207 @@
+"""The spec is the one source of truth: random specs (P4_16 and P4_14), Camus's spec forms, and the
+one decoder derived from the spec, checked against messages built independently with scapy.
+
+Specs and messages come from :mod:`spec_model` (which imports nothing from subc): hypothesis draws a
+message format (field names, widths from 1 to 64 bits at unaligned offsets, several message types
+selected by a type field), renders it as P4_16 and as Camus's P4_14, and builds message bytes from
+field values with scapy.  subc's decoder must give every message exactly the values it was built
+from, and ``subc simulate`` must give every message the decision of the rules evaluated on those
+values (not on anything subc decoded).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from spec_model import (binaryfile, build_message, message_length, messages_for, reference_fields,
+                        render_p4_14, render_p4_16, spec_models, valid_instances)
+from subc.compiler.driver import compile_rules
+from subc.compiler.rules import parse_rules
+from subc.compiler.spec import parse_spec
+from subc.errors import SubcError
+from subc.runtime.decoder import MessageDecoder
+from subc.runtime.simulate import simulate_trace
+
+SPECS = Path(__file__).parent / "specs"
+CORPUS = [("camus_itch_p4_14", "camus_itch_p4_14.p4"), ("camus_itch_p4_16", "camus_itch_p4_16.p4"),
+          ("market_other_names", "market_other_names.p4"), ("siena_p4_14", "siena_p4_14.p4"),
+          ("dns", "dns_pragma_only.p4")]
+RENDER = {"p4_16": render_p4_16, "p4_14": render_p4_14}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data(), form=st.sampled_from(sorted(RENDER)))
+def test_decoder_gives_the_values_messages_were_built_from(data, form):
+    model = data.draw(spec_models())
+    spec = parse_spec(RENDER[form](model), f"m.{form}.p4")
+    assert spec.form == form
+    dec = MessageDecoder(spec, [f for h in model.headers for f in (f"{h.instance}.{x.name}" for x in h.fields)])
+    assert sorted(dec.types.lengths) == sorted(model.codes)
+    for code in model.codes:
+        assert dec.types.lengths[code] == message_length(model, code)
+    for _ in range(6):
+        code, values = data.draw(messages_for(model, allow_unknown=True))
+        msg = build_message(model, code, values)
+        d = dec.decode(msg)
+        want = reference_fields(model, code, values)
+        if model.message(code) is None:
+            assert d.status == "unknown_type"
+        else:
+            assert d.status == "ok", d
+        got = {k: v for k, v in d.values.items() if k.split(".", 1)[0] not in dec.network_instances
+               and k.split(".", 1)[0] not in dec.feed.framing}
+        assert got == want
+        assert set(valid_instances(model, code)) <= d.valid
+        if model.message(code) is not None and len(msg) > 1:
+            short = dec.decode(msg[:-1])
+            assert short.status == "length_mismatch" and short.values == {}
+            longer = dec.decode(msg + b"\x00")
+            assert longer.status == "length_mismatch" and longer.expected == len(msg)
+
+
+def _rules_text(model, draw) -> str:
+    """A few rules over the model's query fields (constants drawn around each field's values)."""
+    lines = []
+    for i, q in enumerate(model.query_fields[:4]):
+        w = model.field_width(q.name)
+        c = draw(st.integers(0, (1 << w) - 1))
+        op = draw(st.sampled_from(["==", "!="] if q.kind != "range" else ["==", "<", ">=", "!="]))
+        lines.append(f"{q.name} {op} {c} : fwd({i + 1});")
+    return "\n".join(lines) + "\n"
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data(), form=st.sampled_from(sorted(RENDER)))
+def test_simulate_matches_rules_on_built_values(tmp_path_factory, data, form):
+    model = data.draw(spec_models())
+    if not model.query_fields:
+        return
+    spec = parse_spec(RENDER[form](model), "m.p4")
+    text = _rules_text(model, data.draw)
+    rules = parse_rules(text, spec, "r.sub")
+    res = compile_rules(rules, spec, "bmv2")
+    drawn = [data.draw(messages_for(model, allow_unknown=True)) for _ in range(12)]
+    trace = tmp_path_factory.mktemp("t") / "trace.bin"
+    trace.write_bytes(binaryfile([build_message(model, c, v) for c, v in drawn]))
+    out = simulate_trace(res, trace)
+    assert out.disagreements == 0 and out.messages == len(drawn)
+    # expected per-port counts: the rules evaluated on the values the messages were built from
+    from subc.compiler.ast import evaluate, predicates
+
+    headers = {p.field.split(".")[0] for r in rules for p in predicates(r.condition)}
+    want: dict[int, int] = {}
+    for code, values in drawn:
+        fields = reference_fields(model, code, values)
+        if not headers <= set(valid_instances(model, code)):
+            continue
+        for r in rules:
+            if evaluate(r.condition, fields):
+                for a in r.actions:
+                    for p in a.args:
+                        want[p] = want.get(p, 0) + 1
+    assert dict(out.per_port) == want
+
+
+@pytest.mark.parametrize("name,spec", CORPUS)
+@pytest.mark.parametrize("target", ["bmv2", "tofino", "ebpf"])
+def test_camus_spec_corpus_compiles(tmp_path, name, spec, target):
+    p = subprocess.run([sys.executable, "-m", "subc.cli", "compile", str(SPECS / f"{name}.sub"), "--spec",
+                        str(SPECS / spec), "--target", target, "-o", str(tmp_path / "out")],
+                       capture_output=True, text=True)
+    if name == "dns" and target == "ebpf":
+        assert p.returncode == 2 and "pragma-only" in p.stderr and ":0:0:" not in p.stderr
+        return
+    assert p.returncode == 0, p.stderr
+    files = {f.name for f in (tmp_path / "out").iterdir()}
+    if target == "ebpf":
+        assert "subc_filter.bpf.c" in files
+    elif name == "dns":
+        text = (tmp_path / "out" / "subc_control.p4").read_text()
+        assert "action answerDNS(bit<32> arg0)" in text and "action notfoundDNS()" in text
+    else:
+        text = (tmp_path / "out" / "subc.p4").read_text()
+        assert "transition select(" in text and "extract(" in text
+
+
+def test_p4_14_parser_becomes_p4_16():
+    spec = parse_spec((SPECS / "camus_itch_p4_14.p4").read_text(), "c.p4")
+    assert spec.form == "p4_14" and spec.whole_program
+    assert spec.query_fields["add_order.price"].width == 32  # no width in the pragma: from the header
+    states = {s.name: s for s in spec.parser.states}
+    eth = next(s for s in spec.parser.states if "ethernet" in s.extracts)
+    assert eth.transition.fields == ["ethernet.etherType"]
+    assert all(t != "ingress" for s in states.values() for _, t in s.transition.cases)
+    dec = MessageDecoder(spec)
+    assert dec.feed.moldudp64 and dec.types.label(next(iter(dec.types.lengths))) == "A"
+    assert dec.types.lengths[ord("A")] == 36
+
+
+P4_14_BAD = [
+    ("header_type h_t { fields { a : 8; } }\nheader h_t h;\nparser start { extract(h); "
+     "return select(current(0, 8)) { default : ingress; } }\n@pragma query_field(h.a)\n", 3, 42, "current(...)"),
+    ("header_type h_t { fields { a : 8; } }\nheader h_t h;\nparser start { extract(h); set_metadata(m.x, 1); "
+     "return ingress; }\n@pragma query_field(h.a)\n", 3, 28, "set_metadata"),
+    ("header_type h_t { fields { a : 8; } }\nheader h_t h[4];\nparser start { extract(h[next]); return ingress; }\n"
+     "@pragma query_field(h.a, 8)\n", 3, 24, "header stack"),
+    ("header g_t h;\n@pragma query_field(h.a, 8)\n", 1, 8, "unknown header type 'g_t'"),
+    ("header_type h_t { fields { a : 8; } }\nheader h_t h;\nheader k_t { bit<8> b; }\n@pragma query_field(h.a)\n",
+     3, 1, "P4_16 'header' declaration in a P4_14 spec"),
+    ("@pragma query_field(h.a, 8)\n@pragma query_field_counter(h.a, 100)\n", 2, 1, "not supported yet"),
+]
+
+
+@pytest.mark.parametrize("text,line,col,frag", P4_14_BAD)
+def test_p4_14_errors_are_located(text, line, col, frag):
+    with pytest.raises(SubcError) as ei:
+        parse_spec(text, "bad.p4")
+    e = ei.value
+    assert frag in e.message, e.message
+    assert (e.location.line, e.location.column) == (line, col), str(e)
+
+
+def test_pragma_only_spec_declares_the_actions_its_rules_call():
+    spec = parse_spec((SPECS / "dns_pragma_only.p4").read_text(), "dns.p4")
+    assert spec.form == "pragmas" and "notfoundDNS" in spec.actions
+    rules = parse_rules((SPECS / "dns.sub").read_text(), spec, "dns.sub")
+    act = spec.actions["answerDNS"]
+    assert act.params == [("arg0", 32)]
+    assert any(a.name == "answerDNS" for r in rules for a in r.actions)
+    with pytest.raises(SubcError, match="takes 1 argument"):
+        parse_rules('dns_query.qname == "x" : answerDNS(10.0.0.1, 5);', spec, "x.sub")
+
+
+def test_p4_16_spec_still_rejects_unknown_actions(example_spec):
+    with pytest.raises(SubcError, match="unknown action 'frob'"):
+        parse_rules("add_order.shares > 1 : frob(1);", example_spec, "x.sub")
+
+
+def test_renamed_fields_are_decoded_by_the_spec(tmp_path):
+    """The issue's case: a spec that calls buy_sell_indicator 'side' (and parses it as a number)."""
+    text = (Path(__file__).parent.parent / "examples/itch/spec.p4").read_text()
+    text = text.replace("bit<8>  buy_sell_indicator;\n    bit<32> shares;\n    bit<64> stock;\n    bit<32> price;",
+                        "bit<8>  side;\n    bit<32> shares;\n    bit<64> stock;\n    bit<32> price;", 1)
+    text = text.replace("@pragma query_field_exact(add_order.buy_sell_indicator)\n@pragma query_field_alpha"
+                        "(add_order.buy_sell_indicator)\n", "@pragma query_field_exact(add_order.side, 8)\n")
+    spec_p = tmp_path / "side.p4"
+    spec_p.write_text(text)
+    rules_p = tmp_path / "side.sub"
+    rules_p.write_text("add_order.side == 0x42 and add_order.price < 10 : fwd(1);\n")
+    from conftest import real_sample
+    from subc.runtime.itch import decode_add_order, read_binaryfile
+
+    want = sum(1 for _, m in read_binaryfile(real_sample()) if m[:1] in (b"A", b"F")
+               and decode_add_order(m)["add_order.buy_sell_indicator"] == 0x42
+               and decode_add_order(m)["add_order.price"] < 100_000)
+    assert want > 0
+    p = subprocess.run([sys.executable, "-m", "subc.cli", "simulate", str(rules_p), "--spec", str(spec_p), "--trace",
+                        str(real_sample()), "--json"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["per_port"] == {"1": want} and doc["disagreements"] == 0
