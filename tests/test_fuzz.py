@@ -234,8 +234,8 @@ def check_mold(data: bytes) -> None:
         assert err.message.startswith("MoldUDP64: ") and _OFFSET.search(err.message), err.message
         assert all(int(o) <= len(data) for o in _OFFSET.findall(err.message)), err.message
         return
-    again = (encode_end_of_session(pkt.session, pkt.seq) if pkt.is_end_of_session
-             else encode_packet(pkt.session, pkt.seq, pkt.messages))
+    again = (encode_end_of_session(pkt.session_bytes, pkt.seq) if pkt.is_end_of_session
+             else encode_packet(pkt.session_bytes, pkt.seq, pkt.messages))
     assert again == data
 
 

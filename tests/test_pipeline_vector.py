@@ -17,6 +17,7 @@ from subc.pipeline.evaluate import representatives
 from subc.pipeline.messages import decode
 from subc.pipeline.reference_np import ValueClasses, evaluate_rules
 from subc.pipeline.splits import file_kind, plan_splits, read_pcap, read_split, walk_binaryfile
+from subc.runtime.capture import CaptureStats
 from subc.pipeline.tables_np import PipelineEvaluator
 from subc.runtime.itch import decode_add_order, read_binaryfile
 from subc.runtime.reference import reference_decision
@@ -173,8 +174,19 @@ def test_pcap_with_several_messages_per_packet(tmp_path):
     assert [bytes(buf.data[s : s + n]) for s, n in zip(buf.starts, buf.lengths)] == msgs
     assert buf.positions.tolist() == [1 + i // 7 for i in range(50)]
     assert buf.indexes.tolist() == [i % 7 for i in range(50)]
-    with pytest.raises(SubcError, match=r"feed\.pcap: frame 9: MoldUDP64: truncated header"):
-        read_pcap(str(path))  # without the port filter the DNS-port datagram is read as MoldUDP64
+    # without a port the feed port is detected: the DNS-port datagram is counted, not read as MoldUDP64
+    stats = CaptureStats()
+    buf = read_pcap(str(path), stats=stats)
+    assert [bytes(buf.data[s : s + n]) for s, n in zip(buf.starts, buf.lengths)] == msgs
+    assert (stats.frames, stats.feed_datagrams, stats.other_udp, stats.feed_ports) == (9, 8, 1, [26400])
+    with pytest.raises(SubcError, match=r"feed\.pcap: frame 9: other_udp: .* byte offset \d+"):
+        read_pcap(str(path), strict=True)
+    stats = CaptureStats()
+    read_pcap(str(path), ports=[26400, 53], stats=stats)  # every UDP datagram read as MoldUDP64
+    assert (stats.moldudp64_packets, stats.malformed_moldudp64) == (8, 1)
+    assert stats.examples["malformed_moldudp64"][0][0] == 9
+    with pytest.raises(SubcError, match=r"feed\.pcap: frame 9: malformed_moldudp64: MoldUDP64: truncated header"):
+        read_pcap(str(path), ports=[26400, 53], strict=True)
     from scapy.utils import wrpcapng
 
     ng = tmp_path / "feed.pcapng"

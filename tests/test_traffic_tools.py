@@ -105,14 +105,25 @@ def test_heartbeat_and_end_of_session():
         (encode_packet("S", 1, MSGS)[:-1], "byte offset 72"),  # last message cut
         (encode_packet("S", 1, MSGS) + b"\x00", f"byte offset {20 + sum(2 + len(m) for m in MSGS)}"),  # trailing
         (encode_end_of_session("S", 1) + b"\x00\x01x", "byte offset 20"),  # data after end of session
-        (b"\x00" * 10 + bytes(10), "byte offset 0"),  # session not printable
+        (b"\x00" * 10 + bytes(8) + b"\x00\x01", "byte offset 20"),  # zeroed session, a missing message
     ],
-    ids=["short-header", "half-length", "first-cut", "last-cut", "trailing", "eos-trailing", "bad-session"],
+    ids=["short-header", "half-length", "first-cut", "last-cut", "trailing", "eos-trailing", "zero-session-cut"],
 )
 def test_malformed_packets_raise_with_offset(data, offset):
     with pytest.raises(SubcError) as err:
         decode_packet(data)
     assert offset in str(err.value)
+
+
+def test_zeroed_and_binary_sessions_decode():
+    """Real captures carry zeroed sessions: kept as raw bytes, named by their hex digits."""
+    pkt = decode_packet(bytes(10) + (5).to_bytes(8, "big") + (1).to_bytes(2, "big") + (12).to_bytes(2, "big") + MSGS[0])
+    assert (pkt.session, pkt.session_bytes, pkt.seq, pkt.messages) == ("0x" + "00" * 10, bytes(10), 5, MSGS[:1])
+    raw = b"\x01SESS\xff\x00   "
+    pkt = decode_packet(encode_packet(raw, 9, MSGS))
+    assert pkt.session_bytes == raw and pkt.session == "0x" + raw.hex()
+    assert encode_packet(pkt.session_bytes, pkt.seq, pkt.messages) == encode_packet(raw, 9, MSGS)
+    assert decode_packet(encode_packet("AB", 1, [])).session_bytes == b"AB        "
 
 
 def test_encode_rejects_bad_input():
@@ -177,7 +188,7 @@ def test_replay_real_sample_to_listener():
     path = real_sample()
     msgs = sample_messages(path)
     port, thread, result = start_listener(count=len(msgs), timeout=5, keep=True)
-    sent = replay(path, (LOOPBACK, port), rate=50000)
+    sent = replay(path, (LOOPBACK, port), rate=50000, batch=1)
     stats = finish(thread, result)
     assert sent.datagrams == sent.messages == len(msgs) == 12012
     assert sent.bytes == sum(HEADER_LEN + 2 + len(m) for m in msgs)
@@ -239,7 +250,7 @@ def test_replay_rate_is_paced_without_busy_waiting():
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx:
         rx.bind((LOOPBACK, 0))
         cpu = time.process_time()
-        sent = replay(path, rx.getsockname(), rate=100, count=31)
+        sent = replay(path, rx.getsockname(), rate=100, count=31, batch=1)
         cpu = time.process_time() - cpu
     assert sent.messages == 31
     assert 0.29 <= sent.seconds < 1.5  # message i is due at i/100 s

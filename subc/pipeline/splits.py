@@ -9,12 +9,13 @@ its split from its start; the walk must end exactly on the next split's start, e
 (:func:`walk_binaryfile`), so a wrong split point is an error, never silently wrong data.  Pass
 ``split_bytes=0`` to read each file in one task.
 
-**pcap / pcapng** captures are read one file per task (records and blocks here, every length checked
-against the file size; frames decoded with ``dpkt``): frames are Ethernet, Linux cooked (SLL) or
-raw IP; every UDP datagram (to ``udp_port`` when given) is decoded as a MoldUDP64 downstream packet
-(:mod:`subc.runtime.moldudp64`) and each of its messages is a row.  Frames that are not UDP are
-skipped; a malformed capture, link-layer header, truncated datagram or MoldUDP64 packet is an error
-naming the file, the frame and the byte offset of its record.
+**pcap / pcapng** captures are read one file per task by the one capture reader,
+:mod:`subc.runtime.capture`: every UDP datagram to the feed port (``udp_port``, else the most common
+destination port of MoldUDP64 datagrams) is decoded as a MoldUDP64 downstream packet
+(:mod:`subc.runtime.moldudp64`) and each of its messages is a row.  Other frames (other protocols and
+ports, fragments, cut frames) and malformed MoldUDP64 packets are counted by kind in a
+:class:`~subc.runtime.capture.CaptureStats` and skipped (``strict``: an error naming the file, the
+frame and the byte offset of its record); a capture file that cannot be read is an error.
 
 Both produce a :class:`MessageBuffer`: the message bytes and, per message, its start offset in that
 buffer, its length and its position in the source (BinaryFILE: byte offset of the length prefix;
@@ -24,15 +25,14 @@ pcap: 1-based frame number and message index in the packet).
 from __future__ import annotations
 
 import os
-import struct
 from array import array
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import SubcError
+from ..runtime.capture import PCAP_MAGICS, PCAPNG_MAGIC, CaptureStats, detect_feed_ports, iter_moldudp64, read_datagrams
 from ..runtime.itch import MESSAGE_LENGTHS
-from ..runtime.moldudp64 import decode_packet
 
 #: Consecutive well-formed frames that make a BinaryFILE split point.
 SYNC_MESSAGES = 32
@@ -45,9 +45,6 @@ _LEN = [0] * 256
 for _t, _n in MESSAGE_LENGTHS.items():
     _LEN[_t[0]] = _n
 _LEN_NP = np.array(_LEN, dtype=np.int32)
-
-PCAP_MAGICS = {b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d"}
-PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
 
 
 @dataclass(frozen=True)
@@ -239,10 +236,12 @@ def _check_lengths(d: np.ndarray, st: np.ndarray, end: int, base: int, path: str
     return lengths
 
 
-def read_split(split: Split, udp_port: int | None = None) -> MessageBuffer:
-    """Read the messages of ``split`` (see :func:`walk_binaryfile` and :func:`read_pcap`)."""
+def read_split(split: Split, udp_port: int | None = None, stats: CaptureStats | None = None,
+               strict: bool = False) -> MessageBuffer:
+    """Read the messages of ``split`` (see :func:`walk_binaryfile` and :func:`read_pcap`; ``stats`` and
+    ``strict`` apply to captures only)."""
     if split.kind == "pcap":
-        return read_pcap(split.path, udp_port)
+        return read_pcap(split.path, udp_port, stats=stats, strict=strict)
     try:
         with open(split.path, "rb") as f:
             f.seek(split.start)
@@ -253,148 +252,34 @@ def read_split(split: Split, udp_port: int | None = None) -> MessageBuffer:
     return walk_binaryfile(data, split.start, split.path, split.stop >= size)
 
 
-_PCAP_LE = {b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1"}
-_BOM_LE, _BOM_BE = b"\x4d\x3c\x2b\x1a", b"\x1a\x2b\x3c\x4d"
-_NG_SHB, _NG_IDB, _NG_PB, _NG_SPB, _NG_EPB = 0x0A0D0D0A, 1, 2, 3, 6
-#: Smallest length of a pcapng block by type (type, length, body, trailing length).
-_NG_MIN = {_NG_SHB: 28, _NG_IDB: 20, _NG_PB: 32, _NG_SPB: 16, _NG_EPB: 32}
+def read_pcap(path: str, udp_port: int | None = None, ports=None, stats: CaptureStats | None = None,
+              strict: bool = False) -> MessageBuffer:
+    """Every MoldUDP64 message of the pcap or pcapng capture at ``path`` (:mod:`subc.runtime.capture`).
 
-
-def _records(f, path: str):
-    """Yield (byte offset of the record, link type, frame bytes) for every packet record of the pcap
-    or pcapng capture open as ``f`` (pcapng: enhanced, simple and obsolete packet blocks; other
-    blocks are skipped).  Lengths are checked against the file size before anything is read.
-
-    Raises :class:`SubcError` naming ``path`` and the byte offset for an unknown magic number, a
-    truncated header, record or block, a pcapng block length that is too small, runs past the end
-    or differs from the block's trailing length, or a packet of an undeclared interface."""
-    size = os.fstat(f.fileno()).st_size
-
-    def take(n: int, at: int, what: str) -> bytes:
-        if n > size - at:
-            raise SubcError(f"{path}: {what} at byte offset {at} runs past the end of the file ({size} bytes)")
-        return f.read(n)
-
-    magic = f.read(4)
-    f.seek(0)
-    if magic in PCAP_MAGICS:
-        e = "<" if magic in _PCAP_LE else ">"
-        linktype = struct.unpack(e + "I", take(24, 0, "the pcap file header")[20:24])[0] & 0xFFFF
-        pos = 24
-        while pos < size:
-            caplen = struct.unpack(e + "I", take(16, pos, "the pcap record header")[8:12])[0]
-            yield pos, linktype, take(caplen, pos + 16, f"the frame ({caplen} bytes)")
-            pos += 16 + caplen
-        return
-    if magic != PCAPNG_MAGIC:
-        raise SubcError(f"{path}: not a pcap or pcapng capture: magic number {magic!r} at byte offset 0")
-    e, links, pos = "<", [], 0
-    while pos < size:
-        block = take(8, pos, "the pcapng block header")
-        if block[:4] == PCAPNG_MAGIC:  # section header block: its byte-order magic sets the byte order
-            block += take(4, pos + 8, "the byte-order magic of the section header block")
-            if block[8:] not in (_BOM_LE, _BOM_BE):
-                raise SubcError(f"{path}: bad byte-order magic {block[8:]!r} at byte offset {pos + 8}")
-            e, links = ("<" if block[8:] == _BOM_LE else ">"), []
-        btype, blen = struct.unpack(e + "II", block[:8])
-        least = _NG_MIN.get(btype, 12)
-        if blen < least:
-            raise SubcError(f"{path}: pcapng block of type {btype:#x} at byte offset {pos} has length {blen}, "
-                            f"less than {least}")
-        if blen > size - pos:
-            raise SubcError(f"{path}: pcapng block of {blen} bytes at byte offset {pos} runs past the end of the file "
-                            f"({size} bytes)")
-        block += f.read(blen - len(block))
-        if struct.unpack(e + "I", block[-4:])[0] != blen:
-            raise SubcError(f"{path}: pcapng block at byte offset {pos}: trailing length differs from {blen}")
-        body = block[8:-4]
-        frame = None
-        if btype == _NG_IDB:
-            links.append(struct.unpack(e + "HxxI", body[:8]))  # (link type, snap length)
-        elif btype in (_NG_EPB, _NG_PB):
-            iface, caplen = struct.unpack(e + "I8xI" if btype == _NG_EPB else e + "H10xI", body[:16])
-            if caplen > len(body) - 20:
-                raise SubcError(f"{path}: packet block at byte offset {pos} has a captured length of {caplen} "
-                                f"bytes, more than the {len(body) - 20} it holds")
-            frame = body[20 : 20 + caplen]
-        elif btype == _NG_SPB:
-            iface, orig = 0, struct.unpack(e + "I", body[:4])[0]
-            snap = links[0][1] if links else 0
-            frame = body[4 : 4 + min(orig, snap or orig)]
-        if frame is not None:
-            if iface >= len(links):
-                raise SubcError(f"{path}: packet block at byte offset {pos} names interface {iface}, "
-                                f"but {len(links)} are declared before it")
-            yield pos, links[iface][0], frame
-        pos += blen
-
-
-def _udp(linktype: int, frame: bytes):
-    """The UDP datagram (``dpkt.udp.UDP``) of a frame, or None when it is not UDP over IPv4/IPv6 (the
-    link-layer header decodes, but what it carries is not IP, or dpkt cannot decode the IP header).
-
-    Raises ``dpkt.UnpackError`` (``dpkt.NeedData`` for a short frame), ValueError or IndexError
-    when dpkt cannot decode the link-layer header (or a layer it does not catch errors of)."""
-    import dpkt
-
-    if linktype == dpkt.pcap.DLT_EN10MB:
-        ip = dpkt.ethernet.Ethernet(frame).data
-    elif linktype == dpkt.pcap.DLT_LINUX_SLL:
-        ip = dpkt.sll.SLL(frame).data
-    elif linktype in (dpkt.pcap.DLT_RAW, 101):  # 101: LINKTYPE_RAW
-        ip = dpkt.ip.IP(frame) if frame[:1] and frame[0] >> 4 == 4 else dpkt.ip6.IP6(frame)
+    The feed ports are ``udp_port`` and ``ports`` (an iterable of ints) when either is given, else the
+    port :func:`~subc.runtime.capture.detect_feed_ports` finds (the most common destination port of
+    the datagrams that decode as MoldUDP64).  Datagrams to a feed port are decoded as MoldUDP64
+    downstream packets (the payload ends where the UDP length says); heartbeats and end-of-session
+    packets carry no messages.  Every other frame, and every feed datagram that is not a valid
+    MoldUDP64 packet, is counted by kind in ``stats`` (a
+    :class:`~subc.runtime.capture.CaptureStats`, also made when None) and skipped; with ``strict``
+    the first one raises :class:`SubcError` naming the file, the frame number and the byte offset
+    of its record.  A capture that cannot be read raises SubcError with the byte offset (see
+    :func:`~subc.runtime.capture.read_records`)."""
+    stats = stats if stats is not None else CaptureStats()
+    if udp_port is not None or ports is not None:
+        feed = set(ports or ()) | ({udp_port} if udp_port is not None else set())
     else:
-        return None
-    if not isinstance(ip, (dpkt.ip.IP, dpkt.ip6.IP6)):
-        return None
-    udp = ip.data
-    return udp if isinstance(udp, dpkt.udp.UDP) else None
-
-
-def read_pcap(path: str, udp_port: int | None = None) -> MessageBuffer:
-    """Every MoldUDP64 message of the pcap or pcapng capture at ``path``.
-
-    UDP datagrams (to ``udp_port`` when given) are decoded as MoldUDP64 downstream packets (the
-    payload ends where the UDP length says); heartbeats and end-of-session packets carry no
-    messages; frames that are not UDP over IPv4/IPv6 are skipped.  Raises :class:`SubcError`
-    naming the file, the frame number and the byte offset of its record when the link-layer header
-    does not decode, a datagram is truncated or is not a valid MoldUDP64 packet, or when the
-    capture cannot be read (see :func:`_records`)."""
-    import dpkt
-
+        feed = detect_feed_ports(path, stats)
     body = bytearray()
     starts, lengths, frames, indexes = array("q"), array("i"), array("q"), array("i")
-    try:
-        f = open(path, "rb")
-    except OSError as e:
-        raise SubcError(f"cannot read trace {path}: {e}") from e
-    with f:
-        for frame_no, (at, linktype, frame) in enumerate(_records(f, path), start=1):
-            where = f"{path}: frame {frame_no}"
-            try:
-                udp = _udp(linktype, frame)
-            except (dpkt.UnpackError, ValueError, IndexError) as e:
-                raise SubcError(f"{where}: the link-layer header (link type {linktype}) does not decode: "
-                                f"{str(e) or type(e).__name__}; the frame's record is at byte offset {at}") from None
-            if udp is None or (udp_port is not None and udp.dport != udp_port):
-                continue
-            payload = bytes(udp.data)
-            if udp.ulen:  # 0: IPv6 jumbogram, the payload is all there is
-                if udp.ulen < 8 or udp.ulen - 8 > len(payload):
-                    raise SubcError(f"{where}: UDP length {udp.ulen} but {8 + len(payload)} bytes captured "
-                                    f"(truncated datagram); the frame's record is at byte offset {at}")
-                payload = payload[: udp.ulen - 8]
-            try:
-                pkt = decode_packet(payload)
-            except SubcError as e:
-                raise SubcError(f"{where}: {e.message} (in the UDP payload); the frame's record is at byte "
-                                f"offset {at}") from None
-            for i, msg in enumerate(pkt.messages):
-                starts.append(len(body))
-                lengths.append(len(msg))
-                frames.append(frame_no)
-                indexes.append(i)
-                body += msg
+    for dg, pkt in iter_moldudp64(read_datagrams(path, feed, stats, strict), stats, strict, path):
+        for i, msg in enumerate(pkt.messages):
+            starts.append(len(body))
+            lengths.append(len(msg))
+            frames.append(dg.frame)
+            indexes.append(i)
+            body += msg
 
     def arr(a, dt):
         return np.frombuffer(a, dtype=dt).copy() if len(a) else np.zeros(0, dt)

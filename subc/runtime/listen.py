@@ -8,6 +8,7 @@ the latest packet (heartbeats and end of session carry the next sequence number 
 
 from __future__ import annotations
 
+import hashlib
 import socket
 import time
 from collections import Counter
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import SubcError
+from .capture import UdpPcapWriter
 from .itch import ADD_ORDER_TYPES
 from .moldudp64 import decode_packet
 
@@ -34,7 +36,9 @@ class ListenStats:
     ``sessions``: session name -> next expected sequence number; ``first_seq``/``last_seq``:
     lowest/highest sequence number of a received message (None before any); ``seconds``: from
     the first to the last datagram; ``order_refs``: with ``keep=True``, the ``order_ref_number``
-    of every Add Order in arrival order.
+    of every Add Order in arrival order; ``sha256``: hex digest of the payloads received, in
+    order, each preceded by its length as 4 bytes big-endian (as ``subc replay`` reports what it
+    sent).  Sessions that are not printable are named ``0x`` and their hex bytes.
     """
 
     received: int = 0
@@ -53,6 +57,11 @@ class ListenStats:
     last_seq: int | None = None
     seconds: float = 0.0
     order_refs: list[int] = field(default_factory=list)
+    _digest: "hashlib._Hash" = field(default_factory=hashlib.sha256, repr=False)
+
+    @property
+    def sha256(self) -> str:
+        return self._digest.hexdigest()
 
     def as_json(self) -> dict:
         return {
@@ -71,12 +80,15 @@ class ListenStats:
             "first_seq": self.first_seq,
             "last_seq": self.last_seq,
             "seconds": self.seconds,
+            "sha256": self.sha256,
         }
 
     def add_datagram(self, data: bytes, keep: bool = False, save=None) -> bool:
         """Count one datagram; True when it is an end-of-session packet."""
         self.received += 1
         self.bytes += len(data)
+        self._digest.update(len(data).to_bytes(4, "big"))
+        self._digest.update(data)
         try:
             packet = decode_packet(data)
         except SubcError:
@@ -139,6 +151,7 @@ def listen(
     on_ready: Callable[[], object] | None = None,
     keep: bool = False,
     save: str | None = None,
+    save_pcap: str | None = None,
 ) -> ListenStats:
     """Receive MoldUDP64 datagrams on ``bind`` = (host, UDP port) and count them (:class:`ListenStats`).
 
@@ -148,33 +161,48 @@ def listen(
     end-of-session packet, or on KeyboardInterrupt; then returns the counts.  Datagrams that do
     not decode are counted as ``malformed``.  ``keep``: record every Add Order's
     ``order_ref_number`` in ``order_refs``.  ``save``: write every message received to this file
-    as an ITCH BinaryFILE (2-byte big-endian length, then the message).  Raises
-    :class:`SubcError` if the socket cannot be bound or the file cannot be written.
+    as an ITCH BinaryFILE (2-byte big-endian length, then the message).  ``save_pcap``: write every
+    datagram received, malformed ones included, to this file as a pcap (:class:`UdpPcapWriter`:
+    the payload unchanged, sender and receiver addresses, receive time in ns).  Raises
+    :class:`SubcError` if the socket cannot be bound or a file cannot be written.
     """
     stats = ListenStats()
+    files = []
     try:
-        sink = open(save, "wb") if save else None  # noqa: SIM115 - closed below
+        for name in (save, save_pcap):
+            files.append(open(name, "wb") if name else None)  # noqa: SIM115 - closed below
     except OSError as e:
-        raise SubcError(f"cannot write {save}: {e}") from e
-    with _open_socket(bind) as sock:
-        sock.settimeout(timeout)
-        if on_ready is not None:
-            on_ready()
-        first = last = None
-        try:
-            while count is None or stats.received < count:
-                try:
-                    data = sock.recv(65535)
-                except socket.timeout:
-                    break
-                last = time.perf_counter()
-                first = last if first is None else first
-                if stats.add_datagram(data, keep, sink):
-                    break
-        except KeyboardInterrupt:
-            pass
-        finally:
-            if sink is not None:
-                sink.close()
-        stats.seconds = (last - first) if first is not None else 0.0
+        for f in files:
+            if f is not None:
+                f.close()
+        raise SubcError(f"cannot write {name}: {e}") from e
+    try:
+        sink, pcap = files[0], UdpPcapWriter(files[1]) if files[1] is not None else None
+        with _open_socket(bind) as sock:
+            sock.settimeout(timeout)
+            here = sock.getsockname()[:2]
+            if on_ready is not None:
+                on_ready()
+            first = last = None
+            try:
+                while count is None or stats.received < count:
+                    try:
+                        data, sender = sock.recvfrom(65535)
+                    except socket.timeout:
+                        break
+                    last = time.perf_counter()
+                    first = last if first is None else first
+                    if pcap is not None:
+                        pcap.write(data, sender[:2], here, time.time_ns())
+                    if stats.add_datagram(data, keep, sink):
+                        break
+            except KeyboardInterrupt:
+                pass
+            stats.seconds = (last - first) if first is not None else 0.0
+    except OSError as e:
+        raise SubcError(f"listening on {bind[0]}:{bind[1]}: {e}") from e
+    finally:
+        for f in files:
+            if f is not None:
+                f.close()
     return stats

@@ -32,16 +32,19 @@ MAX_MESSAGE_LEN = 0xFFFF
 class MoldPacket:
     """A decoded downstream packet.
 
-    ``session`` is the session name without its space padding; ``seq`` the sequence number of
-    the first message (of the next message for heartbeats and end of session); ``count`` the
-    header's message count (0 = heartbeat, :data:`END_OF_SESSION`); ``messages`` the message
-    bytes in order (empty for heartbeats and end of session).
+    ``session`` is the session name without its space padding when the session field is printable
+    ASCII, else ``0x`` and the 20 hex digits of its 10 bytes (real captures have zeroed sessions;
+    22 characters, so it never equals a printable name); ``seq`` the sequence number of the first
+    message (of the next message for heartbeats and end of session); ``count`` the header's message
+    count (0 = heartbeat, :data:`END_OF_SESSION`); ``messages`` the message bytes in order (empty for
+    heartbeats and end of session); ``session_bytes`` the 10 bytes of the session field as received.
     """
 
     session: str
     seq: int
     count: int
     messages: list[bytes] = field(default_factory=list)
+    session_bytes: bytes = b""
 
     @property
     def is_heartbeat(self) -> bool:
@@ -91,16 +94,15 @@ def encode_end_of_session(session: bytes | str, next_seq: int) -> bytes:
 def decode_packet(data: bytes) -> MoldPacket:
     """Decode one downstream packet (the whole UDP payload ``data``).
 
-    Raises :class:`SubcError` naming the byte offset when the header is shorter than 20 bytes, the
-    session is not printable ASCII, a message block runs past the end, or bytes follow the last
-    message block (or follow the header of a heartbeat or end-of-session packet).
+    Any session bytes are accepted (see :class:`MoldPacket`).  Raises :class:`SubcError` naming the
+    byte offset when the header is shorter than 20 bytes, a message block runs past the end, or
+    bytes follow the last message block (or follow the header of a heartbeat or end-of-session
+    packet).
     """
     n = len(data)
     if n < HEADER_LEN:
         raise SubcError(f"MoldUDP64: truncated header: {n} bytes, need {HEADER_LEN} (at byte offset 0)")
     raw_session = bytes(data[:SESSION_LEN])
-    if any(not 0x20 <= b < 0x7F for b in raw_session):
-        raise SubcError(f"MoldUDP64: session {raw_session!r} at byte offset 0 is not printable ASCII")
     seq = int.from_bytes(data[10:18], "big")
     count = int.from_bytes(data[18:20], "big")
     messages: list[bytes] = []
@@ -117,4 +119,14 @@ def decode_packet(data: bytes) -> MoldPacket:
         pos += 2 + length
     if pos != n:
         raise SubcError(f"MoldUDP64: {n - pos} unexpected bytes after the last message block at byte offset {pos}")
-    return MoldPacket(raw_session.decode("ascii").rstrip(" "), seq, count, messages)
+    return MoldPacket(session_name(raw_session), seq, count, messages, raw_session)
+
+
+def session_name(raw: bytes) -> str:
+    """The name of the 10-byte session field ``raw``: printable ASCII without its space padding, else
+    ``0x`` and its hex digits (e.g. ``0x00000000000000000000`` for a zeroed session)."""
+    if raw.isascii():
+        text = raw.decode("ascii")
+        if text.isprintable():  # ASCII 0x20..0x7e
+            return text.rstrip(" ")
+    return "0x" + raw.hex()
