@@ -404,10 +404,12 @@ def test_replay_reproduces_capture_byte_for_byte(tmp_path):
 
 
 def test_packed_sample_to_listener(tmp_path):
+    """The first 400 messages of the sample, packed: few enough datagrams that the listener's socket
+    buffer holds them all however slowly it reads (the verdict does not depend on speed)."""
     path = real_sample()
-    msgs = [m for _, m in read_binaryfile(path)]
+    msgs = [m for _, m in read_binaryfile(path)][:400]
     n = len(list(feed_datagrams(msgs, "SUBC000001")))
-    sent, got, saved = replay_to_listener(tmp_path, path, n, "--pps", "20000")
+    sent, got, saved = replay_to_listener(tmp_path, path, n, "--max", "--count", len(msgs))
     assert sent["datagrams"] == got["received"] == n and got["messages"] == len(msgs)
     assert (got["gaps"], got["duplicates"], got["malformed"]) == (0, 0, 0)
     assert sent["sha256"] == got["sha256"]

@@ -315,7 +315,7 @@ _ETHERTYPES = {0x0806: "ARP", 0x8035: "RARP", 0x88CC: "LLDP", 0x8809: "slow prot
 _PROTOCOLS = {1: "ICMP", 2: "IGMP", 6: "TCP", 47: "GRE", 50: "ESP", 58: "ICMPv6", 89: "OSPF", 103: "PIM", 112: "VRRP",
               132: "SCTP"}
 _RAW_LINKS = {101: None, 12: None, 14: None, 228: 4, 229: 6}
-_LINK_NAMES = {1: "Ethernet", 113: "Linux cooked (SLL)", 276: "Linux cooked (SLL2)", 0: "BSD loopback"}
+_LINK_NAMES = {1: "Ethernet", 113: "Linux cooked (SLL)", 276: "Linux cooked (SLL2)"}
 
 
 def _link(linktype: int, frame: bytes) -> tuple[int, int, tuple[int, ...]]:
