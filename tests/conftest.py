@@ -1,7 +1,10 @@
-"""Shared fixtures: paths to the example and the shared real ITCH sample."""
+"""Shared fixtures: paths to the example and the shared real ITCH sample; the Spark tests skip
+when there is no Java runtime."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -24,3 +27,14 @@ def real_sample(name: str = "ex20101224.TEST_ITCH_50") -> Path:
         if (base / name).exists():
             return base / name
     pytest.skip(f"real ITCH sample {name} not found")
+
+
+JAVA_MODULES = ("test_pipeline_spark.py",)  # the Spark jobs end to end, in process and through the CLI
+
+
+def pytest_runtest_setup(item):
+    """Skip the tests that run Spark (those of :data:`JAVA_MODULES` and any using a ``spark``
+    fixture: PySpark runs on Java) when no Java runtime is found."""
+    uses_spark = item.path.name in JAVA_MODULES or "spark" in getattr(item, "fixturenames", ())
+    if uses_spark and shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("the data pipeline (PySpark) needs a Java 17 runtime (apt-get install openjdk-17-jre-headless)")

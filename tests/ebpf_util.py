@@ -15,9 +15,19 @@ XDP_DROP, XDP_PASS, XDP_TX, XDP_REDIRECT = 1, 2, 3, 4
 
 
 def need_root():
-    """eBPF tests need root; CI runs as root, so there they always run."""
+    """Skip, with the reason, unless the eBPF tests can load programs: root, bcc (Debian's
+    python3-bpfcc) and kernel headers.  CI runs as root with ``tests/run.sh``, which installs
+    the rest, so there they always run."""
     if os.geteuid() != 0:
         pytest.skip("eBPF tests need root (CI runs them as root)")
+    from subc.errors import SubcError
+    from subc.runtime.bpf import check_kernel_headers, import_bcc
+
+    try:
+        import_bcc()
+        check_kernel_headers()
+    except SubcError as e:
+        pytest.skip(f"eBPF tests: {e.message}")
 
 
 def fake_subscribers(ids=range(1, 7), multi: dict[int, int] | None = None) -> Subscribers:

@@ -32,9 +32,7 @@ class Topology:
     """Namespaces ``<tag>pub``, ``<tag>brk``, ``<tag>s1``..; interface names stay under 15 bytes."""
 
     def __init__(self, tag: str, n_subs: int = 3):
-        for tool in ("ip", "nsenter", "ethtool"):
-            if shutil.which(tool) is None:
-                pytest.fail(f"{tool} is needed for the network-namespace tests (apt-get install iproute2 util-linux ethtool)")
+        need_root_and_netns()
         self.tag, self.n = tag, n_subs
         self.pub, self.brk = f"{tag}pub", f"{tag}brk"
         self.subs = [f"{tag}s{k}" for k in range(1, n_subs + 1)]
@@ -98,6 +96,17 @@ class Topology:
             shutil.rmtree(d, ignore_errors=True)
 
 
+TOOLS = {"ip": "iproute2", "nsenter": "util-linux", "ethtool": "ethtool"}
+
+
 def need_root_and_netns() -> None:
+    """Skip, with the reason, unless the network-namespace tests can run: root, the tools in
+    :data:`TOOLS` and what the eBPF broker needs (bcc, kernel headers)."""
     if os.geteuid() != 0:
         pytest.skip("network-namespace tests need root (CI runs them as root)")
+    for tool, package in TOOLS.items():
+        if shutil.which(tool) is None:
+            pytest.skip(f"network-namespace tests need {tool} (apt-get install {package})")
+    from ebpf_util import need_root
+
+    need_root()

@@ -182,8 +182,9 @@ def test_tofino_fit_counts_stages_and_flags_too_many(example_spec):
 
 
 def test_check_ebpf_counts_instructions(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("loading BPF programs needs root")
+    from ebpf_util import need_root
+
+    need_root()  # loading BPF programs needs root, bcc and kernel headers
     p, _ = run_check(tmp_path, 'add_order.stock == "GOOGL" and add_order.price > 5 : fwd(1);\n', "--target", "ebpf",
                      "--format", "json")
     assert p.returncode == 0, p.stdout + p.stderr
