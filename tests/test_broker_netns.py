@@ -7,6 +7,10 @@ semantics assign to its subscriber: single-endpoint deliveries (XDP redirect), m
 ones (TC clones), a VLAN-tagged message, while messages that match nothing, truncated and
 malformed frames are never delivered and other traffic reaches the broker's own stack.  Then
 ``subc update`` swaps rule sets repeatedly under traffic with zero misdeliveries.
+
+No verdict depends on speed: the tests wait for events (a listener says it is bound, the broker
+has counted every frame sent, a listener got its end-of-session packet), never for a time; the
+time limits below only stop a hung test.
 """
 
 from __future__ import annotations
@@ -53,22 +57,104 @@ def compile_out(tmp: Path, name: str, rules_text: str, order: str | None = None)
     return out
 
 
-def start_listeners(topo: Topology, tmp: Path, idle: float) -> dict[tuple[int, int], subprocess.Popen]:
+HANG_GUARD = 120.0  # seconds: only a hung test waits this long for one event
+# A listener ends on its end-of-session packet; its idle timeout only ends it after a test killed
+# too hard to stop it (an endpoint may get nothing for most of a test: far longer than HANG_GUARD).
+LISTENER_IDLE = 1800.0
+
+
+def wait_until(cond, what: str, limit: float = HANG_GUARD) -> None:
+    """Poll ``cond()`` until it is true; fail with ``what`` after ``limit`` seconds (a hang guard)."""
+    end = time.monotonic() + limit
+    while not cond():
+        assert time.monotonic() < end, f"gave up after {limit:.0f} s waiting for {what}"
+        time.sleep(0.05)
+
+
+def wait_bound(listener: subprocess.Popen, ip: str, port: int) -> None:
+    """Wait until ``subc listen`` says its socket is bound to ``ip:port``."""
+    line = listener.stderr.readline()
+    assert line.startswith(f"listening on {ip}:{port}"), line
+
+
+def start_listeners(topo: Topology, tmp: Path) -> dict[tuple[int, int], subprocess.Popen]:
+    """One ``subc listen`` per endpoint, each saving what it receives; returns once all are bound.
+    They end on the end-of-session packet :func:`end_listeners` sends."""
     procs = {}
     for k, port in ALL_EPS:
-        procs[(k, port)] = topo.popen_subc(topo.subs[k - 1], "listen", f"10.10.{k}.2:{port}", "--timeout", str(idle),
-                                           "--json", "--save", str(tmp / f"got_{k}_{port}.bin"))
-    time.sleep(1.0)
+        procs[(k, port)] = topo.popen_subc(topo.subs[k - 1], "listen", f"10.10.{k}.2:{port}", "--timeout",
+                                           str(LISTENER_IDLE), "--json", "--save", str(tmp / f"got_{k}_{port}.bin"))
+    try:
+        for (k, port), p in procs.items():
+            wait_bound(p, f"10.10.{k}.2", port)
+    except BaseException:
+        stop(procs.values())
+        raise
     return procs
 
 
+def broker_stats(topo: Topology) -> dict:
+    """``subc stats --json`` of the broker."""
+    return json.loads(topo.subc(topo.brk, "stats", "--iface", topo.b0, "--json").stdout)
+
+
+def classified(topo: Topology) -> int:
+    """Frames the broker's XDP program took as its own (spec port), all counters summed."""
+    s = broker_stats(topo)["stats"]
+    return s["rx"] - s["not_ours"]
+
+
+def wait_classified(topo: Topology, n: int) -> None:
+    """Wait until the broker has classified ``n`` frames of its own and TC has fanned out every
+    frame XDP handed it: every copy is then queued on its subscriber's veth."""
+    def done() -> bool:
+        s = broker_stats(topo)["stats"]
+        return s["rx"] - s["not_ours"] >= n and s["tc_packets"] + s["stale"] >= s["to_tc"]
+
+    wait_until(done, f"the broker to classify {n} frames")
+
+
+def end_listeners(topo: Topology, endpoints) -> None:
+    """Send an end-of-session packet to every listener from the broker's namespace: it goes out of
+    the broker's veth to the subscriber, behind every copy the broker has already sent there."""
+    eps = [(f"10.10.{k}.2", port) for k, port in endpoints]
+    code = (
+        "import socket\n"
+        "from subc.runtime.moldudp64 import encode_end_of_session\n"
+        "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        f"for ep in {eps!r}:\n"
+        "    s.sendto(encode_end_of_session('SUBCEND000', 1), ep)\n"
+    )
+    sh(*topo.in_ns(topo.brk, sys.executable, "-c", code))
+
+
+def stop(procs) -> None:
+    """Kill the listeners (Popen objects; None is skipped) still running: a test failed before ending them."""
+    for p in procs:
+        if p is not None and p.poll() is None:
+            p.kill()
+            p.communicate()
+
+
+def replay_args(trace: Path, dest: str = "10.10.0.2:26400") -> list[str]:
+    """``subc replay`` of ``trace`` to ``dest``, one message per datagram (the broker classifies a
+    datagram by its first message)."""
+    return ["replay", str(trace), "--to", dest, "--batch", "1", "--json"]
+
+
+def replay(topo: Topology, trace: Path, *args: str) -> int:
+    """Replay ``trace`` from the publisher to the broker's feed port; the number of datagrams sent."""
+    return json.loads(topo.subc(topo.pub, *replay_args(trace), *args).stdout)["datagrams"]
+
+
 def received(procs, tmp: Path) -> dict[tuple[int, int], list[int]]:
-    """Order reference numbers each endpoint received (a listener ends after its idle timeout)."""
+    """Order reference numbers each endpoint received (a listener ends on its end-of-session packet)."""
     out = {}
     for ep, p in procs.items():
-        stdout, stderr = p.communicate(timeout=120)
+        stdout, stderr = p.communicate(timeout=HANG_GUARD)
         assert p.returncode == 0, stderr
         doc = json.loads(stdout)
+        assert doc["end_of_session"], f"listener {ep} ended before its end-of-session packet"
         refs = [int.from_bytes(m[11:19], "big") for _, m in read_binaryfile(tmp / f"got_{ep[0]}_{ep[1]}.bin")
                 if m[:1] in (b"A", b"F")]
         assert doc["add_orders"] == len(refs)
@@ -105,13 +191,18 @@ def test_broker_delivers_exactly_the_reference(topo, tmp_path):
     for prog in ("xdp", "tc"):
         assert insns[prog]["xlated_insns"] > 100 and insns[prog]["verified_insns"] > 0
         assert insns[prog]["jited_bytes"] > 0
+    procs: dict = {}
+    local = None
     try:
-        procs = start_listeners(topo, tmp_path, idle=3)
-        local = topo.popen_subc(topo.brk, "listen", "10.10.0.2:9999", "--timeout", "3", "--json")
+        base = classified(topo)
+        procs = start_listeners(topo, tmp_path)
+        local = topo.popen_subc(topo.brk, "listen", "10.10.0.2:9999", "--count", "20", "--timeout", str(LISTENER_IDLE),
+                                "--json")
+        wait_bound(local, "10.10.0.2", 9999)
         sample = real_sample()
-        topo.subc(topo.pub, "replay", str(sample), "--to", "10.10.0.2:26400", "--rate", "20000")
+        sent = replay(topo, sample, "--rate", "20000")
         # other traffic: MoldUDP64 to another port reaches the broker's own stack untouched
-        topo.subc(topo.pub, "replay", str(sample), "--to", "10.10.0.2:9999", "--count", "20")
+        topo.subc(topo.pub, *replay_args(sample, "10.10.0.2:9999"), "--count", "20")
         # VLAN-tagged frames: one order for subscribers 1 and 5 (TC clones), one for 1 only (XDP)
         orders = [encode_add_order({"add_order.stock": stock_value("BOB"), "add_order.shares": n,
                                     "add_order.order_ref_number": ref, "add_order.buy_sell_indicator": ord("B")})
@@ -130,10 +221,13 @@ def test_broker_delivers_exactly_the_reference(topo, tmp_path):
             f"short = e / UDP(sport=4000, dport=26400) / Raw(encode_packet('S', 2, [{bob[:20]!r}]))\n"
             "frames = [bad, short]"
         ))
+        wait_classified(topo, base + sent + 4)
+        end_listeners(topo, ALL_EPS)
         got = received(procs, tmp_path)
-        local_doc = json.loads(local.communicate(timeout=60)[0])
-        stats = json.loads(topo.subc(topo.brk, "stats", "--iface", topo.b0, "--json").stdout)
+        local_doc = json.loads(local.communicate(timeout=HANG_GUARD)[0])
+        stats = broker_stats(topo)
     finally:
+        stop([*procs.values(), local])
         topo.subc(topo.brk, "unload", "--iface", topo.b0)
 
     want: dict[tuple[int, int], list[int]] = {ep: [] for ep in ALL_EPS}
@@ -162,7 +256,24 @@ def permuted(text: str, perm: dict[int, int]) -> str:
     return re.sub(r"fwd\((\d+)\)", lambda m: f"fwd({perm[int(m.group(1))]})", text)
 
 
+UPDATES = 4  # rule-set swaps under traffic
+
+
+def split_trace(path: Path, tmp: Path, parts: int) -> list[Path]:
+    """``path`` cut into ``parts`` consecutive BinaryFILEs of about the same number of messages."""
+    msgs = [m for _, m in read_binaryfile(path)]
+    out = []
+    for k in range(parts):
+        piece = msgs[len(msgs) * k // parts: len(msgs) * (k + 1) // parts]
+        out.append(tmp / f"slice_{k}.bin")
+        out[-1].write_bytes(b"".join(len(m).to_bytes(2, "big") + m for m in piece))
+    return out
+
+
 def test_update_under_traffic_never_misdelivers(topo, tmp_path):
+    """Slices of the sample alternate: one under the live rule set alone (the broker counts every
+    frame of it before anything changes), then one replayed while ``subc update`` swaps the rule
+    set.  :data:`UPDATES` swaps happen whatever the machine's speed."""
     spec = load_spec(EXAMPLE / "spec.p4")
     text_a = (EXAMPLE / "rules.sub").read_text()
     text_b = permuted(text_a, {1: 2, 2: 3, 3: 4, 4: 5, 5: 1})
@@ -172,27 +283,42 @@ def test_update_under_traffic_never_misdelivers(topo, tmp_path):
     out_b = compile_out(tmp_path, "b", text_b, order)
     subs = tmp_path / "subscribers.toml"
     subs.write_text(topo.subscribers_toml(ENDPOINTS))
+    sample = real_sample()
+    slices = split_trace(sample, tmp_path, 2 * UPDATES)
     topo.subc(topo.brk, "load", str(out_a), "--iface", topo.b0, "--subscribers", str(subs))
     updates = 0
+    quiet_set = {}  # order reference number -> the rule set live for its whole slice ("a" or "b")
+    procs: dict = {}
+    pub = None
     try:
-        procs = start_listeners(topo, tmp_path, idle=3)
-        sample = real_sample()
-        pub = topo.popen_subc(topo.pub, "replay", str(sample), "--to", "10.10.0.2:26400", "--rate", "3000")
-        while pub.poll() is None:
-            topo.subc(topo.brk, "update", str(out_b if updates % 2 == 0 else out_a), "--iface", topo.b0)
+        sent = classified(topo)  # frames of its own the broker has counted, and then will have
+        procs = start_listeners(topo, tmp_path)
+        for k in range(UPDATES):
+            quiet, busy = slices[2 * k], slices[2 * k + 1]
+            sent += replay(topo, quiet, "--rate", "20000", "--session", f"QUIET{k}")
+            wait_classified(topo, sent)
+            quiet_set.update({int.from_bytes(m[11:19], "big"): "ab"[k % 2]
+                              for _, m in read_binaryfile(quiet) if m[:1] in (b"A", b"F")})
+            pub = topo.popen_subc(topo.pub, *replay_args(busy), "--rate", "1500", "--session", f"BUSY{k}")
+            topo.subc(topo.brk, "update", str(out_b if k % 2 == 0 else out_a), "--iface", topo.b0)
             updates += 1
-        assert pub.returncode == 0, pub.stderr.read()
+            stdout, stderr = pub.communicate(timeout=HANG_GUARD)
+            assert pub.returncode == 0, stderr
+            sent += json.loads(stdout)["datagrams"]
+            wait_classified(topo, sent)
+        end_listeners(topo, ALL_EPS)
         got = received(procs, tmp_path)
-        stats = json.loads(topo.subc(topo.brk, "stats", "--iface", topo.b0, "--json").stdout)
+        stats = broker_stats(topo)
     finally:
+        stop([*procs.values(), pub])
         topo.subc(topo.brk, "unload", "--iface", topo.b0)
-    assert updates >= 4, f"only {updates} updates while the replay ran"
+    assert updates == UPDATES
     by_ref: dict[int, set] = {}
     for ep, refs in got.items():
         assert len(refs) == len(set(refs)), f"endpoint {ep} received a message twice"
         for ref in refs:
             by_ref.setdefault(ref, set()).add(ep)
-    misdelivered = lost = 0
+    misdelivered = lost = not_live = 0
     outcomes = Counter()
     for _, msg in read_binaryfile(sample):
         if msg[:1] not in (b"A", b"F"):
@@ -200,6 +326,8 @@ def test_update_under_traffic_never_misdelivers(topo, tmp_path):
         ref = int.from_bytes(msg[11:19], "big")
         seen = by_ref.get(ref, set())
         ea, eb = expected_endpoints(rules_a, spec, msg), expected_endpoints(rules_b, spec, msg)
+        if ref in quiet_set and seen != {"a": ea, "b": eb}[quiet_set[ref]]:
+            not_live += 1  # its slice was sent and classified between two updates
         if seen == ea == eb:
             outcomes["same"] += 1
         elif seen == ea:
@@ -211,5 +339,6 @@ def test_update_under_traffic_never_misdelivers(topo, tmp_path):
         else:
             misdelivered += 1
     assert misdelivered == 0 and lost == 0, f"{misdelivered} misdelivered, {lost} lost; {dict(outcomes)}"
+    assert not_live == 0, f"{not_live} orders sent between two updates not delivered as the live rule set says"
     assert outcomes["a"] > 0 and outcomes["b"] > 0, f"both rule sets must have carried traffic: {dict(outcomes)}"
     assert stats["stats"]["errors"] == 0

@@ -71,10 +71,10 @@ def test_state_limit_stops_exponential_rule_sets():
     spec_text, rules_text = siena_text()
     spec = parse_spec(spec_text, "s.p4")
     rules = parse_rules(rules_text, spec, "s.sub")
-    t = time.perf_counter()
+    t = time.process_time()  # CPU time: a busy machine does not make the compile slow
     with pytest.raises(StateLimitExceeded, match="more than 2,000 states"):
         compile_rules(rules, spec, limits=Limits(max_states=2000))
-    assert time.perf_counter() - t < 30
+    assert time.process_time() - t < 30
 
 
 def test_compile_cli_state_limit_exit_2_and_no_output(tmp_path):
