@@ -162,16 +162,18 @@ def check_cmd(rules: tuple[str, ...], spec_path: str, target: str, fmt: str, str
 @main.command("simulate")
 @click.argument("rules", type=click.Path(dir_okay=False))
 @click.option("--spec", "spec_path", required=True, type=click.Path(dir_okay=False))
-@click.option("--trace", required=True, type=click.Path(dir_okay=False), help="ITCH 5.0 BinaryFILE")
+@click.option("--trace", required=True, type=click.Path(dir_okay=False),
+              help="BinaryFILE, or pcap/pcapng capture of MoldUDP64 datagrams")
 @click.option("--target", type=click.Choice(["bmv2", "tofino"]), default="bmv2", show_default=True)
+@click.option("--strict", is_flag=True, help="a foreign frame or a message the spec cannot decode is an error")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def simulate_cmd(rules: str, spec_path: str, trace: str, target: str, as_json: bool) -> None:
-    """Run every Add Order of TRACE through the reference semantics and the compiled tables."""
+def simulate_cmd(rules: str, spec_path: str, trace: str, target: str, strict: bool, as_json: bool) -> None:
+    """Run every message of TRACE through the reference semantics and the compiled tables."""
     from .runtime.simulate import simulate_trace
 
     try:
         res = _compile(rules, spec_path, target, None)
-        out = simulate_trace(res, trace)
+        out = simulate_trace(res, trace, strict)
     except SubcError as e:
         _fail(e)
     doc = out.as_json()
@@ -179,8 +181,15 @@ def simulate_cmd(rules: str, spec_path: str, trace: str, target: str, as_json: b
         click.echo(json.dumps(doc, indent=1))
     else:
         click.echo(f"messages read:        {doc['messages']}")
-        click.echo(f"add orders:           {doc['add_orders']}")
-        click.echo(f"zero-length prefixes: {doc['zero_length_fallbacks']} (length taken from the message type)")
+        click.echo(f"classified:           {doc['classified']} (messages with every header the rules test)")
+        click.echo(f"zero-length prefixes: {doc['zero_length_fallbacks']} (length taken from the spec's message type)")
+        for kind, n in doc["problems"].items():
+            click.echo(f"not decoded:          {n} {kind.replace('_', ' ')}")
+        for e in doc["problem_examples"][:5]:
+            click.echo(f"  {e['where']}: {e['message']}")
+        if doc["capture"]:
+            counts = ", ".join(f"{k} {v}" for k, v in doc["capture"].items() if isinstance(v, int) and v)
+            click.echo(f"capture:              {counts}")
         click.echo(f"unicast deliveries:   {doc['unicast_deliveries']}")
         click.echo(f"multicast deliveries: {doc['multicast_deliveries']}")
         for port, n in doc["per_port"].items():
@@ -374,7 +383,7 @@ def listen_cmd(bind: str, count: int | None, timeout: float | None, as_json: boo
 def analyze_cmd(rules: str, more_traces: tuple, spec_path: str, traces: tuple, master: str | None, out_dir: str,
                 target: str, split_bytes: int | None, udp_port: int | None, as_json: bool) -> None:
     """What each subscriber receives from TRACE(s), filtering vs broadcast, and whether the compiled
-    tables agree with the rules on every Add Order (a Spark job; exit 1 on disagreements)."""
+    tables agree with the rules on every message (a Spark job; exit 1 on disagreements)."""
     from .pipeline.analyze import analyze
 
     paths = list(traces) + list(more_traces)
@@ -390,7 +399,9 @@ def analyze_cmd(rules: str, more_traces: tuple, spec_path: str, traces: tuple, m
         click.echo(json.dumps(doc, indent=1))
     else:
         b = doc["bytes"]
-        click.echo(f"messages:        {doc['messages']} ({doc['add_orders']} Add Orders) in {len(doc['files'])} file(s)")
+        click.echo(f"messages:        {doc['messages']} ({doc['classified']} classified) in {len(doc['files'])} file(s)")
+        for kind, n in doc.get("problems", {}).items():
+            click.echo(f"not decoded:     {n} {kind.replace('_', ' ')}")
         click.echo(f"deliveries:      {doc['deliveries']} to {doc['subscribers']} subscribers "
                    f"({doc['unicast']} unicast, {doc['multicast']} multicast, {doc['no_rule_matched']} matched no rule)")
         click.echo(f"bytes:           {b['filtered']} filtered vs {b['broadcast']} broadcast (saving {b['saving']:.1%})")

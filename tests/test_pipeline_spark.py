@@ -45,7 +45,7 @@ def test_analyze_real_sample_agrees_with_simulate(spark, compiled, tmp_path, nam
     assert s["splits"] >= 9
     assert s["disagreements"] == 0 and s["disagreement_examples"] == []
     assert s["messages"] == sim.messages == 12012
-    assert s["add_orders"] == sim.add_orders == 5000
+    assert s["classified"] == sim.classified == 5000 and s["problems"] == {}
     assert s["by_type"] == dict(sim.by_type)
     assert s["zero_length_fallbacks"] == sim.zero_length_fallbacks
     assert (s["unicast"], s["multicast"], s["no_rule_matched"]) == (
@@ -110,7 +110,7 @@ def test_analyze_pcap_with_several_messages_per_packet(spark, compiled, tmp_path
     a = analyze(compiled, [str(tmp_path / "feed.pcap")], tmp_path / "p", spark=spark)
     b = analyze(compiled, [str(trace)], tmp_path / "b", spark=spark)
     assert a["disagreements"] == 0 and a["splits"] == 1
-    for k in ("messages", "add_orders", "by_type", "deliveries", "unicast", "multicast", "no_rule_matched"):
+    for k in ("messages", "classified", "by_type", "deliveries", "unicast", "multicast", "no_rule_matched"):
         assert a[k] == b[k], k
     rows = pd.read_parquet(tmp_path / "p" / "messages.parquet").sort_values(["position", "index"])
     assert rows["index"].max() == 8 and rows["position"].iloc[0] >= 1

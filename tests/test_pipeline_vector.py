@@ -1,6 +1,7 @@
 """The data pipeline's vectorised parts, without Spark: differential tests of the NumPy table
 evaluator against the table simulator and of the value-class reference against the per-packet
-reference, and the trace readers against :mod:`subc.runtime.itch`."""
+reference, and the trace readers against :mod:`subc.runtime.itch` (an ITCH codec that does not use
+the spec: the readers and the spec's decoder must agree with it on the example spec)."""
 
 from __future__ import annotations
 
@@ -23,11 +24,23 @@ from subc.runtime.itch import decode_add_order, read_binaryfile
 from subc.runtime.reference import reference_decision
 from subc.runtime.simulator import TableSimulator
 
-from conftest import real_sample
+from conftest import EXAMPLE, real_sample
 from strategies import boundary_packets, rule_set
 from test_differential import FIELDS, SPEC
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def _example_vector():
+    from subc.compiler.spec import load_spec
+    from subc.pipeline.gather import VectorDecoder
+    from subc.runtime.decoder import MessageDecoder
+
+    return VectorDecoder(MessageDecoder(load_spec(EXAMPLE / "spec.p4")))
+
+
+VECTOR = _example_vector()
+TYPES = VECTOR.decoder.types
 
 
 def _columns(pkts):
@@ -115,44 +128,48 @@ def test_equality_index_matches_a_full_evaluation(example_spec):
 def test_splits_read_every_message_once(name, split_bytes):
     path = real_sample(name)
     expected = [(o, m) for o, m in read_binaryfile(path)]
-    splits = plan_splits([str(path)], split_bytes)
+    splits = plan_splits([str(path)], split_bytes, TYPES)
     if split_bytes:
         assert len(splits) > 1
     got = []
     for sp in splits:
-        buf = read_split(sp)
+        buf = read_split(sp, TYPES)
         got.extend((int(p), bytes(buf.data[s : s + n])) for p, s, n in zip(buf.positions, buf.starts, buf.lengths))
     assert got == expected
 
 
 def test_decoded_columns_equal_the_per_message_decoder():
     path = real_sample()
-    buf = read_split(plan_splits([str(path)], 0)[0])
-    batch, mask, ao = decode(buf, 3)
+    buf = read_split(plan_splits([str(path)], 0, TYPES)[0], TYPES)
+    batch, vd = decode(buf, 3, VECTOR)
     rows = batch.to_pylist()
     adds = [(o, decode_add_order(m)) for o, m in read_binaryfile(path) if m[:1] in (b"A", b"F")]
     got = [r for r in rows if r["type"] in ("A", "F")]
-    assert len(got) == len(adds) == int(mask.sum()) == 5000
+    assert len(got) == len(adds) == int(vd.valid["add_order"].sum()) == 5000
+    assert {r["status"] for r in rows} == {"ok"} and len(rows) == 12012
     for r, (o, d) in zip(got, adds):
         assert r["file_index"] == 3 and r["position"] == o
-        assert (r["shares"], r["price"], r["timestamp"]) == (d["add_order.shares"], d["add_order.price"], d["add_order.timestamp"])
-        assert r["stock"] == d["add_order.stock"].to_bytes(8, "big").decode().rstrip()
-        assert r["side"] == chr(d["add_order.buy_sell_indicator"])
-    for f, v in ao.items():
-        assert v.tolist() == [d[f] for _, d in adds]
+        assert (r["add_order__shares"], r["add_order__price"]) == (d["add_order.shares"], d["add_order.price"])
+        assert r["add_order__stock"] == d["add_order.stock"].to_bytes(8, "big").decode().rstrip()
+        assert r["add_order__buy_sell_indicator"] == chr(d["add_order.buy_sell_indicator"])
+    others = [r for r in rows if r["type"] not in ("A", "F")]
+    assert all(r["add_order__shares"] is None for r in others)
+    for f in ("add_order.shares", "add_order.price", "add_order.stock", "add_order.buy_sell_indicator"):
+        assert vd.values[f][vd.valid["add_order"]].tolist() == [d[f] for _, d in adds]
 
 
 def test_corrupt_binaryfile_names_the_file_and_byte_offset():
     data = real_sample("ex20101224.TEST_ITCH_50.reframed").read_bytes()
     bad = data[:14] + b"\x00\x26" + data[16:]  # the Stock Directory at byte 14 claims 38 bytes
     with pytest.raises(SubcError, match=r"day\.itch: message type b'R' at byte offset 14 has length 38, expected 39"):
-        walk_binaryfile(bad, 0, "day.itch", True)
+        walk_binaryfile(bad, 0, "day.itch", True, TYPES)
     with pytest.raises(SubcError, match=r"day\.itch: message of 12 bytes at byte offset 465034 runs past the end"):
-        walk_binaryfile(data[:-5], 0, "day.itch", True)
+        walk_binaryfile(data[:-5], 0, "day.itch", True, TYPES)
     with pytest.raises(SubcError, match=r"crosses the split point at byte offset 465043"):
-        walk_binaryfile(data[:-5], 0, "day.itch", False)
-    with pytest.raises(SubcError, match=r"zero length prefix followed by unknown message type b'\\x07' at byte offset 14"):
-        walk_binaryfile(data[:14] + b"\x00\x00\x07" + data[17:], 0, "day.itch", True)
+        walk_binaryfile(data[:-5], 0, "day.itch", False, TYPES)
+    with pytest.raises(SubcError, match=r"zero length prefix followed by a message type the spec gives no length for "
+                                        r"\(b'\\x07'\) at byte offset 14"):
+        walk_binaryfile(data[:14] + b"\x00\x00\x07" + data[17:], 0, "day.itch", True, TYPES)
 
 
 def test_pcap_with_several_messages_per_packet(tmp_path):

@@ -5,15 +5,18 @@ Steps (each Spark step runs on every core in local mode, or on a cluster under `
 1. The driver compiles the rules (:func:`subc.compiler.driver.compile_rules`), prepares the
    tables for vectorised lookups and plans the splits of the traces (:mod:`.splits`); all of it is
    broadcast once.
-2. One task per split reads and decodes every message and evaluates the compiled tables on every
-   Add Order (:func:`.evaluate.evaluate_split`, ``mapInArrow``: NumPy over whole batches).  The
-   messages DataFrame is cached.
+2. One task per split reads and decodes every message with the spec (:mod:`.gather`: the spec's
+   parser over the whole split in NumPy) and evaluates the compiled tables on every *classified*
+   message, one that carries every header the rules test (:func:`.evaluate.evaluate_split`,
+   ``mapInArrow``).  Messages whose length differs from their type's length in the spec, or that the
+   parser rejects, are counted, never decoded.
 3. The messages are grouped by (value-class key, table decision).  The driver evaluates the rules
    directly on one representative per class key (:mod:`.reference_np`); a message whose table
    decision differs from its class's reference decision is a disagreement.  Rule hits come from
    the same evaluation, weighted by the messages per key.
 4. Outputs, written to a temporary directory and renamed to ``out_dir`` at the end:
-   ``messages.parquet`` (one row per Add Order: where it is in the trace, its fields, the
+   ``messages.parquet`` (one row per classified message: where it is in the trace, its type, its
+   query fields (columns named after the spec's fields), the
    ``subscribers`` (ports) the tables deliver it to and the ``decision``), ``subscribers.parquet``
    (per port: messages, bytes), ``rules.parquet`` (per rule: line, text, hits),
    ``summary.json`` (see :func:`analyze`), ``deliveries_per_subscriber.png`` and
@@ -21,8 +24,8 @@ Steps (each Spark step runs on every core in local mode, or on a cluster under `
 
 Bytes count what a subscriber receives per message in a MoldUDP64 stream: the message and its
 2-byte message-block length (packet headers excluded).  Broadcast sends every message of the trace
-to every subscriber (every port that a rule forwards to); filtering sends each Add Order to the
-ports of its decision and no other message.
+to every subscriber (every port that a rule forwards to); filtering sends each classified message
+to the ports of its decision and no other message.
 """
 
 from __future__ import annotations
@@ -41,67 +44,52 @@ from ..compiler.ast import Rule
 from ..compiler.driver import CompileResult
 from ..compiler.targets.entries import entries_json
 from ..errors import SubcError
-from .evaluate import AGGREGATE_SCHEMA, Bundle, process_split, representatives
+from ..runtime.decoder import MessageDecoder
+from .evaluate import AGGREGATE_SCHEMA, TIME_FIELD_NAMES, Bundle, process_split, representatives
+from .gather import LENGTH_MISMATCH_CODE, REJECTED_CODE, VectorDecoder
 from .reference_np import ValueClasses, evaluate_rules
 from .session import get_session, task_error
-from .splits import DEFAULT_SPLIT_BYTES, plan_splits
+from .splits import DEFAULT_SPLIT_BYTES, file_kind, plan_splits
 from .tables_np import PipelineEvaluator
 
 #: Bytes of framing a subscriber receives per message (the MoldUDP64 message-block length).
 BLOCK_LENGTH_BYTES = 2
 
 
-def check_spec_decoding(res: CompileResult, probes: int = 64) -> None:
-    """Refuse a spec whose messages this job's vectorised decoder (fixed ITCH 5.0 Add Order offsets,
-    :mod:`.messages`) would decode differently from the spec's own decoder
-    (:class:`~subc.runtime.decoder.MessageDecoder`): every field the rules test must decode to the
-    same value on probe Add Orders (``A`` and ``F``, random values), and no other message type may
-    carry every header the rules test.  Raises :class:`SubcError` naming the first field that
-    differs, so that the job never reports agreement on values both sides decoded wrongly."""
-    import random
-
-    from ..runtime.decoder import MessageDecoder
-    from ..runtime.itch import decode_add_order, encode_add_order
-
-    dec = MessageDecoder(res.spec)
-    used, headers = res.pipeline.field_order, set(res.pipeline.headers)
-    hint = "; use `subc simulate`, which decodes every message with the spec"
-    rng = random.Random(0)
-    for i in range(probes):
-        vals = {f"add_order.{n}": rng.getrandbits(w) for n, w in (
-            ("stock_locate", 16), ("tracking_number", 16), ("timestamp", 48), ("order_ref_number", 64),
-            ("buy_sell_indicator", 8), ("shares", 32), ("stock", 64), ("price", 32))}
-        msg = encode_add_order(vals, b"MPID" if i % 2 else None)
-        fixed, got = decode_add_order(msg), dec.decode(msg)
-        for f in used:
-            if f.split(".", 1)[0] in dec.network_instances:
-                continue
-            if f not in fixed or got.values.get(f) != fixed[f]:
-                why = (f"in the spec, message type {dec.types.label(got.type_key)} does not carry field '{f}'"
-                       if f in fixed and f not in got.values else f"the spec's field '{f}' is not where it looks for it")
-                raise SubcError(f"subc analyze decodes ITCH 5.0 Add Orders (A and F) at fixed offsets, and {why}{hint}",
-                                res.spec.query_fields[f].location)
-    for key in dec.types.lengths:
-        if dec.types.label(key) in ("A", "F"):
-            continue
-        got = dec.decode(bytes([key]) + bytes(dec.types.lengths[key] - 1)) if dec.types.width == 8 else None
-        if got is None or (got.classified and headers <= got.valid):
-            raise SubcError(f"subc analyze classifies Add Orders only, and the rules test headers that message type "
-                            f"{dec.types.label(key)} carries too{hint}", res.spec.query_fields[used[0]].location)
-
-
 def make_bundle(res: CompileResult, traces: list[str], split_bytes: int = DEFAULT_SPLIT_BYTES,
                 udp_port: int | None = None) -> Bundle:
-    """The :class:`Bundle` for ``res`` and the ``traces`` (raises SubcError for unreadable files, and
-    for a spec this job cannot decode, see :func:`check_spec_decoding`)."""
-    check_spec_decoding(res)
+    """The :class:`Bundle` for ``res`` and the ``traces``.  Raises SubcError for unreadable files, a
+    spec the vectorised decoder cannot follow (:mod:`.gather`), or rules that test fields this job
+    does not decode: MoldUDP64 header fields, and network header fields of captures (``subc
+    simulate`` decodes both)."""
+    decoder = MessageDecoder(res.spec)
+    vector = VectorDecoder(decoder, list(res.spec.query_fields) + _time_fields(decoder))
+    captures = [t for t in traces if file_kind(t) == "pcap"]
+    for f in res.pipeline.field_order:
+        inst = f.split(".", 1)[0]
+        if inst in decoder.feed.framing or (captures and inst in decoder.network_instances):
+            what = "the MoldUDP64 header" if inst in decoder.feed.framing else f"the network headers of {captures[0]}"
+            raise SubcError(f"subc analyze does not decode {what}, and a rule tests '{f}'; use `subc simulate`",
+                            res.spec.query_fields[f].location)
     return Bundle(
-        splits=plan_splits(traces, split_bytes),
+        splits=plan_splits(traces, split_bytes, decoder.types),
         tables=PipelineEvaluator(entries_json(res.pipeline, res.target)),
         classes=ValueClasses(res.rules),
         fields=list(res.spec.query_fields),
+        vector=vector,
+        types=decoder.types,
+        headers=list(res.pipeline.headers),
+        time_fields=_time_fields(decoder),
         udp_port=udp_port,
     )
+
+
+def _time_fields(decoder: MessageDecoder) -> list[str]:
+    """The message fields named like a time (:data:`~.evaluate.TIME_FIELD_NAMES`) of 32 to 64 bits."""
+    skip = set(decoder.network_instances) | set(decoder.feed.framing)
+    return [f for f, slot in decoder.graph.fields.items()
+            if slot.name in TIME_FIELD_NAMES and 32 <= slot.width <= 64 and slot.instance not in skip
+            and slot.instance in decoder.graph.message_instances()]
 
 
 def _subscribers(rules: list[Rule]) -> list[int]:
@@ -124,11 +112,12 @@ def analyze(res: CompileResult, traces: list[str], out_dir: str | Path, master: 
 
     ``split_bytes``: BinaryFILE split size (None: :func:`auto_split_bytes`; 0: one task per file).
     ``summary.json`` keys: ``files``; ``messages`` and ``by_type`` (every message read);
-    ``add_orders``; ``zero_length_fallbacks``; ``deliveries`` (Add Order -> subscriber copies),
-    ``unicast`` / ``multicast`` (Add Orders sent to one / several ports), ``no_rule_matched``,
-    ``actions`` (Add Orders given a non-forwarding action, by action); ``subscribers``; ``bytes``
-    (``filtered``, ``broadcast`` = every message to every subscriber, ``broadcast_add_orders`` =
-    every Add Order to every subscriber, ``saving`` = 1 - filtered/broadcast); ``disagreements``
+    ``classified`` (messages with every header the rules test); ``problems`` (messages not decoded,
+    by kind); ``zero_length_fallbacks``; ``deliveries`` (message -> subscriber copies), ``unicast``
+    / ``multicast`` (messages sent to one / several ports), ``no_rule_matched``, ``actions``
+    (messages given a non-forwarding action, by action); ``subscribers``; ``bytes`` (``filtered``,
+    ``broadcast`` = every message to every subscriber, ``broadcast_classified`` = every classified
+    message to every subscriber, ``saving`` = 1 - filtered/broadcast); ``disagreements``
     (must be 0) with up to 10 ``disagreement_examples``; ``decisions`` (decision code -> text, as
     in ``messages.parquet``); ``value_classes`` (distinct class keys the reference evaluated);
     ``rules``; ``splits``; ``seconds`` (wall time per step) and ``messages_per_second`` (messages
@@ -268,7 +257,11 @@ def _summarize(res, traces, bundle, agg, tables, no_match, disagreements, exampl
     agg["wire"] = agg["bytes"] + agg["n"] * BLOCK_LENGTH_BYTES
     messages = int(agg["n"].sum())
     wire_all = int(agg["wire"].sum())
-    by_type = agg.groupby("type")["n"].sum()
+    decoded = agg[agg["decision"] > REJECTED_CODE]
+    decoded = decoded[decoded["decision"] != LENGTH_MISMATCH_CODE]
+    by_type = decoded.groupby("type")["n"].sum()
+    problems = {name: int(agg.loc[agg["decision"] == code, "n"].sum())
+                for name, code in (("length_mismatch", LENGTH_MISMATCH_CODE), ("rejected", REJECTED_CODE))}
     evaluated = agg[agg["decision"] >= 0]
     per_dec = evaluated.groupby("decision")[["n", "wire"]].sum()
     per_port: dict[int, list[int]] = {p: [0, 0] for p in subscribers}
@@ -297,8 +290,9 @@ def _summarize(res, traces, bundle, agg, tables, no_match, disagreements, exampl
     summary = {
         "files": traces,
         "messages": messages,
-        "by_type": {chr(int(k)): int(v) for k, v in sorted(by_type.items())},
-        "add_orders": int(evaluated["n"].sum()),
+        "by_type": {(bundle.types.label(int(k)) if k >= 0 else "") or "?": int(v) for k, v in sorted(by_type.items())},
+        "classified": int(evaluated["n"].sum()),
+        "problems": {k: v for k, v in problems.items() if v},
         "zero_length_fallbacks": int(agg["zero_length"].sum()),
         "deliveries": deliveries,
         "unicast": unicast,
@@ -309,7 +303,7 @@ def _summarize(res, traces, bundle, agg, tables, no_match, disagreements, exampl
         "bytes": {
             "filtered": filtered,
             "broadcast": broadcast,
-            "broadcast_add_orders": ao_wire * len(subscribers),
+            "broadcast_classified": ao_wire * len(subscribers),
             "saving": round(1 - filtered / broadcast, 6) if broadcast else 0.0,
         },
         "disagreements": disagreements,

@@ -2,10 +2,10 @@
 
 :class:`Bundle` is what the driver ships to every task once (a Spark broadcast): the splits, the
 prepared tables (:class:`~subc.pipeline.tables_np.PipelineEvaluator`), the value classes of the
-rules (:class:`~subc.pipeline.reference_np.ValueClasses`) and the spec's query fields.
-:func:`evaluate_split` reads and decodes a split and adds three columns to its messages:
-``zero_length``, ``decision`` (the tables' decision code, null for messages that are not Add Orders) and
-``class_key`` (the reference's value-class key, null likewise).
+rules (:class:`~subc.pipeline.reference_np.ValueClasses`), the spec's query fields and its
+vectorised decoder (:class:`~subc.pipeline.gather.VectorDecoder`).  :func:`evaluate_split` reads a
+split, decodes every message with the spec, and evaluates the tables and the value-class keys on
+the *classified* messages: those the spec's parser decodes that carry every header the rules test.
 """
 
 from __future__ import annotations
@@ -16,89 +16,107 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from .messages import _chars, add_order_fields, add_order_mask, be_uint, pad, symbols
+from ..runtime.decoder import TypeTable
+from .gather import LENGTH_MISMATCH_CODE, REJECTED_CODE, VectorDecoded, VectorDecoder
+from .messages import field_columns, message_schema, pad, type_labels
 from .reference_np import ValueClasses
 from .splits import MessageBuffer, Split, read_split
 from .tables_np import PipelineEvaluator
 
 #: Partial aggregates of one split (:func:`aggregates`): rows of either kind
-#: (class_key, decision) or (type, decision, second), with message counts and bytes.
+#: (class_key, decision) or (type, decision, second), with message counts and bytes.  ``type`` is
+#: the message type key (-1: none); ``decision`` a decision code, or :data:`NOT_CLASSIFIED`,
+#: :data:`~.gather.LENGTH_MISMATCH_CODE`, :data:`~.gather.REJECTED_CODE`.
 AGGREGATE_SCHEMA = (
-    "class_key long, decision int, type int, second long, messages long, bytes long, zero_length long"
+    "class_key long, decision int, type long, second long, messages long, bytes long, zero_length long"
 )
-#: One row per Add Order (:func:`add_order_rows`).
-ADD_ORDER_SCHEMA = (
-    "file_index int, position long, index int, type string, timestamp long, length int, stock_locate int, "
-    "order_ref_number long, side string, shares long, stock string, price long, subscribers array<int>, "
-    "decision int, value_class long"
-)
+#: Decision column of a decoded message that lacks a header the rules test (default action).
+NOT_CLASSIFIED = -1
 NS_PER_S = 1_000_000_000
+#: Names of fields that hold a message's time (ns since midnight), for the per-second counts.
+TIME_FIELD_NAMES = ("timestamp", "timestamp_ns", "ts", "ts_ns", "time_ns")
 
 
 @dataclass
 class Bundle:
     """Everything a task needs: ``splits``, ``tables``, ``classes``, ``fields`` (all query fields of
-    the spec; an Add Order lacks some, for example ``ipv4.dstAddr``: they are 0, as in ``subc
-    simulate``) and ``udp_port`` (pcap filter, or None)."""
+    the spec; a message lacks some, for example ``ipv4.dstAddr`` in a BinaryFILE: they are 0, as in
+    ``subc simulate``), ``vector`` (the spec's decoder), ``types`` (its message type lengths, for
+    BinaryFILE framing), ``headers`` (the instances the rules test), ``time_fields`` (fields that
+    hold a message's time in ns, by :data:`TIME_FIELD_NAMES`) and ``udp_port`` (pcap filter, or None)."""
 
     splits: list[Split]
     tables: PipelineEvaluator
     classes: ValueClasses
     fields: list[str]
+    vector: VectorDecoder
+    types: TypeTable
+    headers: list[str]
+    time_fields: list[str]
     udp_port: int | None = None
-
-
-def packet_columns(ao: dict[str, np.ndarray], fields: list[str]) -> dict[str, np.ndarray]:
-    """The spec's query fields as uint64 columns: Add Order values, 0 for the fields they lack."""
-    n = len(next(iter(ao.values())))
-    return {f: ao[f] if f in ao else np.zeros(n, dtype=np.uint64) for f in fields}
 
 
 @dataclass
 class Evaluated:
     """A split after decoding and evaluation: the messages ``buf`` (data padded, see
-    :func:`~subc.pipeline.messages.pad`), the Add Order ``mask``, their
-    raw ``fields``, and per Add Order the tables' decision ``codes`` and the value-class ``keys``."""
+    :func:`~subc.pipeline.messages.pad`), the decoded messages ``vd``, the ``mask`` of classified
+    messages, and per classified message the tables' decision ``codes`` and the value-class ``keys``."""
 
     buf: MessageBuffer
+    vd: VectorDecoded
     mask: np.ndarray
-    fields: dict[str, np.ndarray]
     codes: np.ndarray
     keys: np.ndarray
 
 
 def evaluate_split(bundle: Bundle, i: int) -> Evaluated:
-    """Read split ``i``, decode its Add Orders and evaluate the tables and class keys on them.
-
-    Raises :class:`~subc.errors.SubcError` for a malformed trace (file and byte offset)."""
-    buf = pad(read_split(bundle.splits[i], bundle.udp_port))
-    mask = add_order_mask(buf)
-    ao = add_order_fields(buf, mask)
-    cols = packet_columns(ao, bundle.fields)
-    return Evaluated(buf, mask, ao, bundle.tables.decide(cols), bundle.classes.key(cols))
+    """Read split ``i``, decode its messages with the spec and evaluate the tables and class keys
+    on the classified ones.  Raises :class:`~subc.errors.SubcError` for a malformed trace (file and
+    byte offset)."""
+    buf = pad(read_split(bundle.splits[i], bundle.types, bundle.udp_port))
+    vd = bundle.vector.decode(buf.data, buf.starts, buf.lengths)
+    mask = vd.classified()
+    for h in bundle.headers:
+        mask &= vd.valid.get(h, np.zeros(len(mask), bool))
+    cols = {f: vd.values[f][mask] for f in bundle.fields}
+    return Evaluated(buf, vd, mask, bundle.tables.decide(cols), bundle.classes.key(cols))
 
 
 def process_split(bundle: Bundle, i: int, parts_dir: str | None = None,
                   ports: list[tuple[int, ...]] | None = None) -> pa.RecordBatch:
-    """Evaluate split ``i``; write its Add Orders (:func:`add_order_rows`) to
+    """Evaluate split ``i``; write its classified messages (:func:`message_rows`) to
     ``parts_dir/part-<i>.parquet`` when ``parts_dir`` is given (``ports[code]``: the subscribers
     of decision ``code``); return its counts (:func:`aggregates`)."""
     ev = evaluate_split(bundle, i)
     if parts_dir is not None:
         import pyarrow.parquet as pq
 
-        table = pa.Table.from_batches([add_order_rows(ev, bundle.splits[i].file_index, ports or [])])
+        table = pa.Table.from_batches([message_rows(bundle, ev, bundle.splits[i].file_index, ports or [])])
         part = os.path.join(parts_dir, f"part-{i:05d}.parquet")
         tmp = f"{os.path.dirname(part)}/.{os.path.basename(part)}.{os.getpid()}"
         pq.write_table(table, tmp)
         os.replace(tmp, part)  # a retried or speculative task attempt replaces the part whole
-    return aggregates(ev)
+    return aggregates(ev, bundle.time_fields)
 
 
-def aggregates(ev: Evaluated) -> pa.RecordBatch:
+def message_times(vd: VectorDecoded, time_fields: list[str]) -> np.ndarray:
+    """Per message, the value (ns) of the first of ``time_fields`` its headers carry, else 0."""
+    ts = np.zeros(len(vd.status), dtype=np.int64)
+    done = np.zeros(len(vd.status), dtype=bool)
+    for f in time_fields:
+        v = vd.valid.get(f.split(".", 1)[0])
+        if v is None:
+            continue
+        take = v & ~done
+        ts[take] = vd.values[f][take].astype(np.int64)
+        done |= take
+    return ts
+
+
+def aggregates(ev: Evaluated, time_fields: list[str]) -> pa.RecordBatch:
     """Counts of an evaluated split in :data:`AGGREGATE_SCHEMA`: messages per (class key, decision)
-    over its Add Orders, and messages, bytes and zero-length prefixes per (type byte, decision or
-    -1, second of the day) over all its messages."""
+    over its classified messages, and messages, bytes and zero-length prefixes per (type key,
+    decision or status code, second of the day) over all its messages."""
     buf = ev.buf
     # (class_key, decision) over Add Orders
     order = np.lexsort((ev.codes, ev.keys))
@@ -107,28 +125,28 @@ def aggregates(ev: Evaluated) -> pa.RecordBatch:
     uniq = np.stack([k[first], c[first]], axis=1)
     pair_n = np.diff(np.r_[first, len(k)]).astype(np.int64)
     # (type, decision, second) over every message
-    types = buf.data[buf.starts].astype(np.int64)
-    decision = np.full(len(buf), -1, dtype=np.int64)
+    types = ev.vd.type_key + 1  # 0: no type key
+    decision = np.full(len(buf), NOT_CLASSIFIED, dtype=np.int64)
+    decision[ev.vd.status == 2] = LENGTH_MISMATCH_CODE
+    decision[ev.vd.status == 3] = REJECTED_CODE
     decision[ev.mask] = ev.codes
-    ts = be_uint(buf.data, buf.starts, 5, 6).astype(np.int64)
-    ts[buf.lengths < 11] = 0
-    second = ts // NS_PER_S
-    key = (types * 1_000_003 + (decision + 1)) * 100_000 + second  # decision < 10^6, second < 10^5
+    second = np.clip(message_times(ev.vd, time_fields) // NS_PER_S, 0, 99_999)
+    key = (types * 1_000_003 + (decision + 3)) * 100_000 + second  # decision < 10^6, second < 10^5
     k_uniq, k_inv = np.unique(key, return_inverse=True)
     n = np.bincount(k_inv, minlength=len(k_uniq))
     nbytes = np.bincount(k_inv, weights=buf.lengths, minlength=len(k_uniq)).astype(np.int64)
     zero = buf.zero_length if buf.zero_length is not None else np.zeros(len(buf), dtype=bool)
     nzero = np.bincount(k_inv, weights=zero, minlength=len(k_uniq)).astype(np.int64)
     k_sec = k_uniq % 100_000
-    k_dec = (k_uniq // 100_000) % 1_000_003 - 1
-    k_type = k_uniq // 100_000 // 1_000_003
+    k_dec = (k_uniq // 100_000) % 1_000_003 - 3
+    k_type = k_uniq // 100_000 // 1_000_003 - 1
     m, q = len(uniq), len(k_uniq)
     null_m, null_q = np.zeros(m, dtype=bool), np.zeros(q, dtype=bool)
     return pa.RecordBatch.from_arrays(
         [
             pa.array(np.r_[uniq[:, 0], np.zeros(q, np.int64)], mask=np.r_[null_m, ~null_q]),
             pa.array(np.r_[uniq[:, 1], k_dec].astype(np.int32)),
-            pa.array(np.r_[np.zeros(m, np.int32), k_type.astype(np.int32)], mask=np.r_[~null_m, null_q]),
+            pa.array(np.r_[np.zeros(m, np.int64), k_type.astype(np.int64)], mask=np.r_[~null_m, null_q]),
             pa.array(np.r_[np.zeros(m, np.int64), k_sec], mask=np.r_[~null_m, null_q]),
             pa.array(np.r_[pair_n, n].astype(np.int64)),
             pa.array(np.r_[np.zeros(m, np.int64), nbytes]),
@@ -138,38 +156,41 @@ def aggregates(ev: Evaluated) -> pa.RecordBatch:
     )
 
 
-def add_order_rows(ev: Evaluated, file_index: int, ports: list[tuple[int, ...]]) -> pa.RecordBatch:
-    """One row per Add Order of an evaluated split (:data:`ADD_ORDER_SCHEMA`); ``ports[code]`` are
-    the subscribers of decision ``code``."""
-    buf, mask, ao = ev.buf, ev.mask, ev.fields
-    s = buf.starts[mask]
+def rows_schema(bundle: Bundle) -> str:
+    """The schema of ``messages.parquet`` (:func:`message_rows`): the message schema of
+    :func:`~subc.pipeline.messages.message_schema`, then ``subscribers``, ``decision`` and
+    ``value_class``."""
+    return message_schema(bundle.vector) + ", subscribers array<int>, decision int, value_class long"
+
+
+def message_rows(bundle: Bundle, ev: Evaluated, file_index: int, ports: list[tuple[int, ...]]) -> pa.RecordBatch:
+    """One row per classified message of an evaluated split (:func:`rows_schema`); ``ports[code]``
+    are the subscribers of decision ``code``."""
+    buf, mask = ev.buf, ev.mask
+    rows = np.flatnonzero(mask)
     counts = np.array([len(p) for p in ports], dtype=np.int32)
     flat = np.array([x for p in ports for x in p], dtype=np.int32)
     first = np.r_[0, np.cumsum(counts)[:-1]].astype(np.int64)
-    per = counts[ev.codes]
+    per = counts[ev.codes] if len(counts) else np.zeros(len(rows), np.int32)
     offsets = np.r_[0, np.cumsum(per)].astype(np.int32)
-    take = np.repeat(first[ev.codes] - offsets[:-1], per) + np.arange(offsets[-1])
+    take = np.repeat(first[ev.codes] - offsets[:-1], per) + np.arange(offsets[-1]) if len(counts) else \
+        np.zeros(0, np.int64)
     subscribers = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat[take] if len(flat) else np.zeros(0, np.int32)))
-    d = buf.data
+    status = pa.array(["ok" if s == 0 else "unknown_type" for s in ev.vd.status[rows]], pa.string())
     return pa.RecordBatch.from_arrays(
         [
-            pa.array(np.full(len(s), file_index, np.int32)),
-            pa.array(buf.positions[mask]),
-            pa.array(buf.indexes[mask]),
-            _chars(d[s]),
-            pa.array(ao["add_order.timestamp"].astype(np.int64)),
-            pa.array(buf.lengths[mask]),
-            pa.array(ao["add_order.stock_locate"].astype(np.int32)),
-            pa.array(ao["add_order.order_ref_number"].view(np.int64)),
-            _chars(d[s + 19]),
-            pa.array(ao["add_order.shares"].astype(np.int64)),
-            symbols(ao["add_order.stock"]),
-            pa.array(ao["add_order.price"].astype(np.int64)),
+            pa.array(np.full(len(rows), file_index, np.int32)),
+            pa.array(buf.positions[mask].astype(np.int64)),
+            pa.array(buf.indexes[mask].astype(np.int32)),
+            type_labels(bundle.vector, ev.vd.type_key[mask]),
+            pa.array(buf.lengths[mask].astype(np.int32)),
+            status,
+            *field_columns(bundle.vector, ev.vd, rows),
             subscribers,
             pa.array(ev.codes.astype(np.int32)),
             pa.array(ev.keys),
         ],
-        names=[f.split()[0] for f in ADD_ORDER_SCHEMA.split(", ")],
+        names=[c.split()[0] for c in rows_schema(bundle).split(", ")],
     )
 
 

@@ -1,18 +1,14 @@
-"""Vectorised ITCH 5.0 decoding: a :class:`~subc.pipeline.splits.MessageBuffer` -> columns.
+"""Messages as Arrow rows, decoded with the spec (:mod:`.gather`): the schema follows the spec.
 
-Every ITCH 5.0 message starts with type (1 byte), stock locate (2), tracking number (2) and
-timestamp (6, ns since midnight) (ITCH 5.0 section 1.3).  Add Order ``A`` and Add Order with MPID
-``F`` add order reference number (8), buy/sell indicator (1), shares (4), stock (8 ASCII bytes)
-and price (4, Price(4): 1/10,000 dollar); all unsigned big-endian.  Field values are the raw
-integers that :func:`subc.runtime.itch.decode_add_order` gives, computed with NumPy gathers over
-the whole buffer at once.
-
-The row schema (:data:`MESSAGE_SCHEMA`, one row per message): ``file_index``, ``position`` (byte
-offset of the BinaryFILE length prefix, or pcap frame number), ``index`` (message index in its
-MoldUDP64 packet), ``type`` (one character), ``length`` (message bytes, without framing),
-``stock_locate``, ``tracking_number``, ``timestamp``; and for Add Orders (null otherwise)
-``order_ref_number``, ``side`` ('B'/'S'), ``shares``, ``stock`` (symbol, padding removed),
-``price`` (raw Price(4)).
+One row per message (:func:`message_schema`): ``file_index``, ``position`` (byte offset of the
+BinaryFILE length prefix, or pcap frame number), ``index`` (message index in its MoldUDP64
+packet), ``type`` (the message type key as a label: its character for an 8-bit printable key, else
+hex; '' when the spec's parser selects no type), ``length`` (message bytes, without framing),
+``status`` ('ok', 'unknown_type', 'length_mismatch', 'rejected': see
+:mod:`subc.runtime.decoder`), then one column per query field of the message headers, named
+``instance__field`` (null where the message does not carry the field, or was not decoded): text
+(alpha) fields as strings with their space padding removed, the others as 64-bit integers (values
+of 64-bit fields above 2**63 - 1 appear as negative numbers, two's complement).
 """
 
 from __future__ import annotations
@@ -21,134 +17,91 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .gather import STATUSES, VectorDecoded, VectorDecoder
 from .splits import MessageBuffer
 
-ADD_ORDER_CODES = (ord("A"), ord("F"))
 
-MESSAGE_COLUMNS = [
-    "file_index", "position", "index", "type", "length", "stock_locate", "tracking_number", "timestamp",
-    "order_ref_number", "side", "shares", "stock", "price",
-]
-MESSAGE_SCHEMA = (
-    "file_index int, position long, index int, type string, length int, stock_locate int, "
-    "tracking_number int, timestamp long, order_ref_number long, side string, shares long, stock string, price long"
-)
+def column_name(field: str) -> str:
+    """The column of query field ``instance.field``: ``instance__field``."""
+    return field.replace(".", "__")
 
 
-def be_uint(data: np.ndarray, starts: np.ndarray, offset: int, width: int) -> np.ndarray:
-    """The unsigned big-endian integers of ``width`` bytes at ``starts + offset`` (uint64 array)."""
-    acc = np.zeros(len(starts), dtype=np.uint64)
-    pos = starts + offset
-    for k in range(width):
-        acc = (acc << np.uint64(8)) | data[pos + k].astype(np.uint64)
-    return acc
+def row_fields(vector: VectorDecoder) -> list[str]:
+    """The query fields that get a column: those of message headers (not network or MoldUDP64)."""
+    skip = set(vector.network) | set(vector.feed.framing)
+    return [f for f in vector.decoder.spec.query_fields if f.split(".", 1)[0] not in skip]
 
 
-def add_order_mask(buf: MessageBuffer) -> np.ndarray:
-    """Boolean mask of the Add Orders (``A``, ``F``) of at least 36 bytes in ``buf``."""
-    t = buf.data[buf.starts] if len(buf) else np.zeros(0, np.uint8)
-    return ((t == ADD_ORDER_CODES[0]) | (t == ADD_ORDER_CODES[1])) & (buf.lengths >= 36)
+def message_schema(vector: VectorDecoder) -> str:
+    """The Spark DDL schema of the rows of :func:`decode` for ``vector``'s spec."""
+    q = vector.decoder.spec.query_fields
+    cols = ["file_index int", "position long", "index int", "type string", "length int", "status string"]
+    cols += [f"{column_name(f)} {'string' if q[f].alpha else 'long'}" for f in row_fields(vector)]
+    return ", ".join(cols)
 
 
-def add_order_fields(buf: MessageBuffer, mask: np.ndarray) -> dict[str, np.ndarray]:
-    """Raw values (uint64 arrays, one per Add Order selected by ``mask``) keyed as
-    :func:`subc.runtime.itch.decode_add_order` keys them ('add_order.price', 'itch.msg_type', ...)."""
-    s = buf.starts[mask]
-    d = buf.data
-    return {
-        "itch.msg_type": d[s].astype(np.uint64),
-        "add_order.stock_locate": be_uint(d, s, 1, 2),
-        "add_order.tracking_number": be_uint(d, s, 3, 2),
-        "add_order.timestamp": be_uint(d, s, 5, 6),
-        "add_order.order_ref_number": be_uint(d, s, 11, 8),
-        "add_order.buy_sell_indicator": d[s + 19].astype(np.uint64),
-        "add_order.shares": be_uint(d, s, 20, 4),
-        "add_order.stock": be_uint(d, s, 24, 8),
-        "add_order.price": be_uint(d, s, 32, 4),
-    }
+def type_labels(vector: VectorDecoder, keys: np.ndarray) -> pa.Array:
+    """Labels of type keys (-1: ''), as :meth:`~subc.runtime.decoder.TypeTable.label` gives them."""
+    uniq, inv = np.unique(keys, return_inverse=True)
+    labels = [vector.decoder.types.label(int(k)) if k >= 0 else "" for k in uniq]
+    return pc.take(pa.array(labels, pa.string()), pa.array(inv.astype(np.int64)))
 
 
-#: The one-character string of every byte value (latin-1), then '' (code 256: a message without bytes).
-_CHAR_TABLE = pa.array([chr(i) for i in range(256)] + [""], pa.string())
-
-
-def _chars(codes: np.ndarray) -> pa.Array:
-    """One-character strings from byte values (latin-1: 'A', 'F', ...; any byte gives a valid
-    string, the code 256 gives '')."""
-    return pc.take(_CHAR_TABLE, pa.array(np.asarray(codes).astype(np.int16)))
-
-
-def _scatter(values: np.ndarray, mask: np.ndarray, dtype) -> pa.Array:
-    """An Arrow array of ``len(mask)`` rows: ``values`` where ``mask``, null elsewhere."""
-    full = np.zeros(len(mask), dtype=dtype)
-    full[mask] = values.astype(dtype)
-    return pa.array(full, mask=~mask)
-
-
-def symbols(stock: np.ndarray) -> pa.Array:
-    """Stock symbols (trailing spaces removed) from raw 8-byte big-endian ``stock`` values; a byte
-    outside ASCII becomes U+FFFD, as in :func:`subc.runtime.itch.stock_symbol` (always valid UTF-8)."""
-    raw = stock.astype(">u8").view(np.uint8).reshape(-1, 8)
+def alpha_strings(values: np.ndarray, nbytes: int) -> pa.Array:
+    """Text from raw big-endian values of ``nbytes`` (1 to 8) ASCII bytes, space padding removed; a
+    row with a byte outside ASCII keeps its text with U+FFFD for that byte (always valid UTF-8)."""
+    raw = np.ascontiguousarray(values.astype(">u8").view(np.uint8).reshape(-1, 8)[:, 8 - nbytes:])
     bad = (raw >= 0x80).any(axis=1)
-    if bad.any():
-        raw = raw.copy()
-        raw[bad] = ord(" ")
-    arr = pa.FixedSizeBinaryArray.from_buffers(pa.binary(8), len(stock), [None, pa.py_buffer(raw.tobytes())])
+    clean = raw.copy()
+    clean[bad] = ord(" ")
+    arr = pa.FixedSizeBinaryArray.from_buffers(pa.binary(nbytes), len(raw), [None, pa.py_buffer(clean.tobytes())])
     out = pc.utf8_rtrim(pc.cast(pc.cast(arr, pa.binary()), pa.string(), safe=False), characters=" ")
     if bad.any():
-        text = [v.to_bytes(8, "big").decode("ascii", "replace").rstrip(" ") for v in stock[bad].tolist()]
+        text = [raw[i].tobytes().decode("ascii", "replace").rstrip(" ") for i in np.flatnonzero(bad)]
         out = pc.replace_with_mask(out, pa.array(bad), pa.array(text, pa.string()))
     return out
 
 
 def pad(buf: MessageBuffer) -> MessageBuffer:
-    """``buf`` with 64 zero bytes after its data, so that fixed-offset reads past a short last
-    message stay in bounds."""
+    """``buf`` with 64 zero bytes after its data, so that gathers past a short last message stay in
+    bounds."""
     return MessageBuffer(np.concatenate([buf.data, np.zeros(64, np.uint8)]), buf.starts, buf.lengths, buf.positions,
                          buf.indexes, buf.zero_length)
 
 
-def decode(buf: MessageBuffer, file_index: int) -> tuple[pa.RecordBatch, np.ndarray, dict[str, np.ndarray]]:
-    """(record batch in :data:`MESSAGE_SCHEMA` order, Add Order mask, Add Order raw fields).
+def field_columns(vector: VectorDecoder, vd: VectorDecoded, rows: np.ndarray) -> list[pa.Array]:
+    """The query field columns (:func:`row_fields`) of the messages ``rows`` (indexes)."""
+    q = vector.decoder.spec.query_fields
+    cols = []
+    for f in row_fields(vector):
+        inst = f.split(".", 1)[0]
+        valid = vd.valid.get(inst, np.zeros(len(vd.status), bool))[rows]
+        v = vd.values[f][rows]
+        if q[f].alpha and q[f].width <= 64:
+            arr = alpha_strings(v, q[f].width // 8)
+            cols.append(pc.if_else(pa.array(valid), arr, pa.scalar(None, pa.string())))
+        else:
+            cols.append(pa.array(v.view(np.int64), mask=~valid))
+    return cols
 
-    Messages shorter than the 11-byte common header get 0 in the header fields; a message without
-    bytes (a MoldUDP64 block of length 0) gets the type ''."""
-    n = len(buf)
+
+def decode(buf: MessageBuffer, file_index: int, vector: VectorDecoder) -> tuple[pa.RecordBatch, VectorDecoded]:
+    """(record batch in :func:`message_schema` order, the decoded messages) of ``buf``."""
     padded = pad(buf)
-    d, s = padded.data, buf.starts
-    mask = add_order_mask(padded)
-    ao = add_order_fields(padded, mask)
-    short = buf.lengths < 11
-
-    def header(offset: int, width: int, dtype) -> pa.Array:
-        v = be_uint(d, s, offset, width)
-        v[short] = 0
-        return pa.array(v.astype(dtype))
-
-    null_str = pa.scalar(None, pa.string())
-    amask = pa.array(mask)
-    stock_full = np.full(n, 0x2020202020202020, dtype=np.uint64)
-    stock_full[mask] = ao["add_order.stock"]
-    side = np.full(n, ord(" "), np.uint8)
-    side[mask] = d[s[mask] + 19]
-    types = d[s].astype(np.int16)
-    types[buf.lengths == 0] = 256
+    vd = vector.decode(padded.data, buf.starts, buf.lengths)
+    n = len(buf)
+    rows = np.arange(n)
+    names = [c.split()[0] for c in message_schema(vector).split(", ")]
     batch = pa.RecordBatch.from_arrays(
         [
             pa.array(np.full(n, file_index, np.int32)),
             pa.array(buf.positions.astype(np.int64)),
             pa.array(buf.indexes.astype(np.int32)),
-            _chars(types),
+            type_labels(vector, vd.type_key),
             pa.array(buf.lengths.astype(np.int32)),
-            header(1, 2, np.int32),
-            header(3, 2, np.int32),
-            header(5, 6, np.int64),
-            _scatter(ao["add_order.order_ref_number"].view(np.int64), mask, np.int64),
-            pc.if_else(amask, _chars(side), null_str),
-            _scatter(ao["add_order.shares"], mask, np.int64),
-            pc.if_else(amask, symbols(stock_full), null_str),
-            _scatter(ao["add_order.price"], mask, np.int64),
+            pc.take(pa.array(list(STATUSES), pa.string()), pa.array(vd.status.astype(np.int64))),
+            *field_columns(vector, vd, rows),
         ],
-        names=MESSAGE_COLUMNS,
+        names=names,
     )
-    return batch, mask, ao
+    return batch, vd

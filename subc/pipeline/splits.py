@@ -1,10 +1,10 @@
 """Where the messages of a trace file are: BinaryFILE splits and pcap/pcapng captures.
 
-**BinaryFILE** (2-byte big-endian length, then the message; :mod:`subc.runtime.itch`) has no sync
-marker, so a large file is cut into splits of about ``split_bytes`` and each split boundary is moved
-forward to the first offset where :data:`SYNC_MESSAGES` consecutive frames are well formed: every
-length equals the ITCH 5.0 length of the frame's message type (or is 0, the zero-length quirk,
-followed by a known type), or the chain ends exactly at the end of the file.  Each task then walks
+**BinaryFILE** (2-byte big-endian length, then the message) has no sync marker, so a large file is
+cut into splits of about ``split_bytes`` and each split boundary is moved forward to the first offset
+where :data:`SYNC_MESSAGES` consecutive frames are well formed: every length equals the length the
+spec gives the frame's message type (a :class:`~subc.runtime.decoder.TypeTable`; or is 0, the
+zero-length quirk, followed by a known type), or the chain ends exactly at the end of the file.  Each task then walks
 its split from its start; the walk must end exactly on the next split's start, else the task raises
 (:func:`walk_binaryfile`), so a wrong split point is an error, never silently wrong data.  Pass
 ``split_bytes=0`` to read each file in one task.
@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import SubcError
 from ..runtime.capture import PCAP_MAGICS, PCAPNG_MAGIC, CaptureStats, detect_feed_ports, iter_moldudp64, read_datagrams
-from ..runtime.itch import MESSAGE_LENGTHS
+from ..runtime.decoder import TypeTable
 
 #: Consecutive well-formed frames that make a BinaryFILE split point.
 SYNC_MESSAGES = 32
@@ -41,10 +41,25 @@ SYNC_WINDOW = 1 << 16
 #: Default split size (bytes).
 DEFAULT_SPLIT_BYTES = 64 << 20
 
-_LEN = [0] * 256
-for _t, _n in MESSAGE_LENGTHS.items():
-    _LEN[_t[0]] = _n
-_LEN_NP = np.array(_LEN, dtype=np.int32)
+
+
+def type_lengths(types: TypeTable, d: np.ndarray, st: np.ndarray) -> np.ndarray:
+    """The spec's length (int32, 0 when unknown) of the messages starting at byte offsets ``st`` of
+    ``d`` (uint8), by their type key (``types``); keys past the end of ``d`` read as unknown."""
+    if not len(st) or not types.lengths:
+        return np.zeros(len(st), np.int32)
+    from .gather import gather_bits
+
+    need = (types.bit_offset + types.width + 7) // 8
+    ok = st + need <= len(d)
+    padded = np.concatenate([d, np.zeros(16, np.uint8)])
+    keys = gather_bits(padded, st.astype(np.int64) * 8 + types.bit_offset, max(types.width, 1)) if types.width \
+        else np.zeros(len(st), np.uint64)
+    known = np.array(sorted(types.lengths), dtype=np.uint64)
+    lens = np.array([types.lengths[int(k)] for k in known], dtype=np.int32)
+    pos = np.minimum(np.searchsorted(known, keys), len(known) - 1)
+    hit = ok & (known[pos] == keys)
+    return np.where(hit, lens[pos], 0).astype(np.int32)
 
 
 @dataclass(frozen=True)
@@ -94,7 +109,7 @@ def file_kind(path: str) -> str:
     return "pcap" if magic in PCAP_MAGICS or magic == PCAPNG_MAGIC else "binaryfile"
 
 
-def _chain_ok(data: bytes, pos: int, count: int) -> bool:
+def _chain_ok(data: bytes, pos: int, count: int, types: TypeTable) -> bool:
     """True when ``count`` well-formed frames start at ``pos`` (or fewer that end exactly at the end)."""
     n = len(data)
     for _ in range(count):
@@ -103,7 +118,7 @@ def _chain_ok(data: bytes, pos: int, count: int) -> bool:
         if pos + 3 > n:
             return False
         length = (data[pos] << 8) | data[pos + 1]
-        expected = _LEN[data[pos + 2]]
+        expected = types.length_of(data, pos + 2)
         if not expected or (length and length != expected):
             return False
         pos += 2 + expected
@@ -112,30 +127,36 @@ def _chain_ok(data: bytes, pos: int, count: int) -> bool:
     return True
 
 
-def sync_point(path: str, boundary: int, size: int) -> int | None:
+def sync_point(path: str, boundary: int, size: int, types: TypeTable) -> int | None:
     """The first offset at or after ``boundary`` where :data:`SYNC_MESSAGES` well-formed frames
-    start (``size`` = file size in bytes), or None within :data:`SYNC_WINDOW` bytes."""
-    need = SYNC_WINDOW + SYNC_MESSAGES * (2 + max(MESSAGE_LENGTHS.values()))
+    start (``size`` = file size in bytes), or None within :data:`SYNC_WINDOW` bytes (or when the
+    spec gives no message type lengths)."""
+    if not types.lengths:
+        return None
+    longest = max(types.lengths.values())
+    need = SYNC_WINDOW + SYNC_MESSAGES * (2 + longest)
     with open(path, "rb") as f:
         f.seek(boundary)
         data = f.read(need)
     at_end = boundary + len(data) >= size
     for i in range(min(SYNC_WINDOW, len(data))):
-        if _chain_ok(data, i, SYNC_MESSAGES):
-            if not at_end and i + SYNC_MESSAGES * (2 + max(MESSAGE_LENGTHS.values())) > len(data):
+        if _chain_ok(data, i, SYNC_MESSAGES, types):
+            if not at_end and i + SYNC_MESSAGES * (2 + longest) > len(data):
                 return None
             return boundary + i
     return None
 
 
-def plan_splits(paths: list[str], split_bytes: int = DEFAULT_SPLIT_BYTES) -> list[Split]:
+def plan_splits(paths: list[str], split_bytes: int = DEFAULT_SPLIT_BYTES,
+                types: TypeTable | None = None) -> list[Split]:
     """Splits of the trace files ``paths`` (in order); see the module docstring.
 
     ``split_bytes`` <= 0 reads every file in one split.  A boundary with no split point within
     :data:`SYNC_WINDOW` bytes is dropped (its bytes go to the previous split).  No byte is searched
     twice: a boundary at or before the last split point is dropped, and one inside the window of a
     boundary without a split point is searched from that window's end, so that the time is linear
-    in the file size whatever ``split_bytes``.  Raises :class:`SubcError` when a file cannot be read."""
+    in the file size whatever ``split_bytes``.  ``types``: the spec's message type lengths (None:
+    one split per file).  Raises :class:`SubcError` when a file cannot be read."""
     out: list[Split] = []
     for i, path in enumerate(paths):
         kind = file_kind(path)
@@ -144,13 +165,13 @@ def plan_splits(paths: list[str], split_bytes: int = DEFAULT_SPLIT_BYTES) -> lis
             out.append(Split(i, path, "pcap", 0, size))
             continue
         points = [0]
-        if split_bytes > 0:
+        if split_bytes > 0 and types is not None:
             searched = 0  # no split point starts in [points[-1] + 1, searched)
             for b in range(split_bytes, size, split_bytes):
                 if b <= points[-1]:
                     continue
                 start = max(b, searched)
-                p = sync_point(path, start, size) if start < size else None
+                p = sync_point(path, start, size, types) if start < size else None
                 if p is None:
                     searched = start + SYNC_WINDOW
                 elif p > points[-1] and p < size:
@@ -160,21 +181,23 @@ def plan_splits(paths: list[str], split_bytes: int = DEFAULT_SPLIT_BYTES) -> lis
     return out
 
 
-def walk_binaryfile(data: bytes, base: int, path: str, last: bool) -> MessageBuffer:
+def walk_binaryfile(data: bytes, base: int, path: str, last: bool, types: TypeTable) -> MessageBuffer:
     """The messages of the BinaryFILE bytes ``data`` (file offset ``base``), which must end exactly
     at a frame end.
 
     ``last``: ``data`` ends at the end of the file, where a zero length marks the end of the
-    session.  Raises :class:`SubcError` naming ``path`` and the byte offset for a truncated length,
-    a zero length before an unknown type, a frame running past the end (for a split that is not
-    the last: past the split point, which means the split heuristic failed; rerun with
-    ``--split-bytes 0``), or a length that differs from the ITCH length of its message type.
+    session.  ``types``: the spec's message type lengths.  Raises :class:`SubcError` naming ``path``
+    and the byte offset for a truncated length, a zero length before a type the spec gives no length
+    for, or a frame running past the end (for a split that is not the last: past the split point,
+    which means the split heuristic failed; rerun with ``--split-bytes 0``); such an error names the
+    first earlier frame whose length differs from its type's, which is the likely cause.  A length
+    that differs from its type's is otherwise no error here: the decoder counts it.
     """
     starts = array("q")
     append = starts.append
     n = len(data)
     pos = 0
-    LEN = _LEN
+    length_of = types.length_of
     last_pos = n - 1
     end = n
     d = np.frombuffer(data, dtype=np.uint8)
@@ -185,22 +208,21 @@ def walk_binaryfile(data: bytes, base: int, path: str, last: bool) -> MessageBuf
             if body >= n and last:
                 end = pos  # end-of-session marker
                 break
-            mtype = data[body] if body < n else None
-            length = LEN[mtype] if mtype is not None else 0
+            length = length_of(data, body) or 0 if body < n else 0
             if not length:
-                _check_lengths(d, _array(starts), pos, base, path)  # an earlier bad length explains it
+                _check_lengths(d, _array(starts), pos, base, path, types)  # an earlier bad length explains it
                 raise SubcError(
-                    f"{path}: zero length prefix followed by unknown message type "
-                    f"{bytes([mtype]) if mtype is not None else b''!r} at byte offset {base + pos}"
+                    f"{path}: zero length prefix followed by a message type the spec gives no length for "
+                    f"({data[body:body + 1]!r}) at byte offset {base + pos}"
                 )
         append(pos + 2)
         pos += 2 + length
     st = _array(starts)
     if pos == last_pos and end == n:
-        _check_lengths(d, st, pos, base, path)
+        _check_lengths(d, st, pos, base, path, types)
         raise SubcError(f"{path}: truncated length prefix at byte offset {base + pos}")
     if pos > n:
-        _check_lengths(d, st[:-1], int(st[-1]) - 2, base, path)
+        _check_lengths(d, st[:-1], int(st[-1]) - 2, base, path, types)
         at = int(st[-1]) - 2
         length = pos - at - 2
         if last:
@@ -212,7 +234,7 @@ def walk_binaryfile(data: bytes, base: int, path: str, last: bool) -> MessageBuf
             f"{path}: message of {length} bytes at byte offset {base + at} crosses the split point at byte "
             f"offset {base + n}: no safe split point there (rerun with --split-bytes 0)"
         )
-    lengths = _check_lengths(d, st, min(pos, end), base, path)
+    lengths = (np.r_[st[1:] - 2, min(pos, end)] - st).astype(np.int32) if len(st) else np.zeros(0, np.int32)
     zero = (d[st - 2] == 0) & (d[st - 1] == 0) if len(st) else np.zeros(0, dtype=bool)
     return MessageBuffer(d, st, lengths, st - 2 + base, np.zeros(len(st), np.int32), zero)
 
@@ -221,11 +243,11 @@ def _array(starts: array) -> np.ndarray:
     return np.frombuffer(starts, dtype=np.int64).copy() if len(starts) else np.zeros(0, np.int64)
 
 
-def _check_lengths(d: np.ndarray, st: np.ndarray, end: int, base: int, path: str) -> np.ndarray:
+def _check_lengths(d: np.ndarray, st: np.ndarray, end: int, base: int, path: str, types: TypeTable) -> np.ndarray:
     """Lengths of the messages starting at ``st`` (the last one ending at ``end``); raises
-    :class:`SubcError` at the first whose length differs from the ITCH length of its type."""
+    :class:`SubcError` at the first whose length differs from its type's length in the spec."""
     lengths = (np.r_[st[1:] - 2, end] - st).astype(np.int32)
-    expected = _LEN_NP[d[st]] if len(st) else np.zeros(0, np.int32)
+    expected = type_lengths(types, d, st)
     bad = np.flatnonzero((expected != 0) & (expected != lengths))
     if len(bad):
         k = int(bad[0])
@@ -236,7 +258,7 @@ def _check_lengths(d: np.ndarray, st: np.ndarray, end: int, base: int, path: str
     return lengths
 
 
-def read_split(split: Split, udp_port: int | None = None, stats: CaptureStats | None = None,
+def read_split(split: Split, types: TypeTable, udp_port: int | None = None, stats: CaptureStats | None = None,
                strict: bool = False) -> MessageBuffer:
     """Read the messages of ``split`` (see :func:`walk_binaryfile` and :func:`read_pcap`; ``stats`` and
     ``strict`` apply to captures only)."""
@@ -249,7 +271,7 @@ def read_split(split: Split, udp_port: int | None = None, stats: CaptureStats | 
         size = os.path.getsize(split.path)
     except OSError as e:
         raise SubcError(f"cannot read trace {split.path}: {e}") from e
-    return walk_binaryfile(data, split.start, split.path, split.stop >= size)
+    return walk_binaryfile(data, split.start, split.path, split.stop >= size, types)
 
 
 def read_pcap(path: str, udp_port: int | None = None, ports=None, stats: CaptureStats | None = None,

@@ -127,8 +127,8 @@ class MessageDecoder:
             return Decoded(LENGTH_MISMATCH if known and key is not None else REJECTED, key, len(msg), expected)
         if w.status != "accept":
             return Decoded(REJECTED, key, len(msg))
-        parsed = w.end // 8 - MOLD_PREFIX_BYTES
-        if known and parsed != len(msg):
+        parsed = (w.end + 7) // 8 - MOLD_PREFIX_BYTES
+        if known and w.end != (MOLD_PREFIX_BYTES + len(msg)) * 8:
             return Decoded(LENGTH_MISMATCH, key, len(msg), parsed)
         values = self.graph.values(data, w, self.fields)
         valid = set(w.valid)

@@ -133,30 +133,29 @@ def capture_messages(path: str, decoder: MessageDecoder, out: SimulationResult, 
 
     stats = CaptureStats()
     ports = {p for p, _ in decoder.feed.ports}
-    for dg, pkt in iter_moldudp64(read_datagrams(path, ports, stats, strict), stats, strict):
-        network = decoder.network(network_frame(dg))
-        session = getattr(pkt, "session_bytes", None) or pkt.session.encode("ascii").ljust(10, b" ")
+    for dg, pkt in iter_moldudp64(read_datagrams(path, ports, stats, strict), stats, strict, path):
+        frame = network_frame(dg)
+        network = decoder.network(frame) if frame is not None else (frozenset(), {})
+        session = pkt.session_bytes
         for i, msg in enumerate(pkt.messages):
             yield TraceMessage(f"frame {dg.frame} message {i}", msg, session, pkt.seq + i, pkt.count, network)
     out.capture = stats.as_json()
 
 
-def network_frame(dg) -> bytes:
-    """An untagged Ethernet/IPv4/UDP frame with the addresses and ports of datagram ``dg`` and
-    its payload (what the eBPF broker's native parser sees of a tagged frame or IPv4 options)."""
+def network_frame(dg) -> bytes | None:
+    """An untagged Ethernet/IPv4/UDP frame (MAC addresses 0) with the addresses and ports of the
+    capture's datagram ``dg`` and its payload: what the spec's parser sees of the datagram (VLAN
+    tags and IPv4 options removed, as the eBPF broker's native parser does); None for IPv6."""
     import ipaddress
 
-    frame = getattr(dg, "frame", None)
-    ip_off = getattr(dg, "ip_offset", None)
-    if frame is not None and ip_off is not None and len(frame) >= ip_off + 20:
-        ihl = (frame[ip_off] & 0x0F) * 4
-        ip = frame[ip_off : ip_off + 20]
-        udp = frame[ip_off + ihl : ip_off + ihl + 8]
-        return frame[:12] + b"\x08\x00" + ip + udp + dg.payload
-    src, dst = dg.src, dg.dst
+    try:
+        src, dst = ipaddress.IPv4Address(dg.src[0]), ipaddress.IPv4Address(dg.dst[0])
+    except ValueError:
+        return None
     ip = bytes([0x45, 0]) + (28 + len(dg.payload)).to_bytes(2, "big") + bytes(5) + b"\x11" + bytes(2) \
-        + ipaddress.IPv4Address(src[0]).packed + ipaddress.IPv4Address(dst[0]).packed
-    udp = src[1].to_bytes(2, "big") + dst[1].to_bytes(2, "big") + (8 + len(dg.payload)).to_bytes(2, "big") + bytes(2)
+        + src.packed + dst.packed
+    udp = dg.src[1].to_bytes(2, "big") + dg.dst[1].to_bytes(2, "big") + (8 + len(dg.payload)).to_bytes(2, "big") \
+        + bytes(2)
     return bytes(12) + b"\x08\x00" + ip + udp + dg.payload
 
 
