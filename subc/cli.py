@@ -166,14 +166,17 @@ def check_cmd(rules: tuple[str, ...], spec_path: str, target: str, fmt: str, str
               help="BinaryFILE, or pcap/pcapng capture of MoldUDP64 datagrams")
 @click.option("--target", type=click.Choice(["bmv2", "tofino"]), default="bmv2", show_default=True)
 @click.option("--strict", is_flag=True, help="a foreign frame or a message the spec cannot decode is an error")
+@click.option("--udp-port", type=click.IntRange(0, 65535),
+              help="capture: the feed's UDP port (default: the spec's, else the capture's MoldUDP64 port)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def simulate_cmd(rules: str, spec_path: str, trace: str, target: str, strict: bool, as_json: bool) -> None:
+def simulate_cmd(rules: str, spec_path: str, trace: str, target: str, strict: bool, udp_port: int | None,
+                 as_json: bool) -> None:
     """Run every message of TRACE through the reference semantics and the compiled tables."""
     from .runtime.simulate import simulate_trace
 
     try:
         res = _compile(rules, spec_path, target, None)
-        out = simulate_trace(res, trace, strict)
+        out = simulate_trace(res, trace, strict, udp_port)
     except SubcError as e:
         _fail(e)
     doc = out.as_json()
@@ -378,10 +381,12 @@ def listen_cmd(bind: str, count: int | None, timeout: float | None, as_json: boo
               help="whose table entries to evaluate")
 @click.option("--split-bytes", type=click.IntRange(0),
               help="BinaryFILE split size in bytes (default: equal splits per core, at most 64 MiB; 0: one task per file)")
-@click.option("--udp-port", type=click.IntRange(0, 65535), help="pcap: only UDP datagrams to this port")
+@click.option("--udp-port", type=click.IntRange(0, 65535),
+              help="capture: the feed's UDP port (default: the spec's, else the capture's MoldUDP64 port)")
+@click.option("--strict", is_flag=True, help="a foreign frame or a message the spec cannot decode is an error")
 @click.option("--json", "as_json", is_flag=True, help="print summary.json")
 def analyze_cmd(rules: str, more_traces: tuple, spec_path: str, traces: tuple, master: str | None, out_dir: str,
-                target: str, split_bytes: int | None, udp_port: int | None, as_json: bool) -> None:
+                target: str, split_bytes: int | None, udp_port: int | None, strict: bool, as_json: bool) -> None:
     """What each subscriber receives from TRACE(s), filtering vs broadcast, and whether the compiled
     tables agree with the rules on every message (a Spark job; exit 1 on disagreements)."""
     from .pipeline.analyze import analyze
@@ -392,7 +397,7 @@ def analyze_cmd(rules: str, more_traces: tuple, spec_path: str, traces: tuple, m
     try:
         res = _compile(rules, spec_path, target, None)
         doc = analyze(res, paths, out_dir, master=master, split_bytes=split_bytes, udp_port=udp_port,
-                      log=lambda m: click.echo(m, err=True))
+                      log=lambda m: click.echo(m, err=True), strict=strict)
     except SubcError as e:
         _fail(e)
     if as_json:
@@ -402,6 +407,9 @@ def analyze_cmd(rules: str, more_traces: tuple, spec_path: str, traces: tuple, m
         click.echo(f"messages:        {doc['messages']} ({doc['classified']} classified) in {len(doc['files'])} file(s)")
         for kind, n in doc.get("problems", {}).items():
             click.echo(f"not decoded:     {n} {kind.replace('_', ' ')}")
+        if doc.get("capture"):
+            counts = ", ".join(f"{k} {v}" for k, v in doc["capture"].items() if isinstance(v, int) and v)
+            click.echo(f"capture:         {counts}")
         click.echo(f"deliveries:      {doc['deliveries']} to {doc['subscribers']} subscribers "
                    f"({doc['unicast']} unicast, {doc['multicast']} multicast, {doc['no_rule_matched']} matched no rule)")
         click.echo(f"bytes:           {b['filtered']} filtered vs {b['broadcast']} broadcast (saving {b['saving']:.1%})")

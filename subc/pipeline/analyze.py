@@ -57,7 +57,7 @@ BLOCK_LENGTH_BYTES = 2
 
 
 def make_bundle(res: CompileResult, traces: list[str], split_bytes: int = DEFAULT_SPLIT_BYTES,
-                udp_port: int | None = None) -> Bundle:
+                udp_port: int | None = None, strict: bool = False) -> Bundle:
     """The :class:`Bundle` for ``res`` and the ``traces``.  Raises SubcError for unreadable files, a
     spec the vectorised decoder cannot follow (:mod:`.gather`), or rules that test fields this job
     does not decode: MoldUDP64 header fields, and network header fields of captures (``subc
@@ -71,8 +71,14 @@ def make_bundle(res: CompileResult, traces: list[str], split_bytes: int = DEFAUL
             what = "the MoldUDP64 header" if inst in decoder.feed.framing else f"the network headers of {captures[0]}"
             raise SubcError(f"subc analyze does not decode {what}, and a rule tests '{f}'; use `subc simulate`",
                             res.spec.query_fields[f].location)
+    from ..runtime.capture import choose_feed_ports
+
+    spec_ports = [p for p, _ in decoder.feed.ports]
+    splits = plan_splits(traces, split_bytes, decoder.types)
+    capture_ports = {sp.file_index: choose_feed_ports(sp.path, spec_ports, udp_port)
+                     for sp in splits if sp.kind == "pcap"}
     return Bundle(
-        splits=plan_splits(traces, split_bytes, decoder.types),
+        splits=splits,
         tables=PipelineEvaluator(entries_json(res.pipeline, res.target)),
         classes=ValueClasses(res.rules),
         fields=list(res.spec.query_fields),
@@ -81,6 +87,8 @@ def make_bundle(res: CompileResult, traces: list[str], split_bytes: int = DEFAUL
         headers=list(res.pipeline.headers),
         time_fields=_time_fields(decoder),
         udp_port=udp_port,
+        capture_ports=capture_ports,
+        strict=strict,
     )
 
 
@@ -107,7 +115,8 @@ def auto_split_bytes(traces: list[str], parallelism: int) -> int:
 
 
 def analyze(res: CompileResult, traces: list[str], out_dir: str | Path, master: str | None = None,
-            split_bytes: int | None = None, udp_port: int | None = None, spark=None, log=None) -> dict:
+            split_bytes: int | None = None, udp_port: int | None = None, spark=None, log=None,
+            strict: bool = False) -> dict:
     """Run the job (see the module docstring) and return ``summary.json`` as a dict.
 
     ``split_bytes``: BinaryFILE split size (None: :func:`auto_split_bytes`; 0: one task per file).
@@ -139,7 +148,7 @@ def analyze(res: CompileResult, traces: list[str], out_dir: str | Path, master: 
     sc = spark.sparkContext
     if split_bytes is None:
         split_bytes = auto_split_bytes(traces, sc.defaultParallelism)
-    bundle = make_bundle(res, traces, split_bytes, udp_port)
+    bundle = make_bundle(res, traces, split_bytes, udp_port, strict)
     timings["plan"] = time.perf_counter() - t_work
     bc = sc.broadcast(bundle)
     tables = bundle.tables
@@ -206,6 +215,7 @@ def analyze(res: CompileResult, traces: list[str], out_dir: str | Path, master: 
             no_match = int(counts[ref.matched_rules == 0].sum())
             summary, per_port, per_sec = _summarize(res, traces, bundle, agg[agg["class_key"].isna()], tables,
                                                     no_match, disagreements, examples, len(keys))
+            summary["capture"] = _capture_summary(tmp, bundle)
             import pyarrow as pa
             import pyarrow.parquet as pq
 
@@ -248,6 +258,27 @@ def analyze(res: CompileResult, traces: list[str], out_dir: str | Path, master: 
     finally:
         bc.unpersist()
     return summary
+
+
+def _capture_summary(tmp: Path, bundle: Bundle) -> dict | None:
+    """The capture counts the tasks wrote (``capture-<split>.json``), summed over the captures (the
+    files are removed), with the feed ports of each capture; None without captures."""
+    docs = sorted(tmp.glob("capture-*.json"))
+    if not docs:
+        return None
+    total: dict = {}
+    examples = []
+    for d in docs:
+        doc = json.loads(d.read_text())
+        d.unlink()
+        for k, v in doc.items():
+            if isinstance(v, int):
+                total[k] = total.get(k, 0) + v
+        examples.extend(doc.get("examples", []))
+    paths = {sp.file_index: sp.path for sp in bundle.splits}
+    total["feed_ports"] = {paths[i]: p for i, p in sorted((bundle.capture_ports or {}).items())}
+    total["examples"] = examples[:20]
+    return total
 
 
 def _summarize(res, traces, bundle, agg, tables, no_match, disagreements, examples, n_keys):

@@ -54,6 +54,10 @@ class Bundle:
     headers: list[str]
     time_fields: list[str]
     udp_port: int | None = None
+    #: feed ports per capture file index (:func:`~subc.runtime.capture.choose_feed_ports`)
+    capture_ports: dict[int, list[int]] | None = None
+    #: a foreign frame or a message the spec cannot decode fails the job
+    strict: bool = False
 
 
 @dataclass
@@ -69,12 +73,24 @@ class Evaluated:
     keys: np.ndarray
 
 
-def evaluate_split(bundle: Bundle, i: int) -> Evaluated:
+def evaluate_split(bundle: Bundle, i: int, stats=None) -> Evaluated:
     """Read split ``i``, decode its messages with the spec and evaluate the tables and class keys
-    on the classified ones.  Raises :class:`~subc.errors.SubcError` for a malformed trace (file and
-    byte offset)."""
-    buf = pad(read_split(bundle.splits[i], bundle.types, bundle.udp_port))
+    on the classified ones (``stats``: a :class:`~subc.runtime.capture.CaptureStats` that counts a
+    capture's frames by kind).  Raises :class:`~subc.errors.SubcError` for a malformed trace (file
+    and byte offset)."""
+    sp = bundle.splits[i]
+    ports = (bundle.capture_ports or {}).get(sp.file_index)
+    buf = pad(read_split(sp, bundle.types, None if ports else bundle.udp_port, stats, bundle.strict, ports))
     vd = bundle.vector.decode(buf.data, buf.starts, buf.lengths)
+    if bundle.strict and not vd.classified().all():
+        from ..errors import SubcError
+        from .gather import STATUSES
+
+        k = int(np.flatnonzero(~vd.classified())[0])
+        where = (f"frame {int(buf.positions[k])} message {int(buf.indexes[k])}" if sp.kind == "pcap"
+                 else f"byte offset {int(buf.positions[k])}")
+        raise SubcError(f"{sp.path}: {where}: {STATUSES[vd.status[k]].replace('_', ' ')} (message of "
+                        f"{int(buf.lengths[k])} bytes, type {bundle.types.label(int(vd.type_key[k])) or '?'})")
     mask = vd.classified()
     for h in bundle.headers:
         mask &= vd.valid.get(h, np.zeros(len(mask), bool))
@@ -87,7 +103,17 @@ def process_split(bundle: Bundle, i: int, parts_dir: str | None = None,
     """Evaluate split ``i``; write its classified messages (:func:`message_rows`) to
     ``parts_dir/part-<i>.parquet`` when ``parts_dir`` is given (``ports[code]``: the subscribers
     of decision ``code``); return its counts (:func:`aggregates`)."""
-    ev = evaluate_split(bundle, i)
+    from ..runtime.capture import CaptureStats
+
+    stats = CaptureStats()
+    ev = evaluate_split(bundle, i, stats)
+    if parts_dir is not None and bundle.splits[i].kind == "pcap":
+        import json
+
+        doc = os.path.join(os.path.dirname(parts_dir), f"capture-{i:05d}.json")
+        with open(doc + f".{os.getpid()}", "w") as f:
+            json.dump(stats.as_json(), f)
+        os.replace(doc + f".{os.getpid()}", doc)
     if parts_dir is not None:
         import pyarrow.parquet as pq
 

@@ -259,11 +259,11 @@ def _check_lengths(d: np.ndarray, st: np.ndarray, end: int, base: int, path: str
 
 
 def read_split(split: Split, types: TypeTable, udp_port: int | None = None, stats: CaptureStats | None = None,
-               strict: bool = False) -> MessageBuffer:
+               strict: bool = False, ports: list[int] | None = None) -> MessageBuffer:
     """Read the messages of ``split`` (see :func:`walk_binaryfile` and :func:`read_pcap`; ``stats`` and
     ``strict`` apply to captures only)."""
     if split.kind == "pcap":
-        return read_pcap(split.path, udp_port, stats=stats, strict=strict)
+        return read_pcap(split.path, udp_port, ports=ports, stats=stats, strict=strict)
     try:
         with open(split.path, "rb") as f:
             f.seek(split.start)

@@ -499,18 +499,41 @@ def iter_moldudp64(datagrams: Iterable[Datagram], stats: CaptureStats | None = N
 
 
 def detect_feed_ports(path: str | Path, stats: CaptureStats | None = None) -> list[int]:
-    """The feed port of the capture at ``path``: ``[port]``, the most common UDP destination port among
-    datagrams that decode as MoldUDP64 (the lowest on a tie), or ``[]`` when none does.  One pass over
+    """The feed port of the capture at ``path``: ``[port]``, the UDP destination port whose datagrams
+    that decode as MoldUDP64 carry the most messages (then: the most such datagrams; then the lowest
+    port), or ``[]`` when none decodes.  One pass over
     the capture; records the MoldUDP64 datagrams per port in ``stats.detected_ports``.  Raises
     :class:`SubcError` when the capture cannot be read."""
     per_port: Counter = Counter()
-    for dg, _pkt in iter_moldudp64(read_datagrams(path)):
+    per_port_msgs: Counter = Counter()
+    for dg, pkt in iter_moldudp64(read_datagrams(path)):
         per_port[dg.dst[1]] += 1
+        per_port_msgs[dg.dst[1]] += len(pkt.messages)
     if stats is not None:
         stats.detected_ports = dict(sorted(per_port.items()))
     if not per_port:
         return []
-    return [min(per_port, key=lambda p: (-per_port[p], p))]
+    # messages first: 20-byte payloads of other protocols (HSRP hellos, zeros) can read as heartbeats
+    return [min(per_port, key=lambda p: (-per_port_msgs[p], -per_port[p], p))]
+
+
+def choose_feed_ports(path: str | Path, spec_ports: Iterable[int], udp_port: int | None = None,
+                      stats: CaptureStats | None = None) -> list[int]:
+    """The feed ports to read the capture at ``path`` with: ``[udp_port]`` when given; else the
+    spec's ``spec_ports`` when any MoldUDP64 datagram of the capture goes to one of them; else the
+    detected port (:func:`detect_feed_ports`: a real feed may use another port than the spec's,
+    e.g. Nasdaq TotalView on 26477); else the spec's ports.  The choice is recorded in
+    ``stats.feed_ports`` and ``stats.detected_ports``.  Raises SubcError for an unreadable capture."""
+    if udp_port is not None:
+        return [udp_port]
+    spec_ports = sorted(set(spec_ports))
+    probe = CaptureStats()
+    detected = detect_feed_ports(path, probe)
+    if stats is not None:
+        stats.detected_ports = probe.detected_ports
+    if any(p in probe.detected_ports for p in spec_ports) or not detected:
+        return spec_ports
+    return detected
 
 
 # ------------------------------------------------------------------------------ writing

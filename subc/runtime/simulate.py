@@ -126,13 +126,16 @@ def binaryfile_messages(data: bytes, path: str, decoder: MessageDecoder, out: Si
         pos = start + length
 
 
-def capture_messages(path: str, decoder: MessageDecoder, out: SimulationResult, strict: bool) -> Iterator[TraceMessage]:
-    """Every message of every MoldUDP64 datagram to one of the spec's feed ports in the capture at
-    ``path`` (see :mod:`.capture`); counts of foreign frames go to ``out.capture``."""
-    from .capture import CaptureStats, iter_moldudp64, read_datagrams
+def capture_messages(path: str, decoder: MessageDecoder, out: SimulationResult, strict: bool,
+                     udp_port: int | None = None) -> Iterator[TraceMessage]:
+    """Every message of every MoldUDP64 datagram to a feed port in the capture at ``path`` (see
+    :mod:`.capture`; the feed ports are ``udp_port``, else the spec's if the capture uses them, else
+    the capture's MoldUDP64 port, :func:`~.capture.choose_feed_ports`); counts of foreign frames go
+    to ``out.capture``."""
+    from .capture import CaptureStats, choose_feed_ports, iter_moldudp64, read_datagrams
 
     stats = CaptureStats()
-    ports = {p for p, _ in decoder.feed.ports}
+    ports = choose_feed_ports(path, [p for p, _ in decoder.feed.ports], udp_port, stats)
     for dg, pkt in iter_moldudp64(read_datagrams(path, ports, stats, strict), stats, strict, path):
         frame = network_frame(dg)
         network = decoder.network(frame) if frame is not None else (frozenset(), {})
@@ -159,10 +162,12 @@ def network_frame(dg) -> bytes | None:
     return bytes(12) + b"\x08\x00" + ip + udp + dg.payload
 
 
-def simulate_trace(res: CompileResult, trace: str | Path, strict: bool = False) -> SimulationResult:
+def simulate_trace(res: CompileResult, trace: str | Path, strict: bool = False,
+                   udp_port: int | None = None) -> SimulationResult:
     """Run every message of ``trace`` (BinaryFILE, pcap or pcapng) through both semantics (see the
-    module docstring).  Raises SubcError for an unreadable or malformed trace, a spec the decoder
-    cannot follow, or (``strict``) the first problem message or foreign frame."""
+    module docstring; ``udp_port``: a capture's feed port).  Raises SubcError for an unreadable or
+    malformed trace, a spec the decoder cannot follow, or (``strict``) the first problem message or
+    foreign frame."""
     decoder = MessageDecoder(res.spec)
     sim = TableSimulator(entries_json(res.pipeline, res.target))
     out = SimulationResult()
@@ -174,7 +179,8 @@ def simulate_trace(res: CompileResult, trace: str | Path, strict: bool = False) 
         data = None if capture else Path(path).read_bytes()
     except OSError as e:
         raise SubcError(f"cannot read trace {path}: {e}") from e
-    source = capture_messages(path, decoder, out, strict) if capture else binaryfile_messages(data, path, decoder, out)
+    source = (capture_messages(path, decoder, out, strict, udp_port) if capture
+              else binaryfile_messages(data, path, decoder, out))
     for m in source:
         out.messages += 1
         d: Decoded = decoder.decode(m.msg, m.session, m.seq, m.count, m.network)
