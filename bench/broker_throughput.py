@@ -57,7 +57,7 @@ from udp_tables import build_udp_broker, payloads_file, tables_text
 
 from subc.compiler.spec import load_spec
 from subc.compiler.targets.ebpf_parse import plan_parser
-from subc.runtime.itch import encode_add_order, stock_value
+from subc.workloads.itch_codec import encode_add_order, stock_value
 from subc.runtime.moldudp64 import encode_packet
 
 PUB, BRK, SNK = "tpub", "tbrk", "tsnk"

@@ -37,7 +37,7 @@ from subc.compiler.spec import load_spec  # noqa: E402
 from subc.compiler.targets import target_files  # noqa: E402
 from subc.runtime.bpf import compile_and_load, test_run  # noqa: E402
 from subc.runtime.broker import LoadedFilter, cflags  # noqa: E402
-from subc.runtime.itch import encode_add_order, stock_value  # noqa: E402
+from subc.workloads.itch_codec import encode_add_order, stock_value  # noqa: E402
 from subc.runtime.moldudp64 import encode_packet  # noqa: E402
 
 SYMBOLS = [f"S{i:03d}" for i in range(100)]

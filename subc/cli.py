@@ -306,10 +306,12 @@ def stats_cmd(iface: str, as_json: bool) -> None:
               help="BinaryFILE: packing window in ns [default: 100000]")
 @click.option("--max-payload", type=click.IntRange(22, 65507), help="BinaryFILE: largest UDP payload in bytes [default: 1400]")
 @click.option("--session", help="BinaryFILE: MoldUDP64 session [default: SUBC000001]")
+@click.option("--spec", "spec_path", type=click.Path(dir_okay=False),
+              help="BinaryFILE: take the lengths of zero length prefixes from this spec [default: ITCH 5.0]")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def replay_cmd(trace: str, dest: str, speed: float | None, max_speed: bool, rate: float | None, pps: float | None,
                count: int | None, udp_ports: tuple[int, ...], strict: bool, batch: int | None, window_ns: int | None,
-               max_payload: int | None, session: str | None, as_json: bool) -> None:
+               max_payload: int | None, session: str | None, spec_path: str | None, as_json: bool) -> None:
     """Send TRACE to IP:PORT: a pcap/pcapng capture datagram by datagram as captured (payloads
     unchanged), a BinaryFILE packed into MoldUDP64 datagrams as a live feed does.  Exit 1 when
     nothing was sent, 2 on bad input (and with --strict on a foreign frame)."""
@@ -322,9 +324,15 @@ def replay_cmd(trace: str, dest: str, speed: float | None, max_speed: bool, rate
             speed = 0.0
         elif speed is None and is_capture(trace):
             speed = 1.0
+        length_of = None
+        if spec_path:
+            from .compiler.spec import load_spec
+            from .runtime.decoder import MessageDecoder
+
+            length_of = MessageDecoder(load_spec(spec_path)).types.length_of
         st = replay(trace, _endpoint(dest), rate=rate, batch=batch, session=session, count=count, speed=speed, pps=pps,
                     window_ns=window_ns, max_payload=max_payload, ports=list(udp_ports) or None, strict=strict,
-                    log=lambda m: click.echo(m, err=True))
+                    log=lambda m: click.echo(m, err=True), length_of=length_of)
     except SubcError as e:
         _fail(e)
     doc = st.as_json()
@@ -349,15 +357,23 @@ def replay_cmd(trace: str, dest: str, speed: float | None, max_speed: bool, rate
 @click.option("--save", type=click.Path(dir_okay=False), help="write the messages received as a BinaryFILE")
 @click.option("--save-pcap", type=click.Path(dir_okay=False),
               help="write every datagram received, payload unchanged, as a pcap (UDP over Ethernet/IP)")
+@click.option("--spec", "spec_path", type=click.Path(dir_okay=False),
+              help="label messages by the spec's types and count those it cannot decode")
 def listen_cmd(bind: str, count: int | None, timeout: float | None, as_json: bool, save: str | None,
-               save_pcap: str | None) -> None:
-    """Receive MoldUDP64 on BIND (IP:PORT): count messages, Add Orders and sequence gaps.  Says
+               save_pcap: str | None, spec_path: str | None) -> None:
+    """Receive MoldUDP64 on BIND (IP:PORT): count messages by type and sequence gaps.  Says
     "listening on IP:PORT" on stderr once the socket is bound."""
     from .runtime.listen import listen
 
     endpoint = _endpoint(bind)
     try:
-        st = listen(endpoint, count=count, timeout=timeout, save=save, save_pcap=save_pcap,
+        decoder = None
+        if spec_path:
+            from .compiler.spec import load_spec
+            from .runtime.decoder import MessageDecoder
+
+            decoder = MessageDecoder(load_spec(spec_path))
+        st = listen(endpoint, count=count, timeout=timeout, save=save, save_pcap=save_pcap, decoder=decoder,
                     on_ready=lambda: click.echo(f"listening on {endpoint[0]}:{endpoint[1]}", err=True))
     except SubcError as e:
         _fail(e)
@@ -365,7 +381,8 @@ def listen_cmd(bind: str, count: int | None, timeout: float | None, as_json: boo
     if as_json:
         click.echo(json.dumps(doc))
     else:
-        for k in ("received", "messages", "add_orders", "gaps", "missing_messages", "duplicates", "malformed", "sha256"):
+        for k in ("received", "messages", "by_type", "not_decoded", "gaps", "missing_messages", "duplicates",
+                  "malformed", "sha256"):
             click.echo(f"{k:<17} {doc[k]}")
 
 

@@ -37,7 +37,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 #: The modules under test, imported with coverage instrumentation (before test_fuzz imports them).
-TARGET_MODULES = ["dpkt", "subc.compiler.p4lexer", "subc.compiler.spec", "subc.runtime.itch", "subc.runtime.moldudp64",
+TARGET_MODULES = ["dpkt", "subc.compiler.p4lexer", "subc.compiler.spec", "subc.workloads.itch_codec", "subc.runtime.moldudp64",
                   "subc.pipeline.splits", "subc.pipeline.messages"]
 with atheris.instrument_imports(include=["subc", "dpkt"]):
     for _name in TARGET_MODULES:

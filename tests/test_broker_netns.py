@@ -27,7 +27,7 @@ import pytest
 
 from subc.compiler.spec import load_spec
 from subc.compiler.rules import parse_rules
-from subc.runtime.itch import decode_add_order, encode_add_order, read_binaryfile, stock_value
+from subc.workloads.itch_codec import decode_add_order, encode_add_order, read_binaryfile, stock_value
 from subc.runtime.reference import reference_decision
 
 from conftest import EXAMPLE, real_sample
@@ -157,7 +157,7 @@ def received(procs, tmp: Path) -> dict[tuple[int, int], list[int]]:
         assert doc["end_of_session"], f"listener {ep} ended before its end-of-session packet"
         refs = [int.from_bytes(m[11:19], "big") for _, m in read_binaryfile(tmp / f"got_{ep[0]}_{ep[1]}.bin")
                 if m[:1] in (b"A", b"F")]
-        assert doc["add_orders"] == len(refs)
+        assert doc["by_type"].get("A", 0) + doc["by_type"].get("F", 0) == len(refs)
         out[ep] = refs
     return out
 

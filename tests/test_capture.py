@@ -32,7 +32,7 @@ from subc.runtime.capture import (
     read_datagrams,
     read_records,
 )
-from subc.runtime.itch import encode_add_order, read_binaryfile, stock_value
+from subc.workloads.itch_codec import encode_add_order, read_binaryfile, stock_value
 from subc.runtime.moldudp64 import HEADER_LEN, MAX_COUNT, decode_packet, encode_packet
 from subc.runtime.replay import replay
 from subc.workloads.feed import DEFAULT_WINDOW_NS, feed_datagrams, message_timestamp, pack_messages

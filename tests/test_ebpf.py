@@ -232,7 +232,7 @@ def itch_frame(msg: bytes, vlan: int | None = None, options: bool = False, dport
 
 def test_real_sample_through_xdp(itch_filter):
     """Every message of the real sample, one per frame: the leaf and the verdict match the reference."""
-    from subc.runtime.itch import decode_add_order, read_binaryfile
+    from subc.workloads.itch_codec import decode_add_order, read_binaryfile
 
     spec, rules, subs, lf = itch_filter
     run = Runner(lf)
@@ -253,7 +253,7 @@ def test_real_sample_through_xdp(itch_filter):
 
 
 def bob_order(shares=50, price=100000, buy_sell=b"B"):
-    from subc.runtime.itch import encode_add_order, stock_value
+    from subc.workloads.itch_codec import encode_add_order, stock_value
 
     return encode_add_order({"add_order.stock": stock_value("BOB"), "add_order.shares": shares,
                              "add_order.price": price, "add_order.buy_sell_indicator": buy_sell[0],
@@ -348,7 +348,7 @@ def test_100k_rule_program_passes_the_verifier():
     from subc.compiler.spec import load_spec
     from subc.runtime.bpf import prog_info
     from subc.runtime.broker import LoadedFilter
-    from subc.runtime.itch import encode_add_order, stock_value
+    from subc.workloads.itch_codec import encode_add_order, stock_value
 
     from conftest import ROOT
 

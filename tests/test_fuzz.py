@@ -41,7 +41,7 @@ from subc.pipeline.splits import (
     read_split,
     walk_binaryfile,
 )
-from subc.runtime.itch import (
+from subc.workloads.itch_codec import (
     decode_add_order,
     encode_add_order,
     iter_binaryfile,

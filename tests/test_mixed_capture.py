@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from conftest import EXAMPLE, real_sample
-from subc.runtime.itch import decode_add_order, read_binaryfile
+from subc.workloads.itch_codec import decode_add_order, read_binaryfile
 from subc.runtime.moldudp64 import encode_packet
 
 RULES = EXAMPLE / "rules.sub"

@@ -15,7 +15,7 @@ from subc.compiler.rules import load_rules
 from subc.errors import SubcError
 from subc.pipeline.analyze import analyze
 from subc.pipeline.validate import pieces, statements, validate
-from subc.runtime.itch import decode_add_order, read_binaryfile
+from subc.workloads.itch_codec import decode_add_order, read_binaryfile
 from subc.runtime.reference import Decision, reference_decision
 from subc.runtime.simulate import simulate_trace
 

@@ -1,6 +1,6 @@
 """The data pipeline's vectorised parts, without Spark: differential tests of the NumPy table
 evaluator against the table simulator and of the value-class reference against the per-packet
-reference, and the trace readers against :mod:`subc.runtime.itch` (an ITCH codec that does not use
+reference, and the trace readers against :mod:`subc.workloads.itch_codec` (an ITCH codec that does not use
 the spec: the readers and the spec's decoder must agree with it on the example spec)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from subc.pipeline.reference_np import ValueClasses, evaluate_rules
 from subc.pipeline.splits import file_kind, plan_splits, read_pcap, read_split, walk_binaryfile
 from subc.runtime.capture import CaptureStats
 from subc.pipeline.tables_np import PipelineEvaluator
-from subc.runtime.itch import decode_add_order, read_binaryfile
+from subc.workloads.itch_codec import decode_add_order, read_binaryfile
 from subc.runtime.reference import reference_decision
 from subc.runtime.simulator import TableSimulator
 
@@ -95,7 +95,7 @@ def test_equality_index_matches_a_full_evaluation(example_spec):
     """Rules with a top-level ``==`` go through the per-value buckets; with the index disabled the
     same rules must give the same decisions and hits."""
     from subc.pipeline import reference_np
-    from subc.runtime.itch import stock_value
+    from subc.workloads.itch_codec import stock_value
     from subc.workloads.distributions import symbol_names
     from subc.workloads.itch_rules import itch_rules
 

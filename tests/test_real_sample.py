@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conftest import EXAMPLE, real_sample
-from subc.runtime.itch import ADD_ORDER_TYPES, ReadStats, decode_add_order, read_binaryfile, stock_symbol
+from subc.workloads.itch_codec import ADD_ORDER_TYPES, ReadStats, decode_add_order, read_binaryfile, stock_symbol
 
 
 def simulate(trace, *extra, check=True):

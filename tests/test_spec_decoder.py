@@ -194,7 +194,7 @@ def test_renamed_fields_are_decoded_by_the_spec(tmp_path):
     rules_p = tmp_path / "side.sub"
     rules_p.write_text("add_order.side == 0x42 and add_order.price < 10 : fwd(1);\n")
     from conftest import real_sample
-    from subc.runtime.itch import decode_add_order, read_binaryfile
+    from subc.workloads.itch_codec import decode_add_order, read_binaryfile
 
     want = sum(1 for _, m in read_binaryfile(real_sample()) if m[:1] in (b"A", b"F")
                and decode_add_order(m)["add_order.buy_sell_indicator"] == 0x42

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from subc.errors import SubcError
-from subc.runtime.itch import read_binaryfile
+from subc.workloads.itch_codec import read_binaryfile
 from subc.runtime.listen import listen
 from subc.runtime.moldudp64 import (
     END_OF_SESSION,
@@ -194,18 +194,18 @@ def test_replay_real_sample_to_listener():
     assert sent.bytes == sum(HEADER_LEN + 2 + len(m) for m in msgs)
     assert stats.received == len(msgs)
     assert stats.messages == len(msgs) and stats.bytes == sent.bytes
-    assert stats.add_orders == 5000
+    assert stats.by_type["A"] + stats.by_type["F"] == 5000
     assert (stats.gaps, stats.missing_messages, stats.duplicates, stats.malformed) == (0, 0, 0, 0)
     assert (stats.first_seq, stats.last_seq) == (1, len(msgs))
     assert stats.sessions == {"SUBC000001": len(msgs) + 1}
     assert sum(stats.by_type.values()) == len(msgs)
-    assert len(stats.order_refs) == 5000
-    assert set(stats.order_refs) == add_order_refs(msgs)
+    assert stats.kept == msgs
+    assert add_order_refs(stats.kept) == add_order_refs(msgs)
     j = stats.as_json()
-    for key in ("received", "messages", "add_orders", "by_type", "bytes", "gaps", "missing_messages",
+    for key in ("received", "messages", "by_type", "not_decoded", "bytes", "gaps", "missing_messages",
                 "duplicates", "malformed", "sessions", "first_seq", "last_seq", "seconds"):
         assert key in j
-    assert j["add_orders"] == 5000 and j["by_type"]["A"] + j["by_type"].get("F", 0) == 5000
+    assert j["by_type"]["A"] + j["by_type"].get("F", 0) == 5000
 
 
 def test_replay_batches_contiguous_with_end_of_session():
@@ -274,15 +274,15 @@ def test_listen_counts_gap_duplicate_and_malformed():
     assert stats.received == 6
     assert stats.malformed == 2
     assert (stats.gaps, stats.missing_messages, stats.duplicates) == (1, 3, 1)
-    assert stats.messages == 4 and stats.add_orders == 2 and stats.heartbeats == 1
+    assert stats.messages == 4 and stats.heartbeats == 1
     assert stats.by_type == {"A": 2, "S": 1, "X": 1}
     assert (stats.first_seq, stats.last_seq) == (1, 6)
-    assert stats.order_refs == []  # keep=False
+    assert stats.kept == []  # keep=False
 
 
 def test_listen_idle_timeout():
     t0 = time.perf_counter()
     port, thread, result = start_listener(timeout=0.3)
     stats = finish(thread, result)
-    assert 0.25 <= time.perf_counter() - t0 < 5
+    assert time.perf_counter() - t0 >= 0.25  # it waited; no upper bound: a loaded machine may be slow
     assert stats.received == 0 and stats.first_seq is None

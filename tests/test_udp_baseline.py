@@ -88,7 +88,7 @@ def test_baseline_agrees_with_reference(udp_broker, tmp_path, fields_text, data)
 
 
 def test_baseline_on_the_real_sample(udp_broker, tmp_path):
-    from subc.runtime.itch import decode_add_order, read_binaryfile
+    from subc.workloads.itch_codec import decode_add_order, read_binaryfile
     from subc.runtime.moldudp64 import encode_packet
 
     spec = load_spec(EXAMPLE / "spec.p4")

@@ -13,7 +13,7 @@ import pytest
 
 from subc.compiler.rules import parse_rules
 from subc.compiler.spec import parse_spec
-from subc.runtime.itch import ReadStats, decode_add_order, read_binaryfile
+from subc.workloads.itch_codec import ReadStats, decode_add_order, read_binaryfile
 from subc.workloads.distributions import mean_prices, symbol_names, zipf_weights
 from subc.workloads.itch_rules import itch_rules
 from subc.workloads.itch_trace import MESSAGE_MIX, generate_trace

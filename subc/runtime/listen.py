@@ -1,6 +1,9 @@
-"""Receive MoldUDP64 over UDP and count ITCH 5.0 messages, Add Orders and sequence gaps.
+"""Receive MoldUDP64 over UDP and count messages by type, sequence gaps and messages a spec cannot decode.
 
-Packets are MoldUDP64 downstream packets (MoldUDP64 Protocol Specification v1.00, "Downstream
+Message types and lengths come from a spec when one is given (:class:`~.decoder.MessageDecoder`:
+types labelled by the spec's type key, and messages whose length differs from their type's length
+in the spec, or that its parser rejects, counted as ``not_decoded``); without a spec, messages are
+counted by their first byte.  Packets are MoldUDP64 downstream packets (MoldUDP64 Protocol Specification v1.00, "Downstream
 packets"; :mod:`.moldudp64`).  Gap detection follows the specification's sequencing: per
 session, the next expected sequence number is the sequence number plus the message count of
 the latest packet (heartbeats and end of session carry the next sequence number themselves).
@@ -17,7 +20,6 @@ from typing import Callable
 
 from ..errors import SubcError
 from .capture import UdpPcapWriter
-from .itch import ADD_ORDER_TYPES
 from .moldudp64 import decode_packet
 
 #: Receive buffer requested by :func:`listen` (bytes); the kernel may grant less.
@@ -29,14 +31,15 @@ class ListenStats:
     """Counts of :func:`listen` (see :meth:`as_json`).
 
     ``received``: datagrams (malformed ones included); ``bytes``: their UDP payload bytes;
-    ``messages``/``by_type``/``add_orders``: ITCH messages in the decoded packets (those of
-    duplicate packets included); ``gaps``: packets whose sequence number was above the expected
+    ``messages``/``by_type``: messages in the decoded packets (those of duplicate packets
+    included), by type (the spec's type label, else the first byte); ``not_decoded``: messages the
+    spec cannot decode, by kind (with a spec); ``gaps``: packets whose sequence number was above the expected
     one, ``missing_messages``: the sum of the differences; ``duplicates``: packets whose sequence
     number was below the expected one; ``malformed``: datagrams that are not MoldUDP64;
     ``sessions``: session name -> next expected sequence number; ``first_seq``/``last_seq``:
     lowest/highest sequence number of a received message (None before any); ``seconds``: from
-    the first to the last datagram; ``order_refs``: with ``keep=True``, the ``order_ref_number``
-    of every Add Order in arrival order; ``sha256``: hex digest of the payloads received, in
+    the first to the last datagram; ``kept``: with ``keep=True``, every message received (bytes), in
+    arrival order; ``sha256``: hex digest of the payloads received, in
     order, each preceded by its length as 4 bytes big-endian (as ``subc replay`` reports what it
     sent).  Sessions that are not printable are named ``0x`` and their hex bytes.
     """
@@ -44,8 +47,8 @@ class ListenStats:
     received: int = 0
     bytes: int = 0
     messages: int = 0
-    add_orders: int = 0
     by_type: Counter = field(default_factory=Counter)
+    not_decoded: Counter = field(default_factory=Counter)
     heartbeats: int = 0
     end_of_session: bool = False
     gaps: int = 0
@@ -56,7 +59,8 @@ class ListenStats:
     first_seq: int | None = None
     last_seq: int | None = None
     seconds: float = 0.0
-    order_refs: list[int] = field(default_factory=list)
+    kept: list[bytes] = field(default_factory=list)
+    decoder: object = field(default=None, repr=False)
     _digest: "hashlib._Hash" = field(default_factory=hashlib.sha256, repr=False)
 
     @property
@@ -68,8 +72,8 @@ class ListenStats:
             "received": self.received,
             "bytes": self.bytes,
             "messages": self.messages,
-            "add_orders": self.add_orders,
             "by_type": dict(sorted(self.by_type.items())),
+            "not_decoded": dict(sorted(self.not_decoded.items())),
             "heartbeats": self.heartbeats,
             "end_of_session": self.end_of_session,
             "gaps": self.gaps,
@@ -113,11 +117,15 @@ class ListenStats:
             if save is not None:
                 save.write(len(msg).to_bytes(2, "big") + msg)
             self.messages += 1
-            self.by_type[msg[:1].decode("latin-1")] += 1
-            if msg[:1] in ADD_ORDER_TYPES:
-                self.add_orders += 1
-                if keep and len(msg) >= 19:
-                    self.order_refs.append(int.from_bytes(msg[11:19], "big"))
+            if self.decoder is not None:
+                d = self.decoder.decode(msg, packet.session_bytes, packet.seq, n)
+                self.by_type[self.decoder.types.label(d.type_key) or "?"] += 1
+                if not d.classified:
+                    self.not_decoded[d.status] += 1
+            else:
+                self.by_type[msg[:1].decode("latin-1")] += 1
+            if keep:
+                self.kept.append(msg)
         self.heartbeats += packet.is_heartbeat
         self.end_of_session = self.end_of_session or packet.is_end_of_session
         return packet.is_end_of_session
@@ -152,6 +160,7 @@ def listen(
     keep: bool = False,
     save: str | None = None,
     save_pcap: str | None = None,
+    decoder=None,
 ) -> ListenStats:
     """Receive MoldUDP64 datagrams on ``bind`` = (host, UDP port) and count them (:class:`ListenStats`).
 
@@ -159,14 +168,15 @@ def listen(
     once it is bound.  Stops after ``count`` datagrams (malformed ones included), after
     ``timeout`` seconds without a datagram (idle timeout; None: wait forever), on an
     end-of-session packet, or on KeyboardInterrupt; then returns the counts.  Datagrams that do
-    not decode are counted as ``malformed``.  ``keep``: record every Add Order's
-    ``order_ref_number`` in ``order_refs``.  ``save``: write every message received to this file
+    not decode are counted as ``malformed``.  ``keep``: keep every message in ``kept``.  ``decoder``:
+    a :class:`~.decoder.MessageDecoder` that labels and checks messages (see the module docstring).
+    ``save``: write every message received to this file
     as an ITCH BinaryFILE (2-byte big-endian length, then the message).  ``save_pcap``: write every
     datagram received, malformed ones included, to this file as a pcap (:class:`UdpPcapWriter`:
     the payload unchanged, sender and receiver addresses, receive time in ns).  Raises
     :class:`SubcError` if the socket cannot be bound or a file cannot be written.
     """
-    stats = ListenStats()
+    stats = ListenStats(decoder=decoder)
     files = []
     try:
         for name in (save, save_pcap):

@@ -9,7 +9,9 @@ A *trace* is a pcap / pcapng capture (told apart by its magic number) or an ITCH
   (:func:`~subc.runtime.capture.detect_feed_ports`).  Every other frame, and every feed datagram that
   is not valid MoldUDP64, is counted by kind (:class:`~subc.runtime.capture.CaptureStats`) and not
   sent; ``strict`` makes the first one a :class:`SubcError`.
-* **BinaryFILE** (:func:`subc.runtime.itch.read_binaryfile`): the messages are packed into MoldUDP64
+* **BinaryFILE** (framed by its length prefixes; a zero prefix takes its length from ``length_of``, a
+  spec's :meth:`~subc.runtime.decoder.TypeTable.length_of` with ``--spec``, else from the ITCH 5.0
+  lengths of :mod:`subc.workloads.itch_codec`): the messages are packed into MoldUDP64
   datagrams as a live feed does (:mod:`subc.workloads.feed`: a timestamp window and a payload limit),
   or ``batch`` messages each, with session ``session`` and gap-free sequence numbers from
   ``start_seq``.
@@ -34,7 +36,7 @@ from typing import Callable, Iterator
 from ..errors import SubcError
 from ..workloads.feed import DEFAULT_MAX_PAYLOAD, DEFAULT_WINDOW_NS, feed_datagrams
 from .capture import CaptureStats, detect_feed_ports, is_capture, iter_moldudp64, read_datagrams
-from .itch import read_binaryfile
+from ..workloads.itch_codec import read_binaryfile
 from .moldudp64 import HEADER_LEN, MAX_COUNT, encode_end_of_session
 
 #: Largest UDP payload :func:`replay` builds from several messages by default (bytes).
@@ -138,6 +140,7 @@ def replay(
     ports: list[int] | None = None,
     strict: bool = False,
     log: Callable[[str], object] | None = None,
+    length_of: Callable[[bytes, int], int | None] | None = None,
 ) -> ReplayStats:
     """Send the trace at ``path`` to ``dest`` = (host, UDP port) as MoldUDP64 (see the module docstring).
 
@@ -177,7 +180,7 @@ def replay(
             items = islice(items, count)
     else:
         _check(ports is None, f"{path} is a BinaryFILE; only a capture takes: feed port")
-        messages = (msg for _off, msg in read_binaryfile(path))
+        messages = (msg for _off, msg in read_binaryfile(path, length_of=length_of))
         if count is not None:
             messages = islice(messages, count)
         items = _binaryfile_items(messages, session or DEFAULT_SESSION, start_seq, batch,

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from ..compiler.targets.output import atomic_file
-from ..runtime.itch import MESSAGE_LENGTHS
+from .itch_codec import MESSAGE_LENGTHS
 from .distributions import mean_prices, symbol_names, zipf_weights
 
 #: Order-flow message shares (sum 1).

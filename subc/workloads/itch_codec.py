@@ -1,4 +1,9 @@
-"""Nasdaq TotalView-ITCH 5.0 messages: BinaryFILE reading and Add Order decoding.
+"""An ITCH 5.0 codec for the workloads and the tests, independent of any spec.
+
+subc's commands decode messages with the spec (:mod:`subc.runtime.decoder`); this module knows the
+ITCH 5.0 layout itself, for what must not depend on a spec: the workload generators, the tests'
+independent references (a checker must not share what it checks), and ``subc replay`` of a
+BinaryFILE without ``--spec``.
 
 BinaryFILE framing (Nasdaq): each message is preceded by a 2-byte big-endian length; a zero
 length normally ends a session.  Some tools write every length as zero (the shared RITCH
@@ -43,9 +48,13 @@ class ReadStats:
         return sum(self.by_type.values())
 
 
-def iter_binaryfile(data: bytes, path: str = "<data>", stats: ReadStats | None = None) -> Iterator[tuple[int, bytes]]:
+def iter_binaryfile(data: bytes, path: str = "<data>", stats: ReadStats | None = None,
+                    length_of=None) -> Iterator[tuple[int, bytes]]:
     """Yield (byte offset of the length prefix, message bytes) for every message of ``data``.
 
+    ``length_of(data, pos)``: the length of the message at ``pos`` by its type, for zero length
+    prefixes (default: the ITCH 5.0 lengths, whose lengths are then also checked; a spec's
+    :meth:`~subc.runtime.decoder.TypeTable.length_of` checks nothing here, the spec's decoder does).
     Raises :class:`SubcError` naming ``path`` and the byte offset when a length runs past the end
     of the data or a zero-length message has an unknown type.
     """
@@ -61,14 +70,14 @@ def iter_binaryfile(data: bytes, path: str = "<data>", stats: ReadStats | None =
                 stats.end_of_session_markers += 1
                 return
             mtype = data[start : start + 1]
-            length = MESSAGE_LENGTHS.get(mtype, 0)
+            length = (length_of(data, start) or 0) if length_of is not None else MESSAGE_LENGTHS.get(mtype, 0)
             if not length:
                 raise SubcError(f"{path}: zero length prefix followed by unknown message type {mtype!r} at byte offset {pos}")
             stats.zero_length_fallbacks += 1
         if start + length > n:
             raise SubcError(f"{path}: message of {length} bytes at byte offset {pos} runs past the end of the file ({n} bytes)")
         msg = data[start : start + length]
-        expected = MESSAGE_LENGTHS.get(msg[:1])
+        expected = MESSAGE_LENGTHS.get(msg[:1]) if length_of is None else None
         if expected is not None and expected != length:
             raise SubcError(
                 f"{path}: message type {msg[:1]!r} at byte offset {pos} has length {length}, expected {expected}"
@@ -78,13 +87,13 @@ def iter_binaryfile(data: bytes, path: str = "<data>", stats: ReadStats | None =
         pos = start + length
 
 
-def read_binaryfile(path: str | Path, stats: ReadStats | None = None) -> Iterator[tuple[int, bytes]]:
+def read_binaryfile(path: str | Path, stats: ReadStats | None = None, length_of=None) -> Iterator[tuple[int, bytes]]:
     """:func:`iter_binaryfile` over the file at ``path`` (unreadable: SubcError)."""
     try:
         data = Path(path).read_bytes()
     except OSError as e:
         raise SubcError(f"cannot read trace {path}: {e}") from e
-    return iter_binaryfile(data, str(path), stats)
+    return iter_binaryfile(data, str(path), stats, length_of)
 
 
 def decode_add_order(msg: bytes) -> dict[str, int]:
