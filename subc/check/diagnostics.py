@@ -29,8 +29,9 @@ CODES = ("syntax", "limit", "unsatisfiable", "duplicate", "redundant", "conflict
 @dataclass
 class Diagnostic:
     """One finding: ``severity`` 'error', 'warning' or 'note' (never changes the exit status), ``code`` (one of :data:`CODES`), message,
-    location (None for findings about the whole rule set), notes, related rule locations and an
-    example packet ({'header.field': value})."""
+    location (None for findings about the whole rule set), notes, related rule locations, an
+    example packet ({'header.field': value}) and ``example_message``: that packet's message bytes
+    as the spec frames them (hex; None when the spec does not describe a MoldUDP64 feed)."""
 
     severity: str
     code: str
@@ -39,6 +40,7 @@ class Diagnostic:
     notes: list[str] = field(default_factory=list)
     related: list[Location] = field(default_factory=list)
     example: dict[str, int] | None = None
+    example_message: str | None = None
 
     @staticmethod
     def from_error(e: SubcError, code: str = "syntax") -> "Diagnostic":
@@ -94,4 +96,6 @@ def to_json(d: Diagnostic) -> dict:
     out["related"] = [_loc_json(r) for r in d.related]
     if d.example is not None:
         out["example"] = dict(d.example)
+    if d.example_message is not None:
+        out["example_message"] = d.example_message
     return out

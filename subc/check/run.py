@@ -90,7 +90,9 @@ def check(paths: Sequence[str], spec_path: str, target: str = "bmv2", limits: Li
         space = RuleSpace(rules, spec)
         rep.diagnostics += unsatisfiable(space)
         rep.diagnostics += changes_nothing(space)
-        rep.diagnostics += conflicts(space)
+        found = conflicts(space)
+        _example_messages(spec, found)
+        rep.diagnostics += found
         if not any(d.severity == "error" for d in rep.diagnostics):
             try:
                 res = compile_rules(rules, spec, target, limits=limits)
@@ -107,6 +109,26 @@ def check(paths: Sequence[str], spec_path: str, target: str = "bmv2", limits: Li
                 rep.diagnostics += more
     rep.diagnostics.sort(key=Diagnostic.sort_key)
     return rep
+
+
+def _example_messages(spec: Spec, diagnostics: list[Diagnostic]) -> None:
+    """Give each diagnostic with an example packet the bytes of that message, built with the spec
+    (:class:`~subc.runtime.encoder.MessageEncoder`), when the spec describes a MoldUDP64 feed."""
+    if not any(d.example for d in diagnostics):
+        return
+    from ..runtime.decoder import MessageDecoder
+    from ..runtime.encoder import MessageEncoder
+
+    try:
+        encoder = MessageEncoder(MessageDecoder(spec))
+    except SubcError:
+        return  # a pragma-only spec, or no MoldUDP64 feed: the field values are the example
+    for d in diagnostics:
+        if d.example:
+            msg = encoder.encode(d.example)
+            if msg is not None:
+                d.example_message = msg.hex()
+                d.notes.append(f"example message (hex, as the spec frames it): {d.example_message}")
 
 
 def report_json(rep: CheckReport) -> dict:
