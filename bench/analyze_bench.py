@@ -68,15 +68,20 @@ def numpy_run(res, trace: Path, out: Path) -> dict:
     return {"seconds": time.perf_counter() - t0, "messages": int(agg["messages"].sum()), "hits": int(ref.rule_hits.sum())}
 
 
-def numpy_read(trace: Path) -> dict:
+def numpy_read(trace: Path, spec) -> dict:
+    """Reading and decoding alone (the spec's vectorised decoder), one split after another."""
     from subc.pipeline.analyze import auto_split_bytes
+    from subc.pipeline.gather import VectorDecoder
     from subc.pipeline.messages import decode
     from subc.pipeline.splits import plan_splits, read_split
+    from subc.runtime.decoder import MessageDecoder
 
     t0 = time.perf_counter()
+    vector = VectorDecoder(MessageDecoder(spec))
+    types = vector.decoder.types
     n = 0
-    for sp in plan_splits([str(trace)], auto_split_bytes([str(trace)], 2)):
-        n += decode(read_split(sp), 0)[0].num_rows
+    for sp in plan_splits([str(trace)], auto_split_bytes([str(trace)], 2), types):
+        n += decode(read_split(sp, types), 0, vector)[0].num_rows
     return {"seconds": time.perf_counter() - t0, "messages": n}
 
 
@@ -114,11 +119,11 @@ def main() -> None:
         runs["spark"].append({"seconds": time.perf_counter() - t, "messages": s["messages"],
                               "disagreements": s["disagreements"], "steps": s["seconds"]})
         t = time.perf_counter()
-        n = read_messages(spark, [str(trace)]).count()
+        n = read_messages(spark, [str(trace)], spec).count()
         runs["spark_read"].append({"seconds": time.perf_counter() - t, "messages": n})
         shutil.rmtree(args.work / "np", ignore_errors=True)
         runs["numpy"].append(numpy_run(res, trace, args.work / "np"))
-        runs["numpy_read"].append(numpy_read(trace))
+        runs["numpy_read"].append(numpy_read(trace, spec))
     spark.stop()
     result = {"messages": args.messages, "rules": args.rules, "symbols": args.symbols, "master": args.master,
               "compile_seconds": round(compile_s, 2), "spark_start_seconds": round(spark_start, 2),
