@@ -23,6 +23,8 @@ from ..compiler.ast import evaluate
 from ..compiler.driver import CompileResult
 from ..compiler.targets.entries import entries_json
 from ..errors import SubcError
+from .binaryfile import iter_frames
+from .capture import is_capture
 from .decoder import LENGTH_MISMATCH, Decoded, MessageDecoder
 from .reference import combine, default_decision
 from .simulator import TableSimulator
@@ -91,39 +93,15 @@ class TraceMessage:
     network: tuple | None = None
 
 
-def is_capture(path: str | Path) -> bool:
-    """Whether ``path`` is a pcap or pcapng capture (by its magic number)."""
-    with open(path, "rb") as f:
-        magic = f.read(4)
-    return magic in (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d",
-                     b"\x0a\x0d\x0d\x0a")
-
-
 def binaryfile_messages(data: bytes, path: str, decoder: MessageDecoder, out: SimulationResult) -> Iterator[TraceMessage]:
-    """The messages of a BinaryFILE (Nasdaq: a 2-byte big-endian length before each message; a zero
-    length ends a session unless a type whose length the spec gives follows, whose length is then
-    taken, counted in ``out.zero_length_fallbacks``).  Raises SubcError naming ``path`` and the
-    byte offset when a length runs past the end, or a zero length is followed by a type the spec
-    gives no length for (the file cannot be walked further)."""
-    pos, n = 0, len(data)
-    while pos < n:
-        if pos + 2 > n:
-            raise SubcError(f"{path}: truncated length prefix at byte offset {pos}")
-        length = int.from_bytes(data[pos : pos + 2], "big")
-        start = pos + 2
-        if length == 0:
-            if start >= n:
-                return
-            length = decoder.types.length_of(data, start) or 0
-            if not length:
-                raise SubcError(f"{path}: zero length prefix at byte offset {pos} followed by a message type whose "
-                                f"length the spec does not give ({data[start:start + 1]!r})")
-            out.zero_length_fallbacks += 1
-        if start + length > n:
-            raise SubcError(f"{path}: message of {length} bytes at byte offset {pos} runs past the end of the file "
-                            f"({n} bytes)")
-        yield TraceMessage(f"byte offset {pos}", data[start : start + length], seq=out.messages + 1)
-        pos = start + length
+    """The messages of a BinaryFILE (:func:`~.binaryfile.iter_frames`; a zero length prefix takes the
+    length the spec gives the message's type, counted in ``out.zero_length_fallbacks``).  Raises
+    SubcError as :func:`~.binaryfile.iter_frames` does."""
+    def fallback() -> None:
+        out.zero_length_fallbacks += 1
+
+    for pos, msg in iter_frames(data, path, decoder.types.length_of, fallback):
+        yield TraceMessage(f"byte offset {pos}", msg, seq=out.messages + 1)
 
 
 def capture_messages(path: str, decoder: MessageDecoder, out: SimulationResult, strict: bool,

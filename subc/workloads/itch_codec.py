@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import SubcError
+from ..runtime.binaryfile import iter_frames
 
 #: Message length in bytes by type (ITCH 5.0 section 1.3).
 MESSAGE_LENGTHS = {
@@ -37,11 +38,10 @@ ADD_ORDER_TYPES = (b"A", b"F")
 
 @dataclass
 class ReadStats:
-    """Counts from reading a BinaryFILE: messages by type, zero-length fallbacks, sessions ended."""
+    """Counts from reading a BinaryFILE: messages by type, zero-length fallbacks."""
 
     by_type: Counter = field(default_factory=Counter)
     zero_length_fallbacks: int = 0
-    end_of_session_markers: int = 0
 
     @property
     def messages(self) -> int:
@@ -59,32 +59,24 @@ def iter_binaryfile(data: bytes, path: str = "<data>", stats: ReadStats | None =
     of the data or a zero-length message has an unknown type.
     """
     stats = stats if stats is not None else ReadStats()
-    pos, n = 0, len(data)
-    while pos < n:
-        if pos + 2 > n:
-            raise SubcError(f"{path}: truncated length prefix at byte offset {pos}")
-        length = int.from_bytes(data[pos : pos + 2], "big")
-        start = pos + 2
-        if length == 0:
-            if start >= n:
-                stats.end_of_session_markers += 1
-                return
-            mtype = data[start : start + 1]
-            length = (length_of(data, start) or 0) if length_of is not None else MESSAGE_LENGTHS.get(mtype, 0)
-            if not length:
-                raise SubcError(f"{path}: zero length prefix followed by unknown message type {mtype!r} at byte offset {pos}")
-            stats.zero_length_fallbacks += 1
-        if start + length > n:
-            raise SubcError(f"{path}: message of {length} bytes at byte offset {pos} runs past the end of the file ({n} bytes)")
-        msg = data[start : start + length]
+
+    def fallback() -> None:
+        stats.zero_length_fallbacks += 1
+
+    frames = iter_frames(data, path, length_of or _itch_length_of, fallback)
+    for pos, msg in frames:
         expected = MESSAGE_LENGTHS.get(msg[:1]) if length_of is None else None
-        if expected is not None and expected != length:
+        if expected is not None and expected != len(msg):
             raise SubcError(
-                f"{path}: message type {msg[:1]!r} at byte offset {pos} has length {length}, expected {expected}"
+                f"{path}: message type {msg[:1]!r} at byte offset {pos} has length {len(msg)}, expected {expected}"
             )
         stats.by_type[msg[:1].decode("latin-1")] += 1
         yield pos, msg
-        pos = start + length
+
+
+def _itch_length_of(data: bytes, pos: int) -> int | None:
+    """The ITCH 5.0 length of the message at byte ``pos`` of ``data`` by its type."""
+    return MESSAGE_LENGTHS.get(data[pos : pos + 1])
 
 
 def read_binaryfile(path: str | Path, stats: ReadStats | None = None, length_of=None) -> Iterator[tuple[int, bytes]]:
