@@ -45,7 +45,7 @@ from ..compiler.driver import CompileResult
 from ..compiler.targets.entries import entries_json
 from ..errors import SubcError
 from ..runtime.decoder import MessageDecoder
-from .evaluate import AGGREGATE_SCHEMA, TIME_FIELD_NAMES, Bundle, process_split, representatives
+from .evaluate import AGGREGATE_SCHEMA, TIME, TIME_FIELD_NAMES, Bundle, process_split, representatives
 from .gather import LENGTH_MISMATCH_CODE, REJECTED_CODE, VectorDecoder
 from .reference_np import ValueClasses, evaluate_rules
 from .session import get_session, task_error
@@ -63,7 +63,7 @@ def make_bundle(res: CompileResult, traces: list[str], split_bytes: int = DEFAUL
     does not decode: MoldUDP64 header fields, and network header fields of captures (``subc
     simulate`` decodes both)."""
     decoder = MessageDecoder(res.spec)
-    vector = VectorDecoder(decoder, list(res.spec.query_fields) + _time_fields(decoder))
+    vector = VectorDecoder(decoder, list(res.spec.query_fields), {TIME: _time_fields(decoder)})
     captures = [t for t in traces if file_kind(t) == "pcap"]
     for f in res.pipeline.field_order:
         inst = f.split(".", 1)[0]
@@ -85,7 +85,6 @@ def make_bundle(res: CompileResult, traces: list[str], split_bytes: int = DEFAUL
         vector=vector,
         types=decoder.types,
         headers=list(res.pipeline.headers),
-        time_fields=_time_fields(decoder),
         udp_port=udp_port,
         capture_ports=capture_ports,
         strict=strict,

@@ -52,7 +52,6 @@ class Bundle:
     vector: VectorDecoder
     types: TypeTable
     headers: list[str]
-    time_fields: list[str]
     udp_port: int | None = None
     #: feed ports per capture file index (:func:`~subc.runtime.capture.choose_feed_ports`)
     capture_ports: dict[int, list[int]] | None = None
@@ -122,24 +121,20 @@ def process_split(bundle: Bundle, i: int, parts_dir: str | None = None,
         tmp = f"{os.path.dirname(part)}/.{os.path.basename(part)}.{os.getpid()}"
         pq.write_table(table, tmp)
         os.replace(tmp, part)  # a retried or speculative task attempt replaces the part whole
-    return aggregates(ev, bundle.time_fields)
+    return aggregates(ev)
 
 
-def message_times(vd: VectorDecoded, time_fields: list[str]) -> np.ndarray:
-    """Per message, the value (ns) of the first of ``time_fields`` its headers carry, else 0."""
-    ts = np.zeros(len(vd.status), dtype=np.int64)
-    done = np.zeros(len(vd.status), dtype=bool)
-    for f in time_fields:
-        v = vd.valid.get(f.split(".", 1)[0])
-        if v is None:
-            continue
-        take = v & ~done
-        ts[take] = vd.values[f][take].astype(np.int64)
-        done |= take
-    return ts
+#: The name of the merged time field of :class:`~.gather.VectorDecoder` (see :data:`TIME_FIELD_NAMES`).
+TIME = "__time__"
 
 
-def aggregates(ev: Evaluated, time_fields: list[str]) -> pa.RecordBatch:
+def message_times(vd: VectorDecoded) -> np.ndarray:
+    """Per message, its time in ns (the value of whichever time field its headers carry), else 0."""
+    t = vd.values.get(TIME)
+    return t.astype(np.int64) if t is not None else np.zeros(len(vd.status), dtype=np.int64)
+
+
+def aggregates(ev: Evaluated) -> pa.RecordBatch:
     """Counts of an evaluated split in :data:`AGGREGATE_SCHEMA`: messages per (class key, decision)
     over its classified messages, and messages, bytes and zero-length prefixes per (type key,
     decision or status code, second of the day) over all its messages."""
@@ -156,7 +151,7 @@ def aggregates(ev: Evaluated, time_fields: list[str]) -> pa.RecordBatch:
     decision[ev.vd.status == 2] = LENGTH_MISMATCH_CODE
     decision[ev.vd.status == 3] = REJECTED_CODE
     decision[ev.mask] = ev.codes
-    second = np.clip(message_times(ev.vd, time_fields) // NS_PER_S, 0, 99_999)
+    second = np.clip(message_times(ev.vd) // NS_PER_S, 0, 99_999)
     key = (types * 1_000_003 + (decision + 3)) * 100_000 + second  # decision < 10^6, second < 10^5
     k_uniq, k_inv = np.unique(key, return_inverse=True)
     n = np.bincount(k_inv, minlength=len(k_uniq))
