@@ -20,6 +20,7 @@ from .bdd import RuleBDD, build_bdd, fields_used
 from .gcpause import paused_gc
 from .layered import SliceBudgetExceeded, StateLimitExceeded, slice_rules
 from .limits import DEFAULT_LIMITS, Limits
+from .parse_graph import check_parsed
 from .slicing import Sliced
 from .spec import Spec
 from .tables import Pipeline, build_pipeline
@@ -181,12 +182,15 @@ def compile_rules(
     whose slicing costs :data:`ORDER_SEARCH_WORK_FACTOR` times the best one's is abandoned);
     above :data:`ORDER_SEARCH_MAX_RULES` rules, the first (heuristic) candidate only.
     ``range_form`` is passed to :func:`~subc.compiler.tables.build_pipeline`.  Raises
-    :class:`SubcError` for conflicting actions or a bad field order, and
+    :class:`SubcError` for conflicting actions, a bad field order, or a field the spec's parser never
+    extracts or extracts past a construct the decoder cannot follow
+    (:func:`~subc.compiler.parse_graph.check_parsed`), and
     :class:`~.layered.StateLimitExceeded` when every candidate order needs more states than
     ``limits`` allow (a candidate over the limit is skipped when another fits).
     """
     rules = list(rules)
     used = fields_used(rules)
+    check_parsed(spec, list(used))
     t0 = time.perf_counter()
     if field_order is not None:
         orders = [resolve_order(field_order, spec, used)]

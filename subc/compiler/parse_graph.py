@@ -429,6 +429,26 @@ class ParseGraph:
         return list(dict.fromkeys(out))
 
 
+def check_parsed(spec: Spec, fields: list[str]) -> None:
+    """Raise SubcError unless the spec's parser extracts the header of every field in ``fields``
+    (``instance.field``) on some path from ``start``: at the state the decoder cannot follow on the
+    way (a select on an expression, a lookahead, a state that does not exist), or at the query field
+    whose header no state extracts.  A pragma-only spec (no parser) passes: it has nothing to
+    follow.  This is the compile-time check that no field is ever silently missing."""
+    if spec.parser is None or not spec.whole_program:
+        return
+    g = ParseGraph(spec)
+    reachable = g.reachable("start", strict=False)
+    extracted = {i for name in reachable for i in g.state(name).extracts}
+    for f in fields:
+        inst = f.split(".", 1)[0]
+        if inst in extracted:
+            continue
+        g.reachable("start")  # a state on the way the decoder cannot follow: its located error
+        raise SubcError(f"field '{f}': the parser never extracts header '{inst}', so no packet can carry it",
+                        spec.query_fields[f].location if f in spec.query_fields else None)
+
+
 def _selects(st: GraphState, g: ParseGraph, bits: int, off: int, width: int) -> str | None:
     """The instance whose bits ``off``..``off+width`` ``st`` selects on, when it extracts exactly one
     header of ``bits`` bits (a network header recognised by structure), else None."""
