@@ -307,7 +307,8 @@ def stats_cmd(iface: str, as_json: bool) -> None:
 @click.option("--max-payload", type=click.IntRange(22, 65507), help="BinaryFILE: largest UDP payload in bytes [default: 1400]")
 @click.option("--session", help="BinaryFILE: MoldUDP64 session [default: SUBC000001]")
 @click.option("--spec", "spec_path", type=click.Path(dir_okay=False),
-              help="BinaryFILE: take the lengths of zero length prefixes from this spec [default: ITCH 5.0]")
+              help="check every message sent against this spec (not_decoded); a BinaryFILE's zero length prefixes "
+                   "take its lengths [default: ITCH 5.0's]")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def replay_cmd(trace: str, dest: str, speed: float | None, max_speed: bool, rate: float | None, pps: float | None,
                count: int | None, udp_ports: tuple[int, ...], strict: bool, batch: int | None, window_ns: int | None,
@@ -324,15 +325,15 @@ def replay_cmd(trace: str, dest: str, speed: float | None, max_speed: bool, rate
             speed = 0.0
         elif speed is None and is_capture(trace):
             speed = 1.0
-        length_of = None
+        decoder = None
         if spec_path:
             from .compiler.spec import load_spec
             from .runtime.decoder import MessageDecoder
 
-            length_of = MessageDecoder(load_spec(spec_path)).types.length_of
+            decoder = MessageDecoder(load_spec(spec_path))
         st = replay(trace, _endpoint(dest), rate=rate, batch=batch, session=session, count=count, speed=speed, pps=pps,
                     window_ns=window_ns, max_payload=max_payload, ports=list(udp_ports) or None, strict=strict,
-                    log=lambda m: click.echo(m, err=True), length_of=length_of)
+                    log=lambda m: click.echo(m, err=True), decoder=decoder)
     except SubcError as e:
         _fail(e)
     doc = st.as_json()
@@ -344,6 +345,9 @@ def replay_cmd(trace: str, dest: str, speed: float | None, max_speed: bool, rate
                    f"to {dest} ({doc['pacing']})")
         if st.capture is not None:
             click.echo(f"capture: {st.capture.summary()}")
+        if st.not_decoded:
+            click.echo("not decodable by the spec: " + ", ".join(f"{n} {k.replace('_', ' ')}"
+                                                               for k, n in sorted(st.not_decoded.items())))
     if st.nothing_sent:
         click.echo(f"error: {st.nothing_sent}", err=True)
         sys.exit(1)

@@ -109,3 +109,19 @@ def test_analyze_counts_the_same(capture, tmp_path):
     assert {str(k): int(v) for k, v in zip(subs["subscriber"], subs["messages"]) if v} == expected_ports(good)
     rows = pd.read_parquet(tmp_path / "a" / "messages.parquet")
     assert set(rows["type"]) <= {"A", "F"} and (rows["length"] >= 36).all()  # no garbage rows
+
+
+def test_replay_checks_messages_against_the_spec(capture):
+    """``subc replay --spec`` sends the capture as captured and counts the messages the spec cannot
+    decode (the foreign dialect's two Add Orders)."""
+    import socket
+
+    path, good, _ = capture
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sink:  # a bound port on loopback
+        sink.bind(("127.0.0.1", 0))
+        port = sink.getsockname()[1]
+        p = run("replay", path, "--to", f"127.0.0.1:{port}", "--max", "--spec", SPEC, "--json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["not_decoded"] == {"length_mismatch": 2}
+    assert doc["messages"] == len(good) + 2

@@ -26,6 +26,7 @@ sleeps until each datagram is due (no busy waiting) and never waits to catch up.
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 import socket
 import time
 from dataclasses import dataclass, field
@@ -75,7 +76,8 @@ class ReplayStats:
     ``pacing`` (how it was paced), ``sha256`` (hex digest of the payloads sent, in order, each preceded
     by its length as 4 bytes big-endian: ``subc listen`` reports the same digest of what it
     received), ``capture`` (for a capture: the frames by kind, as read until the last datagram
-    sent) and ``nothing_sent`` (None, or why nothing was sent).
+    sent), ``not_decoded`` (with a spec's decoder: messages sent that the spec cannot decode, by
+    kind, see :mod:`.decoder`) and ``nothing_sent`` (None, or why nothing was sent).
     """
 
     source: str = "binaryfile"
@@ -88,6 +90,7 @@ class ReplayStats:
     pacing: str = "as fast as possible"
     capture: CaptureStats | None = None
     nothing_sent: str | None = None
+    not_decoded: Counter = field(default_factory=Counter)
     _digest: "hashlib._Hash" = field(default_factory=hashlib.sha256, repr=False)
 
     @property
@@ -112,7 +115,8 @@ class ReplayStats:
         doc = {"source": self.source, "datagrams": self.datagrams, "messages": self.messages, "bytes": self.bytes,
                "messages_per_datagram": {"mean": round(self.messages_per_datagram, 3), "max": self.max_messages},
                "seconds": self.seconds, "trace_seconds": self.trace_seconds, "pacing": self.pacing,
-               "sha256": self.sha256, "nothing_sent": self.nothing_sent}
+               "sha256": self.sha256, "not_decoded": dict(sorted(self.not_decoded.items())),
+               "nothing_sent": self.nothing_sent}
         if self.capture is not None:
             doc["capture"] = self.capture.as_json()
         return doc
@@ -140,7 +144,7 @@ def replay(
     ports: list[int] | None = None,
     strict: bool = False,
     log: Callable[[str], object] | None = None,
-    length_of: Callable[[bytes, int], int | None] | None = None,
+    decoder=None,
 ) -> ReplayStats:
     """Send the trace at ``path`` to ``dest`` = (host, UDP port) as MoldUDP64 (see the module docstring).
 
@@ -151,7 +155,9 @@ def replay(
     packer), ``window_ns`` (default 100 µs) and ``max_payload`` (bytes, default 1400) of the packer,
     ``session`` (default ``SUBC000001``), ``start_seq``, ``end_of_session`` (finally send an
     end-of-session packet with the next sequence number).  ``log`` receives notes (the detected
-    feed port).  When nothing is sent, the stats say why in ``nothing_sent``.
+    feed port).  ``decoder``: a spec's :class:`~.decoder.MessageDecoder`, which frames a BinaryFILE's
+    zero length prefixes and checks every message sent (``not_decoded``); without it, zero length
+    prefixes take ITCH 5.0's lengths.  When nothing is sent, the stats say why in ``nothing_sent``.
 
     Raises :class:`SubcError` for bad or conflicting arguments (a BinaryFILE option for a capture
     or the reverse, both ``rate`` and ``pps``), an unreadable or malformed trace file, a foreign
@@ -168,6 +174,14 @@ def replay(
            f"the largest payload must be at least the {HEADER_LEN}-byte MoldUDP64 header, got {max_payload}")
     log = log or (lambda _m: None)
     stats = ReplayStats()
+
+    def check(msg: bytes) -> bytes:
+        if decoder is not None:
+            d = decoder.decode(msg)
+            if not d.classified:
+                stats.not_decoded[d.status] += 1
+        return msg
+
     if is_capture(path):
         given = [name for name, v in (("batch", batch), ("session", session), ("window", window_ns),
                                       ("max payload", max_payload)) if v is not None]
@@ -175,12 +189,13 @@ def replay(
         given += ["start sequence number"] if start_seq != 1 else []
         _check(not given, f"{path} is a capture, replayed as captured; only a BinaryFILE takes: {', '.join(given)}")
         stats.source, stats.capture = "capture", CaptureStats()
-        items = _capture_items(path, ports, stats.capture, strict, log)
+        items = _capture_items(path, ports, stats.capture, strict, log, check)
         if count is not None:
             items = islice(items, count)
     else:
         _check(ports is None, f"{path} is a BinaryFILE; only a capture takes: feed port")
-        messages = (msg for _off, msg in read_binaryfile(path, length_of=length_of))
+        length_of = decoder.types.length_of if decoder is not None else None
+        messages = (check(msg) for _off, msg in read_binaryfile(path, length_of=length_of))
         if count is not None:
             messages = islice(messages, count)
         items = _binaryfile_items(messages, session or DEFAULT_SESSION, start_seq, batch,
@@ -193,13 +208,15 @@ def replay(
     return stats
 
 
-def _capture_items(path, ports, cstats: CaptureStats, strict: bool, log) -> Iterator[tuple[int | None, bytes, int]]:
+def _capture_items(path, ports, cstats: CaptureStats, strict: bool, log, check) -> Iterator[tuple[int | None, bytes, int]]:
     if ports is None:
         ports = detect_feed_ports(path, cstats)
         seen = ", ".join(f"{p}: {n}" for p, n in sorted(cstats.detected_ports.items(), key=lambda kv: -kv[1])[:5])
         log(f"{path}: feed port {ports[0]} (MoldUDP64 datagrams by UDP port: {seen}; --udp-port to choose)"
             if ports else f"{path}: no UDP datagram decodes as MoldUDP64")
     for dg, packet in iter_moldudp64(read_datagrams(path, ports, cstats, strict), cstats, strict, str(path)):
+        for msg in packet.messages:
+            check(msg)
         yield dg.time_ns, dg.payload, len(packet.messages)
 
 
