@@ -12,6 +12,7 @@ values (not on anything subc decoded).
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -128,6 +129,9 @@ def test_camus_spec_corpus_compiles(tmp_path, name, spec, target):
     else:
         text = (tmp_path / "out" / "subc.p4").read_text()
         assert "transition select(" in text and "extract(" in text
+        if target == "bmv2" and shutil.which("p4test"):  # the P4_14 translations are valid P4_16
+            p = subprocess.run(["p4test", str(tmp_path / "out" / "subc.p4")], capture_output=True, text=True)
+            assert p.returncode == 0, p.stderr
 
 
 def test_p4_14_parser_becomes_p4_16():
@@ -394,3 +398,23 @@ def test_analyze_tasks_match_rules_on_built_values(tmp_path_factory, data, form)
         uniq, inv = np.unique(ev.keys, return_inverse=True)
         ref = evaluate_rules(rules, spec, representatives(bundle.classes, uniq), np.bincount(inv))
         assert [ref.decisions[i] for i in inv] == want
+
+
+@pytest.mark.skipif(shutil.which("p4test") is None, reason="p4test not on PATH")
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(data=st.data(), form=st.sampled_from(sorted(RENDER)))
+def test_p4test_accepts_programs_of_random_specs(tmp_path, data, form):
+    """The v1model program of a random spec, P4_16 or translated from P4_14, passes p4c's front end."""
+    from subc.compiler.targets import target_files
+
+    model = data.draw(spec_models())
+    if not model.query_fields:
+        return
+    spec = parse_spec(RENDER[form](model), "m.p4")
+    res = compile_rules(parse_rules(_rules_text(model, data.draw), spec, "r.sub"), spec, "bmv2")
+    files, _ = target_files(res, "r.sub")
+    prog = tmp_path / f"{form}.p4"
+    prog.write_text(files["subc.p4"])
+    p = subprocess.run(["p4test", str(prog)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr + "\n" + RENDER[form](model)
