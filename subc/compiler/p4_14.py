@@ -72,7 +72,6 @@ class P414Declarations:
         text = p4_16_header(name.text, fields)
         self.spec.headers[name.text] = HeaderType(name.text, fields, text)
         self.spec.decls.append(("header", name.text, text))
-        self.p414_locations[name.text] = self.loc(name.start)
 
     def parse_instance(self) -> None:
         """``header T inst;`` (a packet header) or ``metadata T inst [{ ... }];`` (ignored)."""

@@ -215,7 +215,6 @@ class _SpecParser(P414Declarations):
         self.p414_instances: list[tuple[str, str]] = []
         self.p414_stacks: set[str] = set()
         self.p414_states: list = []
-        self.p414_locations: dict[str, Location] = {}
         self.p416_seen: str | None = None
 
     # -- token helpers ---------------------------------------------------------------------

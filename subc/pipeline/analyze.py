@@ -93,10 +93,9 @@ def make_bundle(res: CompileResult, traces: list[str], split_bytes: int = DEFAUL
 
 def _time_fields(decoder: MessageDecoder) -> list[str]:
     """The message fields named like a time (:data:`~.evaluate.TIME_FIELD_NAMES`) of 32 to 64 bits."""
-    skip = set(decoder.network_instances) | set(decoder.feed.framing)
+    inside = set(decoder.graph.message_instances()) - set(decoder.network_instances) - set(decoder.feed.framing)
     return [f for f, slot in decoder.graph.fields.items()
-            if slot.name in TIME_FIELD_NAMES and 32 <= slot.width <= 64 and slot.instance not in skip
-            and slot.instance in decoder.graph.message_instances()]
+            if slot.name in TIME_FIELD_NAMES and 32 <= slot.width <= 64 and slot.instance in inside]
 
 
 def _subscribers(rules: list[Rule]) -> list[int]:
