@@ -132,8 +132,13 @@ class Feed:
         return self.ports[0][1]
 
 
+def spec_start(spec: Spec) -> Location:
+    """The location of the spec's first line (for errors about the spec as a whole)."""
+    return Location.from_line_col(spec.path, spec.text, 1, 1)
+
+
 def _error(where: Location | None, spec: Spec, msg: str) -> SubcError:
-    return SubcError(msg, where or Location.from_line_col(spec.path, spec.text, 1, 1))
+    return SubcError(msg, where or spec_start(spec))
 
 
 class ParseGraph:
@@ -482,3 +487,15 @@ def bits_at(data: bytes, bit: int, width: int) -> int:
     first, last = bit // 8, (bit + width + 7) // 8
     chunk = int.from_bytes(data[first:last], "big")
     return (chunk >> (last * 8 - bit - width)) & ((1 << width) - 1)
+
+
+def put_bits(data: bytearray, bit: int, width: int, value: int) -> None:
+    """Write ``value`` as the ``width``-bit big-endian integer at bit offset ``bit`` of ``data`` (the
+    inverse of :func:`bits_at`; the other bits are kept)."""
+    for i in range(width):
+        b = bit + i
+        mask = 0x80 >> (b % 8)
+        if value >> (width - 1 - i) & 1:
+            data[b // 8] |= mask
+        else:
+            data[b // 8] &= ~mask & 0xFF

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..compiler.parse_graph import MOLD_PREFIX_BYTES, Feed, ParseGraph
+from ..compiler.parse_graph import MOLD_PREFIX_BYTES, Feed, ParseGraph, put_bits, spec_start
 from ..compiler.spec import Spec
 from ..errors import SubcError
 
@@ -96,11 +96,11 @@ class MessageDecoder:
         feed = self.graph.feed()
         if feed is None:
             raise SubcError("the spec's parser reaches no UDP destination port select after Ethernet and IPv4, "
-                            "so it describes no message feed", _spec_loc(spec))
+                            "so it describes no message feed", spec_start(spec))
         if not feed.moldudp64:
             raise SubcError(f"state '{feed.entry}' does not parse a MoldUDP64 header and message block length "
                             "(fields ending at bits 80, 144, 160 and 176 of the UDP payload)",
-                            self.graph.state(feed.entry).location or _spec_loc(spec))
+                            self.graph.state(feed.entry).location or spec_start(spec))
         self.feed: Feed = feed
         self.fields = list(spec.query_fields) if fields is None else list(fields)
         self.graph.reachable(feed.entry)  # every state on the message path must be followable
@@ -166,21 +166,8 @@ class MessageDecoder:
             if ks.default or ks.mask != (1 << width) - 1:
                 continue
             data = bytearray(MOLD_PREFIX_BYTES + 4096)
-            _put_bits(data, sel[1], width, ks.value)
+            put_bits(data, sel[1], width, ks.value)
             w = self.graph.walk(bytes(data), self.feed.entry)
             if w.status == "accept" and not any(b >= start for b in w.default_at):
                 lengths.setdefault(ks.value, w.end // 8 - MOLD_PREFIX_BYTES)
         return TypeTable(sel[1] - start, width, lengths)
-
-
-def _put_bits(data: bytearray, bit: int, width: int, value: int) -> None:
-    for i in range(width):
-        if value >> (width - 1 - i) & 1:
-            b = bit + i
-            data[b // 8] |= 0x80 >> (b % 8)
-
-
-def _spec_loc(spec: Spec):
-    from ..errors import Location
-
-    return Location.from_line_col(spec.path, spec.text, 1, 1)

@@ -10,7 +10,7 @@ the message bytes a publisher would send.
 
 from __future__ import annotations
 
-from ..compiler.parse_graph import ACCEPT, MOLD_PREFIX_BYTES, REJECT, Keyset
+from ..compiler.parse_graph import ACCEPT, MOLD_PREFIX_BYTES, REJECT, Keyset, put_bits
 from .decoder import MessageDecoder
 
 #: Parser paths examined at most (a spec with many message types has one path per type).
@@ -69,11 +69,11 @@ class MessageEncoder:
                 shift = st.key_width
                 for f in st.key:
                     shift -= f.width
-                    _put(data, insts[f.instance] + f.bit_offset, f.width, (value >> shift) & ((1 << f.width) - 1))
+                    put_bits(data, insts[f.instance] + f.bit_offset, f.width, (value >> shift) & ((1 << f.width) - 1))
             else:
                 for f, v in wanted.items():
                     slot = g.fields[f]
-                    _put(data, insts[slot.instance] + slot.bit_offset, slot.width, v)
+                    put_bits(data, insts[slot.instance] + slot.bit_offset, slot.width, v)
                 msg = bytes(data[MOLD_PREFIX_BYTES : (end + 7) // 8])
                 d = self._check.decode(msg)
                 if d.classified and all(d.values.get(f) == v for f, v in wanted.items()):
@@ -93,14 +93,3 @@ class MessageEncoder:
             if not any(k.matches(v) for k in earlier):
                 return v
         return None
-
-
-def _put(data: bytearray, bit: int, width: int, value: int) -> None:
-    """Write ``value`` as ``width`` bits big-endian at bit offset ``bit`` of ``data``."""
-    for i in range(width):
-        b = bit + i
-        mask = 0x80 >> (b % 8)
-        if value >> (width - 1 - i) & 1:
-            data[b // 8] |= mask
-        else:
-            data[b // 8] &= ~mask & 0xFF
