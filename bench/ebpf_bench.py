@@ -88,7 +88,7 @@ def main() -> None:
         t_compile = time.perf_counter() - t0
         doc, src = json.loads(files["maps.json"]), files["subc_filter.bpf.c"]
         lf = LoadedFilter.build(doc, src, None)
-        base = compile_and_load(src, cflags(lf.caps, lf.max_fanout) + ["-DSUBC_PARSE_ONLY"])
+        base = compile_and_load(src, cflags(lf.caps, lf.max_endpoints) + ["-DSUBC_PARSE_ONLY"])
         from subc.runtime.bpf import prog_info
 
         row = {

@@ -278,12 +278,13 @@ def stats_cmd(iface: str, as_json: bool) -> None:
     click.echo(f"{iface}: generation {doc['generation']}")
     for k, v in doc["stats"].items():
         click.echo(f"  {k:<14} {v:>12}")
-    click.echo("subscriber      packets        bytes")
+    click.echo("subscriber    datagrams     messages        bytes     next_seq")
     for sid, c in doc["subscribers"].items():
-        click.echo(f"  {sid:>8} {c['packets']:>12} {c['bytes']:>12}  {c['name'] or ''}")
-    click.echo("leaf state      packets        bytes  action")
+        click.echo(f"  {sid:>8} {c['datagrams']:>12} {c['messages']:>12} {c['bytes']:>12} {c['next_seq']:>12}  "
+                   f"{c['name'] or ''}")
+    click.echo("leaf state     messages        bytes  action")
     for st, c in doc["leaves"].items():
-        click.echo(f"  {st:>8} {c['packets']:>12} {c['bytes']:>12}  {c['action']}")
+        click.echo(f"  {st:>8} {c['messages']:>12} {c['bytes']:>12}  {c['action']}")
 
 
 @main.command("replay")

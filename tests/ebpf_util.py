@@ -44,12 +44,12 @@ def fake_subscribers(ids=range(1, 7), multi: dict[int, int] | None = None) -> Su
 
 
 def leaf_totals(lf) -> dict[int, int]:
-    """Packets per (tagged) leaf state, summed over CPUs."""
+    """Messages per (tagged) leaf state, summed over CPUs."""
     m = lf.maps["subc_leaf_cnt"]
     out = {}
     for k in m.keys():
         vals = m.lookup(k) or []
-        out[int.from_bytes(k, "little")] = sum(L.COUNTER.unpack(v)["packets"] for v in vals)
+        out[int.from_bytes(k, "little")] = sum(L.COUNTER.unpack(v)["messages"] for v in vals)
     return out
 
 

@@ -235,7 +235,7 @@ def test_xdp_classifies_random_specs_as_the_rules_on_built_values(data, form):
         assert "spans more than 8 bytes" in e.message, e.render()  # an unaligned 64-bit field: a stated limit
         return
     doc = json.loads(files["maps.json"])
-    run = Runner(LoadedFilter.build(doc, files["subc_filter.bpf.c"], fake_subscribers(), max_fanout=16))
+    run = Runner(LoadedFilter.build(doc, files["subc_filter.bpf.c"], fake_subscribers(), max_endpoints=8))
     headers = {p.field.split(".")[0] for r in rules for p in predicates(r.condition)}
     for _ in range(10):
         code, values = data.draw(messages_for(model, allow_unknown=True))

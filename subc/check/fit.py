@@ -184,7 +184,7 @@ def _instruction_counts(doc: dict, src: str, caps: dict[str, int]) -> dict:
     from ..runtime.bpf import compile_and_load, prog_info
     from ..runtime.broker import cflags
 
-    prog = compile_and_load(src, cflags(caps, doc["max_fanout"]))
+    prog = compile_and_load(src, cflags(caps, doc["max_endpoints"]))
     try:
         return {"subc_xdp": prog_info(prog.xdp.fd), "subc_tc": prog_info(prog.tc.fd)}
     finally:

@@ -372,7 +372,7 @@ class ParseGraph:
                           if not ks.default and ks.mask == 0xFFFF and t not in (ACCEPT, REJECT))
             if not ports:
                 continue
-            mold, framing = self._moldudp64(ports[0][1])
+            mold, framing = self.moldudp64_framing(ports[0][1])
             self._feed = Feed(ports, eth[1], ipv4[1], udp, mold, framing)
             break
         return self._feed
@@ -401,7 +401,9 @@ class ParseGraph:
             name = st.cases[0][1]
         return False
 
-    def _moldudp64(self, entry: str) -> tuple[bool, tuple[str, ...]]:
+    def moldudp64_framing(self, entry: str) -> tuple[bool, tuple[str, ...]]:
+        """(whether the UDP payload that starts in state ``entry`` is MoldUDP64-framed, the instances
+        that extract its first 176 bits in order) -- see the module docstring."""
         bounds, insts, bit, name = set(), [], 0, entry
         while bit < MOLD_BOUNDARIES[-1] and name not in (ACCEPT, REJECT):
             st = self.state(name)

@@ -18,7 +18,7 @@ import os
 import platform
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import SubcError
@@ -90,18 +90,25 @@ def _tail(text: str, n: int = 25) -> str:
 
 @dataclass
 class Program:
-    """A compiled BPF object (bcc) and its loaded XDP and TC functions."""
+    """A compiled BPF object (bcc), its loaded XDP and TC functions and their tail-call targets
+    (``tails``: the programs of :data:`TAIL_CALLS`, in order)."""
 
     bpf: object
     xdp: object
     tc: object
+    tails: list = field(default_factory=list)
 
     def map_fd(self, name: str) -> int:
         return self.bpf[name.encode()].map_fd
 
 
+#: Tail-call targets: (function, program type, prog array holding it at index 0).
+TAIL_CALLS = (("subc_xdp_more", "xdp", "subc_jmp_xdp"), ("subc_tc_more", "tc", "subc_jmp_tc"))
+
+
 def compile_and_load(src: str, cflags: list[str], xdp_fn: str = "subc_xdp", tc_fn: str = "subc_tc") -> Program:
-    """Compile C source ``src`` with bcc and load ``xdp_fn`` (XDP) and ``tc_fn`` (SCHED_CLS).
+    """Compile C source ``src`` with bcc and load ``xdp_fn`` (XDP) and ``tc_fn`` (SCHED_CLS), and
+    the tail-call targets of :data:`TAIL_CALLS` into their prog arrays.
 
     Raises SubcError when not root, when bcc or kernel headers are missing, when clang fails
     (with its messages), or when the verifier rejects a program (with its last lines).
@@ -119,7 +126,9 @@ def compile_and_load(src: str, cflags: list[str], xdp_fn: str = "subc_xdp", tc_f
     if err is not None:
         raise SubcError(f"bcc could not compile the program: {err}\n{_tail(cap.text)}")
     fns = {}
-    for name, kind in ((xdp_fn, bcc.BPF.XDP), (tc_fn, bcc.BPF.SCHED_CLS)):
+    kinds = {"xdp": bcc.BPF.XDP, "tc": bcc.BPF.SCHED_CLS}
+    todo = [(xdp_fn, bcc.BPF.XDP), (tc_fn, bcc.BPF.SCHED_CLS)] + [(n, kinds[k]) for n, k, _ in TAIL_CALLS]
+    for name, kind in todo:
         with _StderrCapture() as cap:
             try:
                 fns[name] = b.load_func(name.encode(), kind)
@@ -128,7 +137,10 @@ def compile_and_load(src: str, cflags: list[str], xdp_fn: str = "subc_xdp", tc_f
                 err = e
         if err is not None:
             raise SubcError(f"the kernel verifier rejected {name}: {err}\nverifier log (last lines):\n{_tail(cap.text)}")
-    return Program(b, fns[xdp_fn], fns[tc_fn])
+    tails = [fns[n] for n, _, _ in TAIL_CALLS]
+    for (_, _, array), fn in zip(TAIL_CALLS, tails):
+        b[array.encode()][ct.c_int(0)] = ct.c_int(fn.fd)
+    return Program(b, fns[xdp_fn], fns[tc_fn], tails)
 
 
 def _lib():
@@ -136,11 +148,11 @@ def _lib():
 
 
 def possible_cpus() -> int:
-    """Number of possible CPUs (the per-CPU value count of per-CPU maps)."""
+    """Number of possible CPUs (the per-CPU value count of per-CPU maps; CPU ids are below it)."""
+    import_bcc()
     from bcc.utils import get_possible_cpus
 
-    import_bcc()
-    return len(get_possible_cpus())
+    return max(get_possible_cpus()) + 1
 
 
 class Map:

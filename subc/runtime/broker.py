@@ -21,7 +21,7 @@ from pathlib import Path
 from ..compiler.targets import ebpf_layout as L
 from ..errors import SubcError
 from . import install
-from .bpf import BPFFS, Map, Program, compile_and_load, obj_get, pin_fd, prog_info, require_root
+from .bpf import BPFFS, Map, Program, compile_and_load, obj_get, pin_fd, possible_cpus, prog_info, require_root
 from .subscribers import Subscribers, load_subscribers, resolve_endpoints
 
 RUN_DIR = Path("/run/subc")
@@ -43,22 +43,24 @@ def read_maps_doc(out_dir: str | Path) -> tuple[dict, str]:
     return doc, src
 
 
-def _map_struct(m: dict, max_fanout: int) -> tuple[int, int]:
+def _map_struct(m: dict, max_endpoints: int) -> tuple[int, int]:
     key = m["key"]["size"]
-    value = L.group_struct(max_fanout).size if m["role"] == "groups" else m["value"]["size"]
+    value = L.sub_struct(max_endpoints).size if m["role"] == "subscribers" else m["value"]["size"]
     return key, value
 
 
-def cflags(caps: dict[str, int], max_fanout: int) -> list[str]:
-    """bcc compiler flags: map capacities and the fan-out bound."""
-    return [f"-DSUBC_CAP_{n.upper()}={c}" for n, c in sorted(caps.items())] + [f"-DSUBC_MAX_FANOUT={max_fanout}"]
+def cflags(caps: dict[str, int], max_endpoints: int) -> list[str]:
+    """bcc compiler flags: map capacities, endpoints per subscriber and the CPUs (the XDP-to-TC
+    ring and the copy builder's scratch have a region per CPU)."""
+    return [f"-DSUBC_CAP_{n.upper()}={c}" for n, c in sorted(caps.items())] + [
+        f"-DSUBC_MAX_ENDPOINTS={max_endpoints}", f"-DSUBC_NCPU={possible_cpus()}"]
 
 
-def open_maps(doc: dict, fds: dict[str, int], max_fanout: int) -> dict[str, Map]:
+def open_maps(doc: dict, fds: dict[str, int], max_endpoints: int) -> dict[str, Map]:
     """:class:`Map` handles for ``doc``'s maps from their file descriptors."""
     out = {}
     for m in doc["maps"]:
-        k, v = _map_struct(m, max_fanout)
+        k, v = _map_struct(m, max_endpoints)
         out[m["name"]] = Map(fds[m["name"]], k, v, percpu=m["type"].startswith("percpu"), name=m["name"])
     return out
 
@@ -71,26 +73,24 @@ class LoadedFilter:
     doc: dict
     maps: dict[str, Map]
     caps: dict[str, int]
-    max_fanout: int
+    max_endpoints: int
     subs: Subscribers | None
     gen: int = 0
     bounds_used: dict[str, int] = field(default_factory=dict)  # bounds per bounds array, live generation
 
     @classmethod
     def build(cls, doc: dict, src: str, subs: Subscribers | None = None, factor: float = 2.0,
-              min_caps: dict[str, int] | None = None, max_fanout: int | None = None) -> "LoadedFilter":
+              min_caps: dict[str, int] | None = None, max_endpoints: int | None = None) -> "LoadedFilter":
         """Compile and load ``src`` sized for ``doc``, then install ``doc`` as generation 0."""
         caps = install.capacities(doc, factor, subs)
         for n, c in (min_caps or {}).items():
             caps[n] = max(caps.get(n, 0), c)
-        fan = max_fanout or max(doc["max_fanout"], install.needed_fanout(doc, subs))
-        prog = compile_and_load(src, cflags(caps, fan))
-        maps = open_maps(doc, {m["name"]: prog.map_fd(m["name"]) for m in doc["maps"]}, fan)
-        lf = cls(prog, doc, maps, caps, fan, subs)
-        if subs is not None:
-            for i, ep in enumerate(subs.endpoints):
-                maps["subc_eps"].update(L.U32.pack(v=i), install.endpoint_value(ep))
-        plan = install.plan_generation(doc, 0, subs, caps, fan)
+        eps = max_endpoints or max(doc["max_endpoints"], install.needed_endpoints(subs))
+        prog = compile_and_load(src, cflags(caps, eps))
+        maps = open_maps(doc, {m["name"]: prog.map_fd(m["name"]) for m in doc["maps"]}, eps)
+        lf = cls(prog, doc, maps, caps, eps, subs)
+        install.install_subscribers(maps, subs, eps)
+        plan = install.plan_generation(doc, 0, subs, caps)
         install.install_generation(plan, maps)
         install.switch_root(plan, maps)
         lf.bounds_used.update({n: len(plan.writes[n]) for n in plan.bounds_base})
@@ -98,12 +98,12 @@ class LoadedFilter:
 
     def update(self, doc: dict, grace_s: float = 0.0) -> None:
         """Install ``doc`` as the next generation, switch to it, then delete the old one."""
-        update_maps(self.maps, doc, self.gen, self.caps, self.max_fanout, self.subs, self.bounds_used, grace_s)
+        update_maps(self.maps, doc, self.gen, self.caps, self.subs, self.bounds_used, grace_s)
         self.gen ^= 1
         self.doc = doc
 
 
-def update_maps(maps: dict[str, Map], doc: dict, gen: int, caps: dict[str, int], max_fanout: int,
+def update_maps(maps: dict[str, Map], doc: dict, gen: int, caps: dict[str, int],
                 subs: Subscribers | None, bounds_used: dict[str, int], grace_s: float) -> GenerationResult:
     """Replace live generation ``gen`` by ``doc`` as generation ``gen ^ 1`` (atomic for packets).
 
@@ -112,10 +112,7 @@ def update_maps(maps: dict[str, Map], doc: dict, gen: int, caps: dict[str, int],
     """
     new = gen ^ 1
     live = install.live_counts(gen, maps, bounds_used)
-    plan = install.plan_generation(doc, new, subs, caps, max_fanout)
-    if plan.max_fanout_needed > max_fanout:
-        raise SubcError(f"the new rule set sends a packet to {plan.max_fanout_needed} endpoints; the loaded program "
-                        f"allows {max_fanout}: load it again")
+    plan = install.plan_generation(doc, new, subs, caps)
     install.check_fits(plan, maps, caps, live)
     install.install_generation(plan, maps)
     install.switch_root(plan, maps)
@@ -220,6 +217,8 @@ def load(out_dir: str, iface: str, subscribers: str | None = None, xdp_mode: str
             m.pin(pins / name)
         pin_fd(lf.program.xdp.fd, pins / "prog_xdp")
         pin_fd(lf.program.tc.fd, pins / "prog_tc")
+        for i, fn in enumerate(lf.program.tails):
+            pin_fd(fn.fd, pins / f"prog_tail{i}")
         try:
             bcc.BPF.attach_xdp(iface, lf.program.xdp, XDP_FLAGS[xdp_mode] | XDP_FLAGS_UPDATE_IF_NOEXIST)
         except Exception as e:
@@ -240,14 +239,14 @@ def load(out_dir: str, iface: str, subscribers: str | None = None, xdp_mode: str
         "out_dir": str(Path(out_dir).resolve()),
         "generation": 0,
         "capacities": lf.caps,
-        "max_fanout": lf.max_fanout,
+        "max_endpoints": lf.max_endpoints,
         "bounds_used": lf.bounds_used,
         "xdp_mode": xdp_mode,
         "programs": info,
         "subscribers": subscribers and str(Path(subscribers).resolve()),
         "subscriber_names": {str(k): v for k, v in (subs.names if subs else {}).items()},
         "leaves": _leaf_labels(doc),
-        "maps": {m["name"]: {"key": m["key"]["size"], "value": _map_struct(m, lf.max_fanout)[1], "type": m["type"]}
+        "maps": {m["name"]: {"key": m["key"]["size"], "value": _map_struct(m, lf.max_endpoints)[1], "type": m["type"]}
                  for m in doc["maps"]},
         "loaded_at": time.time(),
     }
@@ -362,8 +361,7 @@ def update(out_dir: str, iface: str, grace_s: float = GRACE_S) -> GenerationResu
         subs = load_subscribers(state["subscribers"])
         resolve_endpoints(subs)
     maps = pinned_maps(state)
-    res = update_maps(maps, doc, state["generation"], state["capacities"], state["max_fanout"], subs,
-                      state["bounds_used"], grace_s)
+    res = update_maps(maps, doc, state["generation"], state["capacities"], subs, state["bounds_used"], grace_s)
     state["generation"] = res.gen
     state["out_dir"] = str(Path(out_dir).resolve())
     record_instructions(out_dir, state["programs"])  # the same programs now run the new rule set
@@ -381,11 +379,14 @@ def stats(iface: str) -> dict:
         vals = maps["subc_stats"].lookup(L.U32.pack(v=i)) or []
         glob[name] = sum(int.from_bytes(v[:8], "little") for v in vals)
     subs = {}
-    sub_map = maps["subc_sub_cnt"]
-    for sid in range(state["capacities"]["subc_sub_cnt"]):
-        c = _counter(sub_map.lookup(L.U32.pack(v=sid)))
-        if c["packets"]:
-            subs[str(sid)] = {**c, "name": state["subscriber_names"].get(str(sid))}
+    sub_map, seq = maps["subc_sub_cnt"], maps["subc_seq"]
+    for sid in range(L.RECIPIENTS):
+        vals = [L.SUB_COUNTER.unpack(v) for v in sub_map.lookup(L.U32.pack(v=sid)) or []]
+        c = {k: sum(v[k] for v in vals) for k in ("datagrams", "messages", "bytes")}
+        if c["datagrams"]:
+            name = "local" if sid == L.LOCAL else state["subscriber_names"].get(str(sid))
+            nxt = L.U64.unpack(seq.lookup(L.U32.pack(v=sid)))["v"]
+            subs["local" if sid == L.LOCAL else str(sid)] = {**c, "next_seq": nxt, "name": name}
     leaves = {}
     gen = state["generation"]
     lc = maps["subc_leaf_cnt"]
@@ -402,4 +403,4 @@ def stats(iface: str) -> dict:
 def _counter(per_cpu: list[bytes] | None) -> dict[str, int]:
     """``struct subc_counter`` values of one key summed over CPUs."""
     vals = [L.COUNTER.unpack(v) for v in per_cpu or []]
-    return {"packets": sum(v["packets"] for v in vals), "bytes": sum(v["bytes"] for v in vals)}
+    return {"messages": sum(v["messages"] for v in vals), "bytes": sum(v["bytes"] for v in vals)}

@@ -8,9 +8,12 @@ packet.  :func:`install_generation` writes a generation without touching the liv
 :func:`switch_root` publishes it with one 4-byte map write, and :func:`retire_generation`
 deletes the old one.  No packet is ever classified with a mix of the two.
 
-Leaf actions are resolved here: ``fwd`` to subscribers becomes one endpoint (``UNICAST``) or a
-multicast group of endpoints (``MULTI``); without a subscribers file, ``fwd`` passes the packet
-to the local stack (filter mode).
+Leaf actions are resolved here: ``fwd`` to subscribers becomes the leaf's set of subscribers (a
+512-bit set: the program sends each message to every subscriber of its leaf, one copy per
+endpoint of each); ``nop`` (and, without a subscribers file, ``fwd``: filter mode) sends the
+message to the local stack; ``drop`` sends it nowhere.  The subscribers' endpoints
+(``subc_subs``) and sequence numbers (``subc_seq``) do not depend on the rule set: they are
+written once, at load (:func:`install_subscribers`).
 """
 
 from __future__ import annotations
@@ -32,8 +35,6 @@ class GenerationPlan:
     writes: dict[str, list[tuple[bytes, bytes]]] = field(default_factory=dict)
     bounds_base: dict[str, int] = field(default_factory=dict)
     root: int = 0
-    max_fanout_needed: int = 1
-    groups: int = 0
 
 
 def tag(state: int, gen: int) -> int:
@@ -59,12 +60,11 @@ def _maps_by_name(doc: dict) -> dict[str, dict]:
     return {m["name"]: m for m in doc["maps"]}
 
 
-def plan_generation(doc: dict, gen: int, subs: Subscribers | None, caps: dict[str, int],
-                    max_fanout: int) -> GenerationPlan:
+def plan_generation(doc: dict, gen: int, subs: Subscribers | None, caps: dict[str, int]) -> GenerationPlan:
     """The writes of ``doc``'s rule set as generation ``gen`` (see the module docstring).
 
     ``caps`` are the map capacities in the kernel.  Raises SubcError when a rule forwards to a
-    subscriber the subscribers file lacks, or a group has more endpoints than ``max_fanout``.
+    subscriber the subscribers file lacks.
     """
     plan = GenerationPlan(gen)
     w = plan.writes
@@ -95,50 +95,62 @@ def plan_generation(doc: dict, gen: int, subs: Subscribers | None, caps: dict[st
                                 value=(e["value"] << (64 - width)) & ((1 << 64) - 1)), L.U32.pack(v=e["next"]))
                 for e in lpm["entries"]
             ]
-    groups: dict[tuple[int, ...], int] = {}
     leaves, counters = [], []
+    local = False
     for e in maps["subc_leaf"]["entries"]:
         key = L.U32.pack(v=tag(e["state"], gen))
         if e["action"] == "drop":
-            val = L.LEAF.pack(kind=L.LEAF_DROP)
+            val = L.LEAF.pack()
         elif e["action"] == "nop" or subs is None:
-            val = L.LEAF.pack(kind=L.LEAF_PASS)
+            val = L.LEAF.pack(flags=L.LEAF_PASS_LOCAL)
+            local = True
         else:
-            eps: list[int] = []
-            for s in e["subscribers"]:
-                if s not in subs.by_id:
-                    raise SubcError(f"{subs.path}: rules forward to subscriber {s}, which the subscribers file lacks")
-                eps.extend(subs.endpoint_indexes(s))
-            if not eps:
-                val = L.LEAF.pack(kind=L.LEAF_DROP)
-            elif len(eps) == 1:
-                val = L.LEAF.pack(kind=L.LEAF_UNICAST, arg=eps[0])
-            else:
-                if len(eps) > max_fanout:
-                    raise SubcError(f"a group of {len(eps)} endpoints exceeds the program's fan-out of {max_fanout}")
-                gid = groups.setdefault(tuple(eps), len(groups) + 1)
-                val = L.LEAF.pack(kind=L.LEAF_MULTI, arg=tag(gid, gen))
-                plan.max_fanout_needed = max(plan.max_fanout_needed, len(eps))
+            ids = sorted(set(e["subscribers"]))
+            for sid in ids:
+                if sid not in subs.by_id:
+                    raise SubcError(f"{subs.path}: rules forward to subscriber {sid}, which the subscribers file lacks")
+            ids = [sid for sid in ids if subs.by_id[sid]]
+            val = L.LEAF.pack(nsubs=len(ids), sub=ids[0] if len(ids) == 1 else 0, subs=subscriber_words(ids))
         leaves.append((key, val))
         counters.append((key, L.COUNTER.pack()))
     w["subc_leaf"] = leaves
     w["subc_leaf_cnt"] = counters
-    gs = L.group_struct(max_fanout)
-    w["subc_groups"] = [(L.U32.pack(v=tag(g, gen)), gs.pack(count=len(eps), ep=list(eps))) for eps, g in groups.items()]
-    plan.groups = len(groups)
+    everyone = [sid for sid, eps in subs.by_id.items() if eps] if subs is not None else []
+    w["subc_all"] = [(L.U32.pack(v=gen), L.SUBSET.pack(subs=subscriber_words(everyone), local=int(local)))]
     plan.root = tag(doc["root_state"], gen)
     return plan
 
 
-def needed_fanout(doc: dict, subs: Subscribers | None) -> int:
-    """The largest number of endpoints one packet goes to under ``doc`` and ``subs``."""
+def subscriber_words(ids) -> list[int]:
+    """The 512-bit subscriber set of ``ids`` (0..511) as 8 64-bit words (bit ``id % 64`` of word ``id // 64``)."""
+    words = [0] * L.SUB_WORDS
+    for sid in ids:
+        words[sid // 64] |= 1 << (sid % 64)
+    return words
+
+
+def needed_endpoints(subs: Subscribers | None) -> int:
+    """The most endpoints of one subscriber (1 without subscribers)."""
     if subs is None:
         return 1
-    best = 1
-    for e in _maps_by_name(doc)["subc_leaf"]["entries"]:
-        n = sum(len(subs.by_id.get(s, [])) for s in e.get("subscribers", ()))
-        best = max(best, n)
-    return best
+    return max([1] + [len(eps) for eps in subs.by_id.values()])
+
+
+def install_subscribers(maps: dict[str, Map], subs: Subscribers | None, max_endpoints: int) -> None:
+    """Write the endpoints (``subc_eps``), each subscriber's endpoint indexes (``subc_subs``) and
+    every recipient's first sequence number (1, ``subc_seq``).  Raises SubcError when a subscriber
+    has more than ``max_endpoints`` endpoints."""
+    if subs is not None:
+        for i, ep in enumerate(subs.endpoints):
+            maps["subc_eps"].update(L.U32.pack(v=i), endpoint_value(ep))
+        st = L.sub_struct(max_endpoints)
+        for sid in subs.by_id:
+            idx = subs.endpoint_indexes(sid)
+            if len(idx) > max_endpoints:
+                raise SubcError(f"{subs.path}: subscriber {sid} has {len(idx)} endpoints; the program allows {max_endpoints}")
+            maps["subc_subs"].update(L.U32.pack(v=sid), st.pack(count=len(idx), ep=idx))
+    for r in range(L.RECIPIENTS):
+        maps["subc_seq"].update(L.U32.pack(v=r), L.U64.pack(v=1))
 
 
 def capacities(doc: dict, factor: float, subs: Subscribers | None) -> dict[str, int]:
@@ -150,8 +162,6 @@ def capacities(doc: dict, factor: float, subs: Subscribers | None) -> dict[str, 
             out[m["name"]] = max(16, math.ceil(n * factor))
         elif m["role"] == "leaf_counters":
             out[m["name"]] = max(16, math.ceil(len(_maps_by_name(doc)["subc_leaf"]["entries"]) * factor))
-        elif m["role"] == "groups":
-            out[m["name"]] = max(16, math.ceil(_group_estimate(doc) * factor))
         elif m["role"] == "endpoints":
             out[m["name"]] = max(m["capacity"], len(subs.endpoints) if subs else 0)
         else:
@@ -159,14 +169,10 @@ def capacities(doc: dict, factor: float, subs: Subscribers | None) -> dict[str, 
     return out
 
 
-def _group_estimate(doc: dict) -> int:
-    return sum(1 for e in _maps_by_name(doc)["subc_leaf"]["entries"] if e.get("subscribers"))
-
-
 def check_fits(plan: GenerationPlan, maps: dict[str, Map], caps: dict[str, int], live: dict[str, int]) -> None:
     """Raise SubcError when a map cannot hold ``plan`` next to ``live`` entries of the other generation."""
     for name, items in plan.writes.items():
-        if name.endswith("_bnd"):
+        if name.endswith("_bnd") or name == "subc_all":
             continue
         if len(items) + live.get(name, 0) > caps[name]:
             raise SubcError(
@@ -205,7 +211,7 @@ def key_generation(name: str, key: bytes) -> int:
 
 
 TAGGED_SUFFIXES = ("_info", "_ex", "_lpm")
-TAGGED_MAPS = ("subc_leaf", "subc_groups", "subc_leaf_cnt")
+TAGGED_MAPS = ("subc_leaf", "subc_leaf_cnt")
 
 
 def retire_generation(gen: int, maps: dict[str, Map]) -> int:

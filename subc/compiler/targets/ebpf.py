@@ -34,8 +34,7 @@ from .ebpf_parse import FieldLayout, ParsePlan, check_fields, plan_parser
 from .safety import comment_text, identifier
 from .p4program import environment
 
-DEFAULT_MAX_FANOUT = 64
-SUBSCRIBER_SLOTS = 512  # subscriber ids are fwd() ports, 0..511
+DEFAULT_MAX_ENDPOINTS = 8  # endpoints of one subscriber
 DEFAULT_ENDPOINTS = 1024
 CAPACITY_FACTOR = 2.0  # room for two generations of the compiled entries during `subc update`
 MIN_CAPACITY = 16
@@ -122,23 +121,27 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
     leaves = [{"state": 0, "action": default}]
     leaves += [_leaf_entry(leaf.state, leaf.atoms, spec) for leaf in res.sliced.leaves]
     add("subc_leaf", "hash", L.U32, L.LEAF, leaves, "leaf")
-    n_groups = sum(1 for e in leaves if len(e.get("subscribers", ())) > 1)
-    add("subc_groups", "hash", L.U32, L.group_struct(DEFAULT_MAX_FANOUT), [], "groups", cap=capacity(max(1, n_groups)))
+    add("subc_subs", "array", L.U32, L.sub_struct(DEFAULT_MAX_ENDPOINTS), [], "subscribers", cap=L.MAX_SUBSCRIBERS)
+    add("subc_all", "array", L.U32, L.SUBSET, [], "everyone", cap=2)
     add("subc_eps", "array", L.U32, L.ENDPOINT, [], "endpoints", cap=DEFAULT_ENDPOINTS)
+    add("subc_seq", "array", L.U32, L.U64, [], "sequence", cap=L.RECIPIENTS)
     add("subc_stats", "percpu_array", L.U32, L.U64, [], "stats", cap=len(L.STATS))
-    add("subc_sub_cnt", "percpu_array", L.U32, L.COUNTER, [], "subscriber_counters", cap=SUBSCRIBER_SLOTS)
+    add("subc_sub_cnt", "percpu_array", L.U32, L.SUB_COUNTER, [], "subscriber_counters", cap=L.RECIPIENTS)
     add("subc_leaf_cnt", "percpu_hash", L.U32, L.COUNTER, [], "leaf_counters", cap=capacity(len(leaves)))
+    add("subc_jmp_xdp", "prog_array", L.U32, L.U32, [], "tail_calls", cap=1)
+    add("subc_jmp_tc", "prog_array", L.U32, L.U32, [], "tail_calls", cap=1)
     return {
         "format": "subc-ebpf-maps",
         "version": 1,
         "program": "subc_filter.bpf.c",
-        "functions": {"xdp": "subc_xdp", "tc": "subc_tc"},
+        "functions": {"xdp": "subc_xdp", "tc": "subc_tc", "xdp_more": "subc_xdp_more", "tc_more": "subc_tc_more"},
+        "moldudp64": plan.moldudp64,
         "generation_bit": L.GEN_BIT,
         "ports": [p for p, _ in plan.ports],
         "field_order": res.pipeline.field_order,
         "root_state": res.sliced.root_state,
         "default_action": default,
-        "max_fanout": DEFAULT_MAX_FANOUT,
+        "max_endpoints": DEFAULT_MAX_ENDPOINTS,
         "stats": L.STATS,
         "stages": stages,
         "subscribers": sorted({s for e in leaves for s in e.get("subscribers", ())}),
@@ -162,10 +165,14 @@ def render_filter(res: CompileResult, plan: ParsePlan, doc: dict, rules_path: st
         if s.select is not None:
             sel = {"inst": s.select.instance, "byte_offset": s.select.byte_offset, "n_bytes": s.select.n_bytes,
                    "expr": _load_expr(s.select)}
-        cases = [{"value": v, "target": t if t in ("accept", "reject") else f"st_{t}"} for v, t in s.cases]
+        cases = [{"value": v, "target": t if t in ("accept", "reject") else f"st_{t}", "implicit": False}
+                 for v, t in s.cases]
+        if s.implicit_reject:
+            cases[-1]["implicit"] = True
         if sel is None:
-            cases = [{"value": None, "target": cases[0]["target"]}]
-        states.append({"name": s.name, "extracts": extracts, "select": sel, "cases": cases})
+            cases = [{"value": None, "target": cases[0]["target"], "implicit": False}]
+        states.append({"name": s.name, "extracts": extracts, "select": sel, "cases": cases,
+                       "fix": plan.mold_header.get(s.name, [])})
     stage_ctx = []
     for i, st in enumerate(doc["stages"]):
         fl = plan.field(st["field"])
@@ -190,7 +197,11 @@ def render_filter(res: CompileResult, plan: ParsePlan, doc: dict, rules_path: st
         ports=[p for p, _ in plan.ports],
         port_states=[{"port": p, "state": s} for p, s in plan.ports],
         meta_magic=hex(L.META_MAGIC),
-        max_fanout=doc["max_fanout"],
+        max_endpoints=doc["max_endpoints"],
+        mold=plan.moldudp64,
+        sub_words=L.SUB_WORDS,
+        local=L.LOCAL,
+        pass_local=L.LEAF_PASS_LOCAL,
         maps=[{"name": m["name"], "capacity": m["capacity"]} for m in doc["maps"]],
         stats=L.STATS,
         structs=structs,

@@ -19,25 +19,39 @@ GEN_BIT = 1 << 31
 STATE_MASK = GEN_BIT - 1
 META_MAGIC = 0x53554243  # 'SUBC'
 
-#: Leaf action kinds (``struct subc_leaf.kind``).
-LEAF_DROP, LEAF_PASS, LEAF_UNICAST, LEAF_MULTI = 0, 1, 2, 3
+#: ``struct subc_leaf.flags``: the leaf's messages also go to the local stack.
+LEAF_PASS_LOCAL = 1
+#: Subscriber ids are ``fwd()`` ports 0..511; a leaf's subscribers are a 512-bit set of 8 words.
+SUB_WORDS = 8
+MAX_SUBSCRIBERS = 64 * SUB_WORDS
+#: Recipient index of the local stack (its sequence number and counters follow the subscribers').
+LOCAL = MAX_SUBSCRIBERS
+RECIPIENTS = MAX_SUBSCRIBERS + 1
+#: Leaf state of a message that is delivered to no one (the spec's parser rejects it, or its length
+#: differs from its type's): never a key of ``subc_leaf``.
+UNDECODED = 0xFFFFFFFF
 
-#: Global counters (``subc_stats`` index -> name), in order.
+#: Global counters (``subc_stats`` index -> name), in order.  Datagram counters unless "messages".
 STATS = [
-    "rx",  # packets seen by XDP
+    "rx",  # frames seen by XDP
     "not_ours",  # passed to the stack untouched: not IPv4/UDP to a spec port, or a fragment
-    "malformed",  # UDP to a spec port with a bad length: dropped
-    "truncated",  # message headers run past the UDP payload (parser error): default action
-    "no_match",  # no rule matched: default action
-    "dropped",  # dropped by the leaf action (drop or default drop)
-    "passed_local",  # passed to the local stack by the leaf action
-    "xdp_unicast",  # one endpoint: rewritten and sent from XDP
-    "to_tc",  # several endpoints: handed to TC ingress
-    "tc_packets",  # packets TC fanned out
+    "malformed",  # UDP to a spec port with a bad length or MoldUDP64 framing: dropped
+    "too_big",  # beyond the broker's limits (messages or payload bytes): passed whole to the local stack
+    "heartbeats",  # heartbeats and end-of-session datagrams (copied to every recipient)
+    "messages",  # messages classified
+    "undecoded",  # messages the spec's parser rejects, or whose length differs from their type's: sent nowhere
+    "truncated",  # (datagram = one message) message headers run past the payload: default action
+    "no_match",  # messages no rule matched: default action
+    "dropped",  # datagrams none of whose messages goes anywhere
+    "xdp_unicast",  # datagrams sent whole to one endpoint from XDP (sequence number rewritten)
+    "to_tc",  # datagrams handed to TC to build copies
+    "tc_packets",  # datagrams TC built copies of
     "tc_clones",  # copies TC sent (bpf_clone_redirect)
-    "stale",  # leaf or group of a retired generation (dropped)
-    "tc_classified",  # packets TC classified itself (no XDP metadata)
-    "errors",  # rewrite or redirect failures
+    "passed_local",  # copies passed to the local stack
+    "stale",  # a leaf of a retired generation (its message is sent nowhere)
+    "slot_lost",  # TC found XDP's results for the datagram overwritten: dropped
+    "fanout_overflow",  # recipients of one datagram beyond the program's limit: their copies not sent
+    "errors",  # rewrite, resize or redirect failures
 ]
 
 _SIZES = {"u8": 1, "u16": 2, "u32": 4, "u64": 8, "be16": 2, "be32": 4, "be64": 8, "pad": 1}
@@ -127,17 +141,20 @@ INFO = Struct("subc_info", (("a", "u32", 1), ("b", "u32", 1)))
 BOUND = Struct("subc_bound", (("lo", "u64", 1), ("next", "u32", 1), ("pad", "u32", 1)))
 EXACT_KEY = Struct("subc_exact_key", (("state", "u32", 1), ("pad", "u32", 1), ("value", "u64", 1)))
 LPM_KEY = Struct("subc_lpm_key", (("prefixlen", "u32", 1), ("state", "be32", 1), ("value", "be64", 1)))
-LEAF = Struct("subc_leaf", (("kind", "u32", 1), ("arg", "u32", 1)))
+LEAF = Struct("subc_leaf", (("flags", "u32", 1), ("nsubs", "u32", 1), ("sub", "u32", 1), ("pad", "u32", 1),
+                            ("subs", "u64", SUB_WORDS)))
+SUBSET = Struct("subc_set", (("subs", "u64", SUB_WORDS), ("local", "u32", 1), ("pad", "u32", 1)))
 ENDPOINT = Struct("subc_endpoint", (
     ("ifindex", "u32", 1), ("subscriber", "u32", 1), ("saddr", "be32", 1), ("daddr", "be32", 1),
     ("dport", "be16", 1), ("smac", "u8", 6), ("dmac", "u8", 6), ("pad", "pad", 2)))
-COUNTER = Struct("subc_counter", (("packets", "u64", 1), ("bytes", "u64", 1)))
-META = Struct("subc_meta", (("magic", "u32", 1), ("group", "u32", 1), ("l4", "u32", 1)))
+COUNTER = Struct("subc_counter", (("messages", "u64", 1), ("bytes", "u64", 1)))
+SUB_COUNTER = Struct("subc_sub_counter", (("datagrams", "u64", 1), ("messages", "u64", 1), ("bytes", "u64", 1)))
+META = Struct("subc_meta", (("magic", "u32", 1), ("slot", "u32", 1), ("tag", "u32", 1)))
 
 
-def group_struct(max_fanout: int) -> Struct:
-    """``struct subc_group``: a multicast group's endpoint indexes (``count`` of ``max_fanout`` used)."""
-    return Struct("subc_group", (("count", "u32", 1), ("ep", "u32", max_fanout)))
+def sub_struct(max_endpoints: int) -> Struct:
+    """``struct subc_sub``: a subscriber's endpoint indexes (``count`` of ``max_endpoints`` used)."""
+    return Struct("subc_sub", (("count", "u32", 1), ("ep", "u32", max_endpoints)))
 
 
-STRUCTS = [INFO, BOUND, EXACT_KEY, LPM_KEY, LEAF, ENDPOINT, COUNTER, META]
+STRUCTS = [INFO, BOUND, EXACT_KEY, LPM_KEY, LEAF, SUBSET, ENDPOINT, COUNTER, SUB_COUNTER, META]

@@ -64,6 +64,7 @@ class MessageState:
     extracts: list[str]
     select: FieldLayout | None
     cases: list[tuple[int | None, str]]
+    implicit_reject: bool = False
 
 
 @dataclass
@@ -84,6 +85,8 @@ class ParsePlan:
     header_bytes: dict[str, int]
     bit: dict[str, int] = field(default_factory=dict)
     layouts: dict[tuple[str, str], FieldLayout] = field(default_factory=dict)
+    moldudp64: bool = False
+    mold_header: dict[str, list[str]] = field(default_factory=dict)
 
     def field(self, name: str) -> FieldLayout:
         """Layout of the field ``instance.member``."""
@@ -220,9 +223,10 @@ def plan_parser(spec: Spec) -> ParsePlan:
         sel = _select_field(spec, st, layouts)
         cases = [(_keyset(spec, k, st.transition.location) if sel is not None else None, t)
                  for k, t in st.transition.cases]
-        if sel is not None and all(v is not None for v, _ in cases):
+        implicit = sel is not None and all(v is not None for v, _ in cases)
+        if implicit:
             cases.append((None, "reject"))  # P4: no matching case is a parser error
-        plan.states.append(MessageState(name, list(st.extracts), sel, cases))
+        plan.states.append(MessageState(name, list(st.extracts), sel, cases, implicit))
     _check_acyclic(spec, plan)
     for ms in plan.states:
         if ms.select is not None and not any(ms.select.instance in s.extracts for s in plan.states):
@@ -233,7 +237,38 @@ def plan_parser(spec: Spec) -> ParsePlan:
     if len(plan.bit) > 32:
         raise _error(spec, "more than 32 header instances")
     plan.layouts = {k: v for k, v in layouts.items() if k[0] in plan.bit}
+    _plan_moldudp64(spec, plan, widths)
     return plan
+
+
+def _plan_moldudp64(spec: Spec, plan: ParsePlan, widths: dict[str, int]) -> None:
+    """Mark ``plan`` MoldUDP64-framed when every feed port's entry state is (parse graph's test):
+    each message of a datagram is then parsed on its own, from the entry state, and the instances
+    that entry state extracts within the first 160 bits (the MoldUDP64 header) are read from the
+    datagram's header (``mold_header``: entry state -> those instances)."""
+    from ..parse_graph import ParseGraph
+
+    graph = ParseGraph(spec)
+    feed = graph.feed()
+    entries = sorted({s for _, s in plan.ports})
+    molds = {e: graph.moldudp64_framing(e)[0] for e in entries} if feed is not None else {}
+    if not any(molds.values()):
+        return
+    if not all(molds.values()):
+        raise _error(spec, "the feed ports' entry states differ in framing (MoldUDP64 on some ports only)",
+                     spec.parser.states[0].location if spec.parser.states else None)
+    plan.moldudp64 = True
+    states = {s.name: s for s in plan.states}
+    for e in entries:
+        off, name = 0, e
+        while off < 160 and name in states:
+            for inst in states[name].extracts:
+                off += widths[inst]
+                if off <= 160:
+                    plan.mold_header.setdefault(name, []).append(inst)
+            if off >= 160 or states[name].select is not None:
+                break
+            name = states[name].cases[0][1]
 
 
 def _check_acyclic(spec: Spec, plan: ParsePlan) -> None:
