@@ -5,17 +5,20 @@ Workload (Camus ITCH, Jepsen et al. HotNets 2018, Figure 5c): N rules
 ``add_order.stock == S and add_order.shares > P : fwd(H)``, S one of 100 symbols, P uniform in
 1..1000, H one of 200 hosts (seeded, deterministic).  For each N: compile with subc
 (``--target ebpf``), load the programs (not attached) in filter mode (a match passes to the local
-stack, so the test frame is not rewritten between repetitions), then run 64 Add Order frames
-(symbols of the rule set and outside it, shares uniform) through
+stack, so the test frame is not rewritten between repetitions), then run 64 MoldUDP64 datagrams
+of K Add Orders each (``--messages``, default 1, 8 and 32; symbols of the rule set and outside it,
+shares uniform) through
 
-* XDP: the full program (parse, one lookup per field, leaf action, counters);
-* XDP parse-only: the same source built with ``-DSUBC_PARSE_ONLY`` (parse, no lookup);
-* TC: the TC program classifying by itself (the path used when XDP leaves no metadata),
+* XDP: the full program (parse, every message classified with one lookup per field, leaf
+  counters, the tail calls every 16 messages, the decision);
+* XDP parse-only: the same source built with ``-DSUBC_PARSE_ONLY`` (parse every message, no lookup),
 
-each ``--repeat`` times (default 1,000,000) and print the mean ns per packet (kernel-measured
-duration of BPF_PROG_TEST_RUN).  Needs root.  Writes JSON with ``--json FILE``.
+each ``--repeat`` times and print the mean ns per datagram and per message (kernel-measured
+duration of BPF_PROG_TEST_RUN).  The TC copy builder needs the XDP metadata, which
+BPF_PROG_TEST_RUN cannot give a TC program: ``bench/broker_throughput.py`` measures it end to
+end.  Needs root.  Writes JSON with ``--json FILE``.
 
-    sudo python3 bench/ebpf_bench.py --sizes 1000,10000 --repeat 1000000
+    sudo python3 bench/ebpf_bench.py --sizes 1000,100000 --messages 1,8,32 --repeat 100000
 """
 
 from __future__ import annotations
@@ -51,18 +54,21 @@ def camus_rules(n: int, seed: int = 1) -> str:
     )
 
 
-def frames(n: int = 64, seed: int = 2) -> list[bytes]:
+def frames(per_datagram: int = 1, n: int = 64, seed: int = 2) -> list[bytes]:
+    """``n`` frames of ``per_datagram`` Add Orders each (one in 8 of a symbol outside the rules)."""
     from scapy.layers.inet import IP, UDP
     from scapy.layers.l2 import Ether
 
     rng = random.Random(seed)
     out = []
     for i in range(n):
-        sym = rng.choice(SYMBOLS) if i % 8 else "ZZZZ"
-        msg = encode_add_order({"add_order.stock": stock_value(sym), "add_order.shares": rng.randint(1, 1100),
-                                "add_order.price": 1000000, "add_order.order_ref_number": i})
+        msgs = []
+        for j in range(per_datagram):
+            sym = rng.choice(SYMBOLS) if (i * per_datagram + j) % 8 else "ZZZZ"
+            msgs.append(encode_add_order({"add_order.stock": stock_value(sym), "add_order.shares": rng.randint(1, 1100),
+                                          "add_order.price": 1000000, "add_order.order_ref_number": i}))
         out.append(bytes(Ether() / IP(src="10.0.0.1", dst="10.0.0.2") / UDP(sport=4000, dport=26400)
-                         / encode_packet("BENCH00001", i + 1, [msg])))
+                         / encode_packet("BENCH00001", i * per_datagram + 1, msgs)))
     return out
 
 
@@ -73,13 +79,15 @@ def mean_ns(prog_fd: int, pkts: list[bytes], repeat: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1000,10000,100000")
-    ap.add_argument("--repeat", type=int, default=1_000_000)
+    ap.add_argument("--messages", default="1,8,32", help="messages per datagram")
+    ap.add_argument("--repeat", type=int, default=100_000)
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     spec = load_spec(ROOT / "examples/itch/spec.p4")
-    pkts = frames()
+    per = [int(x) for x in args.messages.split(",")]
     results = []
-    print(f"{'rules':>8} {'compile s':>10} {'entries':>8} {'XDP ns':>8} {'parse-only ns':>14} {'TC ns':>8} {'XDP insns':>10}")
+    print(f"{'rules':>8} {'entries':>8} {'msgs':>5} {'XDP ns/dgram':>13} {'ns/msg':>7} {'parse-only ns/dgram':>20} "
+          f"{'ns/msg':>7}")
     for n in [int(x) for x in args.sizes.split(",")]:
         t0 = time.perf_counter()
         rules = parse_rules(camus_rules(n), spec, f"camus{n}.sub")
@@ -91,21 +99,23 @@ def main() -> None:
         base = compile_and_load(src, cflags(lf.caps, lf.max_endpoints) + ["-DSUBC_PARSE_ONLY"])
         from subc.runtime.bpf import prog_info
 
-        row = {
-            "rules": n,
-            "compile_s": round(t_compile, 2),
-            "entries": sum(len(m["entries"]) for m in doc["maps"] if m["role"] != "root"),
-            "xdp_ns": round(mean_ns(lf.program.xdp.fd, pkts, args.repeat), 1),
-            "xdp_parse_only_ns": round(mean_ns(base.xdp.fd, pkts, args.repeat), 1),
-            "tc_ns": round(mean_ns(lf.program.tc.fd, pkts, args.repeat), 1),
-            "xdp_insns": prog_info(lf.program.xdp.fd)["xlated_insns"],
-            "tc_insns": prog_info(lf.program.tc.fd)["xlated_insns"],
-            "repeat": args.repeat,
-            "frames": len(pkts),
-        }
-        results.append(row)
-        print(f"{n:>8} {row['compile_s']:>10} {row['entries']:>8} {row['xdp_ns']:>8} {row['xdp_parse_only_ns']:>14} "
-              f"{row['tc_ns']:>8} {row['xdp_insns']:>10}", flush=True)
+        for k in per:
+            pkts = frames(k)
+            row = {
+                "rules": n,
+                "compile_s": round(t_compile, 2),
+                "entries": sum(len(m["entries"]) for m in doc["maps"] if m["role"] != "root"),
+                "messages_per_datagram": k,
+                "xdp_ns": round(mean_ns(lf.program.xdp.fd, pkts, args.repeat), 1),
+                "xdp_parse_only_ns": round(mean_ns(base.xdp.fd, pkts, args.repeat), 1),
+                "xdp_insns": prog_info(lf.program.xdp.fd)["xlated_insns"],
+                "xdp_verified_insns": prog_info(lf.program.xdp.fd)["verified_insns"],
+                "repeat": args.repeat,
+                "frames": len(pkts),
+            }
+            results.append(row)
+            print(f"{n:>8} {row['entries']:>8} {k:>5} {row['xdp_ns']:>13} {row['xdp_ns'] / k:>7.1f} "
+                  f"{row['xdp_parse_only_ns']:>20} {row['xdp_parse_only_ns'] / k:>7.1f}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
 

@@ -86,6 +86,13 @@ def test_simulate_counts_foreign_frames_and_never_decodes_them(capture):
     assert doc["problems"] == {"length_mismatch": 2}
     assert doc["classified"] == sum(m[:1] in (b"A", b"F") for m in good)
     assert doc["per_port"] == expected_ports(good) and doc["disagreements"] == 0
+    # delivery semantics: one copy per port per datagram holding any message for it
+    copies: dict[str, int] = {}
+    for k in range(0, len(good), 38):
+        for port in expected_ports(good[k : k + 38]):
+            copies[port] = copies.get(port, 0) + 1
+    assert doc["copies_per_port"] == dict(sorted(copies.items()))
+    assert sum(copies.values()) < sum(expected_ports(good).values())  # datagrams carry several messages
 
 
 def test_simulate_strict_fails_on_the_first_foreign_frame(capture):

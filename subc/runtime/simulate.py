@@ -9,7 +9,10 @@ evaluated on the decoded values, :mod:`.reference`) and to the table simulator o
 ``entries.json`` (:mod:`.simulator`); any difference is a disagreement.  A message that lacks a
 header the rules test gets the default action in both (Camus semantics).  Messages whose length
 differs from their type's length in the spec, or that the parser rejects, are counted by kind with
-their position and never decoded (``strict``: the first one is an error).
+their position and never decoded (``strict``: the first one is an error).  ``copies_per_port``
+counts the datagrams each port receives under the delivery semantics (:mod:`.delivery`: one copy
+per port per captured datagram holding any message for it; a BinaryFILE message is its own
+datagram).
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ class SimulationResult:
     problems: Counter = field(default_factory=Counter)
     problem_examples: list = field(default_factory=list)
     capture: dict | None = None
+    copies: Counter = field(default_factory=Counter)
 
     def problem(self, kind: str, where: str, text: str) -> None:
         self.problems[kind] += 1
@@ -76,6 +80,7 @@ class SimulationResult:
             "problems": dict(sorted(self.problems.items())),
             "problem_examples": self.problem_examples,
             "capture": self.capture,
+            "copies_per_port": {str(p): n for p, n in sorted(self.copies.items())},
         }
 
 
@@ -91,6 +96,7 @@ class TraceMessage:
     seq: int = 0
     count: int = 1
     network: tuple | None = None
+    datagram: int | None = None
 
 
 def binaryfile_messages(data: bytes, path: str, decoder: MessageDecoder, out: SimulationResult) -> Iterator[TraceMessage]:
@@ -119,7 +125,7 @@ def capture_messages(path: str, decoder: MessageDecoder, out: SimulationResult, 
         network = decoder.network(frame) if frame is not None else (frozenset(), {})
         session = pkt.session_bytes
         for i, msg in enumerate(pkt.messages):
-            yield TraceMessage(f"frame {dg.frame} message {i}", msg, session, pkt.seq + i, pkt.count, network)
+            yield TraceMessage(f"frame {dg.frame} message {i}", msg, session, pkt.seq + i, pkt.count, network, dg.frame)
     out.capture = stats.as_json()
 
 
@@ -159,7 +165,11 @@ def simulate_trace(res: CompileResult, trace: str | Path, strict: bool = False,
         raise SubcError(f"cannot read trace {path}: {e}") from e
     source = (capture_messages(path, decoder, out, strict, udp_port) if capture
               else binaryfile_messages(data, path, decoder, out))
+    current, ports_here = None, set()
     for m in source:
+        if m.datagram != current:
+            out.copies.update(ports_here)  # delivery semantics: one copy per port per datagram
+            current, ports_here = m.datagram, set()
         out.messages += 1
         d: Decoded = decoder.decode(m.msg, m.session, m.seq, m.count, m.network)
         label = decoder.types.label(d.type_key) or "?"
@@ -187,10 +197,15 @@ def simulate_trace(res: CompileResult, trace: str | Path, strict: bool = False,
             out.default_action += 1
         if got.ports:
             out.per_port.update(got.ports)
+            if m.datagram is None:
+                out.copies.update(got.ports)
+            else:
+                ports_here.update(got.ports)
             if len(got.ports) > 1:
                 out.multicast_deliveries += 1
             else:
                 out.unicast_deliveries += 1
         elif headers <= d.valid:
             out.actions[str(got)] += 1
+    out.copies.update(ports_here)
     return out
