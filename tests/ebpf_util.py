@@ -78,6 +78,19 @@ class Runner:
         leaf = hit[0] & L.STATE_MASK if hit else None
         return ret, out, leaf
 
+    def run_many(self, frame: bytes):
+        """(XDP verdict, Counter of leaf state -> messages of the frame that reached it)."""
+        from collections import Counter
+
+        from subc.runtime.bpf import test_run
+
+        ret, _, _ = test_run(self.lf.program.xdp.fd, frame)
+        after = leaf_totals(self.lf)
+        hits = Counter({k & L.STATE_MASK: n - self.before.get(k, 0) for k, n in after.items()
+                        if n != self.before.get(k, 0)})
+        self.before = after
+        return ret, hits
+
     def decision(self, leaf: int) -> Decision:
         """The decision ``maps.json`` gives leaf state ``leaf``."""
         for m in self.lf.doc["maps"]:
