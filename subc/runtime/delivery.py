@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from .moldudp64 import END_OF_SESSION, HEARTBEAT, HEADER_LEN
+from ..errors import SubcError
+from .moldudp64 import END_OF_SESSION, HEARTBEAT, decode_packet, encode_end_of_session, encode_packet
 from .reference import Decision
 
 #: The local stack as a recipient.
@@ -37,30 +38,19 @@ class Copy:
 
     def payload(self) -> bytes:
         """The UDP payload: header, then each message with its 2-byte big-endian length."""
-        out = [self.session, self.seq.to_bytes(8, "big"), self.count.to_bytes(2, "big")]
-        for m in self.messages:
-            out += [len(m).to_bytes(2, "big"), m]
-        return b"".join(out)
+        if self.count == END_OF_SESSION:
+            return encode_end_of_session(self.session, self.seq)
+        return encode_packet(self.session, self.seq, list(self.messages))
 
 
 def split_payload(payload: bytes) -> tuple[bytes, int, int, list[bytes]] | None:
-    """(session, sequence number, count, messages) of a MoldUDP64 payload, or None when its
-    framing disagrees with its bytes (short header, a block past the end, bytes after the last)."""
-    if len(payload) < HEADER_LEN:
+    """(session, sequence number, count, messages) of a MoldUDP64 payload
+    (:func:`~.moldudp64.decode_packet`), or None when its framing disagrees with its bytes."""
+    try:
+        p = decode_packet(payload)
+    except SubcError:
         return None
-    session, seq, count = payload[:10], int.from_bytes(payload[10:18], "big"), int.from_bytes(payload[18:20], "big")
-    msgs, pos = [], HEADER_LEN
-    for _ in range(0 if count == END_OF_SESSION else count):
-        if pos + 2 > len(payload):
-            return None
-        n = int.from_bytes(payload[pos : pos + 2], "big")
-        if pos + 2 + n > len(payload):
-            return None
-        msgs.append(payload[pos + 2 : pos + 2 + n])
-        pos += 2 + n
-    if pos != len(payload):
-        return None
-    return session, seq, count, msgs
+    return p.session_bytes, p.seq, p.count, p.messages
 
 
 def recipients_of(decision: Decision | None, broker: bool = True) -> set:

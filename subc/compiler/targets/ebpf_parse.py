@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from ...errors import Location, SubcError
 from ..p4lexer import parse_p4_int
+from ..parse_graph import ParseGraph
 from ..spec import ParserState, Spec
 
 ETH_BITS, IPV4_BITS, UDP_BITS = 112, 160, 64
@@ -244,31 +245,29 @@ def plan_parser(spec: Spec) -> ParsePlan:
 def _plan_moldudp64(spec: Spec, plan: ParsePlan, widths: dict[str, int]) -> None:
     """Mark ``plan`` MoldUDP64-framed when every feed port's entry state is (parse graph's test):
     each message of a datagram is then parsed on its own, from the entry state, and the instances
-    that entry state extracts within the first 160 bits (the MoldUDP64 header) are read from the
-    datagram's header (``mold_header``: entry state -> those instances)."""
-    from ..parse_graph import ParseGraph
-
+    that extract the payload's first 160 bits (the MoldUDP64 header) are read from the datagram's
+    header (``mold_header``: state -> those of its instances)."""
     graph = ParseGraph(spec)
-    feed = graph.feed()
-    entries = sorted({s for _, s in plan.ports})
-    molds = {e: graph.moldudp64_framing(e)[0] for e in entries} if feed is not None else {}
-    if not any(molds.values()):
+    if graph.feed() is None:
         return
-    if not all(molds.values()):
+    framings = {e: graph.moldudp64_framing(e) for e in sorted({s for _, s in plan.ports})}
+    if not any(ok for ok, _ in framings.values()):
+        return
+    if not all(ok for ok, _ in framings.values()):
         raise _error(spec, "the feed ports' entry states differ in framing (MoldUDP64 on some ports only)",
                      spec.parser.states[0].location if spec.parser.states else None)
     plan.moldudp64 = True
-    states = {s.name: s for s in plan.states}
-    for e in entries:
-        off, name = 0, e
-        while off < 160 and name in states:
-            for inst in states[name].extracts:
-                off += widths[inst]
-                if off <= 160:
-                    plan.mold_header.setdefault(name, []).append(inst)
-            if off >= 160 or states[name].select is not None:
-                break
-            name = states[name].cases[0][1]
+    header: set[str] = set()
+    for _, insts in framings.values():
+        end = 0
+        for inst in insts:
+            end += widths[inst]
+            if end <= 160:
+                header.add(inst)
+    for st in plan.states:
+        fixed = [i for i in st.extracts if i in header]
+        if fixed:
+            plan.mold_header[st.name] = fixed
 
 
 def _check_acyclic(spec: Spec, plan: ParsePlan) -> None:
