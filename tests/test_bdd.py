@@ -19,11 +19,11 @@ def compile_text(text, **kw):
 
 def test_implied_predicates_need_no_impossible_entry():
     res = compile_text("price > 100 : fwd(1);\nprice > 50 : fwd(2);\n")
-    (stage,) = res.sliced.stages
+    (stage,) = res.ir.stages
     (state,) = stage.states
     # three value ranges, no fourth for "price > 100 and not price > 50"
-    assert state.runs == [(0, 50, 0), (51, 100, 1), (101, 2**32 - 1, 2)]
-    leaves = {leaf.state: leaf.atoms for leaf in res.sliced.leaves}
+    assert list(state.runs) == [(0, 50, 0), (51, 100, 1), (101, 2**32 - 1, 2)]
+    leaves = {leaf.state: leaf.atoms for leaf in res.ir.leaves}
     assert leaves == {1: {("fwd", 2)}, 2: {("fwd", 1), ("fwd", 2)}}
 
 
@@ -47,13 +47,13 @@ def test_states_with_equal_futures_are_merged():
     # both symbols lead to the same future (fwd(1) when price > 5): one state, not two
     res = compile_text('sym == 1 and price > 5 : fwd(1);\nsym == 2 and price > 5 : fwd(1);\n',
                        field_order=["h.sym", "h.price"])
-    sym_stage, price_stage = res.sliced.stages
+    sym_stage, price_stage = res.ir.stages
     assert sym_stage.n_next == 1 and len(price_stage.states) == 1
 
 
 def test_adjacent_ranges_with_the_same_target_are_one_entry():
     res = compile_text("price < 10 : fwd(1);\nprice >= 10 and price < 20 : fwd(1);\nprice > 30 : fwd(2);\n")
-    (state,) = res.sliced.stages[0].states
+    (state,) = res.ir.stages[0].states
     assert [(lo, hi) for lo, hi, t in state.runs if t] == [(0, 19), (31, 2**32 - 1)]
 
 

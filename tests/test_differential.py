@@ -55,7 +55,7 @@ def check(fields_text, target, range_form, data):
         got = sim.process(pkt)
         assert got == ref, f"{text}\npacket {pkt}: reference {ref}, tables {got}"
     # structural reductions: no two states of a stage with the same future, no dead entry
-    for stage in res.sliced.stages:
+    for stage in res.ir.stages:
         sigs = [tuple(s.runs) for s in stage.states]
         assert len(sigs) == len(set(sigs)), "two states of one stage behave the same"
         for s in stage.states:

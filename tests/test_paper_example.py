@@ -41,7 +41,7 @@ def test_figure4_entry_counts(example_spec, target):
     assert pipe.mcast_groups == {1: (1, 2)}
     assert pipe.table("subc_add_order_shares").keys[1].match_kind == "range"
     assert pipe.table("subc_add_order_stock").keys[1].match_kind == "exact"
-    assert len(res.sliced.leaves) == 3
+    assert len(res.ir.leaves) == 3
 
 
 def test_figure4_forwarding(example_spec):

@@ -31,7 +31,7 @@ from dd import cudd
 
 from ..compiler.ast import And, Expr, Pred, Rule, evaluate
 from ..compiler.bdd import _Builder, _index_range_bdd, field_domains, fields_used
-from ..compiler.driver import describe_atom
+from ..compiler.decisions import action_class, conflict_message
 from ..compiler.layered import _CubeMaker
 from ..compiler.literals import show_value
 from ..compiler.spec import Spec
@@ -243,19 +243,16 @@ def changes_nothing(space: RuleSpace) -> list[Diagnostic]:
     return out
 
 
-def _group(a: tuple) -> object:
-    return "fwd" if a[0] == "fwd" else a
-
-
 def conflicts(space: RuleSpace) -> list[Diagnostic]:
-    """An error for every pair of rules whose actions cannot apply to one packet together (a
-    ``fwd`` and another action, or two different non-forwarding actions), with an example packet;
-    at most :data:`MAX_CONFLICTS_PER_PAIR` rule pairs per pair of actions."""
+    """An error for every pair of rules whose actions cannot apply to one packet together (atoms
+    of different :func:`~subc.compiler.decisions.action_class`: a ``fwd`` and another action, or
+    two different non-forwarding actions), with an example packet; at most
+    :data:`MAX_CONFLICTS_PER_PAIR` rule pairs per pair of action classes."""
     rules, cond, f = space.rules, space.cond, space.bdd.false
     groups: dict[object, cudd.Function] = {}
     members: dict[object, list[int]] = defaultdict(list)
     for i, (r, u) in enumerate(zip(rules, cond)):
-        for g in {_group(a) for a in r.atoms()}:
+        for g in {action_class(a) for a in r.atoms()}:
             groups[g] = groups.get(g, f) | u
             members[g].append(i)
     others = sorted((g for g in groups if g != "fwd"), key=repr)
@@ -272,19 +269,16 @@ def conflicts(space: RuleSpace) -> list[Diagnostic]:
             pkt = space.example(overlap)
             i = next(i for i in members[x] if evaluate(rules[i].condition, pkt))
             j = next(j for j in members[y] if evaluate(rules[j].condition, pkt))
-            ax = next(a for a in sorted(rules[i].atoms(), key=repr) if _group(a) == x)
-            ay = next(a for a in sorted(rules[j].atoms(), key=repr) if _group(a) == y)
+            ax = next(a for a in sorted(rules[i].atoms(), key=repr) if action_class(a) == x)
+            ay = next(a for a in sorted(rules[j].atoms(), key=repr) if action_class(a) == y)
             if i > j:
                 i, j, ax, ay = j, i, ay, ax
             where = ", ".join(f"{k}={show_value(space.fields[k], pkt[k])}" for k in used)
             if i == j:
-                msg = (f"conflicting actions: {describe_atom(ax)} and {describe_atom(ay)} of this rule apply to the same "
-                       f"packet ({where}); a packet can be forwarded or get one other action, not both")
+                msg = conflict_message(ay, ax, where, None)
                 out.append(Diagnostic("error", "conflict", msg, rules[j].location, [], [], pkt))
             else:
-                msg = (f"conflicting actions: {describe_atom(ay)} of this rule and {describe_atom(ax)} of the rule at "
-                       f"{_where(rules[i].location)} apply to the same packet ({where}); a packet can be forwarded "
-                       "or get one other action, not both")
+                msg = conflict_message(ay, ax, where, _where(rules[i].location))
                 out.append(Diagnostic("error", "conflict", msg, rules[j].location,
                                       [f"{_where(rules[i].location)}: {rules[i].text.strip()}"], [rules[i].location], pkt))
             overlap &= ~(cond[i] & cond[j])

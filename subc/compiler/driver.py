@@ -1,9 +1,9 @@
-"""The compiler driver: rules + spec -> field order -> BDD -> stages -> match-action pipeline.
+"""The compiler driver: rules + spec -> field order -> slicing -> IR -> the target's lowering.
 
-Semantics (Camus): a packet gets the actions of every rule it matches; several ``fwd`` merge
-into one port set (one port: unicast, several: a multicast group); a ``fwd`` together with a
-non-forwarding action, or two different non-forwarding actions, on one packet is an error that
-names both rules; a packet that matches no rule gets the spec's default action.
+For every candidate field order the rules are sliced (:mod:`.layered`) and frozen with their
+decisions into the target-neutral IR (:mod:`.ir`; the decision semantics are
+:mod:`.decisions`); the target's cost model (:mod:`.costs`) picks the order.  The P4 back end's
+match-action pipeline (:mod:`.tables`) is the lowering of the chosen IR.
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ from functools import cached_property
 from typing import Sequence
 
 from ..errors import SubcError
-from .ast import Rule, evaluate
+from .ast import Rule
 from .bdd import RuleBDD, build_bdd, fields_used
+from .costs import ebpf_cost, p4_cost
 from .gcpause import paused_gc
+from .ir import SubscriptionIR, build_ir
 from .layered import SliceBudgetExceeded, StateLimitExceeded, slice_rules
 from .limits import DEFAULT_LIMITS, Limits
 from .parse_graph import check_parsed
-from .slicing import Sliced
 from .spec import Spec
 from .tables import Pipeline, build_pipeline
 
@@ -35,87 +36,34 @@ ORDER_SEARCH_WORK_FACTOR = 8
 
 @dataclass
 class CompileResult:
-    """What :func:`compile_rules` returns: the pipeline and what produced it, with timings (s)."""
+    """What :func:`compile_rules` returns: the IR in the chosen field order and what produced it,
+    with phase timings (s)."""
 
-    pipeline: Pipeline
+    ir: SubscriptionIR
     rules: list[Rule]
     spec: Spec
-    sliced: Sliced
     target: str
     phases: dict[str, float] = field(default_factory=dict)
     orders_tried: int = 1
+    range_form: str = "auto"
+
+    @cached_property
+    def pipeline(self) -> Pipeline:
+        """The P4 match-action pipeline of the IR (:func:`~.tables.build_pipeline`) for the target
+        ('bmv2' for the eBPF target, whose table view the table simulator and ``simulate`` use)."""
+        p4_target = self.target if self.target in ("bmv2", "tofino") else "bmv2"
+        return build_pipeline(self.ir, self.spec, p4_target, self.range_form)
 
     @cached_property
     def rbdd(self) -> RuleBDD:
         """The global BDD of the rules in the chosen field order, built on first use (``--dot``):
         the compiler slices without it (:mod:`.layered`), to the same stages."""
-        return build_bdd(self.rules, self.spec.query_fields, self.pipeline.field_order)
+        return build_bdd(self.rules, self.spec.query_fields, self.ir.field_order)
 
     @property
     def diagram_states(self) -> int:
         """States of the sliced diagram: every stage's input states plus the leaves."""
-        return sum(len(st.states) for st in self.sliced.stages) + len(self.sliced.leaves)
-
-
-def default_action_of(spec: Spec) -> tuple[str, tuple]:
-    """The leaf table's default action for the spec's ``query_default_action``."""
-    name = spec.default_action
-    return {"drop": ("subc_drop", ()), "nop": ("subc_nop", ())}.get(name, (name, ()))
-
-
-def describe_atom(atom: tuple) -> str:
-    """An action atom as a rule writes it: ``fwd(3)``, ``drop()``, ``name(arg, ...)``."""
-    if atom[0] == "fwd":
-        return f"fwd({atom[1]})"
-    return f"{atom[0]}({', '.join(str(a) for a in atom[1:])})"
-
-
-def check_leaf(atoms: frozenset, example: dict[str, int], rules: Sequence[Rule]) -> None:
-    """Raise SubcError when a leaf's atoms cannot be applied together (see the module docstring)."""
-    ports = [a for a in atoms if a[0] == "fwd"]
-    others = sorted((a for a in atoms if a[0] != "fwd"), key=repr)
-    if not others or (not ports and len(others) == 1):
-        return
-    first = ports[0] if ports else others[0]
-    second = others[0] if ports else others[1]
-    matched = [r for r in rules if evaluate(r.condition, example)]
-    r1 = next(r for r in matched if first in r.atoms())
-    r2 = next(r for r in matched if second in r.atoms() and (r is not r1 or first in r.atoms()))
-    pkt = ", ".join(f"{k}={v}" for k, v in sorted(example.items()))
-    where1 = f"{r1.location.path}:{r1.location.line}"
-    err = SubcError(
-        f"conflicting actions: {describe_atom(second)} of this rule and {describe_atom(first)} of the rule at {where1} "
-        f"apply to the same packet ({pkt}); a packet can be forwarded or get one other action, not both",
-        r2.location,
-        notes=[f"{where1}: {r1.text.strip()}"],
-    )
-    err.example = dict(example)
-    err.rules = (r1.index, r2.index)
-    raise err
-
-
-def _leaf_tables(sliced: Sliced, rules: Sequence[Rule], spec: Spec):
-    leaf_actions: dict[int, tuple[str, tuple]] = {}
-    groups: dict[tuple[int, ...], int] = {}
-    atoms_by_leaf: dict[int, frozenset] = {}
-    for leaf in sliced.leaves:
-        check_leaf(leaf.atoms, leaf.example, rules)
-        atoms_by_leaf[leaf.state] = leaf.atoms
-        ports = tuple(sorted(a[1] for a in leaf.atoms if a[0] == "fwd"))
-        if len(ports) == 1:
-            leaf_actions[leaf.state] = ("subc_fwd", (("port", ports[0]),))
-        elif ports:
-            gid = groups.setdefault(ports, len(groups) + 1)
-            leaf_actions[leaf.state] = ("subc_mcast", (("group", gid),))
-        else:
-            (atom,) = leaf.atoms
-            if atom[0] == "drop":
-                leaf_actions[leaf.state] = ("subc_drop", ())
-            else:
-                params = tuple((p, v) for (p, _), v in zip(spec.actions[atom[0]].params, atom[1:]))
-                leaf_actions[leaf.state] = (atom[0], params)
-    mcast = {gid: ports for ports, gid in groups.items()}
-    return leaf_actions, mcast, atoms_by_leaf
+        return self.ir.diagram_states
 
 
 def resolve_order(names: Sequence[str], spec: Spec, used: Sequence[str]) -> list[str]:
@@ -135,20 +83,21 @@ def resolve_order(names: Sequence[str], spec: Spec, used: Sequence[str]) -> list
 
 
 def _build(rules, spec, order, target, range_form="auto", max_work=None, limits=DEFAULT_LIMITS):
-    """One compilation in a given field order: (sliced stages, pipeline, phase times in s).
+    """One candidate field order: (IR, cost, P4 pipeline or None, phase times in s).
 
-    Raises :class:`~.layered.SliceBudgetExceeded` past ``max_work`` and
-    :class:`~.layered.StateLimitExceeded` past ``limits`` (see :func:`slice_rules`)."""
+    Raises :class:`~.layered.SliceBudgetExceeded` past ``max_work``,
+    :class:`~.layered.StateLimitExceeded` past ``limits`` (see :func:`slice_rules`), and
+    :class:`SubcError` for conflicting actions (:func:`~.ir.build_ir`)."""
     t0 = time.perf_counter()
     sliced = slice_rules(rules, spec.query_fields, order, max_work, limits)
     t1 = time.perf_counter()
-    leaf_actions, mcast, atoms = _leaf_tables(sliced, rules, spec)
-    headers = list(dict.fromkeys(f.split(".")[0] for f in order))
-    hdr = spec.parser.hdr if spec.parser else "hdr"
-    meta = spec.parser.meta if spec.parser and spec.parser.meta else "meta"
-    pipe = build_pipeline(sliced, leaf_actions, mcast, default_action_of(spec), atoms, headers, target, hdr, meta, range_form)
+    ir = build_ir(sliced, rules, spec)
+    if target == "ebpf":
+        cost, pipe = ebpf_cost(ir), None
+    else:
+        cost, pipe = p4_cost(ir, spec, target, range_form)
     t2 = time.perf_counter()
-    return sliced, pipe, {"slicing": t1 - t0, "tables": t2 - t1}
+    return ir, cost, pipe, {"slicing": t1 - t0, "tables": t2 - t1}
 
 
 def candidate_orders(used: Sequence[str], spec: Spec) -> list[list[str]]:
@@ -178,7 +127,8 @@ def compile_rules(
     """Compile ``rules`` for ``target`` ('bmv2', 'tofino' or 'ebpf').
 
     The field order is ``field_order`` when given, else the candidate (see
-    :func:`candidate_orders`) with the fewest table entries (ties: first candidate; a candidate
+    :func:`candidate_orders`) of least cost under the target's cost model (:mod:`.costs`: P4 table
+    entries, or BPF map entries then lookup steps; ties: first candidate; a candidate
     whose slicing costs :data:`ORDER_SEARCH_WORK_FACTOR` times the best one's is abandoned);
     above :data:`ORDER_SEARCH_MAX_RULES` rules, the first (heuristic) candidate only.
     ``range_form`` is passed to :func:`~subc.compiler.tables.build_pipeline`.  Raises
@@ -212,11 +162,14 @@ def compile_rules(
             except StateLimitExceeded as e:
                 too_big = too_big or e
                 continue
-            if best is None or built[1].total_entries < best[1].total_entries:
+            if best is None or built[1] < best[1]:
                 best = built
     if best is None:
         raise too_big
-    sliced, pipe, phases = best
+    ir, _, pipe, phases = best
     # the order search is the time spent on the candidates that were not kept
     phases = {"order_search": time.perf_counter() - t0 - sum(phases.values()), **phases}
-    return CompileResult(pipe, rules, spec, sliced, target, phases, len(orders))
+    res = CompileResult(ir, rules, spec, target, phases, len(orders), range_form)
+    if pipe is not None:
+        res.__dict__["pipeline"] = pipe  # the winner's lowering, as the cached property would build it
+    return res

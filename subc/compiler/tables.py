@@ -1,4 +1,4 @@
-"""Match-action tables from the sliced BDD: the target-independent pipeline.
+"""The P4 back end's lowering of the IR (:mod:`.ir`) to match-action tables (BMv2 and Tofino).
 
 Each field stage becomes a table keyed by ``(state: exact, field: <match kind>)`` whose actions
 set the next state, except the last stage: its entries apply the packet's actions (egress port,
@@ -24,12 +24,12 @@ dead path.  Match kinds and their entries:
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass, field as dc_field
 
 from .intervals import prefix_cover_count
-from .slicing import Sliced, Stage, StageState
+from .ir import FieldStage, SubscriptionIR, fallback_target
+from .spec import Spec
 
 NO_ACTION = ("NoAction", ())
 FALLBACK_PRIORITY = 1
@@ -133,77 +133,7 @@ def _state_entry(state: int, match, target: int, priority=None) -> Entry:
     return Entry((state, match), "subc_set_state", (("next_state", target),), priority)
 
 
-def _fallback(targets: Counter) -> int:
-    """The target to use as a per-state fallback: most entries saved, state 0 preferred."""
-    if not targets:
-        return 0
-    total = sum(targets.values())
-    return min(targets, key=lambda t: (total - targets[t] + (1 if t else 0), t))
-
-
-def _range_entries(st: StageState) -> tuple[list[Entry], int]:
-    fb = _fallback(Counter(t for _, _, t in st.runs))
-    out = [_state_entry(st.state, (lo, hi), t, SPECIFIC_PRIORITY) for lo, hi, t in st.runs if t != fb]
-    if fb:
-        out.append(_state_entry(st.state, (0, st.runs[-1][1]), fb, FALLBACK_PRIORITY))
-    return out, fb
-
-
-def exact_entries(st: StageState, points: list[int]) -> tuple[list[Entry], int]:
-    """Entries for the mentioned ``points`` (sorted) and the miss target of the state."""
-    miss, counts = None, Counter()
-    for lo, hi, t in st.runs:
-        n_points = bisect_right(points, hi) - bisect_left(points, lo)
-        counts[t] += n_points
-        if n_points < hi - lo + 1:
-            miss = t  # the run holds an unmentioned value: all of those lead to one target
-    if miss is None:
-        miss = _fallback(counts)
-    out = []
-    for v in points:
-        t = st.target(v)
-        if t != miss:
-            out.append(_state_entry(st.state, v, t))
-    return out, miss
-
-
-def lpm_entries(st: StageState, prefixes: list[tuple[int, int]], width: int) -> list[Entry]:
-    """Entries for a state over the prefix tree of ``prefixes`` [(value, len)], root /0 first."""
-    top = (1 << width) - 1
-    spans = [(v, v | (top >> plen if plen else top), plen) for v, plen in prefixes]
-    spans = sorted(set(spans) | {(0, top, 0)}, key=lambda s: (s[0], s[2]))
-    parent: dict[tuple, tuple | None] = {}
-    children: dict[tuple, list] = {s: [] for s in spans}
-    stack: list[tuple] = []
-    for s in spans:
-        while stack and not (stack[-1][0] <= s[0] and s[1] <= stack[-1][1]):
-            stack.pop()
-        parent[s] = stack[-1] if stack else None
-        if stack:
-            children[stack[-1]].append(s)
-        stack.append(s)
-    los = [lo for lo, _, _ in st.runs]
-    effective: dict[tuple, int] = {}
-    out = []
-    for s in spans:
-        inherited = effective[parent[s]] if parent[s] is not None else 0
-        cursor = s[0]
-        for c in children[s]:
-            if c[0] == cursor:
-                cursor = c[1] + 1
-            else:
-                break
-        if cursor > s[1]:
-            effective[s] = inherited
-            continue
-        t = st.runs[bisect_right(los, cursor) - 1][2]
-        effective[s] = t
-        if t != inherited:
-            out.append(_state_entry(st.state, (s[0], s[2]), t))
-    return out
-
-
-def _code_form(stage: Stage) -> tuple[list[tuple[int, int, int]], dict[int, dict[int, int]], int]:
+def _code_form(stage: FieldStage) -> tuple[list[tuple[int, int, int]], dict[int, dict[int, int]], int]:
     """Interval codes of a range stage: (code runs [(lo, hi, code)], per state {code: target}, #codes)."""
     cuts = sorted({lo for st in stage.states for lo, _, _ in st.runs})
     top = stage.field.max_value
@@ -221,6 +151,35 @@ def _code_form(stage: Stage) -> tuple[list[tuple[int, int, int]], dict[int, dict
             runs.append((lo, hi, c))
     per_state = {st.state: {c: tup[j] for tup, c in codes.items()} for j, st in enumerate(stage.states)}
     return runs, per_state, len(codes)
+
+
+def p4_leaf_actions(ir: SubscriptionIR, spec: Spec) -> tuple[dict[int, tuple[str, tuple]], dict[int, tuple[int, ...]]]:
+    """The P4 action of every leaf decision of ``ir`` and the multicast groups they use.
+
+    Returns (leaf state -> (action, ((param, value), ...)), group id -> ports): one port is
+    ``subc_fwd(port)``, several are ``subc_mcast(group)`` with groups numbered from 1 in leaf
+    order (:attr:`~.ir.SubscriptionIR.port_sets`), ``drop`` is ``subc_drop``, a spec action
+    keeps its name and gets its arguments as named parameters."""
+    groups = {ports: gid for gid, ports in enumerate(ir.port_sets, 1)}
+    out: dict[int, tuple[str, tuple]] = {}
+    for leaf in ir.leaves:
+        d = leaf.decision
+        if len(d.ports) == 1:
+            out[leaf.state] = ("subc_fwd", (("port", d.ports[0]),))
+        elif d.ports:
+            out[leaf.state] = ("subc_mcast", (("group", groups[d.ports]),))
+        elif d.action[0] == "drop":
+            out[leaf.state] = ("subc_drop", ())
+        else:
+            params = tuple((p, v) for (p, _), v in zip(spec.actions[d.action[0]].params, d.action[1:]))
+            out[leaf.state] = (d.action[0], params)
+    return out, {gid: ports for ports, gid in groups.items()}
+
+
+def p4_default_action(spec: Spec) -> tuple[str, tuple]:
+    """The last stage's default action for the spec's ``query_default_action``."""
+    name = spec.default_action
+    return {"drop": ("subc_drop", ()), "nop": ("subc_nop", ())}.get(name, (name, ()))
 
 
 def _apply_leaf_actions(tables: list[Table], leaf_actions: dict[int, tuple[str, tuple]], default_action) -> None:
@@ -243,25 +202,23 @@ def _apply_leaf_actions(tables: list[Table], leaf_actions: dict[int, tuple[str, 
 
 
 def build_pipeline(
-    sliced: Sliced,
-    leaf_actions: dict[int, tuple[str, tuple]],
-    mcast_groups: dict[int, tuple[int, ...]],
-    default_action: tuple[str, tuple],
-    leaf_atoms: dict[int, frozenset],
-    headers: list[str],
+    ir: SubscriptionIR,
+    spec: Spec,
     target: str = "bmv2",
-    hdr: str = "hdr",
-    meta: str = "meta",
     range_form: str = "auto",
 ) -> Pipeline:
-    """Build the tables of ``sliced`` (see the module docstring).
+    """Lower ``ir`` to the P4 match-action tables of ``target`` (see the module docstring).
 
-    ``leaf_actions`` maps each leaf state to (action, params); ``target`` 'tofino' enables the
-    interval-code form of range fields where it needs fewer TCAM words.  ``range_form``
-    'direct' or 'code' forces one form of range fields on every target (for tests and tuning).
+    ``target`` 'tofino' enables the interval-code form of range fields where it needs fewer
+    TCAM words; ``range_form`` 'direct' or 'code' forces one form of range fields on every
+    target (for tests and tuning).  Header and metadata names come from the spec's parser.
     """
+    leaf_actions, mcast_groups = p4_leaf_actions(ir, spec)
+    default_action = p4_default_action(spec)
+    hdr = spec.parser.hdr if spec.parser else "hdr"
+    meta = spec.parser.meta if spec.parser and spec.parser.meta else "meta"
     # states are written by every stage but the last, which applies the packets' actions
-    max_state = max([1] + [s.n_next for s in sliced.stages[:-1]])
+    max_state = max([1] + [s.n_next for s in ir.stages[:-1]])
     state_width = max(1, max_state.bit_length())
     state_key = Key(f"{meta}.subc_state", "exact", state_width)
     to_dead = ("subc_set_state", (("next_state", 0),))
@@ -269,19 +226,22 @@ def build_pipeline(
     steps: list[Step] = []
     forms: dict[str, str] = {}
     code_width = 1
-    for stage in sliced.stages:
+    for stage in ir.stages:
         q = stage.field
         base = _table_base(q.name)
         fkey = lambda kind: Key(f"{hdr}.{q.name}", kind, q.width, q.name)  # noqa: E731
         if q.match_kind == "range":
             direct: list[Entry] = []
             for st in stage.states:
-                direct.extend(_range_entries(st)[0])
+                runs, fb = FieldStage.range_form(st)
+                direct.extend(_state_entry(st.state, (lo, hi), t, SPECIFIC_PRIORITY) for lo, hi, t in runs)
+                if fb:
+                    direct.append(_state_entry(st.state, (0, st.runs[-1][1]), fb, FALLBACK_PRIORITY))
             direct_tcam = sum(prefix_cover_count(*e.match[1], q.width) for e in direct)
             use_code = False
             if stage.states and (target == "tofino" or range_form == "code"):
                 runs, per_state, ncodes = _code_form(stage)
-                cfb = _fallback(Counter(c for _, _, c in runs))
+                cfb = fallback_target(Counter(c for _, _, c in runs))
                 code_runs = [r for r in runs if r[2] != cfb]
                 code_tcam = sum(prefix_cover_count(lo, hi, q.width) for lo, hi, _ in code_runs)
                 use_code = code_tcam < direct_tcam if range_form == "auto" else range_form == "code"
@@ -304,7 +264,7 @@ def build_pipeline(
             code_state_entries, miss_entries = [], []
             for st in stage.states:
                 targets = per_state[st.state]
-                fb = _fallback(Counter(targets.values()))
+                fb = fallback_target(Counter(targets.values()))
                 code_state_entries.extend(_state_entry(st.state, c, t) for c, t in sorted(targets.items()) if t != fb)
                 if fb:
                     miss_entries.append(Entry((st.state,), "subc_set_state", (("next_state", fb),)))
@@ -314,11 +274,11 @@ def build_pipeline(
             steps.append(Step(base, f"{base}_miss"))
         elif q.match_kind == "exact":
             forms[q.name] = "exact"
-            points = sorted(v for v, plen in stage.domain.mentioned if plen == q.width)
+            points = stage.exact_points
             entries, misses = [], []
             for st in stage.states:
-                es, miss = exact_entries(st, points)
-                entries.extend(es)
+                es, miss = FieldStage.exact_form(st, points)
+                entries.extend(_state_entry(st.state, v, t) for v, t in es)
                 if miss:
                     misses.append(Entry((st.state,), "subc_set_state", (("next_state", miss),)))
             tables.append(Table(base, [state_key, fkey("exact")], entries, NO_ACTION, "stage", q.name, ["subc_set_state"]))
@@ -326,17 +286,17 @@ def build_pipeline(
             steps.append(Step(base, f"{base}_miss"))
         else:
             forms[q.name] = "lpm"
-            prefixes = sorted(stage.domain.mentioned)
+            prefixes = stage.prefixes
             entries = []
             for st in stage.states:
-                entries.extend(lpm_entries(st, prefixes, q.width))
+                entries.extend(_state_entry(st.state, (v, plen), t) for v, plen, t in FieldStage.lpm_form(st, prefixes, q.width))
             tables.append(Table(base, [state_key, fkey("lpm")], entries, to_dead, "stage", q.name, ["subc_set_state"]))
             steps.append(Step(base))
     # widths of code keys are known only now
     for t in tables:
         t.keys = [Key(k.name, k.match_kind, code_width, k.field) if k.name.endswith(".subc_code") else k for k in t.keys]
-    if sliced.stages:
-        last = sliced.stages[-1].field.name
+    if ir.stages:
+        last = ir.stages[-1].field.name
         _apply_leaf_actions([t for t in tables if t.field == last and t.role != "code"], leaf_actions, default_action)
     else:  # no field to match (no rules): the root state alone decides
         leaf_entries = [Entry((s,), a, p) for s, (a, p) in sorted(leaf_actions.items())]
@@ -349,12 +309,12 @@ def build_pipeline(
         mcast_groups=mcast_groups,
         state_width=state_width,
         code_width=code_width,
-        root_state=sliced.root_state,
-        field_order=[s.field.name for s in sliced.stages],
+        root_state=ir.root_state,
+        field_order=[s.field.name for s in ir.stages],
         match_forms=forms,
-        headers=headers,
+        headers=list(ir.headers),
         default_action=default_action,
-        leaf_atoms=leaf_atoms,
+        leaf_atoms={leaf.state: leaf.atoms for leaf in ir.leaves},
         meta=meta,
         hdr=hdr,
     )

@@ -29,9 +29,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..compiler.ast import And, Not, Pred, Rule, predicates
+from ..compiler.decisions import Decision, decide
 from ..compiler.spec import Spec
 from ..errors import SubcError
-from ..runtime.reference import Decision, default_decision
+from ..runtime.reference import default_decision
 
 #: Largest boolean block (rules x representatives) evaluated at once.
 BLOCK = 1 << 22
@@ -228,7 +229,9 @@ def evaluate_rules(rules: list[Rule], spec: Spec, reps: dict[str, np.ndarray], c
 
 
 def _combine_sets(asets: list[frozenset], acc: np.ndarray, spec: Spec) -> list[Decision]:
-    """Per representative (column of ``acc``), the combined decision of the matched action sets."""
+    """Per representative (column of ``acc``), the combined decision of the matched action sets
+    (:func:`subc.compiler.decisions.decide`; a representative whose matched rules only forward
+    gets the union of their ports, computed as a matrix product)."""
     K, T = acc.shape
     default = default_decision(spec)
     if K == 0:
@@ -256,11 +259,7 @@ def _combine_sets(asets: list[frozenset], acc: np.ndarray, spec: Spec) -> list[D
             continue
         if other[t]:
             atoms = set().union(*(asets[k] for k in np.flatnonzero(acc[:, t])))
-            fwd = tuple(sorted(a[1] for a in atoms if a[0] == "fwd"))
-            rest = [a for a in atoms if a[0] != "fwd"]
-            if (fwd and rest) or len(rest) > 1:
-                raise SubcError(f"conflicting actions on one packet: {sorted(atoms, key=repr)}")
-            out.append(Decision(fwd, None) if fwd else Decision((), rest[0]))
+            out.append(decide(atoms, default))
             continue
         row = port_hits[t]
         k = row.tobytes()

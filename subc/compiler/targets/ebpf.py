@@ -1,6 +1,6 @@
 """The eBPF target: ``subc_filter.bpf.c`` (XDP + TC), ``maps.json`` and ``report.json``.
 
-Each field stage of the sliced BDD becomes BPF maps keyed by state (Algorithm 1 of Jepsen et al.,
+Each field stage of the IR (:mod:`subc.compiler.ir`) becomes BPF maps keyed by state (Algorithm 1 of Jepsen et al.,
 HotNets 2018, with maps in place of match-action tables):
 
 * **range** fields: per state, the sorted lower bounds of its runs in a slice of one
@@ -28,7 +28,7 @@ import math
 from ... import __version__
 from ...errors import SubcError
 from ..driver import CompileResult
-from ..tables import exact_entries, lpm_entries
+from ..ir import FieldStage
 from . import ebpf_layout as L
 from .ebpf_parse import FieldLayout, ParsePlan, check_fields, plan_parser
 from .safety import comment_text, identifier
@@ -56,19 +56,21 @@ def _load_expr(fl: FieldLayout) -> str:
     return expr
 
 
-def _leaf_entry(state: int, atoms: frozenset, spec) -> dict:
-    ports = sorted(a[1] for a in atoms if a[0] == "fwd")
-    if ports:
-        return {"state": state, "action": "fwd", "subscribers": ports}
-    (atom,) = atoms
-    if atom[0] not in ("drop", "nop"):
-        raise SubcError(f"--target ebpf: action '{atom[0]}' has no eBPF meaning (fwd, drop and nop only)")
-    return {"state": state, "action": atom[0]}
+def _leaf_entry(state: int, decision) -> dict:
+    """The ``subc_leaf`` entry of a leaf :class:`~subc.compiler.decisions.Decision`."""
+    if decision.ports:
+        return {"state": state, "action": "fwd", "subscribers": list(decision.ports)}
+    name = decision.action[0]
+    if name not in ("drop", "nop"):
+        raise SubcError(f"--target ebpf: action '{name}' has no eBPF meaning (fwd, drop and nop only)")
+    return {"state": state, "action": name}
 
 
 def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
-    """The ``maps.json`` document of ``res`` (see the module docstring)."""
-    spec = res.spec
+    """The ``maps.json`` document of ``res`` (see the module docstring): the lowering of its IR.
+
+    Raises SubcError when a decision or the default action has no eBPF meaning."""
+    spec, ir = res.spec, res.ir
     default = spec.default_action
     if default not in ("drop", "nop"):
         raise SubcError(
@@ -83,9 +85,9 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
             "capacity": cap if cap is not None else capacity(len(entries)), "entries": entries,
         })
 
-    add("subc_root", "array", L.U32, L.U32, [{"index": 0, "root_state": res.sliced.root_state}], "root", cap=1)
+    add("subc_root", "array", L.U32, L.U32, [{"index": 0, "root_state": ir.root_state}], "root", cap=1)
     stages = []
-    for i, stage in enumerate(res.sliced.stages):
+    for i, stage in enumerate(ir.stages):
         q = stage.field
         base = f"st{i}"
         if q.match_kind == "range":
@@ -98,28 +100,28 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
             add(f"{base}_bnd", "array", L.U32, L.BOUND, bounds, "bounds", q.name)
             stages.append({"field": q.name, "kind": "range", "maps": [f"{base}_info", f"{base}_bnd"]})
         elif q.match_kind == "exact":
-            points = sorted(v for v, plen in stage.domain.mentioned if plen == q.width)
+            points = stage.exact_points
             info, ex = [], []
             for st in stage.states:
-                es, miss = exact_entries(st, points)
+                es, miss = FieldStage.exact_form(st, points)
                 info.append({"state": st.state, "miss": miss})
-                ex.extend({"state": st.state, "value": e.match[1], "next": e.params[0][1]} for e in es)
+                ex.extend({"state": st.state, "value": v, "next": t} for v, t in es)
             add(f"{base}_info", "hash", L.U32, L.INFO, info, "state_info", q.name)
             add(f"{base}_ex", "hash", L.EXACT_KEY, L.U32, ex, "exact", q.name)
             stages.append({"field": q.name, "kind": "exact", "maps": [f"{base}_info", f"{base}_ex"]})
         else:
-            prefixes = sorted(stage.domain.mentioned)
+            prefixes = stage.prefixes
             lpm = []
             for st in stage.states:
                 lpm.extend(
-                    {"state": st.state, "value": e.match[1][0], "prefix_len": e.match[1][1], "next": e.params[0][1]}
-                    for e in lpm_entries(st, prefixes, q.width)
+                    {"state": st.state, "value": v, "prefix_len": plen, "next": t}
+                    for v, plen, t in FieldStage.lpm_form(st, prefixes, q.width)
                 )
             add(f"{base}_lpm", "lpm_trie", L.LPM_KEY, L.U32, lpm, "lpm", q.name)
             stages.append({"field": q.name, "kind": "lpm", "maps": [f"{base}_lpm"]})
         stages[-1].update({"width": q.width, "states": len(stage.states), "next_states": stage.n_next})
     leaves = [{"state": 0, "action": default}]
-    leaves += [_leaf_entry(leaf.state, leaf.atoms, spec) for leaf in res.sliced.leaves]
+    leaves += [_leaf_entry(leaf.state, leaf.decision) for leaf in ir.leaves]
     add("subc_leaf", "hash", L.U32, L.LEAF, leaves, "leaf")
     add("subc_subs", "array", L.U32, L.sub_struct(DEFAULT_MAX_ENDPOINTS), [], "subscribers", cap=L.MAX_SUBSCRIBERS)
     add("subc_all", "array", L.U32, L.SUBSET, [], "everyone", cap=2)
@@ -138,8 +140,8 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
         "moldudp64": plan.moldudp64,
         "generation_bit": L.GEN_BIT,
         "ports": [p for p, _ in plan.ports],
-        "field_order": res.pipeline.field_order,
-        "root_state": res.sliced.root_state,
+        "field_order": ir.field_order,
+        "root_state": ir.root_state,
         "default_action": default,
         "max_endpoints": DEFAULT_MAX_ENDPOINTS,
         "stats": L.STATS,
@@ -156,7 +158,7 @@ def render_filter(res: CompileResult, plan: ParsePlan, doc: dict, rules_path: st
     states = []
     for m in doc["maps"]:
         identifier(m["name"], "BPF map name")
-    for f in res.pipeline.field_order:
+    for f in res.ir.field_order:
         identifier(f, "field", dotted=True)
     for s in plan.states:
         identifier(s.name, "parser state")
@@ -182,7 +184,7 @@ def render_filter(res: CompileResult, plan: ParsePlan, doc: dict, rules_path: st
             ctx[m.split("_", 1)[1].replace("bnd", "bounds").replace("ex", "exact")] = m
         stage_ctx.append(ctx)
     need = 0
-    for h in res.pipeline.headers:
+    for h in res.ir.headers:
         need |= 1 << plan.bit[h]
     net = (1 << plan.bit[plan.eth]) | (1 << plan.bit[plan.ipv4]) | (1 << plan.bit[plan.udp])
     message_insts = [i for i in plan.header_bytes if i not in (plan.eth, plan.ipv4, plan.udp)]
@@ -193,7 +195,7 @@ def render_filter(res: CompileResult, plan: ParsePlan, doc: dict, rules_path: st
         rules_path=comment_text(rules_path),
         spec_path=comment_text(spec.path),
         n_rules=len(res.rules),
-        field_order=res.pipeline.field_order,
+        field_order=res.ir.field_order,
         ports=[p for p, _ in plan.ports],
         port_states=[{"port": p, "state": s} for p, s in plan.ports],
         meta_magic=hex(L.META_MAGIC),
@@ -219,7 +221,7 @@ def render_filter(res: CompileResult, plan: ParsePlan, doc: dict, rules_path: st
 def ebpf_plan(res: CompileResult) -> ParsePlan:
     """The parse plan of ``res``'s spec, with its fields checked (SubcError when unsupported)."""
     plan = plan_parser(res.spec)
-    check_fields(res.spec, plan, res.pipeline.field_order)
+    check_fields(res.spec, plan, res.ir.field_order)
     return plan
 
 
@@ -234,13 +236,13 @@ def report(res: CompileResult, doc: dict) -> dict:
         "target": "ebpf",
         "rules": len(res.rules),
         "diagram_states": res.diagram_states,
-        "field_order": res.pipeline.field_order,
+        "field_order": res.ir.field_order,
         "orders_tried": res.orders_tried,
         "stages": doc["stages"],
         "maps": [{"name": m["name"], "type": m["type"], "role": m["role"], "field": m["field"],
                   "entries": len(m["entries"]), "capacity": m["capacity"]} for m in doc["maps"]],
-        "leaf_states": len(res.sliced.leaves),
+        "leaf_states": len(res.ir.leaves),
         "total_entries": sum(len(m["entries"]) for m in doc["maps"] if m["role"] != "root"),
-        "multicast_groups": len(res.pipeline.mcast_groups),
+        "multicast_groups": len(res.ir.port_sets),
         "instructions": None,
     }

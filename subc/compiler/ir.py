@@ -1,0 +1,251 @@
+"""The target-neutral IR: what every back end (P4 for BMv2 and Tofino, eBPF) lowers.
+
+The IR of a rule set in one field order is the sliced diagram (Algorithm 1 of Jepsen et al.,
+"Packet Subscriptions for Programmable ASICs", HotNets 2018) with its decisions, frozen:
+
+* per field, in order, a :class:`FieldStage`: the field (name, width in bits, match kind), the
+  values and prefixes the rules mention, and for every input state its *runs* ``(lo, hi, next
+  state)`` covering ``[0, 2**width - 1]``; state 0 is dead (no rule can match any more);
+* the *leaves*: every final state with its :class:`~.decisions.Decision` (the rules' atoms
+  combined by :mod:`.decisions`, conflicts refused when the IR is built) and the atoms;
+* the spec's default decision, and the *action signatures* the decisions use, with parameter
+  widths in bits.
+
+The match forms of a state that back ends share (a per-state fallback for range fields, the miss
+target and the mentioned values for exact fields, the prefix entries of lpm fields) are computed
+here once (:meth:`FieldStage.range_form`, :meth:`FieldStage.exact_form`,
+:meth:`FieldStage.lpm_form`); how they become match-action table entries or BPF map entries is
+each back end's business (:mod:`.tables`, :mod:`.targets.ebpf`), and so is the cost model the
+field-order search uses (:mod:`.costs`).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ..errors import SubcError
+from .ast import Rule, evaluate
+from .decisions import FWD, Decision, conflict_message, conflicting_pair, decide, default_decision_of
+from .slicing import Sliced
+from .spec import QueryField, Spec
+
+#: Width in bits of a ``fwd`` port (a v1model and TNA egress port, an eBPF subscriber index < 512).
+PORT_WIDTH = 9
+
+
+@dataclass(frozen=True)
+class StateRuns:
+    """One input state of a stage: ``runs`` (lo, hi, next state) over the field's values, in value
+    order, covering ``[0, 2**width - 1]``; adjacent runs lead to different states."""
+
+    state: int
+    runs: tuple[tuple[int, int, int], ...]
+
+    def target(self, v: int) -> int:
+        """The next state of value ``v`` (raises ValueError when no run holds it)."""
+        i = bisect_right(self.runs, (v, float("inf"))) - 1
+        if i >= 0 and self.runs[i][0] <= v <= self.runs[i][1]:
+            return self.runs[i][2]
+        raise ValueError(v)
+
+
+def fallback_target(targets: Counter) -> int:
+    """The next state that a per-state fallback entry should lead to: the one that saves most
+    entries, state 0 (which needs no entry) preferred on ties, then the smallest."""
+    if not targets:
+        return 0
+    total = sum(targets.values())
+    return min(targets, key=lambda t: (total - targets[t] + (1 if t else 0), t))
+
+
+@dataclass(frozen=True)
+class FieldStage:
+    """The stage of one field: ``field`` (a :class:`~.spec.QueryField`: name, width in bits,
+    match kind), ``mentioned`` (the (value, prefix length) operands of the rules on it),
+    ``states`` (its input states, by number) and ``n_next`` (how many next states, not counting
+    the dead state 0)."""
+
+    field: QueryField
+    mentioned: frozenset
+    states: tuple[StateRuns, ...]
+    n_next: int
+
+    @property
+    def exact_points(self) -> list[int]:
+        """The whole values (prefix length = width) the rules mention, sorted."""
+        w = self.field.width
+        return sorted(v for v, plen in self.mentioned if plen == w)
+
+    @property
+    def prefixes(self) -> list[tuple[int, int]]:
+        """The (value, prefix length) operands, sorted."""
+        return sorted(self.mentioned)
+
+    @staticmethod
+    def range_form(st: StateRuns) -> tuple[list[tuple[int, int, int]], int]:
+        """Range entries of a state: (the runs that differ from its fallback, fallback target).
+
+        A range table holds these at a higher priority than one full-range fallback entry (none
+        when the fallback is state 0)."""
+        fb = fallback_target(Counter(t for _, _, t in st.runs))
+        return [r for r in st.runs if r[2] != fb], fb
+
+    @staticmethod
+    def exact_form(st: StateRuns, points: Sequence[int]) -> tuple[list[tuple[int, int]], int]:
+        """Exact entries of a state over the mentioned ``points`` (sorted): ([(value, next state)]
+        for values whose next state differs from the miss target, miss target).  Every value the
+        rules do not mention leads to one state (the miss target)."""
+        miss, counts = None, Counter()
+        for lo, hi, t in st.runs:
+            n_points = bisect_right(points, hi) - bisect_left(points, lo)
+            counts[t] += n_points
+            if n_points < hi - lo + 1:
+                miss = t  # the run holds an unmentioned value: all of those lead to one target
+        if miss is None:
+            miss = fallback_target(counts)
+        out = []
+        for v in points:
+            t = st.target(v)
+            if t != miss:
+                out.append((v, t))
+        return out, miss
+
+    @staticmethod
+    def lpm_form(st: StateRuns, prefixes: Sequence[tuple[int, int]], width: int) -> list[tuple[int, int, int]]:
+        """Lpm entries of a state over the prefix tree of ``prefixes`` [(value, length)]:
+        [(value, prefix length, next state)], one per prefix whose target differs from that of
+        its nearest enclosing entry (the /0 root leads to state 0 when it has no entry)."""
+        top = (1 << width) - 1
+        spans = [(v, v | (top >> plen if plen else top), plen) for v, plen in prefixes]
+        spans = sorted(set(spans) | {(0, top, 0)}, key=lambda s: (s[0], s[2]))
+        parent: dict[tuple, tuple | None] = {}
+        children: dict[tuple, list] = {s: [] for s in spans}
+        stack: list[tuple] = []
+        for s in spans:
+            while stack and not (stack[-1][0] <= s[0] and s[1] <= stack[-1][1]):
+                stack.pop()
+            parent[s] = stack[-1] if stack else None
+            if stack:
+                children[stack[-1]].append(s)
+            stack.append(s)
+        los = [lo for lo, _, _ in st.runs]
+        effective: dict[tuple, int] = {}
+        out = []
+        for s in spans:
+            inherited = effective[parent[s]] if parent[s] is not None else 0
+            cursor = s[0]
+            for c in children[s]:
+                if c[0] == cursor:
+                    cursor = c[1] + 1
+                else:
+                    break
+            if cursor > s[1]:
+                effective[s] = inherited
+                continue
+            t = st.runs[bisect_right(los, cursor) - 1][2]
+            effective[s] = t
+            if t != inherited:
+                out.append((s[0], s[2], t))
+        return out
+
+
+@dataclass(frozen=True)
+class LeafDecision:
+    """A final state: its ``decision``, the ``atoms`` of the rules that reach it, and
+    ``example``, one packet ({field: value}) that reaches it."""
+
+    state: int
+    decision: Decision
+    atoms: frozenset
+    example: dict = field(default_factory=dict, compare=False, hash=False)
+
+
+@dataclass(frozen=True)
+class ActionSignature:
+    """An action a decision uses: ``name`` and its ``params`` ((name, width in bits), ...).
+    ``fwd`` has one parameter, a port of :data:`PORT_WIDTH` bits, per port."""
+
+    name: str
+    params: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class SubscriptionIR:
+    """The IR (see the module docstring).  ``root_state`` is 1, or 0 when no packet can match;
+    ``headers`` are the header instances of the fields, in field order; ``work`` counts the
+    slicer's item visits (the order search's budget; not compared)."""
+
+    stages: tuple[FieldStage, ...]
+    leaves: tuple[LeafDecision, ...]
+    root_state: int
+    default: Decision
+    actions: tuple[ActionSignature, ...]
+    headers: tuple[str, ...]
+    work: int = field(default=0, compare=False)
+
+    @property
+    def field_order(self) -> list[str]:
+        """The fields in stage order ('instance.field')."""
+        return [s.field.name for s in self.stages]
+
+    @property
+    def diagram_states(self) -> int:
+        """States of the sliced diagram: every stage's input states plus the leaves."""
+        return sum(len(st.states) for st in self.stages) + len(self.leaves)
+
+    @property
+    def port_sets(self) -> list[tuple[int, ...]]:
+        """The distinct sets of two or more ports of the leaf decisions (multicast groups on a
+        switch), in leaf order."""
+        return list(dict.fromkeys(leaf.decision.ports for leaf in self.leaves if len(leaf.decision.ports) > 1))
+
+
+def _conflict_error(pair: tuple[tuple, tuple], example: dict[str, int], rules: Sequence[Rule]) -> SubcError:
+    """The error for conflicting atoms ``pair`` of a leaf reached by ``example``: it points at
+    the rule of the second atom and names the rule of the first."""
+    first, second = pair
+    matched = [r for r in rules if evaluate(r.condition, example)]
+    r1 = next(r for r in matched if first in r.atoms())
+    r2 = next(r for r in matched if second in r.atoms() and (r is not r1 or first in r.atoms()))
+    pkt = ", ".join(f"{k}={v}" for k, v in sorted(example.items()))
+    where1 = f"{r1.location.path}:{r1.location.line}"
+    err = SubcError(conflict_message(second, first, pkt, where1), r2.location, notes=[f"{where1}: {r1.text.strip()}"])
+    err.example = dict(example)
+    err.rules = (r1.index, r2.index)
+    return err
+
+
+def build_ir(sliced: Sliced, rules: Sequence[Rule], spec: Spec) -> SubscriptionIR:
+    """Freeze ``sliced`` (from :func:`~.layered.slice_rules`) with its decisions into the IR.
+
+    Raises :class:`SubcError` when a leaf's atoms conflict (:mod:`.decisions`), pointing at one
+    of the two rules, naming the other, with an example packet."""
+    stages = tuple(
+        FieldStage(s.field, frozenset(s.domain.mentioned), tuple(StateRuns(st.state, tuple(st.runs)) for st in s.states),
+                   s.n_next)
+        for s in sliced.stages
+    )
+    default = default_decision_of(spec.default_action)
+    leaves = []
+    used: dict[str, ActionSignature] = {}
+    for leaf in sliced.leaves:
+        pair = conflicting_pair(leaf.atoms)
+        if pair is not None:
+            raise _conflict_error(pair, leaf.example, rules)
+        d = decide(leaf.atoms, default)
+        leaves.append(LeafDecision(leaf.state, d, leaf.atoms, leaf.example))
+        if d.ports:
+            used.setdefault(FWD, ActionSignature(FWD, (("port", PORT_WIDTH),)))
+        elif d.action[0] in spec.actions:
+            used.setdefault(d.action[0], ActionSignature(d.action[0], tuple(spec.actions[d.action[0]].params)))
+        else:
+            used.setdefault(d.action[0], ActionSignature(d.action[0]))
+    da = spec.default_action
+    if da not in used:
+        used[da] = ActionSignature(da, tuple(spec.actions[da].params) if da in spec.actions else ())
+    headers = tuple(dict.fromkeys(s.field.header for s in stages))
+    return SubscriptionIR(stages, tuple(leaves), sliced.root_state, default, tuple(sorted(used.values(), key=lambda a: a.name)),
+                          headers, sliced.work)
