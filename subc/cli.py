@@ -105,11 +105,10 @@ def compile_cmd(rules: str, spec_path: str, target: str, out_dir: str, field_ord
                 _write_text(timings, json.dumps({k: round(v, 6) for k, v in phases.items()}, indent=1) + "\n")
     except SubcError as e:
         _fail(e)
-    pipe = res.pipeline
     if target == "ebpf":
         doc = json.loads(files["report.json"])
         click.echo(
-            f"compiled {len(res.rules)} rules for ebpf: field order {', '.join(pipe.field_order) or '(none)'}; "
+            f"compiled {len(res.rules)} rules for ebpf: field order {', '.join(res.ir.field_order) or '(none)'}; "
             f"{len(doc['maps'])} maps, {doc['total_entries']} entries, {doc['leaf_states']} leaf states -> {out_dir}/"
         )
         return
@@ -119,6 +118,7 @@ def compile_cmd(rules: str, spec_path: str, target: str, out_dir: str, field_ord
             "(subc_control.p4), not a whole program",
             err=True,
         )
+    pipe = res.pipeline
     click.echo(
         f"compiled {len(res.rules)} rules for {target}: field order {', '.join(pipe.field_order) or '(none)'}; "
         f"{len(pipe.tables)} tables, {pipe.total_entries} entries, {len(pipe.mcast_groups)} multicast groups -> {out_dir}/"

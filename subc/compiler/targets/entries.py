@@ -172,7 +172,7 @@ def report_json(res: CompileResult) -> dict:
     outputs are byte-identical from run to run (``subc compile --timings FILE`` writes them)."""
     pipe = res.pipeline
     stages = []
-    for st in res.sliced.stages:
+    for st in res.ir.stages:
         name = st.field.name
         tables = [t for t in pipe.tables if t.field == name]
         stages.append(
@@ -202,7 +202,7 @@ def report_json(res: CompileResult) -> dict:
             }
             for t in pipe.tables
         ],
-        "leaf_states": len(res.sliced.leaves),
+        "leaf_states": len(res.ir.leaves),
         "total_entries": pipe.total_entries,
         "multicast_groups": len(pipe.mcast_groups),
     }
