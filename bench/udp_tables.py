@@ -3,9 +3,12 @@
 The user-space baseline of ``bench/broker_throughput.py`` classifies with the same tables as the
 eBPF program: the message parse states of :func:`subc.compiler.targets.ebpf_parse.plan_parser`
 and the per-field maps of ``maps.json`` (logical entries: states untagged, bounds from 0).  This
-module writes them as whitespace-separated integers in the section order ``udp_broker.c`` reads:
-``insts``, ``valid``, ``first``, ``pstates``, ``root``, ``stages``, ``endpoints``, ``leaves``.
-Leaf kinds: 0 drop, 1 pass to the local stack (``nop``), 2 forward to endpoints.
+module writes them as whitespace-separated integers in the section order ``udp_broker.c`` reads
+(version 2): ``mold`` (1 when the spec frames messages in MoldUDP64: every message of a datagram
+is classified and each subscriber gets its own copy), ``insts``, ``valid``, ``first``,
+``pstates``, ``root``, ``stages``, ``endpoints``, ``subscribers`` (id and endpoint indexes, in
+id order), ``leaves`` (state, kind, subscriber indexes).  Leaf kinds: 0 drop, 1 pass to the local
+stack (``nop``), 2 forward to subscribers.
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ def build_udp_broker(out: Path) -> Path:
 def tables_text(doc: dict, plan: ParsePlan, port: int, endpoints: dict[int, list[tuple[str, int]]]) -> str:
     """The tables file of ``doc`` for messages to UDP ``port``.
 
-    ``endpoints``: subscriber id -> [(IPv4 address, UDP port)], the copies a ``fwd`` sends.
-    Raises ValueError when a field or select is in a network header (the baseline sees only the
+    ``endpoints``: subscriber id -> [(IPv4 address, UDP port)], where a subscriber's copies go
+    (every subscriber listed gets heartbeats, as in the eBPF broker).  Raises ValueError when a field or select is in a network header (the baseline sees only the
     UDP payload) or a rule forwards to a subscriber without endpoints.
     """
     net = {plan.eth, plan.ipv4, plan.udp}
@@ -43,7 +46,7 @@ def tables_text(doc: dict, plan: ParsePlan, port: int, endpoints: dict[int, list
     first = dict(plan.ports).get(port)
     if first is None:
         raise ValueError(f"the spec parses no messages on UDP port {port}")
-    out = ["subc-udp-tables 1", f"insts {len(index)}", " ".join(str(plan.header_bytes[i]) for i in index)]
+    out = ["subc-udp-tables 2", f"mold {int(plan.moldudp64)}", f"insts {len(index)}", " ".join(str(plan.header_bytes[i]) for i in index)]
     need = 0
     for f in doc["field_order"]:
         inst = f.split(".", 1)[0]
@@ -96,22 +99,25 @@ def tables_text(doc: dict, plan: ParsePlan, port: int, endpoints: dict[int, list
                 offset += len(es)
             out.append(str(len(flat)))
             out += [f"{e['value']} {e['prefix_len']} {e['next']}" for e in flat]
-    ep_index: dict[int, list[int]] = {}
+    sub_index: dict[int, int] = {}
     eps: list[tuple[str, int]] = []
+    sub_lines = []
     for sid, lst in sorted(endpoints.items()):
-        ep_index[sid] = list(range(len(eps), len(eps) + len(lst)))
+        sub_index[sid] = len(sub_lines)
+        sub_lines.append(" ".join(map(str, [sid, len(lst), *range(len(eps), len(eps) + len(lst))])))
         eps += lst
     out.append(f"endpoints {len(eps)}")
     out += [f"{ip} {p}" for ip, p in eps]
+    out.append(f"subscribers {len(sub_lines)}")
+    out += sub_lines
     leaves = maps["subc_leaf"]["entries"]
     out.append(f"leaves {len(leaves)}")
     for e in leaves:
         if e["action"] == "fwd":
-            idx = []
             for s in e["subscribers"]:
-                if s not in ep_index:
+                if s not in sub_index:
                     raise ValueError(f"rules forward to subscriber {s}, which has no endpoints")
-                idx += ep_index[s]
+            idx = [sub_index[s] for s in sorted(e["subscribers"])]
             out.append(" ".join(map(str, [e["state"], 2, len(idx), *idx])))
         else:
             out.append(f"{e['state']} {0 if e['action'] == 'drop' else 1} 0")
