@@ -1,36 +1,48 @@
 #!/usr/bin/env python3
-"""Throughput on veth: messages per second the eBPF broker and a user-space broker deliver to
-1, 8 and 32 subscribers, measured in one run, and their ratio.
+"""Throughput on veth with real-shaped datagrams: messages per second the eBPF broker and a
+user-space broker deliver to 1, 8 and 32 subscribers, both measured in one run, and their ratio.
 
 Topology (network namespaces made here, removed afterwards; addresses only inside them)::
 
-    publisher (tpub, CPU 0) --veth-- broker (tbrk, CPU 1) ==N veths== sink (tsnk, XDP_DROP)
+    publisher (tpub, CPU 0) --veth-- broker (tbrk, CPU 1) ==N veths== sink (tsnk, XDP counter)
 
-* Publisher, pinned to CPU 0: ``udp_broker publish`` (C) sends MoldUDP64 packets of one ITCH Add
-  Order each, ``--seconds`` per offered rate of ``--rates`` (0: as fast as it can).  By default
-  (``--publisher gso``) each sendmmsg entry carries 32 messages with UDP GSO, segmented in
-  software on CPU 0, which reaches several million messages/s; ``--publisher socket`` sends one
-  datagram per message with complete UDP checksums instead.  The publisher's veth has TSO off
-  (so frames go to the broker's NAPI ring with or without XDP) and a pfifo queue (so a full ring
-  pushes back instead of dropping, Linux 6.16+).
-* Broker, on CPU 1 only: the broker veth has GRO on and *threaded NAPI*, its NAPI kthread pinned
-  to CPU 1, so everything after the publisher's transmit (the XDP and TC programs, or the kernel
-  UDP receive path, the user-space broker process, also pinned to CPU 1, and its sends) runs on
-  one core.  The two brokers get the same core and the same input.
-  - eBPF: ``subc load OUT --iface tb0 --subscribers FILE``; one endpoint is an XDP redirect,
-    several are XDP -> TC ingress -> ``bpf_clone_redirect`` per endpoint.
-  - user space: ``udp_broker broker`` (C): ``recvmmsg`` batches of 64 on a UDP socket, the same
-    compiled tables (``maps.json`` flattened by ``udp_tables.py``, classifier tested against the
-    reference in tests/test_udp_baseline.py), one ``sendmmsg`` for all copies of a batch.
-* Sinks: the subscriber veths drop in XDP and count in their ``rx_packets`` (veth counts every
-  frame its NAPI sees), so delivery is counted without a receiver's cost.
+Workload.  The messages of the real ITCH sample (``../shared/data/itch``, 12,012 messages of all
+types: Add Orders, deletes, trades, executions...) in their order, re-timed by a bursty arrival
+process (seeded: runs of messages 1, 5, 30 or 300 us apart on average, exponential gaps; see
+:func:`retime`), then packed by the live-feed packer (``subc/workloads/feed.py``: a datagram
+closes 100 us after its first message or at 1,400 bytes), so datagrams hold 1 to 43 messages as
+a feed does between quiet periods and the open: 2,072 datagrams, 5.8 messages each on average
+(median 2, 90th percentile 20), two thirds of the messages in datagrams of 10 or more.  Subscriber k of N has two rules: Add Orders of one symbol at or above
+a price, and of another symbol of at least some shares (symbols, prices and share thresholds drawn
+per subscriber, seeded, from the sample's values), so each message goes to its own subset of the
+subscribers and copies differ: every subscriber of at least one message of a datagram gets one
+datagram with exactly its messages, its own sequence number and count (README "Delivery
+semantics").  Non-Add-Order messages go to no one.
 
-Workload (fan-out to all): subscriber i of N has ten rules
-``add_order.stock == "S<j>" and add_order.price > <i> : fwd(i)``; every published Add Order
-(symbols S0..S9, price 100.0000) matches one rule of every subscriber, so each message is one
-leaf with N endpoints.  Delivered messages/s = copies received by the sinks / N / seconds.
-The summary gives, per broker, the peak delivered rate over the offered rates (a socket broker
-livelocks when offered more than it can take) and the rate at the highest offered load.
+* Publisher, pinned to CPU 0: ``udp_broker publish`` (C) sends the datagrams round robin with
+  ``sendmmsg`` for ``--seconds`` per offered rate of ``--rates`` (messages/s; 0: as fast as it
+  can), with complete UDP checksums (tx checksum offload off, as a NIC on a wire).  The
+  publisher's veth has TSO off (frames go to the broker's NAPI ring) and a pfifo queue (a full
+  ring pushes back instead of dropping, Linux 6.16+).
+* Broker, on CPU 1 only: the broker veth has GRO on and threaded NAPI, its NAPI kthread pinned to
+  CPU 1, so everything after the publisher's transmit (XDP and TC programs, or the kernel UDP
+  path, the user-space broker process, also pinned to CPU 1, and its sends, and the sinks' XDP)
+  runs on one core.  Both brokers get the same core and the same input.
+  - eBPF: ``subc load OUT --iface tb0 --subscribers FILE``.
+  - user space: ``udp_broker broker`` (C): ``recvmmsg`` batches of 64, every message classified
+    with the same compiled tables (``maps.json`` flattened by ``udp_tables.py``), one datagram per
+    subscriber holding exactly its messages with its own sequence number (the same repacking,
+    tested against an independent reference in tests/test_udp_baseline.py), one ``sendmmsg`` per
+    batch for all copies.
+* Sinks: every subscriber veth peer runs an XDP program that counts the copies, the messages in
+  them (MoldUDP64 count), and copies that arrive out of order (a sequence number below one already
+  seen on that veth), then drops them.
+
+Delivered messages/s = messages inside copies counted by the sinks / seconds of publishing.  Per
+repeat and subscriber count, each broker's peak over the offered rates (a socket broker livelocks
+when offered more than it can take, so its peak is fairer to it than its rate at full load), and
+the ratio of the two peaks of that repeat; the summary gives the median and the range over the
+repeats, and the load average (``/proc/loadavg``) before and after, since the machine may be shared.
 
     sudo python3 bench/broker_throughput.py --subscribers 1,8,32 --repeat 3 --json out.json
 """
@@ -38,8 +50,10 @@ livelocks when offered more than it can take) and the rate at the highest offere
 from __future__ import annotations
 
 import argparse
+import ctypes as ct
 import json
 import os
+import random
 import shutil
 import signal
 import statistics
@@ -53,19 +67,55 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from udp_tables import build_udp_broker, payloads_file, tables_text
+from udp_tables import build_udp_broker, payloads_file, tables_text  # noqa: E402
 
-from subc.compiler.spec import load_spec
-from subc.compiler.targets.ebpf_parse import plan_parser
-from subc.workloads.itch_codec import encode_add_order, stock_value
-from subc.runtime.moldudp64 import encode_packet
+from subc.compiler.rules import parse_rules  # noqa: E402
+from subc.compiler.spec import load_spec  # noqa: E402
+from subc.compiler.targets.ebpf_parse import plan_parser  # noqa: E402
+from subc.runtime.delivery import Delivery, recipients_of  # noqa: E402
+from subc.runtime.reference import reference_decision  # noqa: E402
+from subc.workloads.feed import feed_datagrams  # noqa: E402
+from subc.workloads.itch_codec import decode_add_order, read_binaryfile, stock_symbol  # noqa: E402
 
 PUB, BRK, SNK = "tpub", "tbrk", "tsnk"
 PORT = 26400
 SUB_PORT = 5001
 SPEC = ROOT / "examples/itch/spec.p4"
+SAMPLE = ROOT.parent / "shared/data/itch/ex20101224.TEST_ITCH_50"
 SUBC = [sys.executable, "-m", "subc.cli"]
-SINK_PROG = "int sink(struct xdp_md *ctx) { return XDP_DROP; }"
+SESSION = "BENCH00001"
+CLONE_NEWNET = 0x40000000
+
+# The sinks: count copies, messages and out-of-order copies per veth, then drop.
+SINK_PROG = r"""
+#include <uapi/linux/if_ether.h>
+#include <uapi/linux/ip.h>
+#include <uapi/linux/udp.h>
+struct sink_next { u64 seq; };
+BPF_PERCPU_ARRAY(sink_cnt, u64, 4);       /* copies, messages, out of order, not MoldUDP64 */
+BPF_HASH(sink_seq, u32, struct sink_next, 1024);  /* per ifindex: the highest sequence number seen + count */
+static __always_inline void add(u32 i, u64 n) { u64 *c = sink_cnt.lookup(&i); if (c) *c += n; }
+int sink(struct xdp_md *ctx) {
+    void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
+    struct ethhdr *eth = data;
+    if ((void *)(eth + 1) > end || eth->h_proto != htons(ETH_P_IP)) return XDP_DROP;
+    struct iphdr *ip = (void *)(eth + 1);
+    if ((void *)(ip + 1) > end || ip->protocol != 17) return XDP_DROP;
+    struct udphdr *udp = (void *)ip + ip->ihl * 4;
+    if ((void *)(udp + 1) > end) return XDP_DROP;
+    unsigned char *m = (void *)(udp + 1);
+    if ((void *)(m + 20) > end) { add(3, 1); return XDP_DROP; }
+    u64 count = ((u64)m[18] << 8) | m[19], seq = 0;
+    for (int i = 10; i < 18; i++) seq = (seq << 8) | m[i];
+    add(0, 1);
+    if (count != 0 && count != 0xffff) add(1, count); else count = 0;
+    u32 key = ctx->ingress_ifindex;
+    struct sink_next *nx = sink_seq.lookup(&key);
+    if (!nx) { struct sink_next z = {seq + count}; sink_seq.update(&key, &z); return XDP_DROP; }
+    if (seq < nx->seq) add(2, 1); else nx->seq = seq + count;
+    return XDP_DROP;
+}
+"""
 
 
 def sh(*args: str, check: bool = True) -> str:
@@ -83,10 +133,48 @@ def mac_of(ns: str, dev: str) -> str:
     return json.loads(sh("ip", "-n", ns, "-j", "link", "show", dev))[0]["address"]
 
 
+def loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+class Sinks:
+    """The counting XDP program on every sink veth (loaded in this process, attached inside the
+    sink namespace through setns); :meth:`counts` reads (copies, messages, out of order)."""
+
+    def __init__(self, n: int):
+        from subc.runtime.bpf import import_bcc
+
+        bcc = import_bcc()
+        self.bpf = bcc.BPF(text=SINK_PROG)
+        fn = self.bpf.load_func("sink", bcc.BPF.XDP)
+        libc = ct.CDLL(None, use_errno=True)
+        own = os.open("/proc/self/ns/net", os.O_RDONLY)
+        target = os.open(f"/run/netns/{SNK}", os.O_RDONLY)
+        try:
+            if libc.setns(target, CLONE_NEWNET):
+                raise SystemExit(f"setns into {SNK}: {os.strerror(ct.get_errno())}")
+            try:
+                for k in range(1, n + 1):
+                    bcc.BPF.attach_xdp(f"ts{k}", fn, 0)
+            finally:
+                if libc.setns(own, CLONE_NEWNET):
+                    raise SystemExit("setns back failed")
+        finally:
+            os.close(own)
+            os.close(target)
+
+    def counts(self) -> tuple[int, int, int]:
+        t = self.bpf["sink_cnt"]
+        return tuple(sum(t[ct.c_int(i)]) for i in range(3))
+
+    def reset_order(self) -> None:
+        self.bpf["sink_seq"].clear()
+
+
 class Topology:
     """The namespaces and veths above, with ``n`` subscriber veths (tbK in the broker, tsK in the sink)."""
 
-    def __init__(self, n: int, publisher: str):
+    def __init__(self, n: int):
         self.n = n
         self.remove()
         for ns in (PUB, BRK, SNK):
@@ -98,12 +186,9 @@ class Topology:
         for ns, dev in ((PUB, "tp0"), (BRK, "tb0")):
             sh("ip", "-n", ns, "link", "set", dev, "up")
         # No TSO on the publisher's veth: then veth hands every frame to the broker's NAPI ring
-        # (veth_skb_is_eligible_for_gro), with or without XDP, not to the publisher CPU's backlog.
-        sh(*in_ns(PUB, "ethtool", "-K", "tp0", "tso", "off"))
-        if publisher == "socket":
-            sh(*in_ns(PUB, "ethtool", "-K", "tp0", "tx", "off"))  # complete UDP checksums, as from a NIC
-        else:  # UDP GSO needs checksum offload; segment in software on the publisher's CPU
-            sh(*in_ns(PUB, "ethtool", "-K", "tp0", "tx", "on", "gso", "off", "tx-udp-segmentation", "off"))
+        # (veth_skb_is_eligible_for_gro), with or without XDP, not to the publisher CPU's backlog;
+        # complete UDP checksums, as from a NIC.
+        sh(*in_ns(PUB, "ethtool", "-K", "tp0", "tso", "off", "tx", "off"))
         # a queue in front of the veth, so a full NAPI ring pushes back (Linux 6.16+) instead of dropping
         sh("ip", "netns", "exec", PUB, "tc", "qdisc", "replace", "dev", "tp0", "root", "pfifo", "limit", "10000")
         sh("ip", "-n", PUB, "neigh", "replace", "10.20.0.2", "lladdr", mac_of(BRK, "tb0"), "dev", "tp0", "nud",
@@ -121,11 +206,7 @@ class Topology:
         # the broker's input: GRO on (veth NAPI in both configurations), threaded NAPI on CPU 1
         sh(*in_ns(BRK, "ethtool", "-K", "tb0", "gro", "on"))
         sh("ip", "netns", "exec", BRK, "sh", "-c", "echo 1 > /sys/class/net/tb0/threaded")  # sysfs of the netns
-        # the sinks: XDP_DROP (also what lets a veth take XDP-redirected frames)
-        code = ("import sys; sys.path.insert(0, %r); from subc.runtime.bpf import import_bcc; b = import_bcc(); "
-                "p = b.BPF(text=%r); f = p.load_func('sink', b.BPF.XDP)\n"
-                "for k in range(1, %d): b.BPF.attach_xdp(f'ts{k}', f, 0)") % (str(ROOT), SINK_PROG, n + 1)
-        sh(*in_ns(SNK, sys.executable, "-c", code))
+        self.sinks = Sinks(n)
 
     def pin_napi(self) -> None:
         """Pin the broker input's NAPI kthread to CPU 1 (it exists once the device has NAPI)."""
@@ -134,10 +215,6 @@ class Topology:
             raise SystemExit("no NAPI kthread for tb0: threaded NAPI unavailable")
         for pid in pids:
             sh("taskset", "-p", "2", pid)
-
-    def sink_packets(self, n: int) -> int:
-        links = json.loads(sh("ip", "-n", SNK, "-s", "-j", "link", "show"))
-        return sum(x["stats64"]["rx"]["packets"] for x in links if x["ifname"] in {f"ts{k}" for k in range(1, n + 1)})
 
     def pub_dropped(self) -> int:
         return json.loads(sh("ip", "-n", PUB, "-s", "-j", "link", "show", "tp0"))[0]["stats64"]["tx"]["dropped"]
@@ -150,18 +227,73 @@ class Topology:
         shutil.rmtree("/run/subc/tb0", ignore_errors=True)
 
 
-def rules_for(n: int) -> str:
-    return "\n".join(f'add_order.stock == "S{j}" and add_order.price > {i} : fwd({i});'
-                     for i in range(1, n + 1) for j in range(10))
+# -- workload ---------------------------------------------------------------------------------------
 
-
-def payloads(count: int = 1024) -> list[bytes]:
-    out = []
-    for i in range(count):
-        msg = encode_add_order({"add_order.stock": stock_value(f"S{i % 10}"), "add_order.shares": 100 + i,
-                                "add_order.price": 1_000_000, "add_order.order_ref_number": i})
-        out.append(encode_packet("BENCH00001", i + 1, [msg]))
+def retime(messages: list[bytes], seed: int = 11) -> list[bytes]:
+    """The messages with new ITCH timestamps (bytes 5..11) from a bursty arrival process: runs of
+    a geometric number of messages (mean 60), each run's gaps exponential with a mean of 1 us
+    (30% of runs: a burst, as at the open), 5 us (30%), 30 us (25%) or 300 us (15%: quiet)."""
+    rng = random.Random(seed)
+    out, t, left, mean = [], 34_200_000_000_000, 0, 1_000  # from 9:30
+    for m in messages:
+        if left == 0:
+            left = 1 + int(rng.expovariate(1 / 60))
+            mean = rng.choices((1_000, 5_000, 30_000, 300_000), (0.3, 0.3, 0.25, 0.15))[0]
+        left -= 1
+        t += int(rng.expovariate(1 / mean))
+        out.append(m[:5] + t.to_bytes(6, "big") + m[11:] if len(m) >= 11 else m)
     return out
+
+
+def workload(sample: Path) -> tuple[list[bytes], dict]:
+    """The datagrams' payloads and their size distribution."""
+    msgs = retime([m for _, m in read_binaryfile(sample)])
+    dgs = list(feed_datagrams(msgs, SESSION))
+    sizes = sorted(len(d.messages) for d in dgs)
+    q = lambda p: sizes[min(len(sizes) - 1, int(p * len(sizes)))]  # noqa: E731
+    return [d.payload for d in dgs], {
+        "datagrams": len(dgs), "messages": len(msgs), "mean_messages": round(len(msgs) / len(dgs), 2),
+        "median": q(0.5), "p10": q(0.1), "p90": q(0.9), "max": sizes[-1],
+        "messages_in_datagrams_of_10_or_more": round(sum(s for s in sizes if s >= 10) / len(msgs), 3),
+        "mean_payload_bytes": round(sum(map(len, (d.payload for d in dgs))) / len(dgs))}
+
+
+def rules_for(n: int, adds: list[dict], seed: int = 5) -> str:
+    """Subscriber k of n: Add Orders of one symbol at or above a price, and of another symbol of at
+    least some shares (thresholds drawn from the sample's own values, seeded)."""
+    rng = random.Random(seed * 1000 + n)
+    symbols = sorted({stock_symbol(a["add_order.stock"]) for a in adds})
+    prices = sorted(a["add_order.price"] for a in adds)
+    shares = sorted(a["add_order.shares"] for a in adds)
+    out = []
+    for k in range(1, n + 1):
+        s1, s2 = rng.sample(symbols, 2)
+        p = prices[int(rng.uniform(0.0, 0.7) * len(prices))]
+        q = shares[int(rng.uniform(0.0, 0.7) * len(shares))]
+        out.append(f'add_order.stock == "{s1}" and add_order.price >= {p / 10_000:.4f} : fwd({k});')
+        out.append(f'add_order.stock == "{s2}" and add_order.shares >= {q} : fwd({k});')
+    return "\n".join(out)
+
+
+def expected_delivery(spec, rules_text: str, payloads: list[bytes], n: int) -> dict:
+    """Per published message: messages and copies the subscribers should receive (the reference
+    semantics), for one pass over the payloads."""
+    rules = parse_rules(rules_text, spec, "bench.sub")
+
+    def decide(m: bytes) -> set:
+        if m[:1] in (b"A", b"F"):
+            return recipients_of(reference_decision(rules, spec, decode_add_order(m)), broker=False)
+        return set()
+
+    ref = Delivery(decide, everyone=list(range(1, n + 1)))
+    msgs = copies = published = 0
+    for p in payloads:
+        out = ref.datagram(p)
+        published += int.from_bytes(p[18:20], "big")
+        copies += len(out)
+        msgs += sum(c.count for c in out.values())
+    return {"delivered_per_published": msgs / published, "copies_per_datagram": copies / len(payloads),
+            "messages_per_copy": msgs / max(copies, 1)}
 
 
 def subscribers_toml(topo: Topology, n: int) -> str:
@@ -170,37 +302,41 @@ def subscribers_toml(topo: Topology, n: int) -> str:
         f'iface = "tb{k}" }}]\n' for k in range(1, n + 1))
 
 
-def publish(kind: str, binary: Path, work: Path, seconds: float, rate: int) -> dict:
+def publish(binary: Path, work: Path, seconds: float, rate: int) -> dict:
     """Run the publisher on CPU 0 for ``seconds`` at ``rate`` messages/s (0: as fast as it can)."""
-    segments = {"socket": 1, "gso": 32}[kind]
     return json.loads(sh(*in_ns(PUB, "taskset", "-c", "0", str(binary), "publish", str(work / "payloads"),
-                                "10.20.0.2", str(PORT), str(seconds), "64", str(rate), str(segments))))
+                                "10.20.0.2", str(PORT), str(seconds), "64", str(rate))))
 
 
-def measure(kind: str, n: int, topo: Topology, binary: Path, work: Path, seconds: float, publisher: str,
+def measure(kind: str, n: int, topo: Topology, binary: Path, work: Path, seconds: float,
             rates: list[int]) -> tuple[list[dict], dict]:
-    """Broker ``kind`` ('ebpf' or 'user') with ``n`` subscribers at each offered rate (0: as fast
-    as the publisher can): one row per rate, and the broker's own counters over all of them."""
+    """Broker ``kind`` ('ebpf' or 'user') with ``n`` subscribers at each offered rate: one row per
+    rate, and the broker's own counters over all of them."""
     broker = None
     if kind == "ebpf":
         sh(*in_ns(BRK, *SUBC, "load", str(work / f"out{n}"), "--iface", "tb0", "--subscribers",
                   str(work / f"subs{n}.toml")))
     else:
         broker = subprocess.Popen(in_ns(BRK, "taskset", "-c", "1", str(binary), "broker", str(work / f"tables{n}"),
-                                        "10.20.0.2", str(PORT), "0", "64"), stdout=subprocess.PIPE, text=True)
-        time.sleep(0.5)
+                                        "10.20.0.2", str(PORT), "0", "64"), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        if not broker.stderr.readline().startswith("udp_broker: listening"):
+            raise SystemExit("the user-space broker did not start")
     rows = []
     try:
         topo.pin_napi()
         for rate in rates:
-            before, drop0 = topo.sink_packets(n), topo.pub_dropped()
-            pub = publish(publisher, binary, work, seconds, rate)
-            time.sleep(0.3)
-            copies = topo.sink_packets(n) - before
-            rows.append({"broker": kind, "subscribers": n, "offered_rate": rate, "published": pub["sent"],
-                         "seconds": pub["seconds"], "publisher_msgs_per_s": pub["sent"] / pub["seconds"],
-                         "dropped_at_broker_input": topo.pub_dropped() - drop0, "copies": copies,
-                         "copies_per_s": copies / pub["seconds"], "msgs_per_s": copies / n / pub["seconds"]})
+            topo.sinks.reset_order()
+            (c0, m0, o0), drop0 = topo.sinks.counts(), topo.pub_dropped()
+            pub = publish(binary, work, seconds, rate)
+            time.sleep(0.3)  # let the queues drain
+            c1, m1, o1 = topo.sinks.counts()
+            rows.append({"broker": kind, "subscribers": n, "offered_rate": rate, "published_datagrams": pub["sent"],
+                         "published_messages": pub["messages"], "seconds": pub["seconds"],
+                         "publisher_msgs_per_s": pub["messages"] / pub["seconds"],
+                         "dropped_at_publisher": topo.pub_dropped() - drop0, "copies": c1 - c0,
+                         "delivered_messages": m1 - m0, "out_of_order_copies": o1 - o0,
+                         "copies_per_s": (c1 - c0) / pub["seconds"], "msgs_per_s": (m1 - m0) / pub["seconds"]})
         if kind == "ebpf":
             stats = json.loads(sh(*in_ns(BRK, *SUBC, "stats", "--iface", "tb0", "--json")))
             counters = {k: v for k, v in stats["stats"].items() if v}
@@ -219,10 +355,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--subscribers", default="1,8,32")
     ap.add_argument("--seconds", type=float, default=2.0, help="per offered rate")
-    ap.add_argument("--rates", default="25000,50000,100000,250000,500000,1000000,2000000,3000000,0",
+    ap.add_argument("--rates", default="250000,500000,1000000,2000000,4000000,0",
                     help="offered rates, messages/s (0: as fast as the publisher can)")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--publisher", choices=("gso", "socket"), default="gso")
+    ap.add_argument("--sample", default=str(SAMPLE), help="a BinaryFILE of ITCH 5.0 messages")
     ap.add_argument("--json", help="write every run and the summary here")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # so that the namespaces are removed
@@ -232,54 +368,72 @@ def main() -> None:
         raise SystemExit("needs two CPUs (publisher on CPU 0, broker on CPU 1)")
     sizes = [int(x) for x in args.subscribers.split(",")]
     rates = [int(x) for x in args.rates.split(",")]
-    plan = plan_parser(load_spec(SPEC))
-    runs, counters = [], []
+    spec = load_spec(SPEC)
+    plan = plan_parser(spec)
+    payloads, shape = workload(Path(args.sample))
+    adds = [decode_add_order(m) for _, m in read_binaryfile(Path(args.sample)) if m[:1] in (b"A", b"F")]
+    print(f"workload: {shape}", flush=True)
+    runs, counters, expect, loads = [], [], {}, []
     with tempfile.TemporaryDirectory(prefix="subc-tput-") as tmp:
         work = Path(tmp)
         binary = build_udp_broker(work / "udp_broker")
-        (work / "payloads").write_bytes(payloads_file(payloads()))
-        topo = Topology(max(sizes), args.publisher)
+        (work / "payloads").write_bytes(payloads_file(payloads))
+        topo = Topology(max(sizes))
         try:
             for n in sizes:
-                (work / f"rules{n}.sub").write_text(rules_for(n) + "\n")
+                text = rules_for(n, adds)
+                (work / f"rules{n}.sub").write_text(text + "\n")
+                expect[n] = expected_delivery(spec, text, payloads, n)
+                print(f"{n} subscribers: {expect[n]}", flush=True)
                 sh(*SUBC, "compile", str(work / f"rules{n}.sub"), "--spec", str(SPEC), "--target", "ebpf",
                    "-o", str(work / f"out{n}"))
                 (work / f"subs{n}.toml").write_text(subscribers_toml(topo, n))
                 doc = json.loads((work / f"out{n}" / "maps.json").read_text())
                 eps = {k: [(f"10.21.{k}.2", SUB_PORT)] for k in range(1, n + 1)}
                 (work / f"tables{n}").write_text(tables_text(doc, plan, PORT, eps))
-            print(f"{'subs':>5} {'broker':>7} {'offered/s':>10} {'published/s':>12} {'delivered msg/s':>16} "
-                  f"{'copies/s':>11}", flush=True)
+            print(f"{'rep':>3} {'subs':>5} {'broker':>7} {'offered/s':>10} {'published/s':>12} {'delivered msg/s':>16} "
+                  f"{'copies/s':>11} {'of expected':>11} {'late':>6}", flush=True)
             for rep in range(args.repeat):
                 for n in sizes:
+                    before = loadavg()
                     for kind in ("ebpf", "user"):
-                        rows, c = measure(kind, n, topo, binary, work, args.seconds, args.publisher, rates)
+                        rows, c = measure(kind, n, topo, binary, work, args.seconds, rates)
                         for r in rows:
                             r["repeat"] = rep
-                            print(f"{n:>5} {kind:>7} {r['offered_rate'] or 'max':>10} {r['publisher_msgs_per_s']:>12,.0f} "
-                                  f"{r['msgs_per_s']:>16,.0f} {r['copies_per_s']:>11,.0f}", flush=True)
+                            r["fraction_of_expected"] = r["delivered_messages"] / max(
+                                1, r["published_messages"] * expect[n]["delivered_per_published"])
+                            print(f"{rep:>3} {n:>5} {kind:>7} {r['offered_rate'] or 'max':>10} "
+                                  f"{r['publisher_msgs_per_s']:>12,.0f} {r['msgs_per_s']:>16,.0f} "
+                                  f"{r['copies_per_s']:>11,.0f} {r['fraction_of_expected']:>11.3f} "
+                                  f"{r['out_of_order_copies']:>6}", flush=True)
                         runs += rows
                         counters.append({"broker": kind, "subscribers": n, "repeat": rep, "counters": c})
+                    loads.append({"repeat": rep, "subscribers": n, "loadavg_before": before, "loadavg_after": loadavg()})
         finally:
             topo.remove()
     summary = []
-    top = 0 if 0 in rates else max(rates)  # the highest offered load
-    print(f"\npeak delivered msg/s over the offered rates (median of {args.repeat} repeats), and at the highest load")
-    print(f"{'subs':>5} {'eBPF peak':>11} {'user peak':>11} {'ratio':>6} {'eBPF @max':>11} {'user @max':>11} {'ratio':>6}")
+    print(f"\npeak delivered msg/s over the offered rates, per repeat; median [min, max] over {args.repeat} repeats")
+    print(f"{'subs':>5} {'eBPF':>28} {'user space':>28} {'ratio':>20}")
     for n in sizes:
-        def pick(kind, fn, n=n):
-            return statistics.median(fn([r["msgs_per_s"] for r in runs if r["subscribers"] == n and r["broker"] == kind
-                                         and r["repeat"] == rep and (fn is max or r["offered_rate"] == top)])
-                                     for rep in range(args.repeat))
-        ep, up = pick("ebpf", max), pick("user", max)
-        em, um = pick("ebpf", min), pick("user", min)
-        summary.append({"subscribers": n, "ebpf_peak_msgs_per_s": round(ep), "user_peak_msgs_per_s": round(up),
-                        "peak_ratio": round(ep / up, 2), "ebpf_at_max_load": round(em), "user_at_max_load": round(um),
-                        "ratio_at_max_load": round(em / um, 2)})
-        print(f"{n:>5} {ep:>11,.0f} {up:>11,.0f} {ep / up:>6.2f} {em:>11,.0f} {um:>11,.0f} {em / um:>6.2f}")
+        def peak(kind, rep, n=n):
+            return max(r["msgs_per_s"] for r in runs if r["subscribers"] == n and r["broker"] == kind
+                       and r["repeat"] == rep)
+        e = [peak("ebpf", rep) for rep in range(args.repeat)]
+        u = [peak("user", rep) for rep in range(args.repeat)]
+        ratio = [a / b for a, b in zip(e, u)]
+        late = sum(r["out_of_order_copies"] for r in runs if r["subscribers"] == n and r["broker"] == "ebpf")
+        summary.append({"subscribers": n, "ebpf_peak_msgs_per_s": e, "user_peak_msgs_per_s": u,
+                        "ratio": [round(x, 2) for x in ratio], "ratio_median": round(statistics.median(ratio), 2),
+                        "ebpf_median": round(statistics.median(e)), "user_median": round(statistics.median(u)),
+                        "ebpf_out_of_order_copies": late, **expect[n]})
+        fmt = lambda xs: f"{statistics.median(xs):>10,.0f} [{min(xs):,.0f}, {max(xs):,.0f}]"  # noqa: E731
+        print(f"{n:>5} {fmt(e):>28} {fmt(u):>28} {statistics.median(ratio):>6.2f} "
+              f"[{min(ratio):.2f}, {max(ratio):.2f}]")
+    print("load average (1, 5, 15 min) before/after each subscriber count:",
+          "; ".join(f"{x['subscribers']}: {x['loadavg_before']} -> {x['loadavg_after']}" for x in loads))
     if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "summary": summary, "runs": runs,
-                                               "broker_counters": counters}, indent=1))
+        Path(args.json).write_text(json.dumps({"args": vars(args), "workload": shape, "summary": summary,
+                                               "loads": loads, "runs": runs, "broker_counters": counters}, indent=1))
 
 
 if __name__ == "__main__":
