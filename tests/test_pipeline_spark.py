@@ -114,6 +114,21 @@ def test_analyze_pcap_with_several_messages_per_packet(spark, compiled, tmp_path
         assert a[k] == b[k], k
     rows = pd.read_parquet(tmp_path / "p" / "messages.parquet").sort_values(["position", "index"])
     assert rows["index"].max() == 8 and rows["position"].iloc[0] >= 1
+    # one copy per port per datagram holding any message for it (the independent ITCH codec + rules)
+    want: dict[str, int] = {}
+    for k in range(0, len(msgs), 9):
+        ports = set()
+        for m in msgs[k:k + 9]:
+            if m[:1] in (b"A", b"F"):
+                ports |= set(reference_decision(compiled.rules, compiled.spec, decode_add_order(m)).ports)
+        for p in ports:
+            want[str(p)] = want.get(str(p), 0) + 1
+    assert {p: n for p, n in a["copies_per_port"].items() if n} == want
+    assert {p: n for p, n in a["copies_per_port"].items() if n} == \
+        simulate_trace(compiled, tmp_path / "feed.pcap").as_json()["copies_per_port"]
+    # a BinaryFILE message is its own datagram
+    assert {p: n for p, n in b["copies_per_port"].items() if n} == \
+        {str(p): n for p, n in sorted(simulate_trace(compiled, trace).per_port.items())}
 
 
 def test_analyze_corrupted_file_names_file_and_offset(spark, compiled, tmp_path):

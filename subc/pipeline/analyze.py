@@ -98,6 +98,19 @@ def _time_fields(decoder: MessageDecoder) -> list[str]:
             if slot.name in TIME_FIELD_NAMES and 32 <= slot.width <= 64 and slot.instance in inside]
 
 
+def copies_per_port(spark, messages_parquet) -> dict[int, int]:
+    """Datagrams each port receives under the delivery semantics (README, "Delivery semantics";
+    :mod:`subc.runtime.delivery`): one per input datagram holding any message for it, i.e. the
+    distinct (file, datagram) pairs of its messages in ``messages.parquet`` (a capture's datagram
+    is its frame number; a BinaryFILE message, at its own byte offset, is its own datagram)."""
+    from pyspark.sql import functions as F
+
+    rows = (spark.read.parquet(str(messages_parquet))
+            .select("file_index", "position", F.explode("subscribers").alias("port"))
+            .distinct().groupBy("port").count().collect())
+    return {int(r["port"]): int(r["count"]) for r in rows}
+
+
 def _subscribers(rules: list[Rule]) -> list[int]:
     return sorted({a[1] for r in rules for a in r.atoms() if a[0] == "fwd"})
 
@@ -126,7 +139,8 @@ def analyze(res: CompileResult, traces: list[str], out_dir: str | Path, master: 
     ``broadcast`` = every message to every subscriber, ``broadcast_classified`` = every classified
     message to every subscriber, ``saving`` = 1 - filtered/broadcast); ``disagreements``
     (must be 0) with up to 10 ``disagreement_examples``; ``decisions`` (decision code -> text, as
-    in ``messages.parquet``); ``value_classes`` (distinct class keys the reference evaluated);
+    in ``messages.parquet``); ``copies_per_port`` (datagrams per port under the delivery semantics,
+    :func:`copies_per_port`); ``value_classes`` (distinct class keys the reference evaluated);
     ``rules``; ``splits``; ``seconds`` (wall time per step) and ``messages_per_second`` (messages
     over the wall time after Spark started).
 
@@ -217,10 +231,13 @@ def analyze(res: CompileResult, traces: list[str], out_dir: str | Path, master: 
             import pyarrow as pa
             import pyarrow.parquet as pq
 
+            copies = copies_per_port(spark, tmp / "messages.parquet")
+            summary["copies_per_port"] = {str(p): copies.get(p, 0) for p in sorted(set(per_port) | set(copies))}
             sp = sorted(per_port)
             pq.write_table(pa.table({"subscriber": pa.array(sp, pa.int32()),
                                      "messages": pa.array([per_port[p][0] for p in sp], pa.int64()),
-                                     "bytes": pa.array([per_port[p][1] for p in sp], pa.int64())}),
+                                     "bytes": pa.array([per_port[p][1] for p in sp], pa.int64()),
+                                     "datagrams": pa.array([copies.get(p, 0) for p in sp], pa.int64())}),
                            tmp / "subscribers.parquet")
             pq.write_table(pa.table({"rule": pa.array([r.index for r in res.rules], pa.int32()),
                                      "line": pa.array([r.location.line for r in res.rules], pa.int32()),

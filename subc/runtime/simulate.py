@@ -12,7 +12,11 @@ differs from their type's length in the spec, or that the parser rejects, are co
 their position and never decoded (``strict``: the first one is an error).  ``copies_per_port``
 counts the datagrams each port receives under the delivery semantics (:mod:`.delivery`: one copy
 per port per captured datagram holding any message for it; a BinaryFILE message is its own
-datagram).
+datagram).  With ``copies``, the copies themselves are built from the tables' decisions
+(:class:`~.delivery.Delivery`: each port's messages in order, its own gap-free sequence numbers,
+heartbeats and end of session to every port the rules forward to), and ``subc simulate --copies
+DIR`` writes them as one pcap per port: what each subscriber of a switch or of the eBPF broker
+must receive for the trace.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from ..errors import SubcError
 from .binaryfile import iter_frames
 from .capture import is_capture
 from .decoder import LENGTH_MISMATCH, Decoded, MessageDecoder
+from .delivery import Copy
+from .moldudp64 import END_OF_SESSION, HEARTBEAT
 from .reference import combine, default_decision
 from .simulator import TableSimulator
 
@@ -57,6 +63,7 @@ class SimulationResult:
     problem_examples: list = field(default_factory=list)
     capture: dict | None = None
     copies: Counter = field(default_factory=Counter)
+    port_copies: dict | None = None
 
     def problem(self, kind: str, where: str, text: str) -> None:
         self.problems[kind] += 1
@@ -111,16 +118,19 @@ def binaryfile_messages(data: bytes, path: str, decoder: MessageDecoder, out: Si
 
 
 def capture_messages(path: str, decoder: MessageDecoder, out: SimulationResult, strict: bool,
-                     udp_port: int | None = None) -> Iterator[TraceMessage]:
+                     udp_port: int | None = None, on_datagram=None) -> Iterator[TraceMessage]:
     """Every message of every MoldUDP64 datagram to a feed port in the capture at ``path`` (see
     :mod:`.capture`; the feed ports are ``udp_port``, else the spec's if the capture uses them, else
     the capture's MoldUDP64 port, :func:`~.capture.choose_feed_ports`); counts of foreign frames go
-    to ``out.capture``."""
+    to ``out.capture``.  ``on_datagram(dg, pkt)`` is called before the messages of each datagram
+    (a :class:`~.capture.Datagram` and its :class:`~.moldudp64.MoldPacket`), heartbeats included."""
     from .capture import CaptureStats, choose_feed_ports, iter_moldudp64, read_datagrams
 
     stats = CaptureStats()
     ports = choose_feed_ports(path, [p for p, _ in decoder.feed.ports], udp_port, stats)
     for dg, pkt in iter_moldudp64(read_datagrams(path, ports, stats, strict), stats, strict, path):
+        if on_datagram is not None:
+            on_datagram(dg, pkt)
         frame = network_frame(dg)
         network = decoder.network(frame) if frame is not None else (frozenset(), {})
         session = pkt.session_bytes
@@ -146,12 +156,46 @@ def network_frame(dg) -> bytes | None:
     return bytes(12) + b"\x08\x00" + ip + udp + dg.payload
 
 
+class _CopyBuilder:
+    """The copies of a trace under the delivery semantics (see the module docstring): port ->
+    [(Copy, (src, dst, time_ns) of the input datagram or None)]."""
+
+    def __init__(self, everyone: list[int]):
+        self.everyone = everyone
+        self.next_seq: dict[int, int] = {}
+        self.out: dict[int, list] = {p: [] for p in everyone}
+        self.where = None
+        self.session = b""
+        self.pending: dict[int, list[bytes]] = {}
+
+    def datagram(self, session: bytes, count: int, where) -> None:
+        """Start a datagram (flushing the previous one); a heartbeat or end of session goes to every port."""
+        self.flush()
+        self.session, self.where = session, where
+        if count in (HEARTBEAT, END_OF_SESSION):
+            for p in self.everyone:
+                self.out[p].append((Copy(session, self.next_seq.get(p, 1), count, ()), where))
+
+    def message(self, msg: bytes, ports) -> None:
+        for p in ports:
+            self.pending.setdefault(p, []).append(msg)
+
+    def flush(self) -> None:
+        for p, msgs in sorted(self.pending.items()):
+            seq = self.next_seq.get(p, 1)
+            self.out.setdefault(p, []).append((Copy(self.session, seq, len(msgs), tuple(msgs)), self.where))
+            self.next_seq[p] = seq + len(msgs)
+        self.pending = {}
+
+
 def simulate_trace(res: CompileResult, trace: str | Path, strict: bool = False,
-                   udp_port: int | None = None) -> SimulationResult:
+                   udp_port: int | None = None, copies: bool = False) -> SimulationResult:
     """Run every message of ``trace`` (BinaryFILE, pcap or pcapng) through both semantics (see the
-    module docstring; ``udp_port``: a capture's feed port).  Raises SubcError for an unreadable or
-    malformed trace, a spec the decoder cannot follow, or (``strict``) the first problem message or
-    foreign frame."""
+    module docstring; ``udp_port``: a capture's feed port; ``copies``: build each port's copies in
+    ``port_copies``, port -> [(:class:`~.delivery.Copy`, ((src IP, port), (dst IP, port), time in
+    ns) of the input datagram, or None for a BinaryFILE message)]).  Raises SubcError for an
+    unreadable or malformed trace, a spec the decoder cannot follow, or (``strict``) the first
+    problem message or foreign frame."""
     decoder = MessageDecoder(res.spec)
     sim = TableSimulator(entries_json(res.pipeline, res.target))
     out = SimulationResult()
@@ -163,13 +207,20 @@ def simulate_trace(res: CompileResult, trace: str | Path, strict: bool = False,
         data = None if capture else Path(path).read_bytes()
     except OSError as e:
         raise SubcError(f"cannot read trace {path}: {e}") from e
-    source = (capture_messages(path, decoder, out, strict, udp_port) if capture
+    builder = _CopyBuilder(sorted({a[1] for r in res.rules for a in r.atoms() if a[0] == "fwd"})) if copies else None
+    on_datagram = None
+    if builder is not None:
+        def on_datagram(dg, pkt):
+            builder.datagram(pkt.session_bytes, pkt.count, (dg.src, dg.dst, dg.time_ns or 0))
+    source = (capture_messages(path, decoder, out, strict, udp_port, on_datagram) if capture
               else binaryfile_messages(data, path, decoder, out))
     current, ports_here = None, set()
     for m in source:
         if m.datagram != current:
             out.copies.update(ports_here)  # delivery semantics: one copy per port per datagram
             current, ports_here = m.datagram, set()
+        if builder is not None and m.datagram is None:
+            builder.datagram(m.session, 1, None)  # a BinaryFILE message is its own datagram
         out.messages += 1
         d: Decoded = decoder.decode(m.msg, m.session, m.seq, m.count, m.network)
         label = decoder.types.label(d.type_key) or "?"
@@ -195,6 +246,8 @@ def simulate_trace(res: CompileResult, trace: str | Path, strict: bool = False,
                 out.examples.append({"where": m.where, "reference": str(ref), "tables": str(got)})
         if not matched and headers <= d.valid:
             out.default_action += 1
+        if builder is not None:
+            builder.message(m.msg, got.ports)
         if got.ports:
             out.per_port.update(got.ports)
             if m.datagram is None:
@@ -208,4 +261,26 @@ def simulate_trace(res: CompileResult, trace: str | Path, strict: bool = False,
         elif headers <= d.valid:
             out.actions[str(got)] += 1
     out.copies.update(ports_here)
+    if builder is not None:
+        builder.flush()
+        out.port_copies = builder.out
     return out
+
+
+def copies_pcaps(port_copies: dict) -> dict[str, bytes]:
+    """One pcap per port (``port_<P>.pcap``) of the copies of :func:`simulate_trace` (``copies``):
+    each copy as a UDP datagram with the input datagram's addresses, ports and time (a BinaryFILE
+    message: 0.0.0.0:0 to 0.0.0.0:0 at time 0), written by :class:`~.capture.UdpPcapWriter`."""
+    import io
+
+    from .capture import UdpPcapWriter
+
+    files = {}
+    for port, items in sorted(port_copies.items()):
+        buf = io.BytesIO()
+        w = UdpPcapWriter(buf)
+        for c, where in items:
+            src, dst, t = where if where is not None else (("0.0.0.0", 0), ("0.0.0.0", 0), 0)
+            w.write(c.payload(), src, dst, t)
+        files[f"port_{port}.pcap"] = buf.getvalue()
+    return files

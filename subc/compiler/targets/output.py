@@ -40,8 +40,9 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
-def write_directory(dest: str | Path, files: dict[str, str]) -> Path:
-    """Replace directory ``dest`` by one holding ``files`` (name -> text).
+def write_directory(dest: str | Path, files: dict[str, str | bytes]) -> Path:
+    """Replace directory ``dest`` by one holding ``files`` (name -> text, or bytes for a binary
+    file).
 
     Raises :class:`SubcError` if ``dest`` exists and is not a directory, or on an OS error
     (the destination is then unchanged).
@@ -55,7 +56,10 @@ def write_directory(dest: str | Path, files: dict[str, str]) -> Path:
         parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=parent))
         for name, text in files.items():
-            (tmp / name).write_text(text)
+            if isinstance(text, bytes):
+                (tmp / name).write_bytes(text)
+            else:
+                (tmp / name).write_text(text)
         os.chmod(tmp, 0o755)
         if dest.exists():
             if _exchange(tmp, dest):
