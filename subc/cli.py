@@ -169,14 +169,19 @@ def check_cmd(rules: tuple[str, ...], spec_path: str, target: str, fmt: str, str
 @click.option("--udp-port", type=click.IntRange(0, 65535),
               help="capture: the feed's UDP port (default: the spec's, else the capture's MoldUDP64 port)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+@click.option("--copies", "copies_dir", type=click.Path(file_okay=False),
+              help="write each port's copies (its messages of each datagram, its own sequence numbers) as DIR/port_P.pcap")
 def simulate_cmd(rules: str, spec_path: str, trace: str, target: str, strict: bool, udp_port: int | None,
-                 as_json: bool) -> None:
+                 as_json: bool, copies_dir: str | None) -> None:
     """Run every message of TRACE through the reference semantics and the compiled tables."""
-    from .runtime.simulate import simulate_trace
+    from .compiler.targets.output import write_directory
+    from .runtime.simulate import copies_pcaps, simulate_trace
 
     try:
         res = _compile(rules, spec_path, target, None)
-        out = simulate_trace(res, trace, strict, udp_port)
+        out = simulate_trace(res, trace, strict, udp_port, copies=copies_dir is not None)
+        if copies_dir is not None:
+            write_directory(copies_dir, copies_pcaps(out.port_copies))
     except SubcError as e:
         _fail(e)
     doc = out.as_json()
