@@ -223,14 +223,21 @@ def _endpoint(text: str) -> tuple[str, int]:
 @click.option("--xdp-mode", type=click.Choice(["auto", "native", "generic"]), default="auto", show_default=True)
 @click.option("--capacity-factor", type=float, default=2.0, show_default=True,
               help="map capacity as a multiple of the compiled entries (2: room for one update)")
-def load_cmd(out_dir: str, iface: str, subscribers: str | None, xdp_mode: str, capacity_factor: float) -> None:
-    """Load an eBPF output directory on IFACE: XDP + TC ingress, maps filled and pinned."""
+@click.option("--fix-links/--no-fix-links", default=True, show_default=True,
+              help="turn GRO on at veth peers of subscriber interfaces that would drop XDP-redirected copies")
+def load_cmd(out_dir: str, iface: str, subscribers: str | None, xdp_mode: str, capacity_factor: float,
+             fix_links: bool) -> None:
+    """Load an eBPF output directory on IFACE: XDP + TC ingress, maps filled and pinned.  The
+    subscribers' interfaces are checked first (missing, down, MTU below IFACE's, veth peers that
+    drop XDP-redirected frames); findings are printed on stderr."""
     from .runtime.broker import load
 
     try:
-        state = load(out_dir, iface, subscribers, xdp_mode, capacity_factor)
+        state = load(out_dir, iface, subscribers, xdp_mode, capacity_factor, fix_links)
     except SubcError as e:
         _fail(e)
+    for lp in state.get("links", []):
+        click.echo(f"{'fixed' if lp['fixed'] else lp['severity']}: {lp['message']}", err=True)
     p = state["programs"]
     mode = "filter mode: matches go to the local stack" if not subscribers else f"subscribers {subscribers}"
     click.echo(

@@ -21,6 +21,7 @@ from pathlib import Path
 from ..compiler.targets import ebpf_layout as L
 from ..errors import SubcError
 from . import install
+from .links import check_links
 from .bpf import BPFFS, Map, Program, compile_and_load, obj_get, pin_fd, possible_cpus, prog_info, require_root
 from .subscribers import Subscribers, load_subscribers, resolve_endpoints
 
@@ -190,19 +191,25 @@ def _detach_tc(ifindex: int) -> None:
 
 
 def load(out_dir: str, iface: str, subscribers: str | None = None, xdp_mode: str = "auto",
-         capacity_factor: float = 2.0) -> dict:
+         capacity_factor: float = 2.0, fix_links: bool = True) -> dict:
     """Load the compiled rule set in ``out_dir`` on ``iface`` (see the module docstring).
 
-    Returns the new state (as written to ``state.json``).  Raises SubcError when not root, when
-    subc is already loaded on ``iface``, and for every failure on the way (the interface is left
-    as it was).
+    The subscribers' interfaces are checked first (:func:`~.links.check_links`; with
+    ``fix_links``, GRO is turned on at veth peers that would drop XDP-redirected copies); the
+    findings are in the state's ``links``.  Returns the new state (as written to ``state.json``).
+    Raises SubcError when not root, when subc is already loaded on ``iface``, for a missing
+    subscriber interface, and for every failure on the way (the interface is left as it was).
     """
     require_root("subc load")
     doc, src = read_maps_doc(out_dir)
     if state_path(iface).exists() or pin_dir(iface).exists():
         raise SubcError(f"subc is already loaded on {iface}: use subc update, or subc unload first")
     subs = load_subscribers(subscribers) if subscribers else None
+    problems = []
     if subs is not None:
+        problems = check_links([e.iface for e in subs.endpoints], iface, fix=fix_links)
+        if any(p.severity == "error" for p in problems):
+            raise SubcError(f"{subs.path}: " + "; ".join(p.message for p in problems if p.severity == "error"))
         resolve_endpoints(subs)
     ifindex = _ifindex(iface)
     ensure_bpffs()
@@ -249,6 +256,7 @@ def load(out_dir: str, iface: str, subscribers: str | None = None, xdp_mode: str
         "maps": {m["name"]: {"key": m["key"]["size"], "value": _map_struct(m, lf.max_endpoints)[1], "type": m["type"]}
                  for m in doc["maps"]},
         "loaded_at": time.time(),
+        "links": [p.as_dict() for p in problems],
     }
     _write_state(iface, state, doc)
     return state
