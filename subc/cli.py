@@ -82,9 +82,14 @@ def main() -> None:
 @click.option("--dot", is_flag=True, help="also write the BDD as bdd.dot")
 @click.option("--timings", type=click.Path(dir_okay=False),
               help="write the time of each phase (s) to this JSON file (outputs stay byte-identical)")
+@click.option("--max-messages", type=int, default=8, show_default=True,
+              help="bmv2/tofino: messages of a MoldUDP64 datagram classified per pass (more: to --overflow-port)")
+@click.option("--overflow-port", type=int, default=None,
+              help="bmv2/tofino: switch port of datagrams the switch cannot split (default: dropped, counted)")
 @limit_options
 def compile_cmd(rules: str, spec_path: str, target: str, out_dir: str, field_order: str | None, dot: bool,
-                timings: str | None, max_rules: int, max_states: int) -> None:
+                timings: str | None, max_messages: int, overflow_port: int | None, max_rules: int,
+                max_states: int) -> None:
     """Compile RULES into a P4 program and control-plane entries in OUTPUT (written atomically)."""
     from .compiler.targets import target_files
     from .compiler.targets.output import write_directory
@@ -95,7 +100,7 @@ def compile_cmd(rules: str, spec_path: str, target: str, out_dir: str, field_ord
     try:
         with paused_gc(), PhaseProgress(["parsing", "compiling", "generating", "writing"]) as progress:
             res = _compile(rules, spec_path, target, field_order, progress, _limits(max_rules, max_states))
-            files, phases = target_files(res, rules, dot)
+            files, phases = target_files(res, rules, dot, max_messages, overflow_port)
             progress.next()
             t = time.perf_counter()
             write_directory(out_dir, files)

@@ -12,19 +12,26 @@ from ..bdd import to_dot
 from ..driver import CompileResult
 from .entries import bfrt_setup, bmv2_commands, dumps, entries_json, report_json
 from .p4program import render_program
+from .p4slots import DEFAULT_MAX_MESSAGES, check_options, slot_plan
 
 P4_TARGETS = ("bmv2", "tofino")
 TARGETS = P4_TARGETS + ("ebpf",)
 
 
-def target_files(res: CompileResult, rules_path: str, dot: bool = False) -> tuple[dict[str, str], dict[str, float]]:
+def target_files(res: CompileResult, rules_path: str, dot: bool = False, max_messages: int = DEFAULT_MAX_MESSAGES,
+                 overflow_port: int | None = None) -> tuple[dict[str, str], dict[str, float]]:
     """(file name -> text, phase times in s) of the outputs of ``res`` for its target.
+
+    P4 targets: a spec whose feed is MoldUDP64-framed gets the multi-message program of
+    ``max_messages`` slots, datagrams it cannot handle going to ``overflow_port``
+    (:mod:`.p4slots`; bad values raise SubcError).
 
     bmv2: ``subc.p4``, ``commands.txt``; tofino: ``subc.p4``, ``bfrt_setup.py``; both:
     ``entries.json``, ``report.json``; ebpf: ``subc_filter.bpf.c``, ``maps.json``,
     ``report.json``; all: with ``dot``, ``bdd.dot``.  Raises SubcError when the rules or the
     spec cannot be expressed on the target.
     """
+    check_options(max_messages, overflow_port)
     t0 = time.perf_counter()
     files: dict[str, str] = {}
     if res.target == "ebpf":
@@ -39,16 +46,17 @@ def target_files(res: CompileResult, rules_path: str, dot: bool = False) -> tupl
         phases = {**res.phases, "codegen": time.perf_counter() - t0}
         files["report.json"] = dumps(report(res, doc))
         return files, phases
-    name, src = render_program(res, rules_path)
+    plan, reason = slot_plan(res, max_messages, overflow_port) if res.spec.whole_program else (None, None)
+    name, src = render_program(res, rules_path, max_messages, overflow_port)
     files[name] = src
-    doc = entries_json(res.pipeline, res.target)
+    doc = entries_json(res.pipeline, res.target, plan)
     files["entries.json"] = dumps(doc)
     if res.target == "bmv2":
-        files["commands.txt"] = bmv2_commands(res.pipeline)
+        files["commands.txt"] = bmv2_commands(res.pipeline, plan)
     else:
-        files["bfrt_setup.py"] = bfrt_setup(res.pipeline)
+        files["bfrt_setup.py"] = bfrt_setup(res.pipeline, plan=plan)
     if dot:
         files["bdd.dot"] = to_dot(res.rbdd)
     phases = {**res.phases, "codegen": time.perf_counter() - t0}
-    files["report.json"] = dumps(report_json(res))
+    files["report.json"] = dumps(report_json(res, plan, reason))
     return files, phases

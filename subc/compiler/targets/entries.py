@@ -47,9 +47,9 @@ def _match_json(kind: str, m) -> dict:
     return {"ternary": [m[0], m[1]]}
 
 
-def _table_json(t: Table) -> dict:
+def _table_json(t: Table, control: str = CONTROL) -> dict:
     return {
-        "name": f"{CONTROL}.{t.name}",
+        "name": f"{control}.{t.name}",
         "role": t.role,
         "field": t.field,
         "size": t.size,
@@ -67,27 +67,99 @@ def _table_json(t: Table) -> dict:
     }
 
 
-def entries_json(pipe: Pipeline, target: str) -> dict:
-    """The ``entries.json`` document of ``pipe`` (see the module docstring)."""
-    return {
-        "format": "subc-entries",
-        "version": 2,
-        "target": target,
-        "control": CONTROL,
-        "state_width": pipe.state_width,
-        "code_width": pipe.code_width,
-        "initial_state": pipe.root_state,
-        "state_key": f"{pipe.meta}.subc_state",
-        "default_action": {"action": pipe.default_action[0], "params": dict(pipe.default_action[1])},
-        "headers": pipe.headers,
-        "field_order": pipe.field_order,
-        "pipeline": [
-            {"table": f"{CONTROL}.{s.table}", "on_miss": f"{CONTROL}.{s.on_miss}" if s.on_miss else None}
-            for s in pipe.steps
-        ],
-        "tables": [_table_json(t) for t in pipe.tables],
-        "multicast_groups": [{"group": g, "ports": list(p)} for g, p in sorted(pipe.mcast_groups.items())],
+def entries_json(pipe: Pipeline, target: str, plan=None) -> dict:
+    """The ``entries.json`` document of ``pipe`` (see the module docstring).
+
+    With ``plan`` (a :class:`~.p4slots.SlotPlan`: the multi-message program), the tables' leaf
+    entries take their per-message form (``subc_msg_fwd(ports)``: a bitmap over
+    ``messages.ports``, ``subc_msg_hold(code)``: a non-forwarding decision of ``messages.held``),
+    every table is written once per message slot (``slot``: its index; the slots' copies carry the
+    same entries, and ``pipeline`` names slot 0's), the delivery tables ``subc_deliver`` (ingress)
+    and ``subc_port_bit`` (egress) are added, and ``multicast_groups`` is the one group of all
+    subscriber ports."""
+    if plan is None:
+        return {
+            "format": "subc-entries",
+            "version": 2,
+            "target": target,
+            "control": CONTROL,
+            "state_width": pipe.state_width,
+            "code_width": pipe.code_width,
+            "initial_state": pipe.root_state,
+            "state_key": f"{pipe.meta}.subc_state",
+            "default_action": {"action": pipe.default_action[0], "params": dict(pipe.default_action[1])},
+            "headers": pipe.headers,
+            "field_order": pipe.field_order,
+            "pipeline": [
+                {"table": f"{CONTROL}.{s.table}", "on_miss": f"{CONTROL}.{s.on_miss}" if s.on_miss else None}
+                for s in pipe.steps
+            ],
+            "tables": [_table_json(t) for t in pipe.tables],
+            "multicast_groups": [{"group": g, "ports": list(p)} for g, p in sorted(pipe.mcast_groups.items())],
+        }
+    from .p4slots import ALL_PORTS_GROUP, COUNTERS, message_action, slot_table_name
+
+    doc = entries_json(pipe, target)
+    doc["default_action"] = dict(zip(("action", "params"), _action_json(message_action(plan, pipe, pipe.default_action))))
+    tables = []
+    for t, names in _installed(pipe, plan, target):
+        for i, name in enumerate(names):
+            tj = _table_json(t)
+            tj["name"] = name
+            if t.role not in ("deliver", "egress"):
+                tj["slot"] = i
+                for kj, k in zip(tj["keys"], t.keys):
+                    kj["name"] = _slot_key(k.name, i, plan, pipe)
+                    if k.field:
+                        kj["field"] = k.field
+            tables.append(tj)
+    doc["state_key"] = f"{pipe.meta}.subc_s0_state"
+    doc["code_key"] = f"{pipe.meta}.subc_s0_code"
+    doc["pipeline"] = [
+        {"table": f"{CONTROL}.{slot_table_name(s.table, 0)}",
+         "on_miss": f"{CONTROL}.{slot_table_name(s.on_miss, 0)}" if s.on_miss else None}
+        for s in pipe.steps
+    ]
+    doc["tables"] = tables
+    doc["multicast_groups"] = [{"group": ALL_PORTS_GROUP, "ports": list(plan.ports)}] if plan.ports else []
+    doc["messages"] = {
+        "max_messages": plan.max_messages,
+        "overflow_port": plan.overflow_port,
+        "ports": list(plan.ports),
+        "held": [{"code": c, "action": a, "params": dict(p)} for (a, p), c in sorted(plan.held.items(), key=lambda x: x[1])],
+        "counters": {"SubcIngress.subc_datagrams": list(COUNTERS),
+                     "SubcIngress.subc_held": "messages withheld, by code (Tofino: one counter per slot, subc_held_s<i>)"},
+        "sequence_register": "SubcEgress.subc_seq",
     }
+    return doc
+
+
+def _slot_key(name: str, i: int, plan, pipe: Pipeline) -> str:
+    """The P4 expression of key ``name`` in slot ``i``'s copy of a table."""
+    from .p4slots import _rename
+
+    if name == f"{pipe.meta}.subc_state":
+        return f"{pipe.meta}.subc_s{i}_state"
+    if name == f"{pipe.meta}.subc_code":
+        return f"{pipe.meta}.subc_s{i}_code"
+    return _rename(name, pipe.hdr, [inst for inst, _ in plan.slot], f"subc_s{i}")
+
+
+def _action_json(action) -> tuple:
+    return action[0], dict(action[1])
+
+
+def _message_tables(pipe: Pipeline, plan) -> list[Table]:
+    from .p4slots import message_tables
+
+    return message_tables(plan, pipe)
+
+
+def _delivery_tables(plan, target: str) -> list[tuple[Table, str]]:
+    from .p4slots import deliver_table, port_bit_table
+
+    port_key = "eg_intr_md.egress_port" if target == "tofino" else "standard_metadata.egress_port"
+    return [(deliver_table(plan), CONTROL), (port_bit_table(plan, port_key), "SubcEgress")]
 
 
 #: How a match element is written: simple_switch_CLI (docs/runtime_CLI.md) and bfrt_python keywords.
@@ -108,8 +180,29 @@ def _max_priority(pipe: Pipeline) -> int:
     return max([e.priority for t in pipe.tables for e in t.entries if e.priority is not None] or [0])
 
 
-def bmv2_commands(pipe: Pipeline) -> str:
-    """``simple_switch_CLI`` commands that install every entry and multicast group.
+def _installed(pipe: Pipeline, plan, target: str) -> list[tuple[Table, list[str]]]:
+    """(table, the full names of the tables that carry its entries) of what a control plane installs."""
+    if plan is None:
+        return [(t, [f"{CONTROL}.{t.name}"]) for t in pipe.tables]
+    from .p4slots import slot_table_name
+
+    out = [(t, [f"{CONTROL}.{slot_table_name(t.name, i)}" for i in range(plan.max_messages)])
+           for t in _message_tables(pipe, plan)]
+    out += [(t, [f"{control}.{t.name}"]) for t, control in _delivery_tables(plan, target)]
+    return out
+
+
+def _groups(pipe: Pipeline, plan) -> list[tuple[int, tuple[int, ...]]]:
+    if plan is None:
+        return sorted(pipe.mcast_groups.items())
+    from .p4slots import ALL_PORTS_GROUP
+
+    return [(ALL_PORTS_GROUP, tuple(plan.ports))] if plan.ports else []
+
+
+def bmv2_commands(pipe: Pipeline, plan=None) -> str:
+    """``simple_switch_CLI`` commands that install every entry and multicast group (with ``plan``,
+    the multi-message program's: each entry once per message slot, the delivery tables).
 
     Multicast node handles are assumed to be allocated from 0 in order, as on a freshly started
     ``simple_switch``.
@@ -117,13 +210,14 @@ def bmv2_commands(pipe: Pipeline) -> str:
     check_pipeline(pipe)
     top = _max_priority(pipe) + 1
     lines = ["// subc: simple_switch_CLI commands (run on a freshly started switch)"]
-    for t in pipe.tables:
-        for e in t.entries:
-            keys = [_format_match(BMV2_MATCH, k.match_kind, m) for k, m in zip(t.keys, e.match)]
-            params = " ".join(str(v) for _, v in e.params)
-            prio = f" {top - e.priority}" if e.priority is not None else ""
-            lines.append(f"table_add {CONTROL}.{t.name} {e.action} {' '.join(keys)} => {params}{prio}".rstrip())
-    for handle, (gid, ports) in enumerate(sorted(pipe.mcast_groups.items())):
+    for t, names in _installed(pipe, plan, "bmv2"):
+        for name in names:
+            for e in t.entries:
+                keys = [_format_match(BMV2_MATCH, k.match_kind, m) for k, m in zip(t.keys, e.match)]
+                params = " ".join(str(v) for _, v in e.params)
+                prio = f" {top - e.priority}" if e.priority is not None else ""
+                lines.append(f"table_add {name} {e.action} {' '.join(keys)} => {params}{prio}".rstrip())
+    for handle, (gid, ports) in enumerate(_groups(pipe, plan)):
         lines.append(f"mc_mgrp_create {gid}")
         lines.append(f"mc_node_create {gid} {' '.join(str(p) for p in ports)}")
         lines.append(f"mc_node_associate {gid} {handle}")
@@ -135,25 +229,28 @@ def bfrt_key_name(key_name: str) -> str:
     return key_name.split(".", 1)[1].replace(".", "_")
 
 
-def bfrt_setup(pipe: Pipeline, program: str = "subc") -> str:
-    """A ``bfrt_python`` script (``bfshell -b bfrt_setup.py``) installing entries and PRE groups."""
+def bfrt_setup(pipe: Pipeline, program: str = "subc", plan=None) -> str:
+    """A ``bfrt_python`` script (``bfshell -b bfrt_setup.py``) installing entries and PRE groups
+    (with ``plan``, the multi-message program's: each entry once per message slot)."""
     check_pipeline(pipe)
     identifier(program, "program name")
     top = _max_priority(pipe) + 1
     out = [
         "# subc: bfrt_python script; run with `bfshell -b bfrt_setup.py` after loading the program.",
         f"p4 = bfrt.{program}.pipe",
-        f"ctl = p4.{CONTROL}",
         "",
     ]
-    for t in pipe.tables:
-        for e in t.entries:
-            kw = [_format_match(BFRT_MATCH, k.match_kind, m, bfrt_key_name(k.name)) for k, m in zip(t.keys, e.match)]
-            if e.priority is not None:
-                kw.append(f"MATCH_PRIORITY={top - e.priority}")
-            kw.extend(f"{p}={v}" for p, v in e.params)
-            out.append(f"ctl.{t.name}.add_with_{e.action}({', '.join(kw)})")
-    for gid, ports in sorted(pipe.mcast_groups.items()):
+    for t, names in _installed(pipe, plan, "tofino"):
+        for i, name in enumerate(names):
+            keys = [bfrt_key_name(_slot_key(k.name, i, plan, pipe) if plan and t.role not in ("deliver", "egress")
+                                  else k.name) for k in t.keys]
+            for e in t.entries:
+                kw = [_format_match(BFRT_MATCH, k.match_kind, m, kn) for k, m, kn in zip(t.keys, e.match, keys)]
+                if e.priority is not None:
+                    kw.append(f"MATCH_PRIORITY={top - e.priority}")
+                kw.extend(f"{p}={v}" for p, v in e.params)
+                out.append(f"p4.{name}.add_with_{e.action}({', '.join(kw)})")
+    for gid, ports in _groups(pipe, plan):
         out.append(
             f"bfrt.pre.node.add(MULTICAST_NODE_ID={gid}, MULTICAST_RID={gid}, "
             f"MULTICAST_LAG_ID=[], DEV_PORT={list(ports)})"
@@ -166,10 +263,13 @@ def bfrt_setup(pipe: Pipeline, program: str = "subc") -> str:
     return "\n".join(out) + "\n"
 
 
-def report_json(res: CompileResult) -> dict:
+def report_json(res: CompileResult, plan=None, single_reason: str | None = None) -> dict:
     """``report.json``: rule count, diagram states, field order, per table its match kinds and
-    entries, per stage its states, multicast groups, TCAM estimate.  No timings, so that a compile's
-    outputs are byte-identical from run to run (``subc compile --timings FILE`` writes them)."""
+    entries, per stage its states, multicast groups, TCAM estimate, and ``messages``: the
+    multi-message program's K (``max_messages``), overflow port, subscriber ports and entries
+    installed over all slots (with ``plan``), or why the program is single-message
+    (``single_reason``).  No timings, so that a compile's outputs are byte-identical from run to
+    run (``subc compile --timings FILE`` writes them)."""
     pipe = res.pipeline
     stages = []
     for st in res.ir.stages:
@@ -204,7 +304,27 @@ def report_json(res: CompileResult) -> dict:
         ],
         "leaf_states": len(res.ir.leaves),
         "total_entries": pipe.total_entries,
-        "multicast_groups": len(pipe.mcast_groups),
+        "multicast_groups": len(_groups(pipe, plan)),
+        "messages": _messages_report(res, plan, single_reason),
+    }
+
+
+def _messages_report(res: CompileResult, plan, single_reason: str | None) -> dict | None:
+    if res.target not in ("bmv2", "tofino") or not res.spec.whole_program:
+        return None
+    if plan is None:
+        return {"mode": "single", "max_messages": 1, "reason": single_reason}
+    installed = _installed(res.pipeline, plan, res.target)
+    return {
+        "mode": "multi",
+        "max_messages": plan.max_messages,
+        "overflow_port": plan.overflow_port,
+        "ports": list(plan.ports),
+        "slot_header_bits": plan.slot_bits,
+        "tables_per_slot": len(res.pipeline.tables),
+        "tables": sum(len(names) for _, names in installed),
+        "entries_installed": sum(len(t.entries) * len(names) for t, names in installed),
+        "multicast_groups": len(_groups(res.pipeline, plan)),
     }
 
 
