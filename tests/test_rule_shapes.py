@@ -4,10 +4,15 @@ damaged texts."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from subc.compiler.rule_shapes import parse_shapes
+import pickle
+
+import subc.compiler.rule_shapes as rs
+from subc.compiler.limits import Limits, check_rule_text
+from subc.compiler.rule_shapes import rule_ends
 from subc.compiler.rules import parse_rules, parse_rules_lark
 from subc.errors import SubcError
 
@@ -55,28 +60,71 @@ def test_damaged_texts_give_the_same_error_or_rules(text, data):
     assert outcome(parse_rules, bad) == outcome(parse_rules_lark, bad)
 
 
-def test_templates_are_used_for_repeated_shapes(example_spec):
+def test_templates_are_used_for_repeated_shapes(example_spec, monkeypatch):
     from subc.workloads.itch_rules import itch_rules
 
     text = itch_rules(2000, symbols=20, seed=1, form="camus") + '  add_order.stock == "ZZ" : fwd(1);  add_order.stock == "YY" : fwd(2);\n'
     calls = []
-    import subc.compiler.rule_shapes as rs
-
     orig = rs.ShapeParser._template
 
     def counting(self, *a):
         calls.append(1)
         return orig(self, *a)
 
-    rs.ShapeParser._template = counting
-    try:
-        rules = parse_shapes(text, example_spec, "c.sub", line_offset=10, first_index=5)
-    finally:
-        rs.ShapeParser._template = orig
+    monkeypatch.setattr(rs.ShapeParser, "_template", counting)
+    rules = parse_rules(text, example_spec, "c.sub", line_offset=10, first_index=5)
+    assert len(calls) <= 4  # first rule, the rest of the Camus rules, and the two on the last line
     assert rules == parse_rules_lark(text, example_spec, "c.sub", line_offset=10, first_index=5)
     assert rules[0].index == 5 and rules[0].location.line == 11
     assert rules[-1].location.column == 38 and rules[-1].location.line == 2011
-    assert len(calls) <= 4  # first rule, the rest of the Camus rules, and the two on the last line
+
+
+def unlocated(cond):
+    """A conjunction of predicates without their locations."""
+    return tuple((p.field, p.width, p.op, p.operands) for p in cond.items)
+
+
+def test_deferred_rules_share_cores_and_materialise_as_lark_rules(example_spec):
+    text = ('add_order.stock == "AB" and add_order.shares > 5 : fwd(1);\n' * 2
+            + 'add_order.stock == "AB" and add_order.shares > 5 : fwd(2);\n'
+            + 'add_order.stock == "CD" and add_order.shares > 5 : fwd(1);\n') * 2
+    rules = parse_rules(text, example_spec, "c.sub")
+    lark = parse_rules_lark(text, example_spec, "c.sub")
+    # after the first rule of each shape (rules 0 and 1: the second starts with a newline), rules
+    # with the same literals in the condition share one core condition, whatever their actions
+    assert rules[4].core is rules[2].core and rules[5].core is rules[2].core and rules[6].core is rules[2].core
+    assert rules[3].core is not rules[2].core and rules[7].core is rules[3].core
+    for r, x in zip(rules, lark):
+        assert r.atoms() == x.atoms()
+        assert unlocated(r.core) == unlocated(x.condition)  # the core means what the condition means
+        assert r == x and hash(r) == hash(x) and repr(r) == repr(x)
+        assert pickle.loads(pickle.dumps(r)) == x
+
+
+def outcome_checked(text, spec, limits):
+    """What Lark alone gives after the limit checks (the reference of parse_rules)."""
+    try:
+        check_rule_text(text, "r.sub", rule_ends(text), 0, limits)
+        return parse_rules_lark(text, spec, "r.sub")
+    except SubcError as e:
+        return ("error", e.render())
+
+
+@pytest.mark.parametrize("later", ["syntax", "limit", "none"])
+def test_the_first_semantic_error_loses_to_later_syntax_and_limit_errors(example_spec, later):
+    good = 'add_order.stock == "AB" and add_order.shares > {} : fwd({});\n'
+    lines = [good.format(i, 1 + i % 7) for i in range(50)]
+    lines[3] = good.format(3, 600)  # port out of range: a semantic error in a templated rule
+    lines[5] = 'add_order.stock == "AB" and add_order.shares > 5 : fwd(9999999999999);\n'
+    if later == "syntax":
+        lines[40] = 'add_order.stock == "AB" and and add_order.shares > 5 : fwd(1);\n'
+    elif later == "limit":
+        lines[40] = "add_order.shares > 1" + " and add_order.shares > 2" * 50 + " : fwd(1);\n"
+    text = "".join(lines)
+    limits = Limits(max_rule_chars=1000)
+    got = outcome(lambda t, s, p: parse_rules(t, example_spec, p, limits=limits), text)
+    assert got == outcome_checked(text, example_spec, limits)
+    assert ("unexpected" in got[1]) if later == "syntax" else ("characters long" in got[1]) if later == "limit" else ("port 600" in got[1])
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -30,9 +30,9 @@ from typing import Sequence
 from dd import cudd
 
 from ..compiler.ast import And, Expr, Pred, Rule, evaluate
-from ..compiler.bdd import _Builder, _index_range_bdd, field_domains, fields_used
+from ..compiler.bdd import ConditionBuilder, field_domains, fields_used, index_range_bdd
 from ..compiler.decisions import action_class, conflict_message
-from ..compiler.layered import _CubeMaker
+from ..compiler.layered import CubeMaker
 from ..compiler.literals import show_value
 from ..compiler.spec import Spec
 from ..errors import Location
@@ -87,12 +87,12 @@ class RuleSpace:
         self.bdd.configure(reordering=False)
         for d in self.domains:
             self.bdd.declare(*d.vars)
-        self.builder = _Builder(self.bdd, {d.field.name: d for d in self.domains})
+        self.builder = ConditionBuilder(self.bdd, {d.field.name: d for d in self.domains})
         self.valid = self.bdd.true
         for d in self.domains:
-            self.valid &= _index_range_bdd(self.bdd, d.vars, 0, d.k - 1)
+            self.valid &= index_range_bdd(self.bdd, d.vars, 0, d.k - 1)
         self.cond = [self.builder.expr(r.condition) & self.valid for r in self.rules]
-        maker = _CubeMaker(self.domains)
+        maker = CubeMaker(self.domains)
         self.box: list[tuple | None] = []
         for r in self.rules:
             cubes = maker.cubes(r.condition)

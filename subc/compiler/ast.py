@@ -41,13 +41,15 @@ class Operand:
 
 @dataclass(frozen=True)
 class Pred:
-    """A predicate ``field op operand(s)``: ``field`` is the resolved 'header.field' name, ``width`` bits."""
+    """A predicate ``field op operand(s)``: ``field`` is the resolved 'header.field' name, ``width`` bits.
+
+    ``location`` is where the comparison starts; None in a rule's shared ``core`` (:class:`Rule`)."""
 
     field: str
     width: int
     op: str
     operands: tuple[Operand, ...]
-    location: Location
+    location: Location | None
 
     def holds(self, v: int) -> bool:
         """Direct evaluation on the field value ``v`` (the reference semantics)."""
@@ -96,7 +98,8 @@ Expr = Union[Pred, And, Or, Not]
 
 @dataclass(frozen=True)
 class Action:
-    """An action call: ``fwd`` (args are ports), ``drop``, or a spec action with raw argument values."""
+    """An action call: ``fwd`` (args are ports), ``drop``, or a spec action with raw argument values;
+    ``location`` is that of its name."""
 
     name: str
     args: tuple[int, ...]
@@ -109,18 +112,87 @@ class Action:
         return [(self.name, *self.args)]
 
 
-@dataclass(frozen=True)
 class Rule:
-    """One subscription: ``index`` (0-based, in file order), condition, actions, location, source text."""
+    """One subscription: ``index`` (0-based, in file order), ``condition``, ``actions``,
+    ``location`` (of its first character) and its source ``text`` (from its first character to its
+    ``;``).
 
-    index: int
-    condition: Expr
-    actions: tuple[Action, ...]
-    location: Location
-    text: str
+    ``Rule(index, condition, actions, location, text)`` holds them all.  The shape parser
+    (:mod:`.rule_shapes`) makes *deferred* rules instead (:meth:`deferred`): they keep a shared
+    ``core`` condition and atom set, and build their located condition, actions, location and text
+    from the source text on first use, so that a million rules take about a hundred bytes each
+    until something asks for those.  Either way:
+
+    * ``condition``, ``actions``, ``location``, ``text``: as the resolver builds them (every
+      predicate and action located);
+    * ``core``: a condition equal in meaning to ``condition`` (the same predicates, operators and
+      raw values), possibly shared with other rules and without predicate locations: what the
+      compiler slices (:mod:`.layered`, :mod:`.bdd`);
+    * :meth:`atoms`: the action atoms.
+
+    Rules compare and hash by their materialised fields, and pickle as plain rules.
+    """
+
+    __slots__ = ("index", "core", "_atoms", "_source", "_parts")
+
+    def __init__(self, index: int, condition: "Expr", actions: tuple["Action", ...], location: Location, text: str):
+        self.index = index
+        self.core = condition
+        self._atoms: frozenset | None = None
+        self._source = None
+        self._parts: object = (condition, actions, location, text)
+
+    @classmethod
+    def deferred(cls, index: int, core: "Expr", atoms: frozenset, source, key) -> "Rule":
+        """A rule whose condition, actions, location and text ``source.materialize(key)`` gives
+        as a tuple on first use; ``core`` and ``atoms`` as :meth:`materialize` would give them."""
+        r = cls.__new__(cls)
+        r.index, r.core, r._atoms, r._source, r._parts = index, core, atoms, source, key
+        return r
+
+    def _full(self) -> tuple:
+        if self._source is not None:
+            self._parts = self._source.materialize(self._parts)
+            self._source = None
+        return self._parts  # type: ignore[return-value]
+
+    @property
+    def condition(self) -> "Expr":
+        return self._full()[0]
+
+    @property
+    def actions(self) -> tuple["Action", ...]:
+        return self._full()[1]
+
+    @property
+    def location(self) -> Location:
+        return self._full()[2]
+
+    @property
+    def text(self) -> str:
+        return self._full()[3]
 
     def atoms(self) -> frozenset:
-        return frozenset(a for act in self.actions for a in act.atoms())
+        """The rule's action atoms (see :meth:`Action.atoms`)."""
+        a = self._atoms
+        if a is None:
+            a = self._atoms = frozenset(x for act in self.actions for x in act.atoms())
+        return a
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Rule):
+            return NotImplemented
+        return self.index == other.index and self._full() == other._full()
+
+    def __hash__(self) -> int:
+        return hash((self.index, self.location, self.text))
+
+    def __repr__(self) -> str:
+        cond, actions, location, text = self._full()
+        return f"Rule(index={self.index!r}, condition={cond!r}, actions={actions!r}, location={location!r}, text={text!r})"
+
+    def __reduce__(self):
+        return (Rule, (self.index, *self._full()))
 
 
 def evaluate(expr: Expr, packet: dict[str, int]) -> bool:

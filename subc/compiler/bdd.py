@@ -81,8 +81,9 @@ class RuleBDD:
         return self.valid[i] & none
 
 
-def _index_range_bdd(bdd: cudd.BDD, bits: Sequence[str], a: int, b: int) -> cudd.Function:
-    """BDD of ``a <= index <= b`` over ``bits`` (MSB first): a ge and a le comparator chain."""
+def index_range_bdd(bdd: cudd.BDD, bits: Sequence[str], a: int, b: int) -> cudd.Function:
+    """BDD of ``a <= index <= b`` over the variables ``bits`` of ``bdd`` (the binary index of a
+    field's elementary interval, most significant bit first): a ge and a le comparator chain."""
     ge, le = bdd.true, bdd.true
     for pos, name in enumerate(reversed(bits)):  # LSB first
         x = bdd.var(name)
@@ -91,23 +92,31 @@ def _index_range_bdd(bdd: cudd.BDD, bits: Sequence[str], a: int, b: int) -> cudd
     return ge & le
 
 
-class _Builder:
+class ConditionBuilder:
+    """BDDs of rule conditions over the interval-index variables of ``domains`` (field name ->
+    :class:`FieldDomain`, whose variables are declared in ``bdd``).  A predicate is the union of
+    the index ranges of its value set (cached per field and value set); ``and``, ``or`` and ``not``
+    are the BDD operations.  A field missing from ``domains`` raises KeyError."""
+
     def __init__(self, bdd: cudd.BDD, domains: dict[str, FieldDomain]):
         self.bdd, self.domains = bdd, domains
         self.cache: dict[tuple[str, IntervalSet], cudd.Function] = {}
 
     def index_set(self, dom: FieldDomain, s: IntervalSet) -> cudd.Function:
+        """The BDD of the indices of the elementary intervals of ``dom`` that make up ``s`` (a union
+        of whole elementary intervals)."""
         key = (dom.field.name, s)
         hit = self.cache.get(key)
         if hit is not None:
             return hit
         u = self.bdd.false
         for lo, hi in s.intervals:
-            u |= _index_range_bdd(self.bdd, dom.vars, interval_index(dom.cuts, lo), interval_index(dom.cuts, hi))
+            u |= index_range_bdd(self.bdd, dom.vars, interval_index(dom.cuts, lo), interval_index(dom.cuts, hi))
         self.cache[key] = u
         return u
 
     def expr(self, e: Expr) -> cudd.Function:
+        """The BDD of condition ``e``."""
         if isinstance(e, Pred):
             return self.index_set(self.domains[e.field], e.values())
         if isinstance(e, Not):
@@ -119,11 +128,22 @@ class _Builder:
         return u
 
 
+def _distinct_cores(rules: Sequence[Rule]) -> list[Expr]:
+    """The distinct ``core`` condition objects of ``rules``, in order of first use (rules of one
+    shape with the same literals share theirs: see :class:`~.ast.Rule`)."""
+    seen: dict[int, Expr] = {}
+    for r in rules:
+        c = r.core
+        if id(c) not in seen:
+            seen[id(c)] = c
+    return list(seen.values())
+
+
 def fields_used(rules: Sequence[Rule]) -> list[str]:
     """Names of the fields that the rules test, in order of first use."""
     seen: dict[str, None] = {}
-    for r in rules:
-        for p in predicates(r.condition):
+    for c in _distinct_cores(rules):
+        for p in predicates(c):
             seen.setdefault(p.field, None)
     return list(seen)
 
@@ -134,22 +154,24 @@ def field_domains(rules: Sequence[Rule], fields: dict[str, QueryField], order: S
 
     Raises ValueError if ``order`` misses a field the rules use.
     """
-    preds_by_field: dict[str, list[Pred]] = {f: [] for f in order}
-    for r in rules:
-        for p in predicates(r.condition):
-            if p.field not in preds_by_field:
+    preds_by_field: dict[str, dict[int, Pred]] = {f: {} for f in order}  # field -> distinct predicate objects
+    for c in _distinct_cores(rules):
+        for p in predicates(c):
+            by_id = preds_by_field.get(p.field)
+            if by_id is None:
                 raise ValueError(f"field order misses {p.field}")
-            preds_by_field[p.field].append(p)
+            by_id.setdefault(id(p), p)
     domains: list[FieldDomain] = []
     for fname in order:
         q = fields[fname]
-        sets = [p.values() for p in preds_by_field[fname]]
+        preds = list(preds_by_field[fname].values())
+        sets = {id(v): v for v in (p.values() for p in preds)}.values()
         cuts = elementary_cuts(sets, q.max_value)
         nbits = max(1, (len(cuts) - 1).bit_length())
         names = [f"{_var_prefix(fname)}_{b}" for b in range(nbits)]
         mentioned = {
             (o.value, o.prefix_len if o.prefix_len is not None else q.width)
-            for p in preds_by_field[fname]
+            for p in preds
             if p.op not in ("<", "<=", ">", ">=")
             for o in p.operands
         }
@@ -172,12 +194,12 @@ def build_bdd(rules: Sequence[Rule], fields: dict[str, QueryField], order: Seque
     atom_vars = {a: f"y_{i}" for i, a in enumerate(atoms)}
     if atom_vars:
         bdd.declare(*atom_vars.values())
-    builder = _Builder(bdd, {d.field.name: d for d in domains})
-    rule_bdds = [builder.expr(r.condition) for r in rules]
+    builder = ConditionBuilder(bdd, {d.field.name: d for d in domains})
+    rule_bdds = [builder.expr(r.core) for r in rules]
     valid = [bdd.true] * (len(domains) + 1)
     for i in range(len(domains) - 1, -1, -1):
         d = domains[i]
-        valid[i] = valid[i + 1] & _index_range_bdd(bdd, d.vars, 0, d.k - 1)
+        valid[i] = valid[i + 1] & index_range_bdd(bdd, d.vars, 0, d.k - 1)
     by_atom: dict[tuple, cudd.Function] = {a: bdd.false for a in atoms}
     for r, u in zip(rules, rule_bdds):
         for a in r.atoms():

@@ -34,20 +34,22 @@ boundary is bounded (:class:`~subc.compiler.limits.Limits`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import itemgetter
+from random import Random
 
 from dd import cudd
 
 from .ast import And, Expr, Pred, Rule
-from .bdd import FieldDomain, _Builder, field_domains, index_segments
-from .limits import DEFAULT_LIMITS, LimitError, Limits
+from .bdd import ConditionBuilder, FieldDomain, field_domains, index_segments
 from .intervals import IntervalSet, interval_index
+from .limits import DEFAULT_LIMITS, LimitError, Limits
 from .slicing import Leaf, Sliced, Stage, StageState
 from .spec import QueryField
 
 Ranges = tuple[tuple[int, int], ...] | None
 Cube = tuple[Ranges, ...]
 _DEAD = -1
-_MASK64 = (1 << 64) - 1
+_first = itemgetter(0)
 
 
 def _conjuncts(e: Expr) -> list[Pred] | None:
@@ -71,24 +73,47 @@ def _index_ranges(dom: FieldDomain, s: IntervalSet) -> Ranges:
     return tuple((interval_index(dom.cuts, lo), interval_index(dom.cuts, hi)) for lo, hi in s.intervals)
 
 
-class _CubeMaker:
-    """Cubes of rule conditions over ``domains`` (see the module docstring, step 1)."""
+class CubeMaker:
+    """Cubes of rule conditions over ``domains`` (see the module docstring, step 1).
+
+    ``domains`` are the :class:`~.bdd.FieldDomain` of the fields in field order (every field the
+    conditions test).  :meth:`cubes` gives the disjoint cubes of a condition: tuples with one entry
+    per domain, the sorted disjoint ``(first, last)`` elementary-interval index ranges the cube allows
+    on that field, or None for any value.  Results are cached per condition object (rules that share
+    a ``core`` condition share its cubes) and per predicate."""
 
     def __init__(self, domains: list[FieldDomain]):
         self.domains = domains
         self.pos = {d.field.name: i for i, d in enumerate(domains)}
         self._bdd: cudd.BDD | None = None
-        self._builder: _Builder | None = None
+        self._builder: ConditionBuilder | None = None
         self._ranges: dict[tuple[int, int], tuple[IntervalSet, Ranges]] = {}  # (field, id(set)) -> ranges
+        self._by_pred: dict[int, tuple[Pred, int, IntervalSet]] = {}  # id(pred) -> (pred, field, values)
+        self._by_cond: dict[int, tuple[Expr, list[Cube]]] = {}  # id(condition) -> (condition, cubes)
 
     def cubes(self, cond: Expr) -> list[Cube]:
+        """The cubes of ``cond`` (an empty list when no packet satisfies it)."""
+        hit = self._by_cond.get(id(cond))
+        if hit is not None and hit[0] is cond:
+            return hit[1]
+        out = self._cubes(cond)
+        self._by_cond[id(cond)] = (cond, out)
+        return out
+
+    def _pred(self, p: Pred) -> tuple[Pred, int, IntervalSet]:
+        hit = self._by_pred.get(id(p))
+        if hit is None or hit[0] is not p:
+            hit = self._by_pred[id(p)] = (p, self.pos[p.field], p.values())
+        return hit
+
+    def _cubes(self, cond: Expr) -> list[Cube]:
         flat = _conjuncts(cond)
         if flat is None:
             return self._bdd_cubes(cond)
         per: dict[int, IntervalSet] = {}
         for p in flat:
-            i = self.pos[p.field]
-            per[i] = per[i].intersect(p.values()) if i in per else p.values()
+            _, i, values = self._pred(p)
+            per[i] = per[i].intersect(values) if i in per else values
         cube: list[Ranges] = [None] * len(self.domains)
         cache = self._ranges
         for i, s in per.items():
@@ -108,7 +133,7 @@ class _CubeMaker:
             self._bdd.configure(reordering=False)
             for d in self.domains:
                 self._bdd.declare(*d.vars)
-            self._builder = _Builder(self._bdd, {d.field.name: d for d in self.domains})
+            self._builder = ConditionBuilder(self._bdd, {d.field.name: d for d in self.domains})
         bdd, n, out = self._bdd, len(self.domains), []
 
         def walk(node: cudd.Function, i: int, acc: list[Ranges]) -> None:
@@ -134,55 +159,52 @@ class _CubeMaker:
         return out
 
 
-def _zobrist(level: int, item: int) -> int:
-    """A 128-bit pseudo-random key of (level, item): two rounds of splitmix64 (deterministic)."""
-    out = 0
-    x = (level * 0x9E3779B97F4A7C15 + item * 0xBF58476D1CE4E5B9 + 0x94D049BB133111EB) & _MASK64
-    for _ in range(2):
-        x = (x + 0x9E3779B97F4A7C15) & _MASK64
-        z = x
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-        out = (out << 64) | (z ^ (z >> 31))
-    return out
+def _zobrist_keys(level: int, count: int) -> list[int]:
+    """``count`` pseudo-random 128-bit keys for the items of ``level`` (deterministic: a generator
+    seeded with the level).  They only identify item sets (a state's hash is the XOR of its items'
+    keys); the numbering of states never depends on their values."""
+    bits = Random(0x5EED0000 + level).getrandbits
+    return [bits(128) for _ in range(count)]
 
 
-def _sweep(state: Sequence[int], keys: list, k: int, zob: list[int], index: dict[int, int],
+def _sweep(groups: dict, k: int, zob: list[int], index: dict[int, int],
            states: list[tuple[int, ...]]) -> list[tuple[int, int, int]]:
     """Runs ``(first, last, next state)`` of one state over the index range [0, k).
 
-    ``keys[item]`` = (ranges, next item); next states are found in / added to ``index`` (Zobrist
-    hash -> state number) and ``states`` (state number -> sorted item tuple).  _DEAD: no item.
+    The state is given as ``groups``: index ranges (or None: every index) -> the distinct next
+    items whose ranges they are.  Next states are found in / added to ``index`` (Zobrist hash ->
+    state number) and ``states`` (state number -> sorted item tuple).  _DEAD: no item.
     """
-    events: list[tuple[int, int, int]] = []
+    events: list[tuple[int, int, list]] = []
     count: dict[int, int] = {}
-    h = alive = 0
-    for it in state:
-        ranges, nxt = keys[it]
+    h = 0
+    for ranges, items in groups.items():
         if ranges is None:
-            c = count.get(nxt, 0)
-            if c == 0:
-                h ^= zob[nxt]
-                alive += 1
-            count[nxt] = c + 1
+            for x in items:
+                c = count.get(x)
+                if c is None:
+                    count[x] = 1
+                    h ^= zob[x]
+                else:
+                    count[x] = c + 1
         else:
             for a, b in ranges:
-                events.append((a, 1, nxt))
+                events.append((a, 1, items))
                 if b + 1 < k:
-                    events.append((b + 1, -1, nxt))
-    events.sort()
+                    events.append((b + 1, -1, items))
+    events.sort(key=_first)
     runs: list[tuple[int, int, int]] = []
     start, j, ne = 0, 0, len(events)
     while True:
         p = events[j][0] if j < ne else k
         if p > start:  # the segment [start, p - 1] has the current item set
-            if not alive:
+            if not count:
                 tgt = _DEAD
             else:
                 tgt = index.get(h)
                 if tgt is None:
                     tgt = index[h] = len(states)
-                    states.append(tuple(sorted(i for i, c in count.items() if c)))
+                    states.append(tuple(sorted(count)))
             if runs and runs[-1][2] == tgt:
                 runs[-1] = (runs[-1][0], p - 1, tgt)
             else:
@@ -191,16 +213,37 @@ def _sweep(state: Sequence[int], keys: list, k: int, zob: list[int], index: dict
         if j >= ne:
             return runs
         while j < ne and events[j][0] == p:
-            _, d, nxt = events[j]
-            c = count.get(nxt, 0)
-            if c == 0:
-                h ^= zob[nxt]
-                alive += 1
-            elif c + d == 0:
-                h ^= zob[nxt]
-                alive -= 1
-            count[nxt] = c + d
+            _, d, items = events[j]
+            if d == 1:
+                for x in items:
+                    c = count.get(x)
+                    if c is None:
+                        count[x] = 1
+                        h ^= zob[x]
+                    else:
+                        count[x] = c + 1
+            else:
+                for x in items:
+                    c = count[x]
+                    if c == 1:
+                        del count[x]
+                        h ^= zob[x]
+                    else:
+                        count[x] = c - 1
             j += 1
+
+
+def _groups(state: tuple[int, ...], keys: list) -> dict:
+    """A state's items (``keys[item]`` = (ranges, next item)) grouped by their ranges."""
+    groups: dict = {}
+    for it in state:
+        ranges, nxt = keys[it]
+        g = groups.get(ranges)
+        if g is None:
+            groups[ranges] = [nxt]
+        else:
+            g.append(nxt)
+    return groups
 
 
 class SliceBudgetExceeded(Exception):
@@ -224,44 +267,65 @@ def slice_rules(rules: Sequence[Rule], fields: dict[str, QueryField], order: Seq
     """
     domains = field_domains(rules, fields, order)
     n = len(domains)
-    maker = _CubeMaker(domains)
+    cubes_of = CubeMaker(domains).cubes
     interned: list[dict] = [{} for _ in range(n + 1)]
     keys: list[list] = [[] for _ in range(n + 1)]
 
-    def intern(level: int, key) -> int:
-        d = interned[level]
-        i = d.get(key)
-        if i is None:
-            i = d[key] = len(keys[level])
-            keys[level].append(key)
-        return i
-
-    root_items: set[int] = set()
+    # 2. items: level n is the atom set, level i (ranges of field i, item of level i + 1); the root
+    #    state's items (level 0) are kept grouped by their ranges: root[ranges] = level-1 items
+    root: dict = {}
+    leaf_ids, leaf_keys = interned[n], keys[n]
     for r in rules:
         atoms = r.atoms()
         if not atoms:
             continue
-        for cube in maker.cubes(r.condition):
-            it = intern(n, atoms)
-            for i in range(n - 1, -1, -1):
-                it = intern(i, (cube[i], it))
-            root_items.add(it)
+        cubes = cubes_of(r.core)
+        if not cubes:
+            continue
+        top = leaf_ids.get(atoms)
+        if top is None:
+            top = leaf_ids[atoms] = len(leaf_keys)
+            leaf_keys.append(atoms)
+        for cube in cubes:
+            it = top
+            for i in range(n - 1, 0, -1):
+                key = (cube[i], it)
+                d = interned[i]
+                x = d.get(key)
+                if x is None:
+                    x = d[key] = len(keys[i])
+                    keys[i].append(key)
+                it = x
+            k0 = cube[0] if n else None
+            g = root.get(k0)
+            if g is None:
+                root[k0] = {it}
+            else:
+                g.add(it)
 
-    # 3. layers, top down: layer_states[i] = item tuples; layer_runs[i] = runs per state
-    layer_states: list[list[tuple[int, ...]]] = [[tuple(sorted(root_items))] if root_items else []]
+    # 3. layers, top down: layer_states[i] = item tuples (the root: its groups); layer_runs[i] =
+    #    runs per state
+    if n == 0:
+        layer_states: list[list] = [[tuple(sorted(root[None]))] if root else []]
+    else:
+        layer_states = [[root] if root else []]
     layer_runs: list[list[list[tuple[int, int, int]]]] = []
     work = n_states = items = 0
     for i, dom in enumerate(domains):
-        zob = [_zobrist(i + 1, j) for j in range(len(keys[i + 1]))]
+        zob = _zobrist_keys(i + 1, len(keys[i + 1]))
         nxt_states: list[tuple[int, ...]] = []
         index: dict[int, int] = {}
         runs_i = []
         for s in layer_states[i]:
-            work += len(s)
+            if i == 0:
+                groups, size = s, sum(map(len, s.values()))
+            else:
+                groups, size = _groups(s, keys[i]), len(s)
+            work += size
             if max_work is not None and work > max_work:
                 raise SliceBudgetExceeded(f"more than {max_work} item visits in field order {list(order)}")
             before = len(nxt_states)
-            runs_i.append(_sweep(s, keys[i], dom.k, zob, index, nxt_states))
+            runs_i.append(_sweep(groups, dom.k, zob, index, nxt_states))
             for j in range(before, len(nxt_states)):
                 items += len(nxt_states[j])
             total = n_states + len(nxt_states)

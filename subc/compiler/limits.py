@@ -19,10 +19,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from lark import Token, Tree
 from lark.exceptions import UnexpectedInput
 
 from ..errors import Location, SubcError
+from .grammar_parser import condition_depth, rule_parser
 
 _NESTERS = ("(", "not", "!")
 _LEAD = re.compile(r"(?:\s|(?:#|//)[^\n]*)*")
@@ -57,50 +57,12 @@ def _loc(path: str, text: str, offset: int, line_offset: int) -> Location:
     return Location(loc.path, loc.line + line_offset, loc.column, loc.source_line)
 
 
-def tree_tokens(tree: Tree) -> list[Token]:
-    """The tokens of a Lark tree in text order, found without recursion."""
-    out: list[Token] = []
-    stack: list[object] = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, Tree):
-            stack.extend(reversed(node.children))
-        else:
-            out.append(node)
-    return out
-
-
-def condition_depth(tree: Tree, mark: int = 0) -> tuple[int, Tree | None]:
-    """(nesting depth, the first node found at depth ``mark`` or, with ``mark`` 0, at the
-    maximum depth) of a condition's Lark tree, counted without recursion as the AST nests: each
-    ``and``/``or``/``not`` node is a level, except that a left-nested chain of one operator
-    (``a and b and c``) is one level, as the resolver flattens it."""
-    best, best_node = 0, None
-    marked = None
-    stack: list[tuple[object, int]] = [(tree, 0)]
-    while stack:
-        node, depth = stack.pop()
-        if not isinstance(node, Tree) or node.data not in ("and_", "or_", "not_"):
-            continue
-        d = depth + 1
-        if d > best:
-            best, best_node = d, node
-        if d == mark and marked is None:
-            marked = node
-        if node.data == "not_":
-            stack.append((node.children[0], d))
-            continue
-        left, right = node.children
-        stack.append((right, d))
-        stack.append((left, depth if isinstance(left, Tree) and left.data == node.data else d))
-    return best, (marked if mark else best_node)
-
-
 def check_rule_text(text: str, path: str, ends: list[int], line_offset: int = 0,
                     limits: Limits = DEFAULT_LIMITS) -> None:
     """Check the rule count, each rule's length and nesting depth before parsing.
 
-    ``ends`` are the offsets just after each rule's ``;`` (:func:`~.rule_shapes.rule_ends`).
+    ``ends`` are the offsets just after each rule's ``;`` (:func:`~.rule_shapes.rule_ends`); the
+    text after the last one, if any, is checked as one more rule.
     Raises :class:`LimitError` at the first rule over a limit (at its first character; for nesting,
     at the start of the first sub-condition one level too deep).
     """
@@ -127,8 +89,6 @@ def check_rule_text(text: str, path: str, ends: list[int], line_offset: int = 0,
 
 
 def _check_nesting(text: str, start: int, end: int, path: str, line_offset: int, limits: Limits) -> None:
-    from .rules import rule_parser
-
     try:
         tree = rule_parser().parse(text[start:end])
     except UnexpectedInput:

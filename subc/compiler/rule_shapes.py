@@ -1,22 +1,37 @@
-"""Fast rule parsing: Lark parses each distinct rule *shape* once; rules of a known shape are built
-from a template.
+"""Fast rule parsing: Lark parses each distinct rule *shape* once; the other rules of a shape are
+matched by a regular expression built from it and kept as compact deferred rules.
 
-Large rule sets repeat a few shapes with different literals (100,000 Camus subscriptions are one
-shape: ``add_order.stock == S and add_order.shares > P : fwd(H);``).  The text is cut into rule
-pieces at each ``;`` outside strings and comments; a regular expression splits a piece into its
-literals (strings, decimals, hex and decimal integers that are not part of a name) and the text
-between them.  That text plus the literals' kinds is the piece's *shape*.  For the first piece of a
-shape, Lark parses it and the rule resolver (:class:`subc.compiler.rules._Resolver`) resolves it
-(fields, operators, actions); its tree becomes the shape's *template*.  Every later piece of the
-shape is built from the template: literal values are converted by the resolver's own code (cached
-per field and literal text), locations are mapped through the literal length differences.
+Large rule sets repeat a few shapes with different literals (a million Camus subscriptions are
+one shape: ``add_order.stock == S and add_order.shares > P : fwd(H);``).  The text is a sequence
+of *pieces*, each from the end of the previous rule to just after a ``;`` outside strings and
+comments (:func:`rule_ends`).  A regular expression splits a piece into its literals (strings,
+decimals, hex and decimal integers that are not part of a name) and the text between them; that
+text plus the literals' kinds is the piece's *shape*.
 
-A shape is used as a template only when Lark's tokens for its first piece are exactly the literals
-and text the splitter saw (no IPv4/IPv6/MAC literals or prefixes); other shapes are parsed by Lark
-rule by rule.  When any shape is not valid syntax, or the text ends in an incomplete rule, the
-whole text is parsed by Lark as before, so syntax errors are reported exactly as the plain parser
-reports them.  The result equals :func:`subc.compiler.rules.parse_rules_lark` rule for rule
-(``tests/test_rule_shapes.py``).
+* The first piece of a shape is parsed by Lark (:func:`~.grammar_parser.rule_parser`) and resolved
+  by the rule resolver (:class:`~.rules.RuleResolver`, passed in), like every piece of a shape
+  that cannot be a template (below).
+* Its tree becomes the shape's *template*, and the shape's text with one capturing group per
+  literal becomes the shape's *pattern*: a piece matches the pattern exactly when it splits into
+  that shape.  The following pieces are matched with the patterns of the shapes seen last, one
+  C-level match each; a piece that matches none is split and looked up (or is a new shape).
+* A templated piece becomes a *deferred* :class:`~.ast.Rule`: its index, its start offset, its
+  shape, and a *core* condition and atom set shared by every rule of the shape with the same
+  literal texts (literal values are converted by the resolver's own code, once per field and
+  text).  Its located condition, actions, location and text are built from the template when first
+  asked for (:meth:`Shape.materialize`), by matching the pattern at its offset again.
+
+A shape is a template only when Lark's tokens for its first piece are exactly the literals and
+text the splitter saw (no IPv4/IPv6/MAC literals or prefixes, one rule).
+
+Errors are those of :func:`subc.compiler.rules.parse_rules_lark` after
+:func:`~.limits.check_rule_text`.  The limits are checked on the way (the rule count, each piece's
+length, each shape's nesting depth, which every piece of the shape shares).  The first semantic
+error (a field, an operator, a literal, an action) is kept while the rest of the text is still
+checked for limits and syntax; when a limit is exceeded, or a piece is not valid syntax, or the
+text ends in an incomplete rule, the whole text is checked and parsed the reference way (limits,
+then Lark on all of it), so that errors come out exactly as the plain parser reports them.  The
+result equals :func:`~.rules.parse_rules_lark` rule for rule (``tests/test_rule_shapes.py``).
 """
 
 from __future__ import annotations
@@ -28,11 +43,11 @@ from itertools import accumulate
 from lark import Token, Tree
 from lark.exceptions import UnexpectedInput
 
-from ..errors import Location
+from ..errors import SubcError
 from .ast import And, Action, Not, Or, Pred, Rule
 from .gcpause import paused_gc
-from .limits import tree_tokens
-from .rules import comparison_parts
+from .grammar_parser import SourceText, comparison_parts, condition_depth, rule_parser, syntax_error, tree_tokens
+from .limits import DEFAULT_LIMITS, Limits, check_rule_text
 
 #: Rule ends: a ';' outside strings and comments (strings and comments are matched to skip them).
 _ENDS = re.compile(r'"(?:[^"\\\n]|\\.)*"|#[^\n]*|//[^\n]*|;')
@@ -43,6 +58,12 @@ _SPLIT = re.compile(
 )
 _COMMENT_OR_SPACE = re.compile(r"(?:\s+|#[^\n]*|//[^\n]*)*\Z")
 _LITERAL_TYPES = ("INT", "HEX", "DECIMAL", "STRING")
+#: A literal of each kind in a shape's pattern (the alternatives of _SPLIT, one group each).  The
+#: text around a literal is fixed by the shape, so it splits there exactly as the first piece did.
+_GROUP = {"STRING": r'("(?:[^"\\\n]|\\.)*")', "DECIMAL": r"(\d+\.\d+)", "HEX": r"(0[xX][0-9A-Fa-f]+)",
+          "INT": r"(\d+)"}
+#: How many shapes' patterns are tried on a piece before it is split and looked up.
+_RECENT = 4
 
 
 def rule_ends(text: str) -> list[int]:
@@ -60,100 +81,256 @@ def _kind(lit: str) -> str:
     return "INT"
 
 
-class _Fallback(Exception):
-    """The text needs the plain Lark parser (a syntax error somewhere, or an unusual ending)."""
+class _Anomaly(Exception):
+    """The text needs the reference path: a limit exceeded, a syntax error, an incomplete rule."""
+
+
+class Shape:
+    """A rule shape (see the module docstring): ``pattern`` is None when its pieces are parsed by
+    Lark one by one; otherwise it matches exactly its pieces, and once the first piece has been
+    resolved without error, ``template`` builds the others (:meth:`resolve`, :meth:`materialize`)."""
+
+    def __init__(self, source: SourceText):
+        self.source = source
+        self.template: _Template | None = None
+        self.pattern: re.Pattern | None = None
+        self.cond_groups: tuple[int, ...] = ()
+        self.act_groups: tuple[int, ...] = ()
+        self.conditions: dict = {}  # condition literal texts -> core condition
+        self.atom_sets: dict = {}  # action literal texts -> atoms
+
+    def resolve(self, m: re.Match, ck, ak) -> tuple:
+        """(core condition, atoms) of the piece matched by ``m`` with condition and action literal
+        texts ``ck`` and ``ak``, cached; raises SubcError as the resolver would on that piece."""
+        cond = self.conditions.get(ck)
+        if cond is None:
+            cond = self.conditions[ck] = self.template.cond(m, False)
+        atoms = self.atom_sets.get(ak)
+        if atoms is None:
+            atoms = self.atom_sets[ak] = frozenset(a for f in self.template.actions for a in f(m, False).atoms())
+        return cond, atoms
+
+    def materialize(self, start: int) -> tuple:
+        """(condition, actions, location, text) of the deferred rule whose piece starts at ``start``,
+        with every predicate and action located, as the resolver builds them."""
+        m = self.pattern.match(self.source.text, start)
+        if m is None:  # pragma: no cover - the piece matched when it was parsed
+            raise RuntimeError(f"rule at offset {start} no longer matches its shape")
+        tpl, loc = self.template, self.source.location
+        s, e = tpl.start(m), tpl.end(m)
+        return tpl.cond(m, True), tuple(f(m, True) for f in tpl.actions), loc(s), self.source.text[s:e]
 
 
 class _Template:
-    """A shape's rule as closures over the literal slots of a piece (see the module docstring)."""
+    """A shape's rule as closures over a pattern match ``m`` (see :meth:`ShapeParser._template`):
+    ``cond(m, located)``, ``actions`` (each ``f(m, located)``), ``start(m)``, ``end(m)`` (offsets
+    of the rule's first character and just after its ';')."""
 
     __slots__ = ("cond", "actions", "start", "end")
 
-    def __init__(self, cond, actions, start: int, end: int):
+    def __init__(self, cond, actions, start, end):
         self.cond, self.actions, self.start, self.end = cond, actions, start, end
 
 
+def _offset_fn(part: int, off: int):
+    """The text offset of offset ``off`` in part ``part`` of a piece matched by ``m`` (parts: the
+    text before the first literal, the first literal, the text after it, ...)."""
+    if part == 0:
+        return lambda m: m.start() + off
+    if part % 2:
+        g = (part + 1) // 2
+        return lambda m: m.start(g) + off
+    g = part // 2
+    return lambda m: m.end(g) + off
+
+
 class ShapeParser:
-    """Parse a rule text shape by shape (see the module docstring).
+    """Parse the rule text of ``source`` shape by shape (see the module docstring).
 
-    ``parse()`` returns the rules in text order; errors are :class:`SubcError` exactly as
-    :func:`subc.compiler.rules.parse_rules_lark` raises them."""
+    ``resolver`` is a :class:`~.rules.RuleResolver` over ``source``; rules are numbered from
+    ``first_index``; ``limits`` are those of :func:`~.limits.check_rule_text`.  :meth:`parse`
+    returns the rules in text order or raises what the reference path raises."""
 
-    def __init__(self, text: str, spec, path: str, line_offset: int = 0, first_index: int = 0,
-                 ends: list[int] | None = None):
-        from .rules import _Resolver
-
-        self.text, self.spec, self.path = text, spec, path
-        self.line_offset, self.first_index = line_offset, first_index
-        self.resolver = _Resolver(spec, path, text, line_offset)
-        self.lines = self.resolver.lines
-        self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
-        self.operands: dict[tuple, object] = {}
-        self.action_values: dict[tuple, tuple] = {}
-        self.ends = ends if ends is not None else rule_ends(text)
-
-    # -- positions -------------------------------------------------------------------------
-    def location(self, pos: int) -> Location:
-        """Location of absolute character offset ``pos``."""
-        i = bisect_right(self.line_starts, pos) - 1
-        return Location(self.path, i + 1 + self.line_offset, pos - self.line_starts[i] + 1, self.lines[i])
-
-    def token(self, kind: str, value: str, pos: int) -> Token:
-        loc = self.location(pos)
-        return Token(kind, value, start_pos=pos, line=loc.line - self.line_offset, column=loc.column)
-
-    # -- the two passes --------------------------------------------------------------------
-    def pieces(self) -> list[tuple[int, int]]:
-        """(start, end) of every rule piece: from the previous rule's end to just after this ';'."""
-        out, start = [], 0
-        for end in self.ends:
-            out.append((start, end))
-            start = end
-        if not _COMMENT_OR_SPACE.match(self.text, start):
-            raise _Fallback  # an incomplete rule at the end: Lark reports it
-        return out
+    def __init__(self, source: SourceText, spec, resolver, first_index: int = 0, limits: Limits = DEFAULT_LIMITS):
+        self.source, self.spec, self.resolver = source, spec, resolver
+        self.first_index, self.limits = first_index, limits
+        self.shapes: dict[tuple, Shape] = {}
+        self.recent: list[Shape] = []  # templated shapes, most recently used first
+        self.operands: dict[tuple, object] = {}  # (field, kind, text) -> Operand
+        self.action_values: dict[tuple, tuple] = {}  # (name, kinds, texts) -> (name, args)
+        self.index = first_index
+        self.error: SubcError | None = None  # the first semantic error; then only checking
 
     def parse(self) -> list[Rule]:
-        from .rules import rule_parser
-
-        parser = rule_parser()
-        pieces = self.pieces()
-        shapes: dict[tuple, object] = {}  # key -> (Lark tree, rep start, rep parts) or None (unsafe)
-        plan = []
-        for start, end in pieces:
-            parts = _SPLIT.split(self.text[start:end])
-            lits = parts[1::2]
-            key = ("\x00".join(parts[0::2]), tuple(map(_kind, lits)))
-            if key not in shapes:
-                piece = self.text[start:end]
-                try:
-                    tree = parser.parse(piece)
-                except UnexpectedInput:
-                    raise _Fallback from None
-                shapes[key] = (tree, parts, start) if self._safe(tree, parts) else None
-            plan.append((key, start, end, parts))
-        rules: list[Rule] = []
-        templates: dict[tuple, _Template | None] = {}
-        for key, start, end, parts in plan:
-            index = self.first_index + len(rules)
-            shape = shapes[key]
-            if shape is None:
-                rules.extend(self._lark_piece(start, end, index))
-                continue
-            tpl = templates.get(key)
-            if tpl is None:
-                # the first rule of a shape goes through the resolver itself (its errors, in its
-                # order); the template builds the others
-                rules.extend(self._lark_piece(start, end, index))
-                templates[key] = self._template(*shape)
-                continue
-            rules.append(self._build(tpl, start, parts, index))
+        """The rules of the text (see the class docstring); the cycle collector is paused meanwhile
+        (parsing allocates nothing cyclic)."""
+        declared = dict(self.spec.actions)
+        with paused_gc():
+            try:
+                rules = self._scan()
+            except _Anomaly:
+                rules = None
+        if rules is None:
+            # undo the actions the scan declared: the reference path declares them again in order
+            self.spec.actions.clear()
+            self.spec.actions.update(declared)
+            return self._reference()
+        if self.error is not None:
+            raise self.error
         return rules
 
-    def _safe(self, tree: Tree, parts: list[str]) -> bool:
-        """True when the piece is one rule whose Lark literal tokens are exactly the splitter's
-        literals, with no IPv4/IPv6/MAC literal and no prefix."""
-        if len(tree.children) != 1 or any(t.data == "prefix" for t in tree.iter_subtrees()):
+    def _reference(self) -> list[Rule]:
+        """Limits on the whole text, then Lark on all of it (:func:`~.rules.parse_rules_lark`)."""
+        src = self.source
+        check_rule_text(src.text, src.path, rule_ends(src.text), src.line_offset, self.limits)
+        try:
+            tree = rule_parser().parse(src.text)
+        except UnexpectedInput as e:
+            raise syntax_error(e, src.path, src.text, src.line_offset) from None
+        return [self.resolver.rule(r, self.first_index + i) for i, r in enumerate(tree.children)]
+
+    # -- the scan ------------------------------------------------------------------------------
+    def _scan(self) -> list[Rule]:
+        text = self.source.text
+        n = len(text)
+        rules: list[Rule] = []
+        pos = 0
+        while pos < n:
+            for shape in self.recent:
+                after = self._run(shape, pos, rules)
+                if after != pos:
+                    self._recent(shape)
+                    pos = after
+                    break
+            else:
+                pos = self._piece(pos, rules)
+        return rules
+
+    def _run(self, shape: Shape, pos: int, rules: list[Rule]) -> int:
+        """Consume the consecutive pieces from ``pos`` that match ``shape``'s pattern; returns the
+        offset after them (``pos`` when the first does not match).  _Anomaly when a piece is too
+        long or the rules are too many."""
+        text = self.source.text
+        match = shape.pattern.match
+        max_chars = self.limits.max_rule_chars
+        index = self.index
+        if self.error is None:
+            cg, ag = shape.cond_groups, shape.act_groups
+            conds, atom_sets = shape.conditions, shape.atom_sets
+            new, append = object.__new__, rules.append
+            while True:
+                m = match(text, pos)
+                if m is None:
+                    break
+                end = m.end()
+                if end - pos > max_chars:
+                    raise _Anomaly
+                ck = m.group(*cg) if cg else None
+                ak = m.group(*ag) if ag else None
+                cond = conds.get(ck)
+                atoms = atom_sets.get(ak)
+                if cond is None or atoms is None:
+                    try:
+                        cond, atoms = shape.resolve(m, ck, ak)
+                    except SubcError as e:
+                        self.error = e
+                        index += 1
+                        pos = end
+                        break
+                # Rule.deferred(index, cond, atoms, shape, pos), inlined: this loop runs per rule
+                r = new(Rule)
+                r.index, r.core, r._atoms, r._source, r._parts = index, cond, atoms, shape, pos
+                append(r)
+                index += 1
+                pos = end
+        if self.error is not None:
+            while True:  # checking only
+                m = match(text, pos)
+                if m is None:
+                    break
+                end = m.end()
+                if end - pos > max_chars:
+                    raise _Anomaly
+                index += 1
+                pos = end
+        self.index = index
+        if index - self.first_index > self.limits.max_rules:
+            raise _Anomaly
+        return pos
+
+    def _piece(self, pos: int, rules: list[Rule]) -> int:
+        """Handle the piece at ``pos`` that no recent pattern matched; returns the offset after it
+        (after the pieces that follow it with the same pattern, for a known shape)."""
+        text = self.source.text
+        limits = self.limits
+        end = None
+        for m in _ENDS.finditer(text, pos):
+            if m.group() == ";":
+                end = m.end()
+                break
+        if end is None:  # the text after the last rule: comments and white space only
+            if not _COMMENT_OR_SPACE.match(text, pos) or len(text) - pos > limits.max_rule_chars:
+                raise _Anomaly
+            return len(text)
+        if end - pos > limits.max_rule_chars or self.index >= self.first_index + limits.max_rules:
+            raise _Anomaly
+        piece = text[pos:end]
+        parts = _SPLIT.split(piece)
+        key = ("\x00".join(parts[0::2]), tuple(map(_kind, parts[1::2])))
+        shape = self.shapes.get(key)
+        first = shape is None
+        if first:
+            tree = self._lark(piece)
+            shape = self.shapes[key] = Shape(self.source)
+            if self._safe(tree, parts):
+                shape.pattern = re.compile("".join(re.escape(p) if i % 2 == 0 else _GROUP[_kind(p)]
+                                                   for i, p in enumerate(parts)))
+        elif shape.pattern is not None:
+            self._recent(shape)
+            after = self._run(shape, pos, rules)
+            if after == pos:  # pragma: no cover - the key says it matches
+                raise _Anomaly
+            return after
+        else:
+            tree = self._lark(piece)
+        # the first piece of a shape, or a piece of a shape that has no pattern: the resolver
+        if self.error is None:
+            try:
+                rules.append(self.resolver.at(pos).rule(tree.children[0], self.index))
+            except SubcError as e:
+                self.error = e
+            else:
+                if first and shape.pattern is not None:
+                    self._template(shape, tree, parts, pos)
+        self.index += 1
+        if shape.pattern is not None:
+            self._recent(shape)
+        return end
+
+    def _recent(self, shape: Shape) -> None:
+        if not self.recent or self.recent[0] is not shape:
+            if shape in self.recent:
+                self.recent.remove(shape)
+            self.recent.insert(0, shape)
+            del self.recent[_RECENT:]
+
+    def _lark(self, piece: str) -> Tree:
+        """Lark's tree of one piece; _Anomaly on a syntax error or a condition nested too deep."""
+        try:
+            tree = rule_parser().parse(piece)
+        except UnexpectedInput:
+            raise _Anomaly from None
+        if len(tree.children) != 1:
+            raise _Anomaly  # pragma: no cover - a piece ends at its first ';'
+        if condition_depth(tree.children[0].children[0])[0] > self.limits.max_nesting:
+            raise _Anomaly
+        return tree
+
+    @staticmethod
+    def _safe(tree: Tree, parts: list[str]) -> bool:
+        """True when every Lark literal token of the piece is one of the splitter's literals (which
+        may also find some in comments), with no IPv4/IPv6/MAC literal and no prefix."""
+        if any(t.data == "prefix" for t in tree.iter_subtrees()):
             return False
         bounds = list(accumulate(map(len, parts)))
         lit_at = {bounds[i - 1]: parts[i] for i in range(1, len(parts), 2)}
@@ -164,152 +341,102 @@ class ShapeParser:
                 return False
         return True
 
-    def _lark_piece(self, start: int, end: int, index: int) -> list[Rule]:
-        """Rules of one piece parsed by Lark (shapes that cannot be templates)."""
-        from .rules import rule_parser
-
-        piece = self.text[start:end]
-        try:
-            tree = rule_parser().parse(piece)
-        except UnexpectedInput:  # pragma: no cover - checked in the first pass
-            raise _Fallback from None
-        return [self.resolver.rule(self._shift(r, start), index + i) for i, r in enumerate(tree.children)]
-
-    def _shift(self, t, base: int):
-        """A copy of Lark tree ``t`` (positions relative to a piece at ``base``) in text positions
-        (built without recursion: a long ``and`` chain is a deep tree)."""
-        if isinstance(t, Token):
-            return self.token(t.type, str(t), base + t.start_pos)
-        copies: dict[int, Tree] = {}
-        for node in t.iter_subtrees():  # children before parents
-            kids = [copies[id(c)] if isinstance(c, Tree) else self.token(c.type, str(c), base + c.start_pos)
-                    for c in node.children]
-            new = Tree(node.data, kids)
-            if not node.meta.empty:
-                loc = self.location(base + node.meta.start_pos)
-                new.meta.line, new.meta.column = loc.line - self.line_offset, loc.column
-                new.meta.start_pos, new.meta.end_pos = base + node.meta.start_pos, base + node.meta.end_pos
-                new.meta.empty = False
-            copies[id(node)] = new
-        return copies[id(t)]
-
     # -- templates -------------------------------------------------------------------------
-    def _template(self, tree: Tree, parts: list[str], rep_start: int) -> _Template:
-        """Closures that build a rule of this shape from a piece's literals and positions (the
-        representative piece, at ``rep_start``, has been resolved without error)."""
+    def _template(self, shape: Shape, tree: Tree, parts: list[str], rep: int) -> None:
+        """Make ``shape`` a template shape from Lark's ``tree`` of its first piece (at offset ``rep``,
+        split into ``parts``, resolved without error): the literal groups of its condition and
+        actions, and closures that build its rules from a pattern match."""
         rule_tree = tree.children[0]
         bounds = [0] + list(accumulate(map(len, parts)))
-        slot_of = {bounds[i]: i for i in range(1, len(parts), 2)}  # piece offset of a literal -> part index
+        group_at = {bounds[i]: (i + 1) // 2 for i in range(1, len(parts), 2)}  # piece offset -> group
 
-        def where(pos: int) -> tuple[int, int]:
-            """(part index, offset in the part) of piece position ``pos`` of the representative."""
-            i = bisect_right(bounds, pos) - 1
-            return i, pos - bounds[i]
+        def at(pos: int):
+            i = min(bisect_right(bounds, pos) - 1, len(parts) - 1)
+            return _offset_fn(i, pos - bounds[i])
 
         r = self.resolver
-
-        def literal(tok: Token):
-            return slot_of[tok.start_pos]
+        located = self.source.location
+        rep_resolver = r.at(rep)
+        operands, action_values = self.operands, self.action_values
+        cond_groups: list[int] = []
+        act_groups: list[int] = []
 
         def expr(t):
             if t.data in ("or_", "and_"):
-                # as the resolver: a left-nested chain is one node (walked in a loop), a right
-                # operand is not
+                # as the resolver: a left-nested chain is one node (walked in a loop)
                 rights, x = [], t
                 while isinstance(x, Tree) and x.data == t.data:
                     rights.append(x.children[1])
                     x = x.children[0]
-                items = [expr(x)] + [expr(r) for r in reversed(rights)]
+                fs = tuple([expr(x)] + [expr(y) for y in reversed(rights)])
                 cls = Or if t.data == "or_" else And
-                fs = tuple(items)
-                return lambda b: cls(tuple(f(b) for f in fs))
+                return lambda m, loc: cls(tuple([f(m, loc) for f in fs]))
             if t.data == "not_":
                 f = expr(t.children[0])
-                return lambda b: Not(f(b))
+                return lambda m, loc: Not(f(m, loc))
             return comparison(t)
 
-        def field(ft: Tree):
-            return r.field(self._shift(ft, rep_start))
+        def operand(q, tok: Token):
+            g, kind, qname = group_at[tok.start_pos], tok.type, q.name
+            cond_groups.append(g)
 
-        def operand_fn(q, tok: Token):
-            slot, kind, cache = literal(tok), tok.type, self.operands
-
-            def f(b):
-                parts_, base, offs = b
-                text = parts_[slot]
-                key = (q.name, kind, text)
-                o = cache.get(key)
+            def f(m):
+                text = m.group(g)
+                key = (qname, kind, text)
+                o = operands.get(key)
                 if o is None:
-                    o = cache[key] = r.operand(self.token(kind, text, base + offs[slot]), q)
+                    o = operands[key] = r.operand(Token(kind, text, start_pos=m.start(g)), q)
                 return o
             return f
 
         def comparison(t: Tree):
-            pos = where(t.meta.start_pos)
+            where = at(t.meta.start_pos)
             if t.data in ("member", "not_member"):
-                q = field(t.children[0])
-                fs = [operand_fn(q, v) for v in t.children[1:]]
+                q = rep_resolver.field(t.children[0])  # the shape's checks ran on the first piece
+                fs = tuple(operand(q, v) for v in t.children[1:])
                 op = "in" if t.data == "member" else "not in"
             else:
                 ftree, _, op, value = comparison_parts(t)
-                q = field(ftree)  # the shape's checks ran on the representative
-                fs = [operand_fn(q, value)]
+                q = rep_resolver.field(ftree)
+                fs = (operand(q, value),)
             name, width = q.name, q.width
+            groups = tuple(sorted({group_at[v.start_pos] for v in (t.children[1:] if t.data in ("member", "not_member")
+                                                                    else (value,))}))
+            cores: dict = {}  # literal texts -> the predicate without location
 
-            def f(b):
-                return Pred(name, width, op, tuple(g(b) for g in fs), self._loc(b, pos))
+            def f(m, loc):
+                if loc:
+                    return Pred(name, width, op, tuple([g(m) for g in fs]), located(where(m)))
+                key = m.group(*groups)
+                p = cores.get(key)
+                if p is None:
+                    p = cores[key] = Pred(name, width, op, tuple([g(m) for g in fs]), None)
+                return p
             return f
 
         def action(t: Tree):
             name_tok, *args = t.children
-            pos = where(name_tok.start_pos)
-            slots = tuple(literal(a) if a.type in _LITERAL_TYPES else None for a in args)
-            if any(s is None for s in slots):
-                raise _Fallback  # pragma: no cover - non-literal arguments are not in the grammar
+            where = at(name_tok.start_pos)
+            groups = tuple(group_at[a.start_pos] for a in args)
+            act_groups.extend(groups)
             kinds = tuple(a.type for a in args)
             name = str(name_tok)
-            cache = self.action_values
 
-            def f(b):
-                parts_, base, offs = b
-                texts = tuple(parts_[s] for s in slots)
+            def f(m, loc):
+                texts = tuple([m.group(g) for g in groups])
                 key = (name, kinds, texts)
-                v = cache.get(key)
+                v = action_values.get(key)
                 if v is None:
-                    toks = [self.token("NAME", name, base + offs[pos[0]] + pos[1])]
-                    toks += [self.token(k, x, base + offs[s]) for k, x, s in zip(kinds, texts, slots)]
+                    toks = [Token("NAME", name, start_pos=where(m))]
+                    toks += [Token(k, x, start_pos=m.start(g)) for k, x, g in zip(kinds, texts, groups)]
                     a = r.action(Tree("action", toks))
-                    v = cache[key] = (a.name, a.args)
-                return Action(v[0], v[1], self._loc(b, pos))
+                    v = action_values[key] = (a.name, a.args)
+                return Action(v[0], v[1], located(where(m)) if loc else None)
             return f
 
         cond_tree, actions_tree = rule_tree.children
         cond = expr(cond_tree)
         acts = tuple(action(a) for a in actions_tree.children)
-        return _Template(cond, acts, where(rule_tree.meta.start_pos), where(rule_tree.meta.end_pos))
-
-    def _loc(self, b, pos: tuple[int, int]) -> Location:
-        _, base, offs = b
-        return self.location(base + offs[pos[0]] + pos[1])
-
-    def _build(self, tpl: _Template, start: int, parts: list[str], index: int) -> Rule:
-        offs = [0]
-        offs.extend(accumulate(map(len, parts)))
-        b = (parts, start, offs)
-        cond = tpl.cond(b)
-        actions = tuple(f(b) for f in tpl.actions)
-        s = start + offs[tpl.start[0]] + tpl.start[1]
-        e = start + offs[tpl.end[0]] + tpl.end[1]
-        return Rule(index, cond, actions, self.location(s), self.text[s:e])
-
-
-def parse_shapes(text: str, spec, path: str, line_offset: int = 0, first_index: int = 0,
-                 ends: list[int] | None = None) -> list[Rule] | None:
-    """The rules of ``text`` by shape (see the module docstring), or None when the plain parser is
-    needed.  ``ends``: :func:`rule_ends` of ``text`` when the caller has them.  The cycle collector
-    is off meanwhile: parsing allocates and frees nothing cyclic."""
-    with paused_gc():
-        try:
-            return ShapeParser(text, spec, path, line_offset, first_index, ends).parse()
-        except _Fallback:
-            return None
+        shape.template = _Template(cond, acts, at(rule_tree.meta.start_pos), at(rule_tree.meta.end_pos))
+        shape.cond_groups = tuple(sorted(set(cond_groups)))
+        shape.act_groups = tuple(sorted(set(act_groups)))

@@ -8,85 +8,56 @@ every operator against the field's match kind, converts literals to raw values
 
 from __future__ import annotations
 
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 
-from lark import Lark, Token, Tree
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from lark import Token, Tree
+from lark.exceptions import UnexpectedInput
 
-from ..errors import Location, SubcError
+from ..errors import SubcError
 from .ast import And, Action, Not, Operand, Or, Pred, Rule
-from .limits import DEFAULT_LIMITS, Limits, check_rule_text
+from .grammar_parser import SourceText, comparison_parts, rule_parser, syntax_error
+from .limits import DEFAULT_LIMITS, Limits
 from .literals import arg_value, literal_value
+from .rule_shapes import ShapeParser
 from .spec import QueryField, Spec
 
-#: The grammar, read as package data (works from a zip too, as shipped with ``spark-submit --py-files``).
-GRAMMAR = resources.files("subc") / "grammar" / "rules.lark"
 MAX_PORT = 511  # 9-bit port numbers (v1model egress_spec, TNA PortId_t)
 
-_FRIENDLY = {
-    "CMP": "a comparison operator", "SEMICOLON": "';'", "COLON": "':'", "LPAR": "'('", "RPAR": "')'",
-    "COMMA": "','", "NAME": "a name", "INT": "a value", "STRING": "a value", "DECIMAL": "a value", "HEX": "a value",
-    "IPV4": "a value", "IPV6": "a value", "MAC": "a value", "AND": "'and'", "OR": "'or'",
-    "LBRACE": "'{'", "RBRACE": "'}'", "BANG": "'!'", "NOT": "'not'", "IN": "'in'", "SLASH": "'/'", "$END": "end of input", "DOT": "'.'",
-}
 
+class RuleResolver:
+    """Resolves Lark trees of rules (:func:`~.grammar_parser.rule_parser`) into the AST against
+    ``spec``: every field against the spec's query fields, every operator against the field's match
+    kind, literals into raw values (:mod:`.literals`), actions against ``fwd``, ``drop`` and the
+    spec's actions (declaring them when the spec lets rules declare them).
 
-@lru_cache(maxsize=1)
-def rule_parser() -> Lark:
-    """The Lark LALR parser for the rule language (built once)."""
-    return Lark(GRAMMAR.read_text(), parser="lalr", propagate_positions=True, maybe_placeholders=False)
+    ``source`` is the :class:`~.grammar_parser.SourceText` the trees' positions (``start_pos``,
+    ``meta.start_pos``) are offsets into (plus ``base``: see :meth:`at`); locations are computed
+    from those offsets.  Every
+    method raises :class:`SubcError` at the offending token.  The shape parser
+    (:mod:`.rule_shapes`) calls :meth:`operand` and :meth:`action` with tokens it builds."""
 
+    def __init__(self, spec: Spec, source: SourceText, base: int = 0):
+        self.spec, self.source, self.base = spec, source, base
 
-def _syntax_error(e: UnexpectedInput, path: str, text: str) -> SubcError:
-    loc = Location.from_line_col(path, text, max(e.line, 1), max(e.column, 1)) if e.line and e.line > 0 else (
-        Location.from_offset(path, text, len(text))
-    )
-    if isinstance(e, UnexpectedCharacters):
-        return SubcError(f"unexpected character {text[e.pos_in_stream]!r}", loc)
-    if isinstance(e, UnexpectedEOF) or (isinstance(e, UnexpectedToken) and e.token.type == "$END"):
-        loc = Location.from_offset(path, text, len(text.rstrip()))
-        return SubcError("unexpected end of input (is a ';' missing?)", loc)
-    expected = sorted({_FRIENDLY.get(t, t) for t in getattr(e, "expected", ()) if not t.startswith("__")})
-    tok = e.token
-    msg = f"unexpected {tok.value!r}"
-    if expected:
-        msg += ", expected " + (expected[0] if len(expected) == 1 else "one of " + ", ".join(expected))
-    return SubcError(msg, loc)
+    def at(self, base: int) -> "RuleResolver":
+        """A resolver for trees of a piece of the source text that starts at offset ``base`` (their
+        positions are offsets into the piece)."""
+        return RuleResolver(self.spec, self.source, base)
 
-
-def comparison_parts(t: Tree) -> tuple[Tree, Token, str, object]:
-    """(field tree, operator token, operator as if the field came first with ``=`` as ``==``,
-    value) of a ``cmp`` or ``cmp_rev`` tree (``5 < price`` is ``price > 5``)."""
-    if t.data == "cmp":
-        ftree, op_tok, value = t.children
-        op = str(op_tok)
-    else:
-        value, op_tok, ftree = t.children
-        op = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}.get(str(op_tok), str(op_tok))
-    return ftree, op_tok, "==" if op == "=" else op, value
-
-
-class _Resolver:
-    def __init__(self, spec: Spec, path: str, text: str, line_offset: int = 0):
-        self.spec, self.path, self.text = spec, path, text
-        self.lines = text.split("\n")  # once: a location per token must not rescan the text
-        self.line_offset = line_offset
-
-    def loc(self, item) -> Location:
-        line, col = (item.line, item.column) if isinstance(item, Token) else (item.meta.line, item.meta.column)
-        src = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
-        return Location(self.path, line + self.line_offset, col, src)
+    def loc(self, item):
+        """The location of a token or a (non-empty) tree."""
+        return self.source.location(self.base + (item.start_pos if isinstance(item, Token) else item.meta.start_pos))
 
     def rule(self, tree: Tree, index: int) -> Rule:
+        """The rule of a ``rule`` tree, with ``index``."""
         cond_tree, actions_tree = tree.children
         cond = self.expr(cond_tree)
         actions = tuple(self.action(a) for a in actions_tree.children)
-        text = self.text[tree.meta.start_pos : tree.meta.end_pos]
+        text = self.source.text[self.base + tree.meta.start_pos : self.base + tree.meta.end_pos]
         return Rule(index, cond, actions, self.loc(tree), text)
 
     def expr(self, t):
+        """The condition of a condition tree (a left-nested chain of one operator is one node)."""
         if t.data == "or_":
             return Or(self._flatten(t, "or_"))
         if t.data == "and_":
@@ -106,6 +77,7 @@ class _Resolver:
         return tuple([self.expr(t)] + [self.expr(r) for r in reversed(rights)])
 
     def field(self, t: Tree) -> QueryField:
+        """The query field a ``field`` tree names (a bare name when it is unambiguous)."""
         name = ".".join(str(c) for c in t.children)
         q = self.spec.resolve_field(name)
         if q is None:
@@ -117,6 +89,7 @@ class _Resolver:
         return q
 
     def operand(self, v, q: QueryField) -> Operand:
+        """The operand of literal token (or ``prefix`` tree) ``v`` compared with field ``q``."""
         if isinstance(v, Tree):  # prefix
             base, plen_tok = v.children
             loc = self.loc(base)
@@ -133,6 +106,7 @@ class _Resolver:
         return Operand(literal_value(v.type, str(v), q, self.loc(v)))
 
     def comparison(self, t: Tree) -> Pred:
+        """The predicate of a ``cmp``, ``cmp_rev``, ``member`` or ``not_member`` tree."""
         if t.data in ("member", "not_member"):
             q = self.field(t.children[0])
             values = t.children[1:]
@@ -151,6 +125,7 @@ class _Resolver:
         return Pred(q.name, q.width, op, (operand,), self.loc(t))
 
     def action(self, t: Tree) -> Action:
+        """The action of an ``action`` tree (name token, then argument tokens)."""
         name_tok, *args = t.children
         name, loc = str(name_tok), self.loc(name_tok)
         if name == "fwd":
@@ -203,46 +178,38 @@ def parse_rules(text: str, spec: Spec, path: str = "<rules>", line_offset: int =
 
     Returns the rules in file order (``Rule.index`` ``first_index``, ``first_index`` + 1, ...).
     ``text`` may be a piece of a file that starts at the beginning of line ``line_offset`` + 1:
-    locations then give file lines.  Raises :class:`SubcError` at the first syntax or semantic
-    error (unknown field or action, operator not allowed by the field's match kind, literal that
-    does not fit, string on a numeric field, ...).  Each distinct rule shape is parsed by Lark
-    once (:mod:`subc.compiler.rule_shapes`); the result equals :func:`parse_rules_lark`'s.
-    The rule count, each rule's length and its nesting depth are checked first against
-    ``limits`` (:func:`~subc.compiler.limits.check_rule_text`).
+    locations then give file lines.  Raises :class:`~.limits.LimitError` at the first rule over
+    ``limits`` (rule count, a rule's length, its nesting depth: :func:`~.limits.check_rule_text`),
+    else :class:`SubcError` at the first syntax error, else at the first semantic error (unknown
+    field or action, operator not allowed by the field's match kind, literal that does not fit,
+    string on a numeric field, ...), exactly as :func:`parse_rules_lark` after
+    :func:`~.limits.check_rule_text`.  Each distinct rule shape is parsed by Lark once
+    (:mod:`subc.compiler.rule_shapes`); the result equals :func:`parse_rules_lark`'s.
     """
-    from .rule_shapes import parse_shapes, rule_ends
-
-    ends = rule_ends(text)
-    check_rule_text(text, path, ends, line_offset, limits)
-    rules = parse_shapes(text, spec, path, line_offset, first_index, ends)
-    if rules is None:
-        rules = parse_rules_lark(text, spec, path, line_offset, first_index)
-    return rules
+    source = SourceText(path, text, line_offset)
+    return ShapeParser(source, spec, RuleResolver(spec, source), first_index, limits).parse()
 
 
 def parse_rules_lark(text: str, spec: Spec, path: str = "<rules>", line_offset: int = 0, first_index: int = 0) -> list[Rule]:
-    """Parse and resolve a rule set with Lark alone (:func:`parse_rules` gives the same result faster).
+    """Parse and resolve a rule set with Lark alone (:func:`parse_rules` gives the same result faster,
+    and checks limits first).
 
     Returns the rules in file order (``Rule.index`` ``first_index``, ``first_index`` + 1, ...).
     ``text`` may be a piece of a file that starts at the beginning of line ``line_offset`` + 1:
-    locations then give file lines.  Raises :class:`SubcError` at the first syntax or semantic
-    error (unknown field or action, operator not allowed by the field's match kind, literal that
-    does not fit, string on a numeric field, ...).
+    locations then give file lines.  Raises :class:`SubcError` at the first syntax error, else at
+    the first semantic error (see :func:`parse_rules`).
     """
     try:
         tree = rule_parser().parse(text)
     except UnexpectedInput as e:
-        err = _syntax_error(e, path, text)
-        loc = err.location
-        if line_offset and loc is not None:
-            err.location = Location(loc.path, loc.line + line_offset, loc.column, loc.source_line)
-        raise err from None
-    resolver = _Resolver(spec, path, text, line_offset)
+        raise syntax_error(e, path, text, line_offset) from None
+    resolver = RuleResolver(spec, SourceText(path, text, line_offset))
     return [resolver.rule(r, first_index + i) for i, r in enumerate(tree.children)]
 
 
 def load_rules(path: str | Path, spec: Spec, limits: Limits = DEFAULT_LIMITS) -> list[Rule]:
-    """Read and parse the rule file at ``path`` (see :func:`parse_rules`)."""
+    """Read and parse the rule file at ``path`` (see :func:`parse_rules`).  Raises
+    :class:`SubcError` when it cannot be read (or is not UTF-8)."""
     try:
         text = Path(path).read_text()
     except (OSError, UnicodeDecodeError) as e:
