@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from ...errors import SubcError
 from ..parse_graph import ACCEPT, MOLD_BOUNDARIES, REJECT, ParseGraph
@@ -95,15 +96,30 @@ class SlotPlan:
         """Width of a port bitmap in bits (at least 1)."""
         return max(1, len(self.ports))
 
+    @cached_property
+    def _port_bit(self) -> dict[int, int]:
+        """Port -> its bitmap bit (built once: a compile asks for every port of every leaf)."""
+        return {p: 1 << j for j, p in enumerate(self.ports)}
+
     def bit_of(self, port: int) -> int:
         """The bitmap bit of ``port``."""
-        return 1 << self.ports.index(port)
+        return self._port_bit[port]
+
+    @cached_property
+    def _bitmaps(self) -> dict[tuple, int]:
+        return {}
 
     def bitmap(self, ports) -> int:
-        """The bitmap of ``ports`` (each one of :attr:`ports`)."""
-        out = 0
-        for p in ports:
-            out |= self.bit_of(p)
+        """The bitmap of ``ports`` (each one of :attr:`ports`; cached per port tuple: every entry
+        of a multicast leaf asks for its group's)."""
+        key = tuple(ports)
+        out = self._bitmaps.get(key)
+        if out is None:
+            bit = self._port_bit
+            out = 0
+            for p in key:
+                out |= bit[p]
+            self._bitmaps[key] = out
         return out
 
 
