@@ -102,8 +102,9 @@ class Program:
         return self.bpf[name.encode()].map_fd
 
 
-#: Tail-call targets: (function, program type, prog array holding it at index 0).
-TAIL_CALLS = (("subc_xdp_more", "xdp", "subc_jmp_xdp"), ("subc_tc_more", "tc", "subc_jmp_tc"))
+#: Tail-call targets: (function, program type, prog array holding it, index in that array).
+TAIL_CALLS = (("subc_xdp_more", "xdp", "subc_jmp_xdp", 0), ("subc_xdp_one", "xdp", "subc_jmp_xdp", 1),
+              ("subc_tc_more", "tc", "subc_jmp_tc", 0))
 
 
 def compile_and_load(src: str, cflags: list[str], xdp_fn: str = "subc_xdp", tc_fn: str = "subc_tc") -> Program:
@@ -127,7 +128,7 @@ def compile_and_load(src: str, cflags: list[str], xdp_fn: str = "subc_xdp", tc_f
         raise SubcError(f"bcc could not compile the program: {err}\n{_tail(cap.text)}")
     fns = {}
     kinds = {"xdp": bcc.BPF.XDP, "tc": bcc.BPF.SCHED_CLS}
-    todo = [(xdp_fn, bcc.BPF.XDP), (tc_fn, bcc.BPF.SCHED_CLS)] + [(n, kinds[k]) for n, k, _ in TAIL_CALLS]
+    todo = [(xdp_fn, bcc.BPF.XDP), (tc_fn, bcc.BPF.SCHED_CLS)] + [(n, kinds[k]) for n, k, _, _ in TAIL_CALLS]
     for name, kind in todo:
         with _StderrCapture() as cap:
             try:
@@ -137,9 +138,9 @@ def compile_and_load(src: str, cflags: list[str], xdp_fn: str = "subc_xdp", tc_f
                 err = e
         if err is not None:
             raise SubcError(f"the kernel verifier rejected {name}: {err}\nverifier log (last lines):\n{_tail(cap.text)}")
-    tails = [fns[n] for n, _, _ in TAIL_CALLS]
-    for (_, _, array), fn in zip(TAIL_CALLS, tails):
-        b[array.encode()][ct.c_int(0)] = ct.c_int(fn.fd)
+    tails = [fns[n] for n, _, _, _ in TAIL_CALLS]
+    for (_, _, array, index), fn in zip(TAIL_CALLS, tails):
+        b[array.encode()][ct.c_int(index)] = ct.c_int(fn.fd)
     return Program(b, fns[xdp_fn], fns[tc_fn], tails)
 
 

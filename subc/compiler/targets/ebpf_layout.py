@@ -43,10 +43,10 @@ STATS = [
     "truncated",  # (datagram = one message) message headers run past the payload: default action
     "no_match",  # messages no rule matched: default action
     "dropped",  # datagrams none of whose messages goes anywhere
-    "xdp_unicast",  # datagrams sent whole to one endpoint from XDP (sequence number rewritten)
+    "xdp_unicast",  # copies sent from XDP to a datagram's one recipient (whole, or its messages repacked in place)
     "to_tc",  # datagrams handed to TC to build copies
     "tc_packets",  # datagrams TC built copies of
-    "tc_clones",  # copies TC sent (bpf_clone_redirect)
+    "tc_clones",  # copies TC sent (bpf_clone_redirect; the datagram's last copy by bpf_redirect)
     "passed_local",  # copies passed to the local stack
     "stale",  # a leaf of a retired generation (its message is sent nowhere)
     "slot_lost",  # TC found XDP's results for the datagram overwritten: dropped
