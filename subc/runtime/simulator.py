@@ -7,12 +7,24 @@ priority wins (P4Runtime convention); a miss runs the default action, and a step
 table is applied when its table missed.  The actions of the last stage (and the document's
 ``default_action``) map to a :class:`Decision` (multicast groups resolved through
 ``multicast_groups``).
+
+A document of the multi-message P4 program (``messages`` present, see
+:mod:`subc.compiler.targets.p4slots`) has per-message leaf actions (``subc_msg_fwd(ports)``: a
+bitmap over ``messages.ports``; ``subc_msg_hold(code)``: the non-forwarding decision of
+``messages.held``) and one copy of every table per message slot; :class:`TableSimulator` runs a
+message through slot 0's (after checking that every slot carries the same entries), and
+:class:`SwitchSimulator` runs whole datagrams as the switch does: every message through the
+tables, then one copy per port with exactly its messages (:class:`~.delivery.Delivery`), the
+datagrams the switch cannot split to the overflow port.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
+from typing import Callable
 
+from .delivery import Delivery, recipients_of, split_payload
+from .moldudp64 import END_OF_SESSION, HEARTBEAT
 from .reference import Decision
 
 _BUILTIN = {"subc_drop": ("drop",), "subc_nop": ("nop",)}
@@ -104,17 +116,43 @@ class TableSimulator:
         self.headers = doc["headers"]
         self.default_action = (doc["default_action"]["action"], doc["default_action"]["params"])
         self.state_key = doc["state_key"]
-        self.code_key = self.state_key.rsplit(".", 1)[0] + ".subc_code"
+        self.code_key = doc.get("code_key", self.state_key.rsplit(".", 1)[0] + ".subc_code")
         self.trace: list[tuple[str, bool, str]] = []
+        self.messages = doc.get("messages")
+        if self.messages is not None:
+            self.ports = list(self.messages["ports"])
+            self.held = {h["code"]: (h["action"], h["params"]) for h in self.messages["held"]}
+            self._check_slots(doc)
+
+    @staticmethod
+    def _check_slots(doc: dict) -> None:
+        """Raise ValueError unless every slot's copy of a table has slot 0's entries and default."""
+        by_slot: dict[int, list[dict]] = defaultdict(list)
+        for t in doc["tables"]:
+            if "slot" in t:
+                by_slot[t["slot"]].append(t)
+        first = [(t["entries"], t["default_action"]) for t in by_slot.get(0, [])]
+        for i, ts in by_slot.items():
+            if [(t["entries"], t["default_action"]) for t in ts] != first:
+                raise ValueError(f"slot {i}'s tables differ from slot 0's")
 
     def _key_value(self, key: dict, packet: dict[str, int], meta: dict[str, int]) -> int:
         name = key["name"]
         if name in meta:
             return meta[name]
+        if "field" in key:
+            return packet[key["field"]]
         field = name.split(".", 1)[1]
         return packet[field]
 
     def _decision(self, action: str, params: dict) -> Decision:
+        if self.messages is not None:
+            if action == "subc_msg_fwd":
+                bits = params["ports"]
+                return Decision(tuple(p for j, p in enumerate(self.ports) if bits >> j & 1), None)
+            if action == "subc_msg_hold":
+                name, args = self.held[params["code"]]
+                return leaf_decision(name, args, self.groups)
         return leaf_decision(action, params, self.groups)
 
     def process(self, packet: dict[str, int], valid: set[str] | None = None, trace: bool = False) -> Decision:
@@ -143,3 +181,76 @@ class TableSimulator:
                 if hit or name == on_miss:
                     break
         return result if result is not None else self._decision(*self.default_action)
+
+
+class SwitchSimulator:
+    """Datagrams through the multi-message P4 program as the switch runs it (README "P4: every
+    message of a datagram"), from its ``entries.json`` document ``doc`` alone.
+
+    ``decode(message bytes, network)`` gives a message's ``(field values, valid instances)``, or
+    None when the switch cannot frame it (a type the spec does not parse, a parser reject, a block
+    length that differs from its type's length); ``network`` is passed through from
+    :meth:`datagram`.  :meth:`datagram` returns ``{port: UDP payload}`` of one datagram:
+
+    * a heartbeat (count 0) or end of session (0xFFFF): every subscriber port (``messages.ports``),
+      with its next sequence number, which does not advance;
+    * more than ``messages.max_messages`` messages, a message the switch cannot frame, or a
+      payload whose MoldUDP64 framing disagrees with its bytes: the datagram unchanged to
+      ``messages.overflow_port`` (nowhere when it is null), counted in :attr:`counters`
+      (``too_many``, ``unframed``, ``malformed``);
+    * otherwise each message is classified by the tables; a port receives one copy with exactly
+      the messages whose decision forwards to it (:func:`~.delivery.recipients_of` with
+      ``broker=False``: ``drop``, ``nop`` and spec actions deliver to nobody and are counted in
+      :attr:`held` by their code), and its own sequence number, which advances by the copy's count
+      (:class:`~.delivery.Delivery`).
+
+    Raises ValueError for a document without ``messages`` (not the multi-message program).
+    """
+
+    def __init__(self, doc: dict, decode: Callable[[bytes, object], tuple[dict, set] | None]):
+        if "messages" not in doc:
+            raise ValueError("not the entries.json of a multi-message P4 program (no 'messages')")
+        self.tables = TableSimulator(doc)
+        self.decode = decode
+        m = doc["messages"]
+        self.max_messages = m["max_messages"]
+        self.overflow_port = m["overflow_port"]
+        self.codes = {(h["action"], tuple(h["params"].values())): h["code"] for h in m["held"]}
+        self.delivery = Delivery(decide=lambda _msg: set(), everyone=list(m["ports"]))
+        self.counters: Counter = Counter()
+        self.held: Counter = Counter()
+
+    def _whole(self, payload: bytes, reason: str) -> dict:
+        self.counters[reason] += 1
+        return {} if self.overflow_port is None else {self.overflow_port: payload}
+
+    def datagram(self, payload: bytes, network=None) -> dict[int, bytes]:
+        """``{port: UDP payload}`` of the datagram with UDP payload ``payload`` (see the class
+        docstring); ``network`` goes to ``decode``."""
+        parts = split_payload(payload)
+        if parts is None:
+            return self._whole(payload, "malformed")
+        _, _, count, msgs = parts
+        if count in (HEARTBEAT, END_OF_SESSION):
+            self.counters["heartbeat"] += 1
+            return {p: c.payload() for p, c in self.delivery.datagram(payload).items()}
+        if count > self.max_messages:
+            return self._whole(payload, "too_many")
+        decided: dict[bytes, set] = {}
+        for msg in msgs:
+            got = self.decode(msg, network)
+            if got is None:
+                return self._whole(payload, "unframed")
+            values, valid = got
+            d = self.tables.process(values, valid)
+            if not d.ports:
+                self.held[self.codes.get(self._atom(d), 0)] += 1
+            decided[msg] = recipients_of(d, broker=False)
+        self.counters["classified"] += 1
+        self.delivery.decide = decided.__getitem__
+        return {p: c.payload() for p, c in self.delivery.datagram(payload).items()}
+
+    @staticmethod
+    def _atom(d: Decision) -> tuple:
+        name = d.action[0]
+        return ({"drop": "subc_drop", "nop": "subc_nop"}.get(name, name), tuple(d.action[1:]))

@@ -382,6 +382,14 @@ def message_action(plan: SlotPlan, pipe: Pipeline, action: tuple[str, tuple]) ->
     return "subc_msg_hold", (("code", plan.held[(name, tuple(params))]),)
 
 
+def _message_action_name(name: str) -> str:
+    if name in ("subc_fwd", "subc_mcast"):
+        return "subc_msg_fwd"
+    if name in ("subc_set_state", "subc_set_code", "NoAction"):
+        return name
+    return "subc_msg_hold"
+
+
 def message_tables(plan: SlotPlan, pipe: Pipeline) -> list[Table]:
     """The logical tables of ``pipe`` with their leaf actions in per-message form
     (:func:`message_action`); every slot applies a copy of each with these entries."""
@@ -392,8 +400,8 @@ def message_tables(plan: SlotPlan, pipe: Pipeline) -> list[Table]:
             a, p = message_action(plan, pipe, (e.action, e.params))
             entries.append(Entry(e.match, a, p, e.priority))
         default = message_action(plan, pipe, t.default_action)
-        actions = sorted({e.action for e in entries} | ({default[0]} if default[0] != "NoAction" else set())) \
-            or [default[0]]
+        declared = {_message_action_name(a) for a in t.actions}
+        actions = sorted(({e.action for e in entries} | {default[0]} | declared) - {"NoAction"})
         out.append(replace(t, entries=entries, default_action=default, actions=actions))
     return out
 
