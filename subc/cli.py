@@ -137,9 +137,11 @@ def compile_cmd(rules: str, spec_path: str, target: str, out_dir: str, field_ord
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "github"]), default="text", show_default=True)
 @click.option("--strict", is_flag=True, help="exit 1 on warnings too")
 @click.option("--no-load", is_flag=True, help="ebpf: do not load the program to count its instructions")
+@click.option("--max-messages", type=int, default=8, show_default=True,
+              help="tofino: stages for K = 1, 2, 4, ... up to this many messages per datagram")
 @limit_options
 def check_cmd(rules: tuple[str, ...], spec_path: str, target: str, fmt: str, strict: bool, no_load: bool,
-              max_rules: int, max_states: int) -> None:
+              max_messages: int, max_rules: int, max_states: int) -> None:
     """Check RULES for CI: errors, rules that never match or change nothing, conflicting actions,
     and target fit.  Exit status 0 when clean (warnings allowed unless --strict), 1 on errors, 2
     when the input cannot be read."""
@@ -147,7 +149,8 @@ def check_cmd(rules: tuple[str, ...], spec_path: str, target: str, fmt: str, str
     from .check.run import check, report_json, summary_line
 
     try:
-        rep = check(list(rules), spec_path, target, _limits(max_rules, max_states), load_ebpf=not no_load)
+        rep = check(list(rules), spec_path, target, _limits(max_rules, max_states), load_ebpf=not no_load,
+                    max_messages=max_messages)
     except SubcError as e:
         if fmt == "github":
             from .check.diagnostics import Diagnostic

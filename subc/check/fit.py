@@ -18,6 +18,17 @@ blocks of 1,024 x 128-bit words; 12 stages on Tofino 1 and 20 on Tofino 2; multi
   interval-code table matches on the field alone and is placed in the previous step's stages,
   except in the first step, which then needs one more stage.
 
+* **Every message of a datagram** (the multi-message program, README "P4: every message of a
+  datagram"): K slots each apply their own copy of every table.  The slots' chains are independent,
+  so they share MAU stages: a step needs ``max(1, ceil(K x TCAM blocks / 24), ceil(K x SRAM blocks /
+  80))`` stages; then the union of the K port bitmaps (a tree of ceil(log2 K) OR stages) and the
+  delivery table (1).  Egress: the port-bit table (1), the per-slot keep/remove decision (1), the
+  sums of removed bytes and kept messages (ceil(log2 K)) and the rewrite with the sequence register
+  (1).  PHV: network and MoldUDP64 headers, K slots of the widest message path, per-slot metadata
+  and the bridged header, against Tofino 1's 4,096 bits (a note, not a verdict: the estimate assumes the
+  compiler overlays the headers of different message types of one slot, and metadata may overlay too).  Reported for K = 1, 2,
+  4, ... up to ``max_messages``.
+
 **eBPF**: map entries against the capacities a load gives them, and, when running as root with
 bcc, the XDP and TC programs compiled and loaded: instructions after the verifier
 (``xlated_insns``) against 1,000,000 (BPF_COMPLEXITY_LIMIT_INSNS, also the program size limit for
@@ -112,14 +123,73 @@ def _logical(res: CompileResult, out: list[Diagnostic], fit: dict) -> None:
                               "metadata container"))
 
 
-def tofino_fit(res: CompileResult) -> tuple[dict, list[Diagnostic]]:
-    """(fit report, diagnostics) for Tofino 1 and 2 (see the module docstring)."""
+PHV_BITS = 4096
+
+
+def message_stages_text(fit: dict) -> str:
+    """The per-K figures of a Tofino fit report as text ('' when single-message)."""
+    rows = (fit.get("messages") or {}).get("per_k") or []
+    if not rows:
+        return ""
+    return "every message of a datagram: " + ", ".join(
+        f"K={r['k']} {r['stages']} stages, {r['phv_bits']:,} PHV bits" for r in rows) + \
+        f" (Tofino 1 PHV: {PHV_BITS:,} bits)"
+
+
+def message_stages(res: CompileResult, max_messages: int, overflow_port: int | None = None) -> dict | None:
+    """Stages and PHV bits of the multi-message program for K = 1, 2, 4, ... up to ``max_messages``
+    (see the module docstring): ``{'max_messages', 'per_k': [{'k', 'ingress_stages',
+    'egress_stages', 'stages', 'phv_bits'}]}``, or None when the spec is not slotted (the program
+    is single-message; ``reason`` then says why).  Raises SubcError for a bad ``max_messages``."""
+    from ..compiler.targets.p4slots import check_options, slot_plan
+
+    check_options(max_messages, overflow_port)
+    plan, reason = slot_plan(res, max_messages, overflow_port) if res.spec.whole_program else (None, "pragma-only spec")
+    if plan is None:
+        return {"max_messages": 1, "mode": "single", "reason": reason, "per_k": []}
+    steps = tofino_steps(res)
+    ks = sorted({k for k in (2 ** i for i in range(max_messages.bit_length())) if k <= max_messages} | {max_messages})
+    g_net = sum(sum(w or 0 for _, w in res.spec.headers[t].fields) for _, t in plan.top)
+    pipe = res.pipeline
+    per_slot_meta = pipe.state_width + pipe.code_width + plan.port_bits + 8 + 16 * 3
+    per_k = []
+    for k in ks:
+        classify = 0
+        for j, st in enumerate(steps):
+            n = max(1, math.ceil(k * st["tcam_blocks"] / TCAM_BLOCKS), math.ceil(k * st["sram_blocks"] / SRAM_BLOCKS))
+            if j == 0 and any(t["name"].endswith("_code") for t in st["tables"]):
+                n += 1
+            classify += n
+        log = (k - 1).bit_length()
+        ingress = classify + log + 1
+        egress = 3 + log
+        phv = g_net + k * (plan.slot_bits + per_slot_meta) + 2 * plan.port_bits + 8 + k * (plan.port_bits + 16) + 64
+        per_k.append({"k": k, "ingress_stages": ingress, "egress_stages": egress, "stages": max(ingress, egress),
+                      "phv_bits": phv})
+    return {"max_messages": max_messages, "mode": "multi", "phv_limit": PHV_BITS, "per_k": per_k}
+
+
+def tofino_fit(res: CompileResult, max_messages: int = 8, overflow_port: int | None = None
+               ) -> tuple[dict, list[Diagnostic]]:
+    """(fit report, diagnostics) for Tofino 1 and 2 (see the module docstring); ``messages``: the
+    multi-message program's stages for K up to ``max_messages`` (:func:`message_stages`)."""
     out: list[Diagnostic] = []
     steps = tofino_steps(res)
     total = sum(s["stages"] for s in steps)
     fit: dict = {"model": "tofino", "steps": steps, "stages": {"needed": total, "limits": TOFINO_STAGES},
                  "per_stage": {"tcam_blocks": TCAM_BLOCKS, "sram_blocks": SRAM_BLOCKS}}
     _logical(res, out, fit)
+    fit["messages"] = msgs = message_stages(res, max_messages, overflow_port)
+    if msgs["per_k"]:
+        last = msgs["per_k"][-1]
+        table = ", ".join(f"K={r['k']}: {r['stages']} stages, {r['phv_bits']:,} PHV bits" for r in msgs["per_k"])
+        if last["stages"] > TOFINO_STAGES["Tofino 2"]:
+            out.append(Diagnostic("error", "target-fit", f"{last['k']} messages per datagram need about "
+                                  f"{last['stages']} MAU stages: more than Tofino 1 (12) and Tofino 2 (20) have; "
+                                  "lower --max-messages", notes=[table]))
+        elif last["stages"] > TOFINO_STAGES["Tofino 1"]:
+            out.append(Diagnostic("warning", "target-fit", f"{last['k']} messages per datagram need about "
+                                  f"{last['stages']} MAU stages: Tofino 2 only", notes=[table]))
     if total > TOFINO_STAGES["Tofino 2"]:
         out.append(Diagnostic("error", "target-fit",
                               f"the pipeline needs about {total} MAU stages: more than Tofino 1 (12) and Tofino 2 (20) have",

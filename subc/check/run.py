@@ -73,7 +73,7 @@ def parse_all(paths: Sequence[str], spec: Spec, limits: Limits = DEFAULT_LIMITS)
 
 
 def check(paths: Sequence[str], spec_path: str, target: str = "bmv2", limits: Limits = DEFAULT_LIMITS,
-          load_ebpf: bool = True) -> CheckReport:
+          load_ebpf: bool = True, max_messages: int = 8) -> CheckReport:
     """Check the rule files ``paths`` against the spec at ``spec_path`` for ``target``.
 
     Raises :class:`SubcError` when the spec or a rule file cannot be read or the spec does not
@@ -101,7 +101,7 @@ def check(paths: Sequence[str], spec_path: str, target: str = "bmv2", limits: Li
                 res = None
             if res is not None:
                 if target == "tofino":
-                    rep.target_fit, more = fit.tofino_fit(res)
+                    rep.target_fit, more = fit.tofino_fit(res, max_messages)
                 elif target == "ebpf":
                     rep.target_fit, more = fit.ebpf_fit(res, str(paths[0]) if paths else "", load_ebpf)
                 else:
@@ -152,6 +152,9 @@ def summary_line(rep: CheckReport) -> str:
     f = rep.target_fit or {}
     if f.get("model") == "tofino":
         s += f"; about {f['stages']['needed']} MAU stages (Tofino 1: 12, Tofino 2: 20)"
+        from .fit import message_stages_text
+
+        s += "; " + message_stages_text(f) if message_stages_text(f) else ""
     if "multicast_groups" in f:
         s += f"; {f['multicast_groups']['used']:,} multicast groups"
     if f.get("model") == "ebpf" and f.get("instructions"):
