@@ -7,6 +7,7 @@ loaded with ``simple_switch_CLI`` over the Thrift port on localhost.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -201,6 +202,13 @@ def test_p4c_compiles_lpm_spec_actions_and_default(tmp_path):
     subprocess.run([sys.executable, "-m", "subc.cli", "compile", str(tmp_path / "r.sub"), "--spec", str(tmp_path / "spec.p4"),
                     "-o", str(out)], check=True, capture_output=True)
     src = (out / "subc.p4").read_text()
-    assert "hdr.ipv4.dstAddr : lpm;" in src and "action tag(bit<8> v)" in src and "default_action = mark();" in src
+    # every message is classified on its own: a spec action withholds its message (counted by its
+    # code) and its body is not run per message (README "P4: every message of a datagram")
+    assert "hdr.ipv4.dstAddr : lpm" in src and "action tag(" not in src
+    doc = json.loads((out / "entries.json").read_text())
+    held = {(h["action"], tuple(h["params"].items())) for h in doc["messages"]["held"]}
+    assert held == {("tag", (("v", 7),)), ("mark", ())}
+    assert doc["default_action"] == {"action": "subc_msg_hold", "params": {"code": next(
+        h["code"] for h in doc["messages"]["held"] if h["action"] == "mark")}}
     p = subprocess.run([P4C, "--std", "p4-16", str(out / "subc.p4"), "-o", str(out / "subc.json")], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
