@@ -127,21 +127,25 @@ def run_once(rules: Path, spec: Path, target: str, out_dir: Path, timeout: float
 CAMUS_RULE = re.compile(r'add_order\.stock == "([A-Z]{1,8})" and add_order\.shares > (\d+) : fwd\((\d+)\);')
 SHARES_TOP = 2**32 - 1  # add_order.shares is 32 bits (examples/itch/spec.p4)
 STOCK_BYTES = 8  # add_order.stock: 8 ASCII bytes (ITCH Alpha, padded with spaces)
+MAX_MESSAGES = 8  # subc compile --max-messages (its default): messages classified per datagram, one slot each
 
 
-def camus_baseline(rules_path: Path, out_path: Path) -> None:
+def camus_baseline(rules_path: Path, out_path: Path, max_messages: int = MAX_MESSAGES) -> None:
     """The entries of a Camus rule set (``stock == "S" and shares > P : fwd(H);``, one per line)
     computed for that workload alone, written to ``out_path`` as JSON ``{"tables": {name: [entry,
-    ...]}, "multicast_groups": [...]}`` in the forms of ``entries.json``.
+    ...]}, "multicast_groups": [...]}`` in the forms of the bmv2 ``entries.json``.
 
     A regular expression parses the rules; per symbol, a sweep over the sorted thresholds gives the
     runs of ``shares`` values and the host set each one forwards to (a value v matches the rules with
     P < v).  The numbering is subc's: symbols in value order, a symbol's runs numbered as a state on
-    first sight (symbols with equal runs share one), then the host sets of those states' runs as
-    leaves on first sight; a leaf with one host forwards to it, one with several to a multicast
-    group numbered on first sight; per state, the target that saves the most entries becomes a
-    full-range fallback at priority 1 (none when it is the dead state 0).  Raises SystemExit when
-    a rule does not have the Camus form."""
+    first sight (symbols with equal runs share one), the host sets of those states' runs as leaves
+    on first sight; per state, the target that saves the most entries becomes a full-range fallback
+    at priority 1 (none when it is the dead state 0, ties to the lower leaf).  The P4 program
+    classifies ``max_messages`` messages per datagram, each in a slot with its own copy of the
+    tables (``subc_s<i>_...``); a leaf sets the slot's bitmap of hosts (bit j: the j-th of the sorted
+    hosts), ``subc_deliver`` unicasts a one-host union, ``subc_port_bit`` gives each egress port its
+    bit, and one multicast group holds every host.  Raises SystemExit when a rule does not have the
+    Camus form."""
     text = rules_path.read_text()
     by_symbol: dict[str, list[tuple[int, int]]] = {}
     n = 0
@@ -153,8 +157,9 @@ def camus_baseline(rules_path: Path, out_path: Path) -> None:
         raise SystemExit(f"{rules_path}: not a Camus rule set ({n} of {text.count(';')} rules parsed)")
     # symbols in value order (big-endian ASCII padded with spaces: byte order is value order)
     symbols = sorted(by_symbol, key=lambda s: s.encode().ljust(STOCK_BYTES))
-    states: dict[tuple, int] = {}  # runs (lo, hi, host set) of a symbol -> its shares-stage state
+    states: dict[tuple, int] = {}  # runs (lo, hi, sorted host tuple) of a symbol -> its shares-stage state
     stock_entries = []
+    hosts_used: set[int] = set()
     for s in symbols:
         runs, start, hosts, current = [], 0, set(), ()
         for p, h in sorted(by_symbol[s]):
@@ -165,22 +170,19 @@ def camus_baseline(rules_path: Path, out_path: Path) -> None:
                 hosts.add(h)
                 current = tuple(sorted(hosts))
         runs.append((start, SHARES_TOP, current))
+        hosts_used |= hosts
         state = states.setdefault(tuple(runs), len(states) + 1)
         value = int.from_bytes(s.encode().ljust(STOCK_BYTES), "big")
         stock_entries.append({"match": [{"exact": 1}, {"exact": value}], "action": "subc_set_state",
                               "params": {"next_state": state}})
-    leaves: dict[tuple, int] = {}  # host set (sorted) -> leaf state, on first sight
+    leaves: dict[tuple, int] = {}  # host set -> leaf state, on first sight
     for runs in states:
         for _, _, hs in runs:
             if hs:
                 leaves.setdefault(hs, len(leaves) + 1)
-    groups: dict[tuple, int] = {}
-    actions: dict[tuple, tuple[str, dict]] = {}
-    for ports in leaves:  # leaf order
-        if len(ports) == 1:
-            actions[ports] = ("subc_fwd", {"port": ports[0]})
-        else:
-            actions[ports] = ("subc_mcast", {"group": groups.setdefault(ports, len(groups) + 1)})
+    ports = sorted(hosts_used)
+    bit = {p: 1 << j for j, p in enumerate(ports)}
+    bitmaps = {hs: sum(bit[p] for p in hs) for hs in leaves}
     shares_entries = []
     for runs, state in states.items():
         count: dict[tuple, int] = {}
@@ -190,18 +192,21 @@ def camus_baseline(rules_path: Path, out_path: Path) -> None:
         fb = min(count, key=lambda hs: (len(runs) - count[hs] + (1 if hs else 0), leaves.get(hs, 0)))
         for lo, hi, hs in runs:
             if hs != fb:
-                action, params = actions[hs]
                 shares_entries.append({"match": [{"exact": state}, {"range": [lo, hi]}], "priority": 2,
-                                       "action": action, "params": params})
+                                       "action": "subc_msg_fwd", "params": {"ports": bitmaps[hs]}})
         if fb:
-            action, params = actions[fb]
             shares_entries.append({"match": [{"exact": state}, {"range": [0, SHARES_TOP]}], "priority": 1,
-                                   "action": action, "params": params})
-    doc = {
-        "tables": {"SubcIngress.subc_add_order_stock": stock_entries, "SubcIngress.subc_add_order_stock_miss": [],
-                   "SubcIngress.subc_add_order_shares": shares_entries},
-        "multicast_groups": [{"group": g, "ports": list(p)} for p, g in groups.items()],
-    }
+                                   "action": "subc_msg_fwd", "params": {"ports": bitmaps[fb]}})
+    tables = {}
+    for base, entries in (("add_order_stock", stock_entries), ("add_order_stock_miss", []),
+                          ("add_order_shares", shares_entries)):
+        for i in range(max_messages):
+            tables[f"SubcIngress.subc_s{i}_{base}"] = entries
+    tables["SubcIngress.subc_deliver"] = [{"match": [{"exact": b}], "action": "subc_unicast", "params": {"port": p}}
+                                         for p, b in bit.items()]
+    tables["SubcEgress.subc_port_bit"] = [{"match": [{"exact": p}], "action": "subc_set_port_bit",
+                                          "params": {"port_bit": b}} for p, b in bit.items()]
+    doc = {"tables": tables, "multicast_groups": [{"group": 1, "ports": ports}] if ports else []}
     out_path.write_text(json.dumps(doc) + "\n")
 
 

@@ -62,3 +62,31 @@ def test_no_rule_can_match():
     fast = slice_rules(rules, SPEC.query_fields, ["h.a"])
     assert_same(fast, slice_bdd(build_bdd(rules, SPEC.query_fields, ["h.a"])))
     assert fast.root_state == 0 and fast.leaves == []
+
+
+@st.composite
+def symbol_rules(draw):
+    """Camus-like rule sets: an exact field tested with == (or in, or !=: overlapping groups at
+    the root) and thresholds on one or two range fields, repeated with other literals, so that
+    deferred rules share core conditions."""
+    lines = []
+    for _ in range(draw(st.integers(1, 30))):
+        sym = draw(st.integers(0, 5))
+        first = draw(st.sampled_from([f"h.c == {sym}", f"h.c == {sym}", f"h.c in {{{sym}, {sym + 1}}}", f"h.c != {sym}"]))
+        op = draw(st.sampled_from([">", ">", "<", "<=", "==", "!="]))
+        cond = f"{first} and h.a {op} {draw(st.integers(0, 255))}"
+        if draw(st.booleans()):
+            cond += f" and h.b > {draw(st.integers(0, 3))}"
+        lines.append(f"{cond} : fwd({draw(st.integers(1, 4))});")
+    return "\n".join(lines) + "\n"
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(symbol_rules(), st.data())
+def test_layered_equals_bdd_slicing_on_symbol_threshold_sets(text, data):
+    rules = parse_rules(text, SPEC, "sym.sub")
+    used = fields_used(rules)
+    order = list(data.draw(st.sampled_from([sorted(used, key=lambda f: f != "h.c"), *itertools.permutations(used)])))
+    fast = slice_rules(rules, SPEC.query_fields, order)
+    assert_same(fast, slice_bdd(build_bdd(rules, SPEC.query_fields, order)))
+    assert fast.work == slice_rules(list(reversed(rules)), SPEC.query_fields, order).work

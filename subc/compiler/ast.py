@@ -128,33 +128,36 @@ class Rule:
     * ``core``: a condition equal in meaning to ``condition`` (the same predicates, operators and
       raw values), possibly shared with other rules and without predicate locations: what the
       compiler slices (:mod:`.layered`, :mod:`.bdd`);
-    * :meth:`atoms`: the action atoms.
+    * ``atom_set`` (also :meth:`atoms`): the action atoms, a frozenset;
+    * ``shape``: None, or an object shared by deferred rules of one shape: their conditions have
+      the same structure and test the same fields in the same order (only the literals differ).
 
     Rules compare and hash by their materialised fields, and pickle as plain rules.
     """
 
-    __slots__ = ("index", "core", "_atoms", "_source", "_parts")
+    __slots__ = ("index", "core", "atom_set", "shape", "_parts")
 
     def __init__(self, index: int, condition: "Expr", actions: tuple["Action", ...], location: Location, text: str):
         self.index = index
         self.core = condition
-        self._atoms: frozenset | None = None
-        self._source = None
+        self.atom_set = frozenset(x for act in actions for x in act.atoms())
+        self.shape = None
         self._parts: object = (condition, actions, location, text)
 
     @classmethod
-    def deferred(cls, index: int, core: "Expr", atoms: frozenset, source, key) -> "Rule":
-        """A rule whose condition, actions, location and text ``source.materialize(key)`` gives
-        as a tuple on first use; ``core`` and ``atoms`` as :meth:`materialize` would give them."""
+    def deferred(cls, index: int, core: "Expr", atoms: frozenset, shape, start: int) -> "Rule":
+        """A rule whose condition, actions, location and text ``shape.materialize(start)`` gives
+        as a tuple on first use (``start``: the offset of its piece); ``core`` and ``atoms`` mean
+        what those would give."""
         r = cls.__new__(cls)
-        r.index, r.core, r._atoms, r._source, r._parts = index, core, atoms, source, key
+        r.index, r.core, r.atom_set, r.shape, r._parts = index, core, atoms, shape, start
         return r
 
     def _full(self) -> tuple:
-        if self._source is not None:
-            self._parts = self._source.materialize(self._parts)
-            self._source = None
-        return self._parts  # type: ignore[return-value]
+        parts = self._parts
+        if type(parts) is int:  # deferred: the offset of the rule's piece
+            parts = self._parts = self.shape.materialize(parts)
+        return parts  # type: ignore[return-value]
 
     @property
     def condition(self) -> "Expr":
@@ -173,11 +176,8 @@ class Rule:
         return self._full()[3]
 
     def atoms(self) -> frozenset:
-        """The rule's action atoms (see :meth:`Action.atoms`)."""
-        a = self._atoms
-        if a is None:
-            a = self._atoms = frozenset(x for act in self.actions for x in act.atoms())
-        return a
+        """The rule's action atoms (see :meth:`Action.atoms`): ``atom_set``."""
+        return self.atom_set
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Rule):

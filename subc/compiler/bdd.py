@@ -21,13 +21,16 @@ needs to slice the BDD into one table per field.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from operator import attrgetter
+from typing import TYPE_CHECKING, Sequence
 
-from dd import cudd
 
-from .ast import And, Expr, Not, Pred, Rule, predicates
+from .ast import And, Expr, Not, Or, Pred, Rule, predicates
 from .intervals import IntervalSet, elementary_cuts, interval_index
 from .spec import QueryField
+
+if TYPE_CHECKING:  # dd.cudd is imported where a BDD is built: importing it costs a compile 0.1 s (networkx)
+    from dd import cudd
 
 
 @dataclass
@@ -128,22 +131,37 @@ class ConditionBuilder:
         return u
 
 
-def _distinct_cores(rules: Sequence[Rule]) -> list[Expr]:
-    """The distinct ``core`` condition objects of ``rules``, in order of first use (rules of one
-    shape with the same literals share theirs: see :class:`~.ast.Rule`)."""
-    seen: dict[int, Expr] = {}
-    for r in rules:
-        c = r.core
-        if id(c) not in seen:
-            seen[id(c)] = c
-    return list(seen.values())
+_core = attrgetter("core")
+
+
+def core_predicates(cores) -> list[Pred]:
+    """The distinct predicate objects of the conditions ``cores``, in order of first use (depth
+    first)."""
+    preds: dict[int, Pred] = {}
+    add = preds.setdefault
+    for c in cores:
+        for x in (c.items if type(c) is And or type(c) is Or else (c,)):
+            if type(x) is Pred:
+                add(id(x), x)
+            else:
+                for p in predicates(x):
+                    add(id(p), p)
+    return list(preds.values())
 
 
 def fields_used(rules: Sequence[Rule]) -> list[str]:
-    """Names of the fields that the rules test, in order of first use."""
+    """Names of the fields that the rules test, in order of first use.  Of rules with one
+    ``shape`` (deferred rules of one shape test the same fields in the same order: see
+    :class:`~.ast.Rule`) only the first is looked at."""
     seen: dict[str, None] = {}
-    for c in _distinct_cores(rules):
-        for p in predicates(c):
+    shapes: set = set()
+    for r in rules:
+        sh = r.shape
+        if sh is not None:
+            if sh in shapes:
+                continue
+            shapes.add(sh)
+        for p in core_predicates((r.core,)):
             seen.setdefault(p.field, None)
     return list(seen)
 
@@ -154,24 +172,32 @@ def field_domains(rules: Sequence[Rule], fields: dict[str, QueryField], order: S
 
     Raises ValueError if ``order`` misses a field the rules use.
     """
-    preds_by_field: dict[str, dict[int, Pred]] = {f: {} for f in order}  # field -> distinct predicate objects
-    for c in _distinct_cores(rules):
-        for p in predicates(c):
-            by_id = preds_by_field.get(p.field)
-            if by_id is None:
-                raise ValueError(f"field order misses {p.field}")
-            by_id.setdefault(id(p), p)
+    cores = {id(c): c for c in map(_core, rules)}  # rules of one shape share their core conditions
+    return predicate_domains(core_predicates(cores.values()), fields, order)
+
+
+def predicate_domains(preds: Sequence[Pred], fields: dict[str, QueryField], order: Sequence[str]) -> list[FieldDomain]:
+    """:func:`field_domains` of rules whose distinct predicates are ``preds`` (in first-use order).
+
+    Raises ValueError if ``order`` misses a field of ``preds``.
+    """
+    preds_by_field: dict[str, list[Pred]] = {f: [] for f in order}
+    for p in preds:
+        on_field = preds_by_field.get(p.field)
+        if on_field is None:
+            raise ValueError(f"field order misses {p.field}")
+        on_field.append(p)
     domains: list[FieldDomain] = []
     for fname in order:
         q = fields[fname]
-        preds = list(preds_by_field[fname].values())
-        sets = {id(v): v for v in (p.values() for p in preds)}.values()
+        on_field = preds_by_field[fname]
+        sets = {id(v): v for v in (p.values() for p in on_field)}.values()
         cuts = elementary_cuts(sets, q.max_value)
         nbits = max(1, (len(cuts) - 1).bit_length())
         names = [f"{_var_prefix(fname)}_{b}" for b in range(nbits)]
         mentioned = {
             (o.value, o.prefix_len if o.prefix_len is not None else q.width)
-            for p in preds
+            for p in on_field
             if p.op not in ("<", "<=", ">", ">=")
             for o in p.operands
         }
@@ -185,6 +211,8 @@ def build_bdd(rules: Sequence[Rule], fields: dict[str, QueryField], order: Seque
     ``fields`` maps field names to :class:`QueryField`.  Raises ValueError if ``order`` misses a
     used field.
     """
+    from dd import cudd
+
     domains = field_domains(rules, fields, order)
     bdd = cudd.BDD()
     bdd.configure(reordering=False)

@@ -34,22 +34,29 @@ boundary is bounded (:class:`~subc.compiler.limits.Limits`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import itemgetter
+from typing import TYPE_CHECKING
+from itertools import chain
+from functools import reduce
+from operator import attrgetter, itemgetter, xor
 from random import Random
 
-from dd import cudd
 
 from .ast import And, Expr, Pred, Rule
-from .bdd import ConditionBuilder, FieldDomain, field_domains, index_segments
+from .bdd import ConditionBuilder, FieldDomain, core_predicates, index_segments, predicate_domains
 from .intervals import IntervalSet, interval_index
 from .limits import DEFAULT_LIMITS, LimitError, Limits
 from .slicing import Leaf, Sliced, Stage, StageState
 from .spec import QueryField
 
+if TYPE_CHECKING:  # dd.cudd is imported where a BDD is built: importing it costs a compile 0.1 s (networkx)
+    from dd import cudd
+
 Ranges = tuple[tuple[int, int], ...] | None
 Cube = tuple[Ranges, ...]
 _DEAD = -1
+_EMPTY = object()  # the index ranges of an empty value set
 _first = itemgetter(0)
+_core_and_atoms = attrgetter("core", "atom_set")
 
 
 def _conjuncts(e: Expr) -> list[Pred] | None:
@@ -90,6 +97,7 @@ class CubeMaker:
         self._ranges: dict[tuple[int, int], tuple[IntervalSet, Ranges]] = {}  # (field, id(set)) -> ranges
         self._by_pred: dict[int, tuple[Pred, int, IntervalSet]] = {}  # id(pred) -> (pred, field, values)
         self._by_cond: dict[int, tuple[Expr, list[Cube]]] = {}  # id(condition) -> (condition, cubes)
+        self._pred_cube: dict[int, tuple] = {}  # id(pred) -> (pred, field, ranges or _EMPTY)
 
     def cubes(self, cond: Expr) -> list[Cube]:
         """The cubes of ``cond`` (an empty list when no packet satisfies it)."""
@@ -100,6 +108,22 @@ class CubeMaker:
         self._by_cond[id(cond)] = (cond, out)
         return out
 
+    def _pred_ranges(self, p: Pred) -> tuple[Pred, int, Ranges | object]:
+        """(p, field position, index ranges of p's values or _EMPTY), cached per predicate."""
+        hit = self._pred_cube.get(id(p))
+        if hit is None or hit[0] is not p:
+            _, i, values = self._pred(p)
+            hit = self._pred_cube[id(p)] = (p, i, _EMPTY if values.is_empty() else self._index_ranges(i, values))
+        return hit
+
+    def _index_ranges(self, i: int, s: IntervalSet) -> Ranges:
+        hit = self._ranges.get((i, id(s)))
+        if hit is not None and hit[0] is s:
+            return hit[1]
+        out = _index_ranges(self.domains[i], s)
+        self._ranges[(i, id(s))] = (s, out)
+        return out
+
     def _pred(self, p: Pred) -> tuple[Pred, int, IntervalSet]:
         hit = self._by_pred.get(id(p))
         if hit is None or hit[0] is not p:
@@ -107,6 +131,20 @@ class CubeMaker:
         return hit
 
     def _cubes(self, cond: Expr) -> list[Cube]:
+        if type(cond) is And and all(type(p) is Pred for p in cond.items):
+            # the common case: predicates on distinct fields, each its own cached ranges
+            cube: list[Ranges] = [None] * len(self.domains)
+            seen = set()
+            for p in cond.items:
+                _, i, ranges = self._pred_ranges(p)
+                if i in seen:
+                    break
+                if ranges is _EMPTY:
+                    return []
+                seen.add(i)
+                cube[i] = ranges
+            else:
+                return [tuple(cube)]
         flat = _conjuncts(cond)
         if flat is None:
             return self._bdd_cubes(cond)
@@ -129,6 +167,8 @@ class CubeMaker:
 
     def _bdd_cubes(self, cond: Expr) -> list[Cube]:
         if self._bdd is None:
+            from dd import cudd
+
             self._bdd = cudd.BDD()
             self._bdd.configure(reordering=False)
             for d in self.domains:
@@ -175,6 +215,8 @@ def _sweep(groups: dict, k: int, zob: list[int], index: dict[int, int],
     items whose ranges they are.  Next states are found in / added to ``index`` (Zobrist hash ->
     state number) and ``states`` (state number -> sorted item tuple).  _DEAD: no item.
     """
+    if all(r is None or (len(r) == 1 and r[0][1] == k - 1) for r in groups):
+        return _sweep_suffixes(groups, k, zob, index, states)
     events: list[tuple[int, int, list]] = []
     count: dict[int, int] = {}
     h = 0
@@ -233,6 +275,41 @@ def _sweep(groups: dict, k: int, zob: list[int], index: dict[int, int],
             j += 1
 
 
+def _sweep_suffixes(groups: dict, k: int, zob: list[int], index: dict[int, int],
+                    states: list[tuple[int, ...]]) -> list[tuple[int, int, int]]:
+    """:func:`_sweep` when every group's ranges are one interval up to the last index (``field >
+    P``, say) or every index: items only ever enter, so the current set is a set (set operations
+    instead of counts)."""
+    starts = sorted(((0 if r is None else r[0][0], items) for r, items in groups.items()), key=_first)
+    active: set[int] = set()
+    h = 0
+    runs: list[tuple[int, int, int]] = []
+    start, j, ne = 0, 0, len(starts)
+    while True:
+        p = starts[j][0] if j < ne else k
+        if p > start:  # the segment [start, p - 1] has the current item set
+            if not active:
+                tgt = _DEAD
+            else:
+                tgt = index.get(h)
+                if tgt is None:
+                    tgt = index[h] = len(states)
+                    states.append(tuple(active))  # (any order: a state is a set)
+            if runs and runs[-1][2] == tgt:
+                runs[-1] = (runs[-1][0], p - 1, tgt)
+            else:
+                runs.append((start, p - 1, tgt))
+            start = p
+        if j >= ne:
+            return runs
+        while j < ne and starts[j][0] == p:
+            new = set(starts[j][1]).difference(active)
+            if new:
+                active |= new
+                h = reduce(xor, map(zob.__getitem__, new), h)
+            j += 1
+
+
 def _groups(state: tuple[int, ...], keys: list) -> dict:
     """A state's items (``keys[item]`` = (ranges, next item)) grouped by their ranges."""
     groups: dict = {}
@@ -243,6 +320,83 @@ def _groups(state: tuple[int, ...], keys: list) -> dict:
             groups[ranges] = [nxt]
         else:
             g.append(nxt)
+    return groups
+
+
+def _check_limits(states: int, items: int, limits: Limits, dom: FieldDomain, order: Sequence[str]) -> None:
+    if states > limits.max_states or items > limits.max_layer_items:
+        what = (f"more than {limits.max_states:,} states" if states > limits.max_states
+                else f"states holding more than {limits.max_layer_items:,} rule items")
+        raise StateLimitExceeded(
+            f"the rule set needs {what} by field {dom.field.name} (field order "
+            f"{', '.join(order)}); the limit is --max-states {limits.max_states:,}. The diagram "
+            "grows with the combinations of fields the rules test together: rules with few "
+            "predicates over many fields can need exponentially many states"
+        )
+
+
+def _root_by_point(root: dict, ranges0: list, k: int, states: list) -> list[tuple[int, int, int]] | None:
+    """The root's runs when its groups' ranges on field 0 are pairwise disjoint (an exact field
+    tested with ``==`` or ``in``, say): each group's trie (range id of field 1 -> items) is a next
+    state as it is, numbered on first sight in value order (equal tries are one state) and appended
+    to ``states``.  None when some ranges overlap (or some group allows any value)."""
+    spans = []
+    for c0, g in root.items():
+        ranges = ranges0[c0]
+        if ranges is None:
+            return None
+        for a, b in ranges:
+            spans.append((a, b, c0))
+    spans.sort(key=_first)
+    for (_, b, _), (a, _, _) in zip(spans, spans[1:]):
+        if a <= b:
+            return None
+    state_of: dict[int, int] = {}  # c0 -> next state
+    by_size: dict[tuple[int, int], list[int]] = {}  # (groups, items) -> states of that size
+    for _, _, c0 in spans:
+        if c0 not in state_of:
+            g = root[c0]
+            same = by_size.setdefault((len(g), sum(map(len, g.values()))), [])
+            st = next((x for x in same if states[x] == g), None)  # equal tries: one state
+            if st is None:
+                st = len(states)
+                states.append(g)
+                same.append(st)
+            state_of[c0] = st
+    runs: list[tuple[int, int, int]] = []
+    start = 0
+    for a, b, c0 in spans:
+        if a > start:
+            runs.append((start, a - 1, _DEAD))
+        t = state_of[c0]
+        if runs and runs[-1][2] == t:
+            runs[-1] = (runs[-1][0], b, t)
+        else:
+            runs.append((a, b, t))
+        start = b + 1
+    if start < k:
+        runs.append((start, k - 1, _DEAD))
+    return runs
+
+
+def _root_groups(root: dict, n: int, ranges_of: list, interned: list, keys: list) -> dict:
+    """The root state as groups for :func:`_sweep` (ranges of field 0 -> items of level 1), the
+    items of level 1 interned from the root's trie."""
+    if n < 2:
+        return {ranges_of[0][c0]: x for c0, x in root.items()} if n else {}
+    d1, k1, r1 = interned[1], keys[1], ranges_of[1]
+    groups = {}
+    for c0, g in root.items():
+        items = set()
+        for c1, x in g.items():
+            for it2 in x:
+                key = (c1, it2)
+                it = d1.get(key)
+                if it is None:
+                    it = d1[key] = len(k1)
+                    k1.append((r1[c1], it2))
+                items.add(it)
+        groups[ranges_of[0][c0]] = items
     return groups
 
 
@@ -265,79 +419,158 @@ def slice_rules(rules: Sequence[Rule], fields: dict[str, QueryField], order: Seq
     more than ``limits.max_states`` states in all, or their item sets hold more than
     ``limits.max_layer_items`` items in all (before minimisation).
     """
-    domains = field_domains(rules, fields, order)
-    n = len(domains)
-    cubes_of = CubeMaker(domains).cubes
+    n = len(order)
     interned: list[dict] = [{} for _ in range(n + 1)]
     keys: list[list] = [[] for _ in range(n + 1)]
 
-    # 2. items: level n is the atom set, level i (ranges of field i, item of level i + 1); the root
-    #    state's items (level 0) are kept grouped by their ranges: root[ranges] = level-1 items
-    root: dict = {}
+    # 1. the rules grouped by core condition (rules of one shape with the same literals share it),
+    #    each with the level-n items (atom sets) of its rules: by_core[id(core)] = (core, items)
     leaf_ids, leaf_keys = interned[n], keys[n]
-    for r in rules:
-        atoms = r.atoms()
-        if not atoms:
-            continue
-        cubes = cubes_of(r.core)
-        if not cubes:
-            continue
-        top = leaf_ids.get(atoms)
-        if top is None:
-            top = leaf_ids[atoms] = len(leaf_keys)
-            leaf_keys.append(atoms)
-        for cube in cubes:
-            it = top
-            for i in range(n - 1, 0, -1):
-                key = (cube[i], it)
-                d = interned[i]
-                x = d.get(key)
-                if x is None:
-                    x = d[key] = len(keys[i])
-                    keys[i].append(key)
-                it = x
-            k0 = cube[0] if n else None
-            g = root.get(k0)
-            if g is None:
-                root[k0] = {it}
-            else:
-                g.add(it)
+    by_core: dict[int, tuple] = {}
+    for core, atoms in map(_core_and_atoms, rules):
+        leaf = None
+        if atoms:
+            leaf = leaf_ids.get(atoms)
+            if leaf is None:
+                leaf = leaf_ids[atoms] = len(leaf_keys)
+                leaf_keys.append(atoms)
+        g = by_core.get(id(core))
+        if g is None:
+            g = by_core[id(core)] = (core, set())  # (keeps the core alive: its id stays its own)
+        if leaf is not None:
+            g[1].add(leaf)
+    domains = predicate_domains(core_predicates([c for c, _ in by_core.values()]), fields, order)
 
-    # 3. layers, top down: layer_states[i] = item tuples (the root: its groups); layer_runs[i] =
-    #    runs per state
+    # 2. items: level n is the atom set, level i (ranges of field i, item of level i + 1), interned
+    #    per level; ranges are numbered per field.  The root state's items are kept as a trie:
+    #    root[range id of field 0][range id of field 1] = items of level 2 (n >= 2), or
+    #    root[range id of field 0] = leaf items (n == 1), root[None] = leaf items (n == 0)
+    range_ids: list[dict] = [{None: 0} for _ in range(n)]
+    ranges_of: list[list] = [[None] for _ in range(n)]  # range id 0: any value
+    levels = range(n - 1, 1, -1)
+    root: dict = {}
+    maker = CubeMaker(domains)
+    cubes_of = maker.cubes
+
+    def range_id(i: int, ranges: Ranges) -> int:
+        x = range_ids[i].get(ranges)
+        if x is None:
+            x = range_ids[i][ranges] = len(ranges_of[i])
+            ranges_of[i].append(ranges)
+        return x
+
+    by_pred: dict[int, tuple] = {}  # id(pred) -> (pred, field position, range id or -1: no value)
+    for core, leaves in by_core.values():
+        if not leaves:
+            continue
+        # a predicate or a conjunction of predicates on distinct fields (most rules): its cube from
+        # the range ids of its predicates; anything else through CubeMaker
+        cube_list = None
+        kind = type(core)
+        if kind is Pred or kind is And:
+            ids = [0] * n
+            seen = 0
+            for p in (core.items if kind is And else (core,)):
+                if type(p) is not Pred:
+                    break
+                hit = by_pred.get(id(p))
+                if hit is None:
+                    _, i, ranges = maker._pred_ranges(p)
+                    hit = by_pred[id(p)] = (p, i, -1 if ranges is _EMPTY else range_id(i, ranges))
+                i = hit[1]
+                if seen >> i & 1:
+                    break
+                seen |= 1 << i
+                if hit[2] < 0:
+                    cube_list = []
+                    break
+                ids[i] = hit[2]
+            else:
+                cube_list = [ids]
+        if cube_list is None:
+            cube_list = [[range_id(i, ranges) for i, ranges in enumerate(cube)] for cube in cubes_of(core)]
+        for ids in cube_list:
+            if n < 2:
+                c0 = ids[0] if n else None
+                g = root.get(c0)
+                if g is None:
+                    root[c0] = set(leaves)
+                else:
+                    g.update(leaves)
+                continue
+            if n == 2:
+                items = leaves
+            else:
+                items = set()
+                for leaf in leaves:
+                    it = leaf
+                    for i in levels:
+                        key = (ids[i], it)
+                        d = interned[i]
+                        x = d.get(key)
+                        if x is None:
+                            x = d[key] = len(keys[i])
+                            keys[i].append((ranges_of[i][ids[i]], it))
+                        it = x
+                    items.add(it)
+            g = root.get(ids[0])
+            if g is None:
+                g = root[ids[0]] = {}
+            s1 = g.get(ids[1])
+            if s1 is None:
+                g[ids[1]] = set(items)
+            else:
+                s1.update(items)
+
+    # 3. layers, top down: layer_states[i] = the states before field i (item tuples; the root, and
+    #    the states after field 0 when they come straight from the root's trie, as groups);
+    #    layer_runs[i] = runs per state
+    work = n_states = items_total = 0
+    layer_runs: list[list[list[tuple[int, int, int]]]] = []
     if n == 0:
         layer_states: list[list] = [[tuple(sorted(root[None]))] if root else []]
+    elif not root:
+        layer_states = [[]]
     else:
-        layer_states = [[root] if root else []]
-    layer_runs: list[list[list[tuple[int, int, int]]]] = []
-    work = n_states = items = 0
+        layer_states = [[None]]  # the root, swept below
     for i, dom in enumerate(domains):
-        zob = _zobrist_keys(i + 1, len(keys[i + 1]))
-        nxt_states: list[tuple[int, ...]] = []
-        index: dict[int, int] = {}
+        nxt_states: list = []
         runs_i = []
-        for s in layer_states[i]:
-            if i == 0:
-                groups, size = s, sum(map(len, s.values()))
-            else:
-                groups, size = _groups(s, keys[i]), len(s)
-            work += size
+        if i == 0:
+            if not root:
+                layer_runs.append(runs_i)
+                layer_states.append(nxt_states)
+                continue
+            work += sum(len(x) for g in root.values() for x in (g.values() if n >= 2 else (g,)))
             if max_work is not None and work > max_work:
                 raise SliceBudgetExceeded(f"more than {max_work} item visits in field order {list(order)}")
-            before = len(nxt_states)
-            runs_i.append(_sweep(groups, dom.k, zob, index, nxt_states))
-            for j in range(before, len(nxt_states)):
-                items += len(nxt_states[j])
-            total = n_states + len(nxt_states)
-            if total > limits.max_states or items > limits.max_layer_items:
-                what = (f"more than {limits.max_states:,} states" if total > limits.max_states
-                        else f"states holding more than {limits.max_layer_items:,} rule items")
-                raise StateLimitExceeded(
-                    f"the rule set needs {what} by field {dom.field.name} (field order "
-                    f"{', '.join(order)}); the limit is --max-states {limits.max_states:,}. The diagram "
-                    "grows with the combinations of fields the rules test together: rules with few "
-                    "predicates over many fields can need exponentially many states"
-                )
+            runs = _root_by_point(root, ranges_of[0], dom.k, nxt_states) if n >= 2 else None
+            if runs is None:
+                groups = _root_groups(root, n, ranges_of, interned, keys)
+                runs = _sweep(groups, dom.k, _zobrist_keys(1, len(keys[1])), {}, nxt_states)
+                sizes = map(len, nxt_states)
+            else:
+                nxt_states = [{ranges_of[1][c1]: x for c1, x in g.items()} for g in nxt_states]
+                sizes = (sum(map(len, g.values())) for g in nxt_states)
+            runs_i.append(runs)
+            items_total += sum(sizes)
+            _check_limits(n_states + len(nxt_states), items_total, limits, dom, order)
+        else:
+            zob = _zobrist_keys(i + 1, len(keys[i + 1]))
+            index: dict[int, int] = {}
+            for s in layer_states[i]:
+                if type(s) is dict:  # groups straight from the root's trie
+                    groups, size = s, sum(map(len, s.values()))
+                else:
+                    groups, size = _groups(s, keys[i]), len(s)
+                work += size
+                if max_work is not None and work > max_work:
+                    raise SliceBudgetExceeded(f"more than {max_work} item visits in field order {list(order)}")
+                before = len(nxt_states)
+                runs_i.append(_sweep(groups, dom.k, zob, index, nxt_states))
+                for j in range(before, len(nxt_states)):
+                    items_total += len(nxt_states[j])
+                _check_limits(n_states + len(nxt_states), items_total, limits, dom, order)
         layer_runs.append(runs_i)
         layer_states.append(nxt_states)
         n_states += len(nxt_states)
@@ -347,12 +580,19 @@ def slice_rules(rules: Sequence[Rule], fields: dict[str, QueryField], order: Seq
     leaf_atoms: list[frozenset] = []
     leaf_class: dict[frozenset, int] = {}
     cls_below: list[int] = []
+    atoms_of = keys[n].__getitem__
+    # when every rule has one atom, distinct leaf states (sets of atom sets) have distinct atoms
+    singletons = all(len(a) == 1 for a in keys[n])
     for s in layer_states[n]:
-        atoms = frozenset().union(*(keys[n][it] for it in s))
-        c = leaf_class.get(atoms)
-        if c is None:
-            c = leaf_class[atoms] = len(leaf_atoms)
+        atoms = frozenset(set(chain.from_iterable(map(atoms_of, s))))  # (from a set: sized to fit, half the memory)
+        if singletons:
+            c = len(leaf_atoms)
             leaf_atoms.append(atoms)
+        else:
+            c = leaf_class.get(atoms)
+            if c is None:
+                c = leaf_class[atoms] = len(leaf_atoms)
+                leaf_atoms.append(atoms)
         cls_below.append(c)
     sigs: list[list[tuple]] = [[] for _ in range(n)]
     for i in range(n - 1, -1, -1):

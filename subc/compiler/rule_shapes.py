@@ -239,7 +239,7 @@ class ShapeParser:
                         break
                 # Rule.deferred(index, cond, atoms, shape, pos), inlined: this loop runs per rule
                 r = new(Rule)
-                r.index, r.core, r._atoms, r._source, r._parts = index, cond, atoms, shape, pos
+                r.index, r.core, r.atom_set, r.shape, r._parts = index, cond, atoms, shape, pos
                 append(r)
                 index += 1
                 pos = end
