@@ -62,9 +62,12 @@ def conflicting_pair(atoms: Iterable[tuple]) -> tuple[tuple, tuple] | None:
 
     Deterministic: the pair is (a ``fwd`` atom, the first other atom by ``repr``) when there is a
     ``fwd``, else the first two non-forwarding atoms by ``repr``."""
+    others = [a for a in atoms if a[0] != FWD]
+    if not others:  # forwarding only (most leaves): nothing conflicts
+        return None
+    others.sort(key=repr)
     ports = [a for a in atoms if a[0] == FWD]
-    others = sorted((a for a in atoms if a[0] != FWD), key=repr)
-    if not others or (not ports and len(others) == 1):
+    if not ports and len(others) == 1:
         return None
     if ports:
         return min(ports), others[0]

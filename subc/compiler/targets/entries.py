@@ -103,8 +103,10 @@ def entries_json(pipe: Pipeline, target: str, plan=None) -> dict:
     doc["default_action"] = dict(zip(("action", "params"), _action_json(message_action(plan, pipe, pipe.default_action))))
     tables = []
     for t, names in _installed(pipe, plan, target):
+        base = _table_json(t)
         for i, name in enumerate(names):
-            tj = _table_json(t)
+            # every slot's copy shares one entries list (serialised once by dumps)
+            tj = {**base, "keys": [dict(k) for k in base["keys"]]}
             tj["name"] = name
             if t.role not in ("deliver", "egress"):
                 tj["slot"] = i
@@ -211,12 +213,14 @@ def bmv2_commands(pipe: Pipeline, plan=None) -> str:
     top = _max_priority(pipe) + 1
     lines = ["// subc: simple_switch_CLI commands (run on a freshly started switch)"]
     for t, names in _installed(pipe, plan, "bmv2"):
+        tails = []  # what follows the table name, the same in every slot's copy
+        for e in t.entries:
+            keys = [_format_match(BMV2_MATCH, k.match_kind, m) for k, m in zip(t.keys, e.match)]
+            params = " ".join(str(v) for _, v in e.params)
+            prio = f" {top - e.priority}" if e.priority is not None else ""
+            tails.append(f" {e.action} {' '.join(keys)} => {params}{prio}".rstrip())
         for name in names:
-            for e in t.entries:
-                keys = [_format_match(BMV2_MATCH, k.match_kind, m) for k, m in zip(t.keys, e.match)]
-                params = " ".join(str(v) for _, v in e.params)
-                prio = f" {top - e.priority}" if e.priority is not None else ""
-                lines.append(f"table_add {name} {e.action} {' '.join(keys)} => {params}{prio}".rstrip())
+            lines.extend(f"table_add {name}{tail}" for tail in tails)
     for handle, (gid, ports) in enumerate(_groups(pipe, plan)):
         lines.append(f"mc_mgrp_create {gid}")
         lines.append(f"mc_node_create {gid} {' '.join(str(p) for p in ports)}")
@@ -337,12 +341,12 @@ def dumps(doc: dict) -> str:
     compact line per value, lists of scalars on one line (the C encoder: 100K-rule entries in 0.2 s
     instead of 3 s)."""
     out: list[str] = []
-    _pretty(doc, 0, out)
+    _pretty(doc, 0, out, {})
     out.append("\n")
     return "".join(out)
 
 
-def _pretty(v, depth: int, out: list[str]) -> None:
+def _pretty(v, depth: int, out: list[str], memo: dict) -> None:
     if depth >= PRETTY_DEPTH or not isinstance(v, (dict, list)) or not v or (
         isinstance(v, list) and not isinstance(v[0], (dict, list))
     ):
@@ -353,11 +357,18 @@ def _pretty(v, depth: int, out: list[str]) -> None:
         out.append("{")
         for i, (k, x) in enumerate(v.items()):
             out.append(("," if i else "") + pad + json.dumps(k) + ": ")
-            _pretty(x, depth + 1, out)
+            _pretty(x, depth + 1, out, memo)
         out.append("\n" + " " * depth + "}")
     else:
-        out.append("[")
+        # a list met again at the same depth (the entries the message slots share) is the same text
+        hit = memo.get((id(v), depth))
+        if hit is not None:
+            out.append(hit)
+            return
+        mine: list[str] = ["["]
         for i, x in enumerate(v):
-            out.append(("," if i else "") + pad)
-            _pretty(x, depth + 1, out)
-        out.append("\n" + " " * depth + "]")
+            mine.append(("," if i else "") + pad)
+            _pretty(x, depth + 1, mine, memo)
+        mine.append("\n" + " " * depth + "]")
+        text = memo[(id(v), depth)] = "".join(mine)
+        out.append(text)
