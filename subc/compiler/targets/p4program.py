@@ -17,8 +17,7 @@ from ... import __version__
 from ..driver import CompileResult
 from .entries import _slot_key, bfrt_key_name
 from .p4slots import (ALL_PORTS_GROUP, COUNTERS, DEFAULT_MAX_MESSAGES, KIND_DATA, KIND_HEARTBEAT, KIND_NONE, SlotPlan,
-                      _rename, deliver_table, message_action, message_tables, port_bit_table, slot_plan,
-                      slot_table_name)
+                      deliver_table, message_action, message_tables, slot_plan, slot_table_name)
 from .safety import check_action, check_pipeline, comment_text, identifier, number
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "templates"
@@ -234,7 +233,7 @@ def multi_message_context(res: CompileResult, plan: SlotPlan, tna: bool, ctx: di
 
 def _mm_meta_members(plan: SlotPlan, pipe) -> list[str]:
     n = plan.port_bits
-    out = [f"bit<1> subc_feed;", "bit<1> subc_unframed;", "bit<2> subc_kind;", f"bit<{n}> subc_union;",
+    out = ["bit<1> subc_feed;", "bit<1> subc_unframed;", "bit<2> subc_kind;", f"bit<{n}> subc_union;",
            f"bit<{n}> subc_my_bit;", "bit<16> subc_kept;", "bit<16> subc_removed;", "bit<64> subc_seq_taken;"]
     for i in range(plan.max_messages):
         out += [f"bit<{pipe.state_width}> subc_s{i}_state;", f"bit<{pipe.code_width}> subc_s{i}_code;",

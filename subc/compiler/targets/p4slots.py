@@ -176,7 +176,7 @@ def slot_plan(res, max_messages: int = DEFAULT_MAX_MESSAGES, overflow_port: int 
         g = ParseGraph(spec)
         feed = g.feed()
     except SubcError as e:
-        return None, f"the parse graph cannot follow the spec: {e.message if hasattr(e, 'message') else e}"
+        return None, f"the parse graph cannot follow the spec: {e}"
     if feed is None:
         return None, "the spec's parser reaches no UDP feed port"
     if not feed.moldudp64:
@@ -239,7 +239,7 @@ def slot_plan(res, max_messages: int = DEFAULT_MAX_MESSAGES, overflow_port: int 
     if set(top_names) & set(msg_states):
         return None, "a message state is also reached outside the feed"
     # the state in which the framing ends, and the message extracts of that state
-    name, consumed = entry, 0
+    name = entry
     framing_left = list(feed.framing)
     chain = []
     while True:
@@ -255,7 +255,6 @@ def slot_plan(res, max_messages: int = DEFAULT_MAX_MESSAGES, overflow_port: int 
         if st.key is not None or rest:
             return None, "the framing is extracted with a select in between"
         name = st.cases[0][1]
-    top_insts = [i for i in spec.instances if i not in block]
     slot_insts_set = set(block)
     for n in msg_states:
         exts = g.state(n).extracts if n != first_state else first_extracts
