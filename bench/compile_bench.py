@@ -70,11 +70,15 @@ def workloads(a, work: Path) -> list[tuple[str, Path, Path, dict]]:
 
 
 def digest(out_dir: Path) -> str:
+    """SHA-256 of the files of ``out_dir`` (names and contents), read in chunks: this process
+    stays small, as every child it starts inherits its peak RSS (Linux counts the forked image)."""
     h = hashlib.sha256()
     for f in sorted(out_dir.rglob("*")):
         if f.is_file():
-            data = f.read_bytes()
-            h.update(f.name.encode() + b"\0" + data)
+            h.update(f.name.encode() + b"\0")
+            with f.open("rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
     return h.hexdigest()
 
 
@@ -239,6 +243,9 @@ def main() -> None:
     if len(sys.argv) == 4 and sys.argv[1] == "--run-baseline":  # the child of baseline_once
         camus_baseline(Path(sys.argv[2]), Path(sys.argv[3]))
         return
+    if len(sys.argv) == 4 and sys.argv[1] == "--same-entries":  # the entries check, in a child
+        print(same_entries(Path(sys.argv[2]), Path(sys.argv[3])) or "same")
+        return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[1000, 10000, 100000, 1000000])
     ap.add_argument("--no-price", dest="price", action="store_false")
@@ -275,8 +282,10 @@ def main() -> None:
             runs.append(r)
             if "error" in r:
                 break
-            if with_base and check is None:
-                check = same_entries(a.work / "baseline.json", a.work / "out" / "entries.json") or "same"
+            if with_base and check is None:  # in a child: loading both documents would grow this process
+                check = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--same-entries",
+                                        str(a.work / "baseline.json"), str(a.work / "out" / "entries.json")],
+                                       capture_output=True, text=True).stdout.strip() or "comparison failed"
         if any("error" in r for r in runs):
             err = next(r["error"] for r in runs if "error" in r)
             print(f"{name:<16} failed: {err.strip().splitlines()[-1] if err.strip() else err}")

@@ -39,25 +39,30 @@ class SourceText:
     line) is built as far as the offsets asked for, so that locating the first rules of a large
     file does not scan all of it."""
 
-    __slots__ = ("path", "text", "line_offset", "_starts", "_scanned")
+    __slots__ = ("path", "text", "line_offset", "_starts", "_scanned", "_line")
 
     def __init__(self, path: str, text: str, line_offset: int = 0):
         self.path, self.text, self.line_offset = path, text, line_offset
         self._starts = array("q", [0])  # offsets where lines start
         self._scanned = 0  # every newline before this offset is indexed
+        self._line = (0, -1, 0, "")  # the line located last: (start, end, file line, text)
 
     def location(self, pos: int) -> Location:
         """The :class:`Location` of offset ``pos`` (0 <= pos <= len(text)): file line, 1-based
         column, and the text of the line (without its newline), as Lark counts them."""
-        if pos > self._scanned:
-            self._scan(pos)
-        starts, text = self._starts, self.text
-        i = bisect_right(starts, pos) - 1
-        ls = starts[i]
-        le = text.find("\n", ls)
-        if le < 0:
-            le = len(text)
-        return Location(self.path, i + 1 + self.line_offset, pos - ls + 1, text[ls:le])
+        ls, le, line, src = self._line
+        if not ls <= pos <= le:  # another line than last time (a rule's locations share one)
+            if pos > self._scanned:
+                self._scan(pos)
+            starts, text = self._starts, self.text
+            i = bisect_right(starts, pos) - 1
+            ls = starts[i]
+            le = text.find("\n", ls)
+            if le < 0:
+                le = len(text)
+            line, src = i + 1 + self.line_offset, text[ls:le]
+            self._line = (ls, le, line, src)
+        return Location(self.path, line, pos - ls + 1, src)
 
     def _scan(self, pos: int) -> None:
         text, starts = self.text, self._starts

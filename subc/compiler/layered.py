@@ -208,15 +208,17 @@ def _zobrist_keys(level: int, count: int) -> list[int]:
 
 
 def _sweep(groups: dict, k: int, zob: list[int], index: dict[int, int],
-           states: list[tuple[int, ...]]) -> list[tuple[int, int, int]]:
+           states: list[tuple[int, ...]], leaf_atoms: tuple | None = None) -> list[tuple[int, int, int]]:
     """Runs ``(first, last, next state)`` of one state over the index range [0, k).
 
     The state is given as ``groups``: index ranges (or None: every index) -> the distinct next
     items whose ranges they are.  Next states are found in / added to ``index`` (Zobrist hash ->
-    state number) and ``states`` (state number -> sorted item tuple).  _DEAD: no item.
+    state number) and ``states`` (state number -> item tuple).  _DEAD: no item.  ``leaf_atoms``,
+    when the items are leaf items: (item -> its atoms, dict state number -> the atoms of its
+    items) to fill where that comes cheap (see :func:`_sweep_suffixes`).
     """
     if all(r is None or (len(r) == 1 and r[0][1] == k - 1) for r in groups):
-        return _sweep_suffixes(groups, k, zob, index, states)
+        return _sweep_suffixes(groups, k, zob, index, states, leaf_atoms)
     events: list[tuple[int, int, list]] = []
     count: dict[int, int] = {}
     h = 0
@@ -276,11 +278,13 @@ def _sweep(groups: dict, k: int, zob: list[int], index: dict[int, int],
 
 
 def _sweep_suffixes(groups: dict, k: int, zob: list[int], index: dict[int, int],
-                    states: list[tuple[int, ...]]) -> list[tuple[int, int, int]]:
+                    states: list[tuple[int, ...]], leaf_atoms: tuple | None = None) -> list[tuple[int, int, int]]:
     """:func:`_sweep` when every group's ranges are one interval up to the last index (``field >
     P``, say) or every index: items only ever enter, so the current set is a set (set operations
-    instead of counts)."""
+    instead of counts), and so is the union of their atoms (``leaf_atoms``)."""
     starts = sorted(((0 if r is None else r[0][0], items) for r, items in groups.items()), key=_first)
+    atoms_of, atoms_out = leaf_atoms if leaf_atoms is not None else (None, None)
+    acc: set = set()  # the atoms of the active items
     active: set[int] = set()
     h = 0
     runs: list[tuple[int, int, int]] = []
@@ -295,6 +299,8 @@ def _sweep_suffixes(groups: dict, k: int, zob: list[int], index: dict[int, int],
                 if tgt is None:
                     tgt = index[h] = len(states)
                     states.append(tuple(active))  # (any order: a state is a set)
+                    if atoms_out is not None:
+                        atoms_out[tgt] = frozenset(acc)  # (copied with the stored hashes)
             if runs and runs[-1][2] == tgt:
                 runs[-1] = (runs[-1][0], p - 1, tgt)
             else:
@@ -307,6 +313,8 @@ def _sweep_suffixes(groups: dict, k: int, zob: list[int], index: dict[int, int],
             if new:
                 active |= new
                 h = reduce(xor, map(zob.__getitem__, new), h)
+                if atoms_of is not None:
+                    acc.update(chain.from_iterable(map(atoms_of, new)))
             j += 1
 
 
@@ -436,9 +444,9 @@ def slice_rules(rules: Sequence[Rule], fields: dict[str, QueryField], order: Seq
                 leaf_keys.append(atoms)
         g = by_core.get(id(core))
         if g is None:
-            g = by_core[id(core)] = (core, set())  # (keeps the core alive: its id stays its own)
+            g = by_core[id(core)] = (core, [])  # (keeps the core alive: its id stays its own)
         if leaf is not None:
-            g[1].add(leaf)
+            g[1].append(leaf)  # (a list: a million rules' sets would take 80 MB more)
     domains = predicate_domains(core_predicates([c for c, _ in by_core.values()]), fields, order)
 
     # 2. items: level n is the atom set, level i (ranges of field i, item of level i + 1), interned
@@ -494,14 +502,14 @@ def slice_rules(rules: Sequence[Rule], fields: dict[str, QueryField], order: Seq
                 c0 = ids[0] if n else None
                 g = root.get(c0)
                 if g is None:
-                    root[c0] = set(leaves)
+                    root[c0] = list(leaves)
                 else:
-                    g.update(leaves)
+                    g.extend(leaves)
                 continue
             if n == 2:
                 items = leaves
             else:
-                items = set()
+                items = []
                 for leaf in leaves:
                     it = leaf
                     for i in levels:
@@ -512,23 +520,32 @@ def slice_rules(rules: Sequence[Rule], fields: dict[str, QueryField], order: Seq
                             x = d[key] = len(keys[i])
                             keys[i].append((ranges_of[i][ids[i]], it))
                         it = x
-                    items.add(it)
+                    items.append(it)
             g = root.get(ids[0])
             if g is None:
                 g = root[ids[0]] = {}
             s1 = g.get(ids[1])
             if s1 is None:
-                g[ids[1]] = set(items)
+                g[ids[1]] = list(items)
             else:
-                s1.update(items)
+                s1.extend(items)
+    del by_core
+    # the trie's item lists as sorted tuples without repeats (a set per entry: far more memory)
+    for c0, g in root.items():
+        if n < 2:
+            root[c0] = tuple(sorted(set(g)))
+        else:
+            for c1, x in g.items():
+                g[c1] = tuple(sorted(set(x)))
 
     # 3. layers, top down: layer_states[i] = the states before field i (item tuples; the root, and
     #    the states after field 0 when they come straight from the root's trie, as groups);
     #    layer_runs[i] = runs per state
     work = n_states = items_total = 0
     layer_runs: list[list[list[tuple[int, int, int]]]] = []
+    leaf_atoms_of: dict[int, frozenset] = {}  # state after the last field -> atoms, where a sweep gave them
     if n == 0:
-        layer_states: list[list] = [[tuple(sorted(root[None]))] if root else []]
+        layer_states: list[list] = [[root[None]] if root else []]
     elif not root:
         layer_states = [[]]
     else:
@@ -558,6 +575,7 @@ def slice_rules(rules: Sequence[Rule], fields: dict[str, QueryField], order: Seq
         else:
             zob = _zobrist_keys(i + 1, len(keys[i + 1]))
             index: dict[int, int] = {}
+            last = (keys[n].__getitem__, leaf_atoms_of) if i == n - 1 else None
             for s in layer_states[i]:
                 if type(s) is dict:  # groups straight from the root's trie
                     groups, size = s, sum(map(len, s.values()))
@@ -567,7 +585,7 @@ def slice_rules(rules: Sequence[Rule], fields: dict[str, QueryField], order: Seq
                 if max_work is not None and work > max_work:
                     raise SliceBudgetExceeded(f"more than {max_work} item visits in field order {list(order)}")
                 before = len(nxt_states)
-                runs_i.append(_sweep(groups, dom.k, zob, index, nxt_states))
+                runs_i.append(_sweep(groups, dom.k, zob, index, nxt_states, last))
                 for j in range(before, len(nxt_states)):
                     items_total += len(nxt_states[j])
                 _check_limits(n_states + len(nxt_states), items_total, limits, dom, order)
@@ -583,8 +601,10 @@ def slice_rules(rules: Sequence[Rule], fields: dict[str, QueryField], order: Seq
     atoms_of = keys[n].__getitem__
     # when every rule has one atom, distinct leaf states (sets of atom sets) have distinct atoms
     singletons = all(len(a) == 1 for a in keys[n])
-    for s in layer_states[n]:
-        atoms = frozenset(set(chain.from_iterable(map(atoms_of, s))))  # (from a set: sized to fit, half the memory)
+    for j, s in enumerate(layer_states[n]):
+        atoms = leaf_atoms_of.get(j)
+        if atoms is None:
+            atoms = frozenset(set(chain.from_iterable(map(atoms_of, s))))  # (from a set: sized to fit, half the memory)
         if singletons:
             c = len(leaf_atoms)
             leaf_atoms.append(atoms)
