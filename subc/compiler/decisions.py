@@ -19,12 +19,15 @@ gets the atoms of every rule it matches:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Iterable
 
 from ..errors import SubcError
 
 #: The forwarding action's name; every other atom is a non-forwarding action.
 FWD = "fwd"
+_ONLY_FWD = frozenset((FWD,))
+_name, _port = itemgetter(0), itemgetter(1)  # of an atom: ('fwd', port) or (name, *args)
 
 
 @dataclass(frozen=True)
@@ -62,10 +65,9 @@ def conflicting_pair(atoms: Iterable[tuple]) -> tuple[tuple, tuple] | None:
 
     Deterministic: the pair is (a ``fwd`` atom, the first other atom by ``repr``) when there is a
     ``fwd``, else the first two non-forwarding atoms by ``repr``."""
-    others = [a for a in atoms if a[0] != FWD]
-    if not others:  # forwarding only (most leaves): nothing conflicts
+    if _ONLY_FWD.issuperset(map(_name, atoms)):  # forwarding only (most leaves): nothing conflicts
         return None
-    others.sort(key=repr)
+    others = sorted((a for a in atoms if a[0] != FWD), key=repr)
     ports = [a for a in atoms if a[0] == FWD]
     if not ports and len(others) == 1:
         return None
@@ -81,6 +83,8 @@ def decide(atoms: Iterable[tuple], default: Decision) -> Decision:
     atoms = set(atoms)
     if not atoms:
         return default
+    if _ONLY_FWD.issuperset(map(_name, atoms)):  # forwarding only (most leaves)
+        return Decision(tuple(sorted(map(_port, atoms))), None)
     pair = conflicting_pair(atoms)
     if pair is not None:
         raise ConflictingActions(pair, atoms)

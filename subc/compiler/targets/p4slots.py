@@ -106,20 +106,17 @@ class SlotPlan:
         return self._port_bit[port]
 
     @cached_property
-    def _bitmaps(self) -> dict[tuple, int]:
+    def _bitmaps(self) -> dict[int, tuple]:
         return {}
 
     def bitmap(self, ports) -> int:
-        """The bitmap of ``ports`` (each one of :attr:`ports`; cached per port tuple: every entry
+        """The bitmap of ``ports`` (each one of :attr:`ports`; cached per ports object: every entry
         of a multicast leaf asks for its group's)."""
-        key = tuple(ports)
-        out = self._bitmaps.get(key)
-        if out is None:
-            bit = self._port_bit
-            out = 0
-            for p in key:
-                out |= bit[p]
-            self._bitmaps[key] = out
+        hit = self._bitmaps.get(id(ports))
+        if hit is not None and hit[0] is ports:
+            return hit[1]
+        out = sum(map(self._port_bit.__getitem__, set(ports)))  # distinct bits: the sum is the OR
+        self._bitmaps[id(ports)] = (ports, out)  # (keeps the object: its id stays its own)
         return out
 
 
