@@ -8,19 +8,25 @@ exactly those, in layers, and returns the same :class:`~.slicing.Sliced` as
 ``slice_bdd(build_bdd(...))``: the same states, numbered the same way, the same runs and
 leaves (tests/test_layered.py checks it against the BDD on random rule sets).
 
-1. **Cubes.**  Each rule's condition becomes a list of disjoint *cubes*: per field (in field
-   order) a tuple of elementary-interval index ranges, or None for any value.  A conjunction of
+1. **Cubes.**  The rules are grouped by their ``core`` condition (rules of one shape with the same
+   literals share it: :class:`~.ast.Rule`), the field domains come from the distinct predicates,
+   and each distinct condition becomes a list of disjoint *cubes*: per field (in field order) a
+   tuple of elementary-interval index ranges, or None for any value.  A conjunction of
    predicates is one cube (the intersection per field); any other condition (``or``, ``not``) is
    built as a BDD with ``dd`` over the interval-index variables and its paths are read off field
    by field (:func:`~.bdd.index_segments`).
 2. **Items.**  A cube with its rule's atoms is a chain of *items*, interned per level: level n
    is the atom set, level i is (ranges of field i, item of level i+1).  Rules that agree on
-   fields i.. share their level-i item.
+   fields i.. share their level-i item.  The root's items are kept as a trie (ranges of field 0
+   -> ranges of field 1 -> items of level 2).
 3. **Layers, top down.**  A state at boundary i is a set of level-i items (the rules still
    alive, by what they still require).  One sweep over a state's range end points gives every
    elementary interval's next state; next states are identified by a 128-bit Zobrist hash of
    their item set, kept up to date as items enter and leave, and materialised once each.  The
-   empty set is the dead state.
+   empty set is the dead state.  When the root's ranges on field 0 are pairwise disjoint (an
+   exact field tested with ``==``), each trie group is a next state as it is; when every range
+   of a state runs to the top of the field (``field > P``), items only enter and the sweep uses
+   set operations.
 4. **Minimisation, bottom up.**  A leaf is its atom set; a state of stage i is its runs over the
    field with next states replaced by their classes, adjacent equal runs merged.  Equal
    signatures are equal residual functions, which makes the result the reduced diagram.
@@ -34,12 +40,11 @@ boundary is bounded (:class:`~subc.compiler.limits.Limits`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
-from itertools import chain
 from functools import reduce
+from itertools import chain
 from operator import attrgetter, itemgetter, xor
 from random import Random
-
+from typing import TYPE_CHECKING
 
 from .ast import And, Expr, Pred, Rule
 from .bdd import ConditionBuilder, FieldDomain, core_predicates, index_segments, predicate_domains
