@@ -20,7 +20,6 @@ heartbeats and the end of session go to every port with its next number.
 from __future__ import annotations
 
 import json
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -176,9 +175,9 @@ def test_ebpf_copies_are_the_rules_on_built_values(topo, tmp_path_factory, data,
     """Random spec, rules and feed through the eBPF broker: every copy at every endpoint."""
     from subc.compiler.targets import target_files
     from subc.compiler.targets.output import write_directory
-    from subc.runtime.capture import read_datagrams
     from subc.runtime.delivery import split_payload
-    from test_broker_netns import HANG_GUARD, LISTENER_IDLE, stop, wait_bound
+    from test_broker_netns import LISTENER_IDLE, stop, wait_bound
+    from test_delivery_netns import received, send
 
     case = draw_case(data, form)
     if case is None:
@@ -205,24 +204,8 @@ def test_ebpf_copies_are_the_rules_on_built_values(topo, tmp_path_factory, data,
                     "--save-pcap", str(tmp / f"got_{k}_{port}.pcap"))
         for (k, port), p in procs.items():
             wait_bound(p, f"10.10.{k}.2", port)
-        f = tmp / "payloads.json"
-        f.write_text(json.dumps([p.hex() for p in pays]))
-        code = (
-            "import json\n"
-            "from scapy.all import Ether, IP, UDP, Raw, sendp\n"
-            f"ps = [bytes.fromhex(h) for h in json.load(open({str(f)!r}))]\n"
-            f"e = Ether(dst='{topo.b0_mac}') / IP(src='10.10.0.1', dst='10.10.0.2')\n"
-            f"sendp([e / UDP(sport=4000, dport={model.udp_port}) / Raw(p) for p in ps], iface='{topo.tag}p0', verbose=False)\n"
-        )
-        from netns_util import sh
-
-        sh(*topo.in_ns(topo.pub, sys.executable, "-c", code))
-        got = {}
-        for ep, p in procs.items():
-            stdout, stderr = p.communicate(timeout=HANG_GUARD)
-            assert p.returncode == 0, stderr
-            assert json.loads(stdout)["end_of_session"], f"listener {ep} ended before its end of session"
-            got[ep] = [split_payload(dg.payload) for dg in read_datagrams(str(tmp / f"got_{ep[0]}_{ep[1]}.pcap"), [ep[1]])]
+        send(topo, pays, tmp, model.udp_port)
+        got = {ep: [split_payload(p) for p in ps] for ep, ps in received(procs, tmp).items()}
         stats = json.loads(topo.subc(topo.brk, "stats", "--iface", topo.b0, "--json").stdout)
     finally:
         stop(procs.values())

@@ -66,8 +66,8 @@ def pack(messages: list[bytes], rng: random.Random) -> list[bytes]:
     return out
 
 
-def send(topo: Topology, payloads: list[bytes], tmp: Path) -> None:
-    """Send the payloads as UDP datagrams to the broker's feed port (scapy, UDP checksums set)."""
+def send(topo: Topology, payloads: list[bytes], tmp: Path, dport: int = 26400) -> None:
+    """Send the payloads as UDP datagrams to the broker's feed port ``dport`` (scapy, UDP checksums set)."""
     f = tmp / "payloads.json"
     f.write_text(json.dumps([p.hex() for p in payloads]))
     code = (
@@ -75,7 +75,7 @@ def send(topo: Topology, payloads: list[bytes], tmp: Path) -> None:
         "from scapy.all import Ether, IP, UDP, Raw, sendp\n"
         f"ps = [bytes.fromhex(h) for h in json.load(open({str(f)!r}))]\n"
         f"e = Ether(dst='{topo.b0_mac}') / IP(src='10.10.0.1', dst='10.10.0.2')\n"
-        "frames = [e / UDP(sport=4000, dport=26400) / Raw(p) for p in ps]\n"
+        f"frames = [e / UDP(sport=4000, dport={dport}) / Raw(p) for p in ps]\n"
         f"sendp(frames, iface='{topo.tag}p0', verbose=False)\n"
     )
     sh(*topo.in_ns(topo.pub, sys.executable, "-c", code))
