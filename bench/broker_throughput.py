@@ -2,9 +2,17 @@
 """Throughput on veth with real-shaped datagrams: messages per second the eBPF broker and a
 user-space broker deliver to 1, 8 and 32 subscribers, both measured in one run, and their ratio.
 
-Topology (network namespaces made here, removed afterwards; addresses only inside them)::
+Topologies (network namespaces made here, removed afterwards; addresses only inside them)::
 
-    publisher (tpub, CPU 0) --veth-- broker (tbrk, CPU 1) ==N veths== sink (tsnk, XDP counter)
+    per-subscriber:  publisher (tpub, CPU 0) --veth-- broker (tbrk, CPU 1) ==N veths== sink (tsnk, XDP counter)
+    shared:          publisher (tpub, CPU 0) --veth-- broker (tbrk, CPU 1) --1 veth-- sink (tsnk, N addresses)
+
+``per-subscriber``: each subscriber behind its own interface (containers or VMs on the broker's
+host); ``shared``: every subscriber behind one link (hosts on the broker's LAN, the usual feed
+handler deployment).  The eBPF broker fans a datagram out from XDP through device maps either way
+(subc/runtime/fanout.py): on a shared link each copy is one clone; across interfaces a datagram
+goes to every interface (the clones of non-recipients dropped) or, when it has few recipients,
+to TC, which builds the copies with bpf_clone_redirect.
 
 Workload.  The messages of the real ITCH sample (``../shared/data/itch``, 12,012 messages of all
 types: Add Orders, deletes, trades, executions...) in their order, re-timed by a bursty arrival
@@ -93,7 +101,7 @@ SINK_PROG = r"""
 #include <uapi/linux/udp.h>
 struct sink_next { u64 seq; };
 BPF_PERCPU_ARRAY(sink_cnt, u64, 4);       /* copies, messages, out of order, not MoldUDP64 */
-BPF_HASH(sink_seq, u32, struct sink_next, 1024);  /* per ifindex: the highest sequence number seen + count */
+BPF_HASH(sink_seq, u64, struct sink_next, 1024);  /* per subscriber (IPv4 destination, UDP port): the highest sequence number seen + count */
 static __always_inline void add(u32 i, u64 n) { u64 *c = sink_cnt.lookup(&i); if (c) *c += n; }
 int sink(struct xdp_md *ctx) {
     void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
@@ -109,7 +117,7 @@ int sink(struct xdp_md *ctx) {
     for (int i = 10; i < 18; i++) seq = (seq << 8) | m[i];
     add(0, 1);
     if (count != 0 && count != 0xffff) add(1, count); else count = 0;
-    u32 key = ctx->ingress_ifindex;
+    u64 key = ((u64)ip->daddr << 16) | udp->dest;
     struct sink_next *nx = sink_seq.lookup(&key);
     if (!nx) { struct sink_next z = {seq + count}; sink_seq.update(&key, &z); return XDP_DROP; }
     if (seq < nx->seq) add(2, 1); else nx->seq = seq + count;
@@ -141,7 +149,7 @@ class Sinks:
     """The counting XDP program on every sink veth (loaded in this process, attached inside the
     sink namespace through setns); :meth:`counts` reads (copies, messages, out of order)."""
 
-    def __init__(self, n: int):
+    def __init__(self, devices: list[str]):
         from subc.runtime.bpf import import_bcc
 
         bcc = import_bcc()
@@ -154,8 +162,8 @@ class Sinks:
             if libc.setns(target, CLONE_NEWNET):
                 raise SystemExit(f"setns into {SNK}: {os.strerror(ct.get_errno())}")
             try:
-                for k in range(1, n + 1):
-                    bcc.BPF.attach_xdp(f"ts{k}", fn, 0)
+                for dev in devices:
+                    bcc.BPF.attach_xdp(dev, fn, 0)
             finally:
                 if libc.setns(own, CLONE_NEWNET):
                     raise SystemExit("setns back failed")
@@ -172,10 +180,12 @@ class Sinks:
 
 
 class Topology:
-    """The namespaces and veths above, with ``n`` subscriber veths (tbK in the broker, tsK in the sink)."""
+    """The namespaces and veths above for ``n`` subscribers: ``shared`` False, a veth per subscriber
+    (tbK in the broker, tsK in the sink, 10.21.K.0/24); True, one veth (tb1/ts1, 10.21.0.0/16)
+    with subscriber K at 10.21.K.2."""
 
-    def __init__(self, n: int):
-        self.n = n
+    def __init__(self, n: int, shared: bool = False):
+        self.n, self.shared = n, shared
         self.remove()
         for ns in (PUB, BRK, SNK):
             sh("ip", "netns", "add", ns)
@@ -193,20 +203,23 @@ class Topology:
         sh("ip", "netns", "exec", PUB, "tc", "qdisc", "replace", "dev", "tp0", "root", "pfifo", "limit", "10000")
         sh("ip", "-n", PUB, "neigh", "replace", "10.20.0.2", "lladdr", mac_of(BRK, "tb0"), "dev", "tp0", "nud",
            "permanent")
-        self.macs = {}
-        for k in range(1, n + 1):
+        self.macs, self.dev = {}, {}
+        for k in range(1, (1 if shared else n) + 1):
             sh("ip", "link", "add", f"tb{k}", "netns", BRK, "type", "veth", "peer", "name", f"ts{k}", "netns", SNK)
-            sh("ip", "-n", BRK, "addr", "add", f"10.21.{k}.1/24", "dev", f"tb{k}")
-            sh("ip", "-n", SNK, "addr", "add", f"10.21.{k}.2/24", "dev", f"ts{k}")
+            sh("ip", "-n", BRK, "addr", "add", "10.21.0.1/16" if shared else f"10.21.{k}.1/24", "dev", f"tb{k}")
             sh("ip", "-n", BRK, "link", "set", f"tb{k}", "up")
             sh("ip", "-n", SNK, "link", "set", f"ts{k}", "up")
-            self.macs[k] = mac_of(SNK, f"ts{k}")
-            sh("ip", "-n", BRK, "neigh", "replace", f"10.21.{k}.2", "lladdr", self.macs[k], "dev", f"tb{k}", "nud",
+        for k in range(1, n + 1):
+            dev = 1 if shared else k
+            self.dev[k] = f"tb{dev}"
+            sh("ip", "-n", SNK, "addr", "add", f"10.21.{k}.2/{16 if shared else 24}", "dev", f"ts{dev}")
+            self.macs[k] = mac_of(SNK, f"ts{dev}")
+            sh("ip", "-n", BRK, "neigh", "replace", f"10.21.{k}.2", "lladdr", self.macs[k], "dev", f"tb{dev}", "nud",
                "permanent")
         # the broker's input: GRO on (veth NAPI in both configurations), threaded NAPI on CPU 1
         sh(*in_ns(BRK, "ethtool", "-K", "tb0", "gro", "on"))
         sh("ip", "netns", "exec", BRK, "sh", "-c", "echo 1 > /sys/class/net/tb0/threaded")  # sysfs of the netns
-        self.sinks = Sinks(n)
+        self.sinks = Sinks([f"ts{k}" for k in range(1, (1 if shared else n) + 1)])
 
     def pin_napi(self) -> None:
         """Pin the broker input's NAPI kthread to CPU 1 (it exists once the device has NAPI)."""
@@ -299,7 +312,7 @@ def expected_delivery(spec, rules_text: str, payloads: list[bytes], n: int) -> d
 def subscribers_toml(topo: Topology, n: int) -> str:
     return "\n".join(
         f'[[subscriber]]\nid = {k}\nendpoints = [{{ ip = "10.21.{k}.2", port = {SUB_PORT}, mac = "{topo.macs[k]}", '
-        f'iface = "tb{k}" }}]\n' for k in range(1, n + 1))
+        f'iface = "{topo.dev[k]}" }}]\n' for k in range(1, n + 1))
 
 
 def publish(binary: Path, work: Path, seconds: float, rate: int) -> dict:
@@ -309,13 +322,13 @@ def publish(binary: Path, work: Path, seconds: float, rate: int) -> dict:
 
 
 def measure(kind: str, n: int, topo: Topology, binary: Path, work: Path, seconds: float,
-            rates: list[int]) -> tuple[list[dict], dict]:
+            rates: list[int], load_args: str = "") -> tuple[list[dict], dict]:
     """Broker ``kind`` ('ebpf' or 'user') with ``n`` subscribers at each offered rate: one row per
     rate, and the broker's own counters over all of them."""
     broker = None
     if kind == "ebpf":
         sh(*in_ns(BRK, *SUBC, "load", str(work / f"out{n}"), "--iface", "tb0", "--subscribers",
-                  str(work / f"subs{n}.toml")))
+                  str(work / f"subs{n}.toml"), *load_args.split()))
     else:
         broker = subprocess.Popen(in_ns(BRK, "taskset", "-c", "1", str(binary), "broker", str(work / f"tables{n}"),
                                         "10.20.0.2", str(PORT), "0", "64"), stdout=subprocess.PIPE,
@@ -360,7 +373,13 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--sample", default=str(SAMPLE), help="a BinaryFILE of ITCH 5.0 messages")
     ap.add_argument("--json", help="write every run and the summary here")
+    ap.add_argument("--topologies", default="per-subscriber,shared",
+                    help="per-subscriber (a veth per subscriber) and/or shared (every subscriber behind one veth)")
+    ap.add_argument("--load-args", default="", help="extra subc load options for the eBPF broker, e.g. --no-fanout")
     args = ap.parse_args()
+    topologies = args.topologies.split(",")
+    if not set(topologies) <= {"per-subscriber", "shared"}:
+        raise SystemExit(f"unknown topology in {args.topologies}")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # so that the namespaces are removed
     if os.geteuid() != 0:
         raise SystemExit("needs root (network namespaces, XDP, TC)")
@@ -378,59 +397,69 @@ def main() -> None:
         work = Path(tmp)
         binary = build_udp_broker(work / "udp_broker")
         (work / "payloads").write_bytes(payloads_file(payloads))
-        topo = Topology(max(sizes))
-        try:
-            for n in sizes:
-                text = rules_for(n, adds)
-                (work / f"rules{n}.sub").write_text(text + "\n")
-                expect[n] = expected_delivery(spec, text, payloads, n)
-                print(f"{n} subscribers: {expect[n]}", flush=True)
-                sh(*SUBC, "compile", str(work / f"rules{n}.sub"), "--spec", str(SPEC), "--target", "ebpf",
-                   "-o", str(work / f"out{n}"))
-                (work / f"subs{n}.toml").write_text(subscribers_toml(topo, n))
-                doc = json.loads((work / f"out{n}" / "maps.json").read_text())
-                eps = {k: [(f"10.21.{k}.2", SUB_PORT)] for k in range(1, n + 1)}
-                (work / f"tables{n}").write_text(tables_text(doc, plan, PORT, eps))
-            print(f"{'rep':>3} {'subs':>5} {'broker':>7} {'offered/s':>10} {'published/s':>12} {'delivered msg/s':>16} "
-                  f"{'copies/s':>11} {'of expected':>11} {'late':>6}", flush=True)
-            for rep in range(args.repeat):
+        for n in sizes:
+            text = rules_for(n, adds)
+            (work / f"rules{n}.sub").write_text(text + "\n")
+            expect[n] = expected_delivery(spec, text, payloads, n)
+            print(f"{n} subscribers: {expect[n]}", flush=True)
+            sh(*SUBC, "compile", str(work / f"rules{n}.sub"), "--spec", str(SPEC), "--target", "ebpf",
+               "-o", str(work / f"out{n}"))
+            doc = json.loads((work / f"out{n}" / "maps.json").read_text())
+            eps = {k: [(f"10.21.{k}.2", SUB_PORT)] for k in range(1, n + 1)}
+            (work / f"tables{n}").write_text(tables_text(doc, plan, PORT, eps))
+        for topology in topologies:
+            topo = Topology(max(sizes), shared=topology == "shared")
+            try:
                 for n in sizes:
-                    before = loadavg()
-                    for kind in ("ebpf", "user"):
-                        rows, c = measure(kind, n, topo, binary, work, args.seconds, rates)
-                        for r in rows:
-                            r["repeat"] = rep
-                            r["fraction_of_expected"] = r["delivered_messages"] / max(
-                                1, r["published_messages"] * expect[n]["delivered_per_published"])
-                            print(f"{rep:>3} {n:>5} {kind:>7} {r['offered_rate'] or 'max':>10} "
-                                  f"{r['publisher_msgs_per_s']:>12,.0f} {r['msgs_per_s']:>16,.0f} "
-                                  f"{r['copies_per_s']:>11,.0f} {r['fraction_of_expected']:>11.3f} "
-                                  f"{r['out_of_order_copies']:>6}", flush=True)
-                        runs += rows
-                        counters.append({"broker": kind, "subscribers": n, "repeat": rep, "counters": c})
-                    loads.append({"repeat": rep, "subscribers": n, "loadavg_before": before, "loadavg_after": loadavg()})
-        finally:
-            topo.remove()
+                    (work / f"subs{n}.toml").write_text(subscribers_toml(topo, n))
+                print(f"\ntopology {topology}", flush=True)
+                print(f"{'rep':>3} {'subs':>5} {'broker':>7} {'offered/s':>10} {'published/s':>12} "
+                      f"{'delivered msg/s':>16} {'copies/s':>11} {'of expected':>11} {'late':>6}", flush=True)
+                for rep in range(args.repeat):
+                    for n in sizes:
+                        before = loadavg()
+                        for kind in ("ebpf", "user"):
+                            rows, c = measure(kind, n, topo, binary, work, args.seconds, rates, args.load_args)
+                            for r in rows:
+                                r["repeat"], r["topology"] = rep, topology
+                                r["fraction_of_expected"] = r["delivered_messages"] / max(
+                                    1, r["published_messages"] * expect[n]["delivered_per_published"])
+                                print(f"{rep:>3} {n:>5} {kind:>7} {r['offered_rate'] or 'max':>10} "
+                                      f"{r['publisher_msgs_per_s']:>12,.0f} {r['msgs_per_s']:>16,.0f} "
+                                      f"{r['copies_per_s']:>11,.0f} {r['fraction_of_expected']:>11.3f} "
+                                      f"{r['out_of_order_copies']:>6}", flush=True)
+                            runs += rows
+                            counters.append({"topology": topology, "broker": kind, "subscribers": n, "repeat": rep,
+                                             "counters": c})
+                        loads.append({"topology": topology, "repeat": rep, "subscribers": n,
+                                      "loadavg_before": before, "loadavg_after": loadavg()})
+            finally:
+                topo.remove()
     summary = []
     print(f"\npeak delivered msg/s over the offered rates, per repeat; median [min, max] over {args.repeat} repeats")
-    print(f"{'subs':>5} {'eBPF':>28} {'user space':>28} {'ratio':>20}")
-    for n in sizes:
-        def peak(kind, rep, n=n):
-            return max(r["msgs_per_s"] for r in runs if r["subscribers"] == n and r["broker"] == kind
-                       and r["repeat"] == rep)
-        e = [peak("ebpf", rep) for rep in range(args.repeat)]
-        u = [peak("user", rep) for rep in range(args.repeat)]
-        ratio = [a / b for a, b in zip(e, u)]
-        late = sum(r["out_of_order_copies"] for r in runs if r["subscribers"] == n and r["broker"] == "ebpf")
-        summary.append({"subscribers": n, "ebpf_peak_msgs_per_s": e, "user_peak_msgs_per_s": u,
-                        "ratio": [round(x, 2) for x in ratio], "ratio_median": round(statistics.median(ratio), 2),
-                        "ebpf_median": round(statistics.median(e)), "user_median": round(statistics.median(u)),
-                        "ebpf_out_of_order_copies": late, **expect[n]})
-        fmt = lambda xs: f"{statistics.median(xs):>10,.0f} [{min(xs):,.0f}, {max(xs):,.0f}]"  # noqa: E731
-        print(f"{n:>5} {fmt(e):>28} {fmt(u):>28} {statistics.median(ratio):>6.2f} "
-              f"[{min(ratio):.2f}, {max(ratio):.2f}]")
+    print(f"{'topology':>15} {'subs':>5} {'eBPF':>32} {'user space':>32} {'ratio':>20}")
+    for topology in topologies:
+        for n in sizes:
+            def peak(kind, rep, n=n, topology=topology):
+                return max(r["msgs_per_s"] for r in runs if r["subscribers"] == n and r["broker"] == kind
+                           and r["repeat"] == rep and r["topology"] == topology)
+            e = [peak("ebpf", rep) for rep in range(args.repeat)]
+            u = [peak("user", rep) for rep in range(args.repeat)]
+            ratio = [a / b for a, b in zip(e, u)]
+            late = {kind: sum(r["out_of_order_copies"] for r in runs if r["subscribers"] == n and r["broker"] == kind
+                              and r["topology"] == topology) for kind in ("ebpf", "user")}
+            summary.append({"topology": topology, "subscribers": n, "ebpf_peak_msgs_per_s": e,
+                            "user_peak_msgs_per_s": u, "ratio": [round(x, 2) for x in ratio],
+                            "ratio_median": round(statistics.median(ratio), 2),
+                            "ebpf_median": round(statistics.median(e)), "user_median": round(statistics.median(u)),
+                            "ebpf_out_of_order_copies": late["ebpf"], "user_out_of_order_copies": late["user"],
+                            **expect[n]})
+            fmt = lambda xs: f"{statistics.median(xs):>10,.0f} [{min(xs):,.0f}, {max(xs):,.0f}]"  # noqa: E731
+            print(f"{topology:>15} {n:>5} {fmt(e):>32} {fmt(u):>32} {statistics.median(ratio):>6.2f} "
+                  f"[{min(ratio):.2f}, {max(ratio):.2f}]")
     print("load average (1, 5, 15 min) before/after each subscriber count:",
-          "; ".join(f"{x['subscribers']}: {x['loadavg_before']} -> {x['loadavg_after']}" for x in loads))
+          "; ".join(f"{x['topology']} {x['subscribers']}: {x['loadavg_before']} -> {x['loadavg_after']}"
+                    for x in loads))
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "workload": shape, "summary": summary,
                                                "loads": loads, "runs": runs, "broker_counters": counters}, indent=1))

@@ -239,15 +239,20 @@ def _endpoint(text: str) -> tuple[str, int]:
               help="map capacity as a multiple of the compiled entries (2: room for one update)")
 @click.option("--fix-links/--no-fix-links", default=True, show_default=True,
               help="turn GRO on at veth peers of subscriber interfaces that would drop XDP-redirected copies")
+@click.option("--fanout/--no-fanout", default=True, show_default=True,
+              help="build copies in devmap egress programs (XDP fan-out; driver-mode XDP only), else in TC")
+@click.option("--fan-ratio", type=click.IntRange(1, 64), default=3, show_default=True,
+              help="broadcast a datagram whose recipients span interfaces to every endpoint (dropping the "
+                   "clones of non-recipients) when the endpoints are at most this many times its recipients")
 def load_cmd(out_dir: str, iface: str, subscribers: str | None, xdp_mode: str, capacity_factor: float,
-             fix_links: bool) -> None:
+             fix_links: bool, fanout: bool, fan_ratio: int) -> None:
     """Load an eBPF output directory on IFACE: XDP + TC ingress, maps filled and pinned.  The
     subscribers' interfaces are checked first (missing, down, MTU below IFACE's, veth peers that
     drop XDP-redirected frames); findings are printed on stderr."""
     from .runtime.broker import load
 
     try:
-        state = load(out_dir, iface, subscribers, xdp_mode, capacity_factor, fix_links)
+        state = load(out_dir, iface, subscribers, xdp_mode, capacity_factor, fix_links, fanout, fan_ratio)
     except SubcError as e:
         _fail(e)
     for lp in state.get("links", []):
@@ -258,6 +263,10 @@ def load_cmd(out_dir: str, iface: str, subscribers: str | None, xdp_mode: str, c
         f"loaded {out_dir} on {iface} ({mode}); XDP {p['xdp']['xlated_insns']} instructions (id {p['xdp']['id']}), "
         f"TC {p['tc']['xlated_insns']} instructions (id {p['tc']['id']}); maps pinned under /sys/fs/bpf/subc/{iface}/"
     )
+    fan = state.get("fanout") or {}
+    click.echo(f"XDP fan-out: {'on' if fan.get('enabled') else 'off'}"
+               + (f" ({fan['device_maps']} device maps, {fan['groups']} interfaces)" if fan.get("enabled")
+                  else f" ({fan.get('reason', 'not requested')}): copies to several recipients are built in TC"))
 
 
 @main.command("unload")

@@ -170,9 +170,12 @@ def topo():
 
 @settings(max_examples=5, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
-@given(data=st.data(), form=st.sampled_from(sorted(RENDER)))
-def test_ebpf_copies_are_the_rules_on_built_values(topo, tmp_path_factory, data, form):
-    """Random spec, rules and feed through the eBPF broker: every copy at every endpoint."""
+@given(data=st.data(), form=st.sampled_from(sorted(RENDER)), fanout=st.booleans())
+def test_ebpf_copies_are_the_rules_on_built_values(topo, tmp_path_factory, data, form, fanout):
+    """Random spec, rules and feed through the eBPF broker: every copy at every endpoint, its copies
+    built by the XDP fan-out's devmap programs or (``--no-fanout``) by TC.  With the fan-out, every
+    endpoint receives its copies in sequence-number order, and in feed order when no datagram went
+    to TC (only datagrams with a local-stack recipient do here)."""
     from subc.compiler.targets import target_files
     from subc.compiler.targets.output import write_directory
     from subc.runtime.delivery import split_payload
@@ -194,7 +197,8 @@ def test_ebpf_copies_are_the_rules_on_built_values(topo, tmp_path_factory, data,
     subs = tmp / "subscribers.toml"
     subs.write_text(topo.subscribers_toml(ENDPOINTS))
     pays = payloads(model, feed)
-    topo.subc(topo.brk, "load", str(out), "--iface", topo.b0, "--subscribers", str(subs))
+    topo.subc(topo.brk, "load", str(out), "--iface", topo.b0, "--subscribers", str(subs),
+              *([] if fanout else ["--no-fanout"]))
     procs = {}
     try:
         for sid, eps in ENDPOINTS.items():
@@ -223,5 +227,15 @@ def test_ebpf_copies_are_the_rules_on_built_values(topo, tmp_path_factory, data,
                 assert seq == nxt, f"endpoint {ep}: sequence gap or overlap at {seq} (expected {nxt})"
                 nxt += n
             assert [c[1] for c in copies if c[2] == END_OF_SESSION] == [nxt]
+            if fanout:
+                seqs = [c[1] for c in copies if c[2] not in (HEARTBEAT, END_OF_SESSION)]
+                assert seqs == sorted(seqs), f"endpoint {ep}: copies out of sequence order"
+                if not stats["stats"]["to_tc"]:
+                    assert [(c[2], tuple(c[3])) for c in copies] == [(n, m) for _, n, m in want[sid]], \
+                        f"endpoint {ep}: copies out of feed order"
     s = stats["stats"]
+    if fanout:
+        assert s["xdp_unicast"] == 0, s  # every copy XDP sends is built by the fan-out
+    else:
+        assert s["to_fan"] == 0 and s["fan_copies"] == 0, s
     assert s["errors"] == 0 and s["slot_lost"] == 0 and s["malformed"] == 0 and s["fanout_overflow"] == 0

@@ -90,26 +90,33 @@ def _tail(text: str, n: int = 25) -> str:
 
 @dataclass
 class Program:
-    """A compiled BPF object (bcc), its loaded XDP and TC functions and their tail-call targets
-    (``tails``: the programs of :data:`TAIL_CALLS`, in order)."""
+    """A compiled BPF object (bcc), its loaded XDP and TC functions, their tail-call targets
+    (``tails``: the programs of :data:`TAIL_CALLS`, in order) and the fan-out's devmap program
+    (``egress``: ``subc_egress``, or None when not loaded)."""
 
     bpf: object
     xdp: object
     tc: object
     tails: list = field(default_factory=list)
+    egress: object = None
 
     def map_fd(self, name: str) -> int:
         return self.bpf[name.encode()].map_fd
 
 
 #: Tail-call targets: (function, program type, prog array holding it, index in that array).
+#: ``devmap``: an XDP program loaded for device map entries (expected attach type BPF_XDP_DEVMAP).
 TAIL_CALLS = (("subc_xdp_more", "xdp", "subc_jmp_xdp", 0), ("subc_xdp_one", "xdp", "subc_jmp_xdp", 1),
-              ("subc_tc_more", "tc", "subc_jmp_tc", 0))
+              ("subc_xdp_fan", "xdp", "subc_jmp_xdp", 2), ("subc_tc_more", "tc", "subc_jmp_tc", 0))
+#: ``enum bpf_attach_type`` value of BPF_XDP_DEVMAP (include/uapi/linux/bpf.h).
+BPF_XDP_DEVMAP = 33
 
 
-def compile_and_load(src: str, cflags: list[str], xdp_fn: str = "subc_xdp", tc_fn: str = "subc_tc") -> Program:
-    """Compile C source ``src`` with bcc and load ``xdp_fn`` (XDP) and ``tc_fn`` (SCHED_CLS), and
-    the tail-call targets of :data:`TAIL_CALLS` into their prog arrays.
+def compile_and_load(src: str, cflags: list[str], xdp_fn: str = "subc_xdp", tc_fn: str = "subc_tc",
+                     egress_fn: str | None = None) -> Program:
+    """Compile C source ``src`` with bcc and load ``xdp_fn`` (XDP) and ``tc_fn`` (SCHED_CLS), the
+    tail-call targets of :data:`TAIL_CALLS` into their prog arrays, and ``egress_fn`` (when given)
+    as a devmap program (expected attach type BPF_XDP_DEVMAP).
 
     Raises SubcError when not root, when bcc or kernel headers are missing, when clang fails
     (with its messages), or when the verifier rejects a program (with its last lines).
@@ -127,12 +134,14 @@ def compile_and_load(src: str, cflags: list[str], xdp_fn: str = "subc_xdp", tc_f
     if err is not None:
         raise SubcError(f"bcc could not compile the program: {err}\n{_tail(cap.text)}")
     fns = {}
-    kinds = {"xdp": bcc.BPF.XDP, "tc": bcc.BPF.SCHED_CLS}
-    todo = [(xdp_fn, bcc.BPF.XDP), (tc_fn, bcc.BPF.SCHED_CLS)] + [(n, kinds[k]) for n, k, _, _ in TAIL_CALLS]
-    for name, kind in todo:
+    kinds = {"xdp": (bcc.BPF.XDP, -1), "tc": (bcc.BPF.SCHED_CLS, -1), "devmap": (bcc.BPF.XDP, BPF_XDP_DEVMAP)}
+    todo = [(xdp_fn, kinds["xdp"]), (tc_fn, kinds["tc"])] + [(n, kinds[k]) for n, k, _, _ in TAIL_CALLS]
+    if egress_fn:
+        todo.append((egress_fn, kinds["devmap"]))
+    for name, (kind, attach) in todo:
         with _StderrCapture() as cap:
             try:
-                fns[name] = b.load_func(name.encode(), kind)
+                fns[name] = b.load_func(name.encode(), kind, attach_type=attach)
                 err = None
             except Exception as e:
                 err = e
@@ -141,7 +150,7 @@ def compile_and_load(src: str, cflags: list[str], xdp_fn: str = "subc_xdp", tc_f
     tails = [fns[n] for n, _, _, _ in TAIL_CALLS]
     for (_, _, array, index), fn in zip(TAIL_CALLS, tails):
         b[array.encode()][ct.c_int(index)] = ct.c_int(fn.fd)
-    return Program(b, fns[xdp_fn], fns[tc_fn], tails)
+    return Program(b, fns[xdp_fn], fns[tc_fn], tails, fns.get(egress_fn) if egress_fn else None)
 
 
 def _lib():

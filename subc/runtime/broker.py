@@ -21,7 +21,8 @@ from pathlib import Path
 from ..compiler.targets import ebpf_layout as L
 from ..errors import SubcError
 from . import install
-from .links import check_links
+from .fanout import DEFAULT_RATIO, install_fanout
+from .links import XDP_ATTACHED_DRV, check_links, xdp_attach_mode
 from .bpf import BPFFS, Map, Program, compile_and_load, obj_get, pin_fd, possible_cpus, prog_info, require_root
 from .subscribers import Subscribers, load_subscribers, resolve_endpoints
 
@@ -81,13 +82,15 @@ class LoadedFilter:
 
     @classmethod
     def build(cls, doc: dict, src: str, subs: Subscribers | None = None, factor: float = 2.0,
-              min_caps: dict[str, int] | None = None, max_endpoints: int | None = None) -> "LoadedFilter":
-        """Compile and load ``src`` sized for ``doc``, then install ``doc`` as generation 0."""
+              min_caps: dict[str, int] | None = None, max_endpoints: int | None = None,
+              egress: bool = False) -> "LoadedFilter":
+        """Compile and load ``src`` sized for ``doc`` (with ``egress``, also the fan-out's devmap
+        program), then install ``doc`` as generation 0."""
         caps = install.capacities(doc, factor, subs)
         for n, c in (min_caps or {}).items():
             caps[n] = max(caps.get(n, 0), c)
         eps = max_endpoints or max(doc["max_endpoints"], install.needed_endpoints(subs))
-        prog = compile_and_load(src, cflags(caps, eps))
+        prog = compile_and_load(src, cflags(caps, eps), egress_fn="subc_egress" if egress else None)
         maps = open_maps(doc, {m["name"]: prog.map_fd(m["name"]) for m in doc["maps"]}, eps)
         lf = cls(prog, doc, maps, caps, eps, subs)
         install.install_subscribers(maps, subs, eps)
@@ -191,12 +194,16 @@ def _detach_tc(ifindex: int) -> None:
 
 
 def load(out_dir: str, iface: str, subscribers: str | None = None, xdp_mode: str = "auto",
-         capacity_factor: float = 2.0, fix_links: bool = True) -> dict:
+         capacity_factor: float = 2.0, fix_links: bool = True, fanout: bool = True,
+         fan_ratio: int = DEFAULT_RATIO) -> dict:
     """Load the compiled rule set in ``out_dir`` on ``iface`` (see the module docstring).
 
     The subscribers' interfaces are checked first (:func:`~.links.check_links`; with
     ``fix_links``, GRO is turned on at veth peers that would drop XDP-redirected copies); the
-    findings are in the state's ``links``.  Returns the new state (as written to ``state.json``).
+    findings are in the state's ``links``.  With ``fanout`` and XDP attached in driver mode, the
+    copies are built by devmap egress programs (:mod:`.fanout`, ``fan_ratio`` its ALL-broadcast
+    threshold), else in TC; the state's ``fanout`` says which.  Returns the new state (as written
+    to ``state.json``).
     Raises SubcError when not root, when subc is already loaded on ``iface``, for a missing
     subscriber interface, and for every failure on the way (the interface is left as it was).
     """
@@ -213,7 +220,7 @@ def load(out_dir: str, iface: str, subscribers: str | None = None, xdp_mode: str
         resolve_endpoints(subs)
     ifindex = _ifindex(iface)
     ensure_bpffs()
-    lf = LoadedFilter.build(doc, src, subs, capacity_factor)
+    lf = LoadedFilter.build(doc, src, subs, capacity_factor, egress=subs is not None and fanout)
     from .bpf import import_bcc
 
     bcc = import_bcc()
@@ -235,6 +242,17 @@ def load(out_dir: str, iface: str, subscribers: str | None = None, xdp_mode: str
         except SubcError:
             bcc.BPF.remove_xdp(iface, 0)
             raise
+        fan = {"enabled": False, "reason": "no subscribers file" if subs is None else "--no-fanout"}
+        if subs is not None and fanout:
+            if xdp_attach_mode(iface) != XDP_ATTACHED_DRV:
+                fan["reason"] = "XDP is not attached in driver mode (devmap programs need it)"
+            else:
+                try:
+                    fan = install_fanout(lf.maps, lf.program.egress.fd, subs, fan_ratio)
+                except SubcError:
+                    bcc.BPF.remove_xdp(iface, 0)
+                    _detach_tc(ifindex)
+                    raise
     except BaseException:
         shutil.rmtree(pins, ignore_errors=True)
         raise
@@ -257,6 +275,7 @@ def load(out_dir: str, iface: str, subscribers: str | None = None, xdp_mode: str
                  for m in doc["maps"]},
         "loaded_at": time.time(),
         "links": [p.as_dict() for p in problems],
+        "fanout": fan,
     }
     _write_state(iface, state, doc)
     return state

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from ..compiler.targets import ebpf_layout as L
 from ..errors import SubcError
 from .bpf import Map
+from .fanout import endpoint_groups
 from .subscribers import Endpoint, Subscribers
 
 
@@ -50,10 +51,11 @@ def _mac(mac: str) -> bytes:
     return bytes(int(x, 16) for x in mac.split(":"))
 
 
-def endpoint_value(ep: Endpoint) -> bytes:
-    """``struct subc_endpoint`` of a resolved endpoint."""
+def endpoint_value(ep: Endpoint, group: int = 0) -> bytes:
+    """``struct subc_endpoint`` of a resolved endpoint (``group``: its interface's fan-out group)."""
     return L.ENDPOINT.pack(ifindex=ep.ifindex, subscriber=ep.subscriber, saddr=_ip_be(ep.src_ip),
-                           daddr=_ip_be(ep.ip), dport=ep.port, smac=_mac(ep.src_mac), dmac=_mac(ep.mac))
+                           daddr=_ip_be(ep.ip), dport=ep.port, smac=_mac(ep.src_mac), dmac=_mac(ep.mac),
+                           group=group)
 
 
 def _maps_by_name(doc: dict) -> dict[str, dict]:
@@ -95,14 +97,19 @@ def plan_generation(doc: dict, gen: int, subs: Subscribers | None, caps: dict[st
                                 value=(e["value"] << (64 - width)) & ((1 << 64) - 1)), L.U32.pack(v=e["next"]))
                 for e in lpm["entries"]
             ]
-    leaves, counters = [], []
+    leaves, counters, sets = [], [], []
     local = False
-    for e in maps["subc_leaf"]["entries"]:
+    set_cap = caps["subc_leaf_set"]
+    for j, e in enumerate(maps["subc_leaf"]["entries"]):
         key = L.U32.pack(v=tag(e["state"], gen))
+        # the leaf's subscriber set in subc_leaf_set: generation 0 from the bottom, 1 from the top
+        # (disjoint while both fit in subc_leaf, which check_fits ensures)
+        set_index = j if gen == 0 else set_cap - 1 - j
+        ids: list[int] = []
         if e["action"] == "drop":
-            val = L.LEAF.pack()
+            val = L.LEAF.pack(set=set_index)
         elif e["action"] == "nop" or subs is None:
-            val = L.LEAF.pack(flags=L.LEAF_PASS_LOCAL)
+            val = L.LEAF.pack(flags=L.LEAF_PASS_LOCAL, set=set_index)
             local = True
         else:
             ids = sorted(set(e["subscribers"]))
@@ -110,11 +117,14 @@ def plan_generation(doc: dict, gen: int, subs: Subscribers | None, caps: dict[st
                 if sid not in subs.by_id:
                     raise SubcError(f"{subs.path}: rules forward to subscriber {sid}, which the subscribers file lacks")
             ids = [sid for sid in ids if subs.by_id[sid]]
-            val = L.LEAF.pack(nsubs=len(ids), sub=ids[0] if len(ids) == 1 else 0, subs=subscriber_words(ids))
+            val = L.LEAF.pack(nsubs=len(ids), sub=ids[0] if len(ids) == 1 else 0, set=set_index,
+                              subs=subscriber_words(ids))
         leaves.append((key, val))
         counters.append((key, L.COUNTER.pack()))
+        sets.append((L.U32.pack(v=set_index), L.SUBSET.pack(subs=subscriber_words(ids))))
     w["subc_leaf"] = leaves
     w["subc_leaf_cnt"] = counters
+    w["subc_leaf_set"] = sets
     everyone = [sid for sid, eps in subs.by_id.items() if eps] if subs is not None else []
     w["subc_all"] = [(L.U32.pack(v=gen), L.SUBSET.pack(subs=subscriber_words(everyone), local=int(local)))]
     plan.root = tag(doc["root_state"], gen)
@@ -141,8 +151,8 @@ def install_subscribers(maps: dict[str, Map], subs: Subscribers | None, max_endp
     every recipient's first sequence number (1, ``subc_seq``).  Raises SubcError when a subscriber
     has more than ``max_endpoints`` endpoints."""
     if subs is not None:
-        for i, ep in enumerate(subs.endpoints):
-            maps["subc_eps"].update(L.U32.pack(v=i), endpoint_value(ep))
+        for i, (ep, group) in enumerate(zip(subs.endpoints, endpoint_groups(subs))):
+            maps["subc_eps"].update(L.U32.pack(v=i), endpoint_value(ep, group))
         st = L.sub_struct(max_endpoints)
         for sid in subs.by_id:
             idx = subs.endpoint_indexes(sid)
@@ -160,7 +170,7 @@ def capacities(doc: dict, factor: float, subs: Subscribers | None) -> dict[str, 
         n = len(m["entries"])
         if m["role"] in ("state_info", "bounds", "exact", "lpm", "leaf"):
             out[m["name"]] = max(16, math.ceil(n * factor))
-        elif m["role"] == "leaf_counters":
+        elif m["role"] in ("leaf_counters", "leaf_sets"):
             out[m["name"]] = max(16, math.ceil(len(_maps_by_name(doc)["subc_leaf"]["entries"]) * factor))
         elif m["role"] == "endpoints":
             out[m["name"]] = max(m["capacity"], len(subs.endpoints) if subs else 0)
@@ -172,7 +182,7 @@ def capacities(doc: dict, factor: float, subs: Subscribers | None) -> dict[str, 
 def check_fits(plan: GenerationPlan, maps: dict[str, Map], caps: dict[str, int], live: dict[str, int]) -> None:
     """Raise SubcError when a map cannot hold ``plan`` next to ``live`` entries of the other generation."""
     for name, items in plan.writes.items():
-        if name.endswith("_bnd") or name == "subc_all":
+        if name.endswith("_bnd") or name in ("subc_all", "subc_leaf_set"):
             continue
         if len(items) + live.get(name, 0) > caps[name]:
             raise SubcError(

@@ -272,3 +272,24 @@ def _check_veth_peer(ipr, link: _Link, feed_iface: str | None, feed_mtu: int | N
                 msg += f": turn GRO on there (ethtool -K {peer.name} gro on), or load with --fix-links"
             out.append(LinkProblem(name, "veth-peer-drops-xdp", "warning", msg, fixed))
     return out
+
+
+#: ``IFLA_XDP_ATTACHED`` values (include/uapi/linux/if_link.h).
+XDP_ATTACHED_DRV, XDP_ATTACHED_SKB, XDP_ATTACHED_HW, XDP_ATTACHED_MULTI = 1, 2, 3, 4
+
+
+def xdp_attach_mode(iface: str) -> int:
+    """How XDP is attached to ``iface`` (in this network namespace): an ``XDP_ATTACHED_*`` value,
+    0 when nothing is attached.  Raises SubcError when the interface does not exist."""
+    from pyroute2 import IPRoute
+
+    with IPRoute() as ipr:
+        msgs = ipr.link("get", ifname=iface)
+        if not msgs:
+            raise SubcError(f"no interface {iface}")
+        xdp = msgs[0].get_attr("IFLA_XDP")
+        value = xdp.get_attr("IFLA_XDP_ATTACHED") if xdp is not None else None
+        # pyroute2 decodes the value by name (as iproute2 prints it)
+        names = {"xdp": XDP_ATTACHED_DRV, "xdpgeneric": XDP_ATTACHED_SKB, "xdpoffload": XDP_ATTACHED_HW,
+                 "xdpmulti": XDP_ATTACHED_MULTI}
+        return names.get(value, value) if isinstance(value, str) else int(value or XDP_ATTACHED_NONE)

@@ -123,6 +123,7 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
     leaves = [{"state": 0, "action": default}]
     leaves += [_leaf_entry(leaf.state, leaf.decision) for leaf in ir.leaves]
     add("subc_leaf", "hash", L.U32, L.LEAF, leaves, "leaf")
+    add("subc_leaf_set", "array", L.U32, L.SUBSET, [], "leaf_sets", cap=capacity(len(leaves)))
     add("subc_subs", "array", L.U32, L.sub_struct(DEFAULT_MAX_ENDPOINTS), [], "subscribers", cap=L.MAX_SUBSCRIBERS)
     add("subc_all", "array", L.U32, L.SUBSET, [], "everyone", cap=2)
     add("subc_eps", "array", L.U32, L.ENDPOINT, [], "endpoints", cap=DEFAULT_ENDPOINTS)
@@ -130,8 +131,12 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
     add("subc_stats", "percpu_array", L.U32, L.U64, [], "stats", cap=len(L.STATS))
     add("subc_sub_cnt", "percpu_array", L.U32, L.SUB_COUNTER, [], "subscriber_counters", cap=L.RECIPIENTS)
     add("subc_leaf_cnt", "percpu_hash", L.U32, L.COUNTER, [], "leaf_counters", cap=capacity(len(leaves)))
-    add("subc_jmp_xdp", "prog_array", L.U32, L.U32, [], "tail_calls", cap=1)
+    add("subc_jmp_xdp", "prog_array", L.U32, L.U32, [], "tail_calls", cap=3)
     add("subc_jmp_tc", "prog_array", L.U32, L.U32, [], "tail_calls", cap=1)
+    add("subc_fan_cfg", "array", L.U32, L.FAN_CFG, [], "fan_config", cap=1)
+    add("subc_fan_dev", "hash", L.U32, L.U32, [], "fan_devices", cap=L.FAN_SLOTS)
+    add("subc_fan_geps", "array", L.U32, L.U32, [], "fan_group_endpoints", cap=L.FAN_SLOTS * L.FAN_SLOTS)
+    add("subc_fan", "array_of_maps", L.U32, L.U32, [], "fan", cap=L.FAN_SLOTS * L.FAN_SLOTS + 1)
     return {
         "format": "subc-ebpf-maps",
         "version": 1,
@@ -199,6 +204,10 @@ def render_filter(res: CompileResult, plan: ParsePlan, doc: dict, rules_path: st
         ports=[p for p, _ in plan.ports],
         port_states=[{"port": p, "state": s} for p, s in plan.ports],
         meta_magic=hex(L.META_MAGIC),
+        fan_slots=L.FAN_SLOTS,
+        fan_list=L.FAN_LIST,
+        fan_all=L.FAN_ALL,
+        no_fan=hex(L.NO_FAN) + "u",
         max_endpoints=doc["max_endpoints"],
         mold=plan.moldudp64,
         sub_words=L.SUB_WORDS,

@@ -52,6 +52,9 @@ STATS = [
     "slot_lost",  # TC found XDP's results for the datagram overwritten: dropped
     "fanout_overflow",  # recipients of one datagram beyond the program's limit: their copies not sent
     "errors",  # rewrite, resize or redirect failures
+    "to_fan",  # datagrams fanned out from XDP through the devmap (copies built by the egress programs)
+    "fan_copies",  # copies the devmap egress programs built and sent
+    "fan_skipped",  # ALL-broadcast clones dropped in egress (their endpoint was no recipient)
 ]
 
 _SIZES = {"u8": 1, "u16": 2, "u32": 4, "u64": 8, "be16": 2, "be32": 4, "be64": 8, "pad": 1}
@@ -141,15 +144,30 @@ INFO = Struct("subc_info", (("a", "u32", 1), ("b", "u32", 1)))
 BOUND = Struct("subc_bound", (("lo", "u64", 1), ("next", "u32", 1), ("pad", "u32", 1)))
 EXACT_KEY = Struct("subc_exact_key", (("state", "u32", 1), ("pad", "u32", 1), ("value", "u64", 1)))
 LPM_KEY = Struct("subc_lpm_key", (("prefixlen", "u32", 1), ("state", "be32", 1), ("value", "be64", 1)))
-LEAF = Struct("subc_leaf", (("flags", "u32", 1), ("nsubs", "u32", 1), ("sub", "u32", 1), ("pad", "u32", 1),
+#: ``struct subc_leaf.set``: index of the leaf's subscriber set in ``subc_leaf_set`` (an array map,
+#: so that the copy builders test a message's recipients with an array lookup); generation 0 counts
+#: up from 0, generation 1 down from the capacity, as the bounds arrays do.
+LEAF = Struct("subc_leaf", (("flags", "u32", 1), ("nsubs", "u32", 1), ("sub", "u32", 1), ("set", "u32", 1),
                             ("subs", "u64", SUB_WORDS)))
 SUBSET = Struct("subc_set", (("subs", "u64", SUB_WORDS), ("local", "u32", 1), ("pad", "u32", 1)))
 ENDPOINT = Struct("subc_endpoint", (
     ("ifindex", "u32", 1), ("subscriber", "u32", 1), ("saddr", "be32", 1), ("daddr", "be32", 1),
-    ("dport", "be16", 1), ("smac", "u8", 6), ("dmac", "u8", 6), ("pad", "pad", 2)))
+    ("dport", "be16", 1), ("smac", "u8", 6), ("dmac", "u8", 6), ("group", "u16", 1)))
 COUNTER = Struct("subc_counter", (("messages", "u64", 1), ("bytes", "u64", 1)))
 SUB_COUNTER = Struct("subc_sub_counter", (("datagrams", "u64", 1), ("messages", "u64", 1), ("bytes", "u64", 1)))
-META = Struct("subc_meta", (("magic", "u32", 1), ("slot", "u32", 1), ("tag", "u32", 1)))
+#: XDP metadata of a datagram handed on (to TC, or to the fan-out's devmap egress programs): ``mode``
+#: is one of the ``FAN_*`` values (0: TC builds the copies).
+META = Struct("subc_meta", (("magic", "u32", 1), ("slot", "u32", 1), ("tag", "u32", 1), ("mode", "u32", 1)))
+#: Fan-out modes (``subc_meta.mode``): a clone serves the datagram's next recipient endpoint on its
+#: interface (``FAN_LIST``), or the interface's next endpoint when that is a recipient (``FAN_ALL``).
+FAN_TC, FAN_LIST, FAN_ALL = 0, 1, 2
+#: Endpoints a broker can fan out to from XDP (more: copies are built in TC), and interfaces.
+FAN_SLOTS = 64
+#: ``subc_fan_cfg``: endpoints (0: fan-out off), the ALL map's index in ``subc_fan`` (or
+#: ``NO_FAN``), and the largest endpoints-per-recipient ratio for which an ALL broadcast (a clone
+#: per endpoint, non-recipients dropped in egress) is preferred to TC copies.
+FAN_CFG = Struct("subc_fan_cfg", (("n_eps", "u32", 1), ("all", "u32", 1), ("ratio", "u32", 1), ("pad", "u32", 1)))
+NO_FAN = 0xFFFFFFFF
 
 
 def sub_struct(max_endpoints: int) -> Struct:
@@ -157,4 +175,4 @@ def sub_struct(max_endpoints: int) -> Struct:
     return Struct("subc_sub", (("count", "u32", 1), ("ep", "u32", max_endpoints)))
 
 
-STRUCTS = [INFO, BOUND, EXACT_KEY, LPM_KEY, LEAF, SUBSET, ENDPOINT, COUNTER, SUB_COUNTER, META]
+STRUCTS = [INFO, BOUND, EXACT_KEY, LPM_KEY, LEAF, SUBSET, ENDPOINT, COUNTER, SUB_COUNTER, META, FAN_CFG]

@@ -1,0 +1,122 @@
+"""XDP fan-out: the device maps through which XDP broadcasts a datagram to its recipients' devices.
+
+A datagram with recipient endpoints leaves XDP by one ``bpf_redirect_map(.., BPF_F_BROADCAST)``
+over a ``BPF_MAP_TYPE_DEVMAP`` whose entries carry a devmap (egress) program, ``subc_egress``: the
+kernel clones the frame once per entry (the last entry takes the frame itself) and runs the
+program on each clone before transmitting it, and the program builds the copy (the recipient's
+messages, its sequence number, its addresses: README "Delivery semantics").  The kernel runs
+one program for all the frames a CPU queues to one device before a flush, so a clone cannot tell
+its entry: the k-th clone of a datagram on an interface serves that interface's k-th recipient
+(or endpoint).  Endpoints on one interface form a *group*.  The device maps are the inner maps
+of ``subc_fan`` (an array of maps):
+
+* ``FAN_LIST`` maps, per group and recipient count n (1..min(endpoints in the group, FAN_SLOTS)):
+  n entries on the group's interface, at index ``group * FAN_SLOTS + n - 1``.  A datagram whose
+  recipients are all in one group is cloned exactly once per recipient endpoint.
+* the ``FAN_ALL`` map, when the broker has at most FAN_SLOTS endpoints: one entry per endpoint, on
+  its interface, at index ``FAN_SLOTS * FAN_SLOTS``.  A datagram whose recipients span interfaces
+  is cloned once per endpoint, the clones of non-recipients dropped in egress; XDP takes that way
+  when the endpoints are at most ``ratio`` times the recipient endpoints, else TC builds the
+  datagram's copies (bpf_clone_redirect).
+
+``subc_fan_dev`` maps an interface to its group and ``subc_fan_geps`` lists each group's
+endpoints.  Devmap programs need driver-mode XDP (the clones' XDP metadata, where the datagram's
+ring slot is named, is not kept in generic mode): :func:`install_fanout` is called only then, and
+``subc_fan_cfg.n_eps == 0`` (the default) keeps the fan-out off.
+"""
+
+from __future__ import annotations
+
+import ctypes as ct
+import os
+
+from ..compiler.targets import ebpf_layout as L
+from ..errors import SubcError
+from .bpf import Map, import_bcc
+from .subscribers import Subscribers
+
+BPF_MAP_TYPE_DEVMAP = 14
+#: Index of the FAN_ALL map in ``subc_fan``.
+ALL_INDEX = L.FAN_SLOTS * L.FAN_SLOTS
+#: Default largest endpoints-per-recipient ratio for an ALL broadcast (a clone costs about a
+#: quarter of a TC copy on veth: bench/broker_throughput.py).
+DEFAULT_RATIO = 3
+
+
+def endpoint_groups(subs: Subscribers) -> list[int]:
+    """The group of each endpoint (index order of ``subs.endpoints``): endpoints on one interface
+    (ifindex) share a group, numbered by first appearance."""
+    groups: dict[int, int] = {}
+    return [groups.setdefault(ep.ifindex, len(groups)) for ep in subs.endpoints]
+
+
+def _devmap_value(ifindex: int, prog_fd: int) -> bytes:
+    # struct bpf_devmap_val (include/uapi/linux/bpf.h): __u32 ifindex; union { int fd; __u32 id; } bpf_prog
+    return ifindex.to_bytes(4, "little") + prog_fd.to_bytes(4, "little", signed=True)
+
+
+def _create_devmap(name: str, entries: int) -> int:
+    lib = import_bcc().libbcc.lib
+    fn = lib.bcc_create_map
+    fn.argtypes = [ct.c_int, ct.c_char_p, ct.c_int, ct.c_int, ct.c_int, ct.c_int]
+    fn.restype = ct.c_int
+    # exactly as many entries as the map uses: a broadcast walks every entry of the map
+    fd = fn(BPF_MAP_TYPE_DEVMAP, name.encode(), 4, 8, entries, 0)
+    if fd < 0:
+        raise SubcError(f"cannot create the device map {name}: {os.strerror(ct.get_errno())}")
+    return fd
+
+
+def fan_plan(subs: Subscribers) -> dict[int, list[int]]:
+    """The inner device maps: ``subc_fan`` index -> the ifindex of each entry, in entry order."""
+    eps = subs.endpoints
+    groups = endpoint_groups(subs)
+    by_group: dict[int, list[int]] = {}
+    for e, g in enumerate(groups):
+        by_group.setdefault(g, []).append(e)
+    plan: dict[int, list[tuple[int, int]]] = {}
+    for g, members in by_group.items():
+        if g >= L.FAN_SLOTS:
+            break
+        ifindex = eps[members[0]].ifindex
+        for n in range(1, min(len(members), L.FAN_SLOTS) + 1):
+            plan[g * L.FAN_SLOTS + n - 1] = [ifindex] * n
+    if len(eps) <= L.FAN_SLOTS:
+        plan[ALL_INDEX] = [ep.ifindex for ep in eps]
+    return plan
+
+
+def install_fanout(maps: dict[str, Map], egress_fd: int, subs: Subscribers, ratio: int = DEFAULT_RATIO) -> dict:
+    """Create the device maps of :func:`fan_plan` with the devmap program ``egress_fd`` on every
+    entry, put them in ``subc_fan``, write the groups (``subc_fan_dev``, ``subc_fan_geps``) and
+    switch the fan-out on (``subc_fan_cfg``).
+
+    Returns a summary for the broker state.  Raises SubcError when a map cannot be created or
+    written (for example a kernel without devmap programs).
+    """
+    eps = subs.endpoints
+    if not eps:
+        return {"enabled": False, "reason": "no endpoints"}
+    if len(eps) > L.FAN_SLOTS:
+        return {"enabled": False, "reason": f"more than {L.FAN_SLOTS} endpoints"}
+    plan = fan_plan(subs)
+    for index, entries in plan.items():
+        fd = _create_devmap(f"subc_fan{index}", len(entries))
+        try:
+            inner = Map(fd, 4, 8, name=f"subc_fan{index}")
+            for i, ifindex in enumerate(entries):
+                inner.update(L.U32.pack(v=i), _devmap_value(ifindex, egress_fd))
+            maps["subc_fan"].update(L.U32.pack(v=index), L.U32.pack(v=fd))
+        finally:
+            os.close(fd)
+    groups = endpoint_groups(subs)
+    taken: dict[int, int] = {}
+    for e, (ep, g) in enumerate(zip(eps, groups)):
+        k = taken.get(g, 0)
+        taken[g] = k + 1
+        maps["subc_fan_dev"].update(L.U32.pack(v=ep.ifindex), L.U32.pack(v=g))
+        maps["subc_fan_geps"].update(L.U32.pack(v=g * L.FAN_SLOTS + k), L.U32.pack(v=e))
+    all_index = ALL_INDEX if ALL_INDEX in plan else L.NO_FAN
+    maps["subc_fan_cfg"].update(L.U32.pack(v=0), L.FAN_CFG.pack(n_eps=len(eps), all=all_index, ratio=ratio))
+    return {"enabled": True, "device_maps": len(plan), "groups": len(set(endpoint_groups(subs))),
+            "all_broadcast": all_index != L.NO_FAN, "ratio": ratio}
