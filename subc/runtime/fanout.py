@@ -50,6 +50,14 @@ def endpoint_groups(subs: Subscribers) -> list[int]:
     return [groups.setdefault(ep.ifindex, len(groups)) for ep in subs.endpoints]
 
 
+def group_members(subs: Subscribers) -> dict[int, list[int]]:
+    """Group -> its endpoints' indexes, in index order (the groups of :func:`endpoint_groups`)."""
+    members: dict[int, list[int]] = {}
+    for e, g in enumerate(endpoint_groups(subs)):
+        members.setdefault(g, []).append(e)
+    return members
+
+
 def _devmap_value(ifindex: int, prog_fd: int) -> bytes:
     # struct bpf_devmap_val (include/uapi/linux/bpf.h): __u32 ifindex; union { int fd; __u32 id; } bpf_prog
     return ifindex.to_bytes(4, "little") + prog_fd.to_bytes(4, "little", signed=True)
@@ -70,12 +78,8 @@ def _create_devmap(name: str, entries: int) -> int:
 def fan_plan(subs: Subscribers) -> dict[int, list[int]]:
     """The inner device maps: ``subc_fan`` index -> the ifindex of each entry, in entry order."""
     eps = subs.endpoints
-    groups = endpoint_groups(subs)
-    by_group: dict[int, list[int]] = {}
-    for e, g in enumerate(groups):
-        by_group.setdefault(g, []).append(e)
-    plan: dict[int, list[tuple[int, int]]] = {}
-    for g, members in by_group.items():
+    plan: dict[int, list[int]] = {}
+    for g, members in group_members(subs).items():
         if g >= L.FAN_SLOTS:
             break
         ifindex = eps[members[0]].ifindex
@@ -109,13 +113,10 @@ def install_fanout(maps: dict[str, Map], egress_fd: int, subs: Subscribers, rati
             maps["subc_fan"].update(L.U32.pack(v=index), L.U32.pack(v=fd))
         finally:
             os.close(fd)
-    groups = endpoint_groups(subs)
-    taken: dict[int, int] = {}
-    for e, (ep, g) in enumerate(zip(eps, groups)):
-        k = taken.get(g, 0)
-        taken[g] = k + 1
-        maps["subc_fan_dev"].update(L.U32.pack(v=ep.ifindex), L.U32.pack(v=g))
-        maps["subc_fan_geps"].update(L.U32.pack(v=g * L.FAN_SLOTS + k), L.U32.pack(v=e))
+    for g, members in group_members(subs).items():
+        maps["subc_fan_dev"].update(L.U32.pack(v=eps[members[0]].ifindex), L.U32.pack(v=g))
+        for k, e in enumerate(members):
+            maps["subc_fan_geps"].update(L.U32.pack(v=g * L.FAN_SLOTS + k), L.U32.pack(v=e))
     all_index = ALL_INDEX if ALL_INDEX in plan else L.NO_FAN
     maps["subc_fan_cfg"].update(L.U32.pack(v=0), L.FAN_CFG.pack(n_eps=len(eps), all=all_index, ratio=ratio))
     return {"enabled": True, "device_maps": len(plan), "groups": len(set(endpoint_groups(subs))),

@@ -205,6 +205,7 @@ def render_filter(res: CompileResult, plan: ParsePlan, doc: dict, rules_path: st
         port_states=[{"port": p, "state": s} for p, s in plan.ports],
         meta_magic=hex(L.META_MAGIC),
         fan_slots=L.FAN_SLOTS,
+        fan_tc=L.FAN_TC,
         fan_list=L.FAN_LIST,
         fan_all=L.FAN_ALL,
         no_fan=hex(L.NO_FAN) + "u",
