@@ -413,7 +413,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--subscribers", default="1,8,32")
     ap.add_argument("--seconds", type=float, default=2.0, help="per offered rate")
-    ap.add_argument("--rates", default="1000000,1500000,2000000,3000000,4000000,6000000,8000000",
+    ap.add_argument("--rates", default="250000,500000,750000,1000000,1500000,2000000,3000000,4000000,6000000,8000000",
                     help="offered rates, messages/s (0: as fast as the publisher can)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--sample", default=str(SAMPLE), help="a BinaryFILE of ITCH 5.0 messages")
