@@ -130,15 +130,9 @@ def _compile_summary(res, files: dict[str, str], target: str, spec_path: str, ou
         out.append((f"note: {spec_path} declares no headers or parser: wrote the control block only "
                     "(subc_control.p4), not a whole program", True))
     pipe = res.pipeline
-    doc = json.loads(files["report.json"])
-    msgs = doc.get("messages") or {}
-    if msgs.get("mode") == "multi":  # the installed program: every table once per message slot
-        shape = (f"{msgs['tables']} tables ({msgs['tables_per_slot']} per message slot, {msgs['max_messages']} slots), "
-                 f"{msgs['entries_installed']} entries, {msgs['multicast_groups']} multicast groups")
-    else:
-        shape = f"{len(pipe.tables)} tables, {pipe.total_entries} entries, {doc['multicast_groups']} multicast groups"
     out.append((f"compiled {len(res.rules)} rules for {target}: field order {', '.join(pipe.field_order) or '(none)'}; "
-                f"{shape} -> {out_dir}/", False))
+                f"{len(pipe.tables)} tables, {pipe.total_entries} entries, {len(pipe.mcast_groups)} multicast groups -> {out_dir}/",
+                False))
     return out
 
 
