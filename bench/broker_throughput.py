@@ -27,11 +27,27 @@ subscribers and copies differ: every subscriber of at least one message of a dat
 datagram with exactly its messages, its own sequence number and count (README "Delivery
 semantics").  Non-Add-Order messages go to no one.
 
-* Publisher, pinned to CPU 0: ``udp_broker publish`` (C) sends the datagrams round robin with
-  ``sendmmsg`` for ``--seconds`` per offered rate of ``--rates`` (messages/s; 0: as fast as it
-  can), with complete UDP checksums (tx checksum offload off, as a NIC on a wire).  The
-  publisher's veth has TSO off (frames go to the broker's NAPI ring) and a pfifo queue (a full
-  ring pushes back instead of dropping, Linux 6.16+).
+* Publisher, pinned to CPU 0, for ``--seconds`` per offered rate of ``--rates`` (messages/s; 0: as
+  fast as it can), the datagrams round robin, with complete IPv4 and UDP checksums; the same for
+  both brokers (``--publisher``):
+  - ``xdp`` (the default): ``bench/xdp_publisher.py`` injects the datagrams as prebuilt Ethernet
+    frames from XDP (BPF_PROG_TEST_RUN in live-frames mode, each run redirecting the next frame
+    to the publisher's veth), as a NIC traffic generator does (xdp-trafficgen).  They reach the
+    broker veth's XDP ring as XDP frames, as a NIC's receive ring hands frames to XDP: no socket
+    buffer is made, and the eBPF broker's XDP program gets them directly (the user-space broker's
+    veth builds the socket buffers in its NAPI, on the broker's CPU, as a NIC driver does).  The
+    publisher paces itself in the kernel, frames evenly spaced.  Nothing pushes back: a frame that
+    finds the broker veth's ring (256 frames) full is dropped, as by a NIC whose receive ring is
+    full, and counted ("pub drops": the publisher veth's tx dropped); "published" counts only the
+    frames the ring took and their messages (the publisher knows which were dropped), so "of
+    expected" is the broker's own loss.
+  - ``socket``: ``udp_broker publish`` (C) sends them with ``sendmmsg`` through a UDP socket (tx
+    checksum offload off, as a NIC on a wire).  The publisher's veth has TSO off (frames go to the
+    broker's NAPI ring) and a pfifo queue (a full ring pushes back instead of dropping, Linux
+    6.16+).  Every frame then reaches the broker as a socket buffer, which veth must copy into an
+    XDP buffer for the eBPF broker's program (``skb_pp_cow_data``), a cost no NIC has, and when the
+    ring is full the broker's CPU ends up dequeuing the publisher's queue; it tops out at about
+    3.7M messages/s (640K datagrams/s) here.
 * Broker, on CPU 1 only: the broker veth has GRO on and threaded NAPI, its NAPI kthread pinned to
   CPU 1, so everything after the publisher's transmit (XDP and TC programs, or the kernel UDP
   path, the user-space broker process, also pinned to CPU 1, and its sends, and the sinks' XDP)
@@ -44,13 +60,20 @@ semantics").  Non-Add-Order messages go to no one.
     batch for all copies.
 * Sinks: every subscriber veth peer runs an XDP program that counts the copies, the messages in
   them (MoldUDP64 count), and copies that arrive out of order (a sequence number below one already
-  seen on that veth), then drops them.
+  seen on that veth), then drops them.  Copies the broker's subscriber veths refused ("copy drops":
+  XDP-redirected frames that found the peer's 256-frame ring full, ``ethtool -S``
+  ``xdp_xmit_errors``, plus socket buffers dropped on transmit) are counted per row: on a shared
+  link a NAPI poll of 64 datagrams queues up to 64 x (recipients) clones to one peer before its
+  NAPI runs, on the same CPU, so a veth loses what a NIC's larger, concurrently drained transmit
+  ring would send.
 
-Delivered messages/s = messages inside copies counted by the sinks / seconds of publishing.  Per
-repeat and subscriber count, each broker's peak over the offered rates (a socket broker livelocks
-when offered more than it can take, so its peak is fairer to it than its rate at full load), and
-the ratio of the two peaks of that repeat; the summary gives the median and the range over the
-repeats, and the load average (``/proc/loadavg``) before and after, since the machine may be shared.
+Delivered messages/s = messages inside copies counted by the sinks / seconds of publishing; "of
+expected" = delivered messages / (published messages x the share the subscribers should get).
+Per repeat and subscriber count, each broker's peak over the offered rates (a socket broker
+livelocks when offered more than it can take, so its peak is fairer to it than its rate at full
+load), and the ratio of the two peaks of that repeat; the summary gives the median and the range
+over the repeats, and the load average (``/proc/loadavg``) before and after, since the machine may
+be shared.  The JSON output records the publisher (``publisher``, and per row).
 
     sudo python3 bench/broker_throughput.py --subscribers 1,8,32 --repeat 3 --json out.json
 """
@@ -229,6 +252,19 @@ class Topology:
         for pid in pids:
             sh("taskset", "-p", "2", pid)
 
+    def copies_dropped(self) -> int:
+        """Copies the broker's subscriber veths refused, summed: XDP-redirected frames that found the
+        peer's 256-frame ring full (``ethtool -S``: ``xdp_xmit_errors``) and socket buffers dropped
+        on transmit (``tx dropped``)."""
+        n = 0
+        for k in range(1, (1 if self.shared else self.n) + 1):
+            for line in sh(*in_ns(BRK, "ethtool", "-S", f"tb{k}")).splitlines():
+                name, _, value = line.strip().partition(":")
+                if name.endswith("xdp_xmit_errors"):
+                    n += int(value)
+            n += json.loads(sh("ip", "-n", BRK, "-s", "-j", "link", "show", f"tb{k}"))[0]["stats64"]["tx"]["dropped"]
+        return n
+
     def pub_dropped(self) -> int:
         return json.loads(sh("ip", "-n", PUB, "-s", "-j", "link", "show", "tp0"))[0]["stats64"]["tx"]["dropped"]
 
@@ -315,16 +351,21 @@ def subscribers_toml(topo: Topology, n: int) -> str:
         f'iface = "{topo.dev[k]}" }}]\n' for k in range(1, n + 1))
 
 
-def publish(binary: Path, work: Path, seconds: float, rate: int) -> dict:
-    """Run the publisher on CPU 0 for ``seconds`` at ``rate`` messages/s (0: as fast as it can)."""
+def publish(publisher: str, binary: Path, work: Path, seconds: float, rate: int) -> dict:
+    """Run the publisher (``xdp`` or ``socket``) on CPU 0 for ``seconds`` at ``rate`` messages/s
+    (0: as fast as it can)."""
+    if publisher == "xdp":
+        return json.loads(sh(*in_ns(PUB, "taskset", "-c", "0", sys.executable, str(ROOT / "bench/xdp_publisher.py"),
+                                    str(work / "payloads"), "tp0", mac_of(BRK, "tb0"), "10.20.0.1", "10.20.0.2",
+                                    str(PORT), str(seconds), str(rate))))
     return json.loads(sh(*in_ns(PUB, "taskset", "-c", "0", str(binary), "publish", str(work / "payloads"),
                                 "10.20.0.2", str(PORT), str(seconds), "64", str(rate))))
 
 
 def measure(kind: str, n: int, topo: Topology, binary: Path, work: Path, seconds: float,
-            rates: list[int], load_args: str = "") -> tuple[list[dict], dict]:
-    """Broker ``kind`` ('ebpf' or 'user') with ``n`` subscribers at each offered rate: one row per
-    rate, and the broker's own counters over all of them."""
+            rates: list[int], load_args: str = "", publisher: str = "xdp") -> tuple[list[dict], dict]:
+    """Broker ``kind`` ('ebpf' or 'user') with ``n`` subscribers at each offered rate, from
+    ``publisher``: one row per rate, and the broker's own counters over all of them."""
     broker = None
     if kind == "ebpf":
         sh(*in_ns(BRK, *SUBC, "load", str(work / f"out{n}"), "--iface", "tb0", "--subscribers",
@@ -340,14 +381,18 @@ def measure(kind: str, n: int, topo: Topology, binary: Path, work: Path, seconds
         topo.pin_napi()
         for rate in rates:
             topo.sinks.reset_order()
-            (c0, m0, o0), drop0 = topo.sinks.counts(), topo.pub_dropped()
-            pub = publish(binary, work, seconds, rate)
+            (c0, m0, o0), drop0, lost0 = topo.sinks.counts(), topo.pub_dropped(), topo.copies_dropped()
+            pub = publish(publisher, binary, work, seconds, rate)
             time.sleep(0.3)  # let the queues drain
             c1, m1, o1 = topo.sinks.counts()
-            rows.append({"broker": kind, "subscribers": n, "offered_rate": rate, "published_datagrams": pub["sent"],
+            rows.append({"broker": kind, "subscribers": n, "publisher": publisher, "offered_rate": rate,
+                         "published_datagrams": pub["sent"],
                          "published_messages": pub["messages"], "seconds": pub["seconds"],
                          "publisher_msgs_per_s": pub["messages"] / pub["seconds"],
-                         "dropped_at_publisher": topo.pub_dropped() - drop0, "copies": c1 - c0,
+                         "dropped_at_publisher": topo.pub_dropped() - drop0,
+                         "messages_dropped_at_publisher": pub.get("dropped_messages", 0),
+                         "publisher_output": pub, "copies": c1 - c0,
+                         "copies_dropped_at_subscriber_veths": topo.copies_dropped() - lost0,
                          "delivered_messages": m1 - m0, "out_of_order_copies": o1 - o0,
                          "copies_per_s": (c1 - c0) / pub["seconds"], "msgs_per_s": (m1 - m0) / pub["seconds"]})
         if kind == "ebpf":
@@ -368,7 +413,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--subscribers", default="1,8,32")
     ap.add_argument("--seconds", type=float, default=2.0, help="per offered rate")
-    ap.add_argument("--rates", default="250000,500000,1000000,2000000,4000000,0",
+    ap.add_argument("--rates", default="250000,500000,750000,1000000,1500000,2000000,3000000,4000000,6000000,8000000",
                     help="offered rates, messages/s (0: as fast as the publisher can)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--sample", default=str(SAMPLE), help="a BinaryFILE of ITCH 5.0 messages")
@@ -376,6 +421,9 @@ def main() -> None:
     ap.add_argument("--topologies", default="per-subscriber,shared",
                     help="per-subscriber (a veth per subscriber) and/or shared (every subscriber behind one veth)")
     ap.add_argument("--load-args", default="", help="extra subc load options for the eBPF broker, e.g. --no-fanout")
+    ap.add_argument("--publisher", choices=("xdp", "socket"), default="xdp",
+                    help="xdp: frames injected from XDP (bench/xdp_publisher.py, the default); "
+                         "socket: udp_broker publish (sendmmsg)")
     args = ap.parse_args()
     topologies = args.topologies.split(",")
     if not set(topologies) <= {"per-subscriber", "shared"}:
@@ -392,6 +440,7 @@ def main() -> None:
     payloads, shape = workload(Path(args.sample))
     adds = [decode_add_order(m) for _, m in read_binaryfile(Path(args.sample)) if m[:1] in (b"A", b"F")]
     print(f"workload: {shape}", flush=True)
+    print(f"publisher: {args.publisher}", flush=True)
     runs, counters, expect, loads = [], [], {}, []
     with tempfile.TemporaryDirectory(prefix="subc-tput-") as tmp:
         work = Path(tmp)
@@ -414,12 +463,14 @@ def main() -> None:
                     (work / f"subs{n}.toml").write_text(subscribers_toml(topo, n))
                 print(f"\ntopology {topology}", flush=True)
                 print(f"{'rep':>3} {'subs':>5} {'broker':>7} {'offered/s':>10} {'published/s':>12} "
-                      f"{'delivered msg/s':>16} {'copies/s':>11} {'of expected':>11} {'late':>6}", flush=True)
+                      f"{'delivered msg/s':>16} {'copies/s':>11} {'of expected':>11} {'late':>6} {'pub drops':>9} {'copy drops':>10}",
+                      flush=True)
                 for rep in range(args.repeat):
                     for n in sizes:
                         before = loadavg()
                         for kind in ("ebpf", "user"):
-                            rows, c = measure(kind, n, topo, binary, work, args.seconds, rates, args.load_args)
+                            rows, c = measure(kind, n, topo, binary, work, args.seconds, rates, args.load_args,
+                                              args.publisher)
                             for r in rows:
                                 r["repeat"], r["topology"] = rep, topology
                                 r["fraction_of_expected"] = r["delivered_messages"] / max(
@@ -427,7 +478,8 @@ def main() -> None:
                                 print(f"{rep:>3} {n:>5} {kind:>7} {r['offered_rate'] or 'max':>10} "
                                       f"{r['publisher_msgs_per_s']:>12,.0f} {r['msgs_per_s']:>16,.0f} "
                                       f"{r['copies_per_s']:>11,.0f} {r['fraction_of_expected']:>11.3f} "
-                                      f"{r['out_of_order_copies']:>6}", flush=True)
+                                      f"{r['out_of_order_copies']:>6} {r['dropped_at_publisher']:>9} "
+                                      f"{r['copies_dropped_at_subscriber_veths']:>10}", flush=True)
                             runs += rows
                             counters.append({"topology": topology, "broker": kind, "subscribers": n, "repeat": rep,
                                              "counters": c})
@@ -461,7 +513,8 @@ def main() -> None:
           "; ".join(f"{x['topology']} {x['subscribers']}: {x['loadavg_before']} -> {x['loadavg_after']}"
                     for x in loads))
     if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "workload": shape, "summary": summary,
+        Path(args.json).write_text(json.dumps({"args": vars(args), "publisher": args.publisher, "workload": shape,
+                                               "summary": summary,
                                                "loads": loads, "runs": runs, "broker_counters": counters}, indent=1))
 
 

@@ -130,9 +130,15 @@ def _compile_summary(res, files: dict[str, str], target: str, spec_path: str, ou
         out.append((f"note: {spec_path} declares no headers or parser: wrote the control block only "
                     "(subc_control.p4), not a whole program", True))
     pipe = res.pipeline
+    doc = json.loads(files["report.json"])
+    msgs = doc.get("messages") or {}
+    if msgs.get("mode") == "multi":  # the installed program: every table once per message slot
+        shape = (f"{msgs['tables']} tables ({msgs['tables_per_slot']} per message slot, {msgs['max_messages']} slots), "
+                 f"{msgs['entries_installed']} entries, {msgs['multicast_groups']} multicast groups")
+    else:
+        shape = f"{len(pipe.tables)} tables, {pipe.total_entries} entries, {doc['multicast_groups']} multicast groups"
     out.append((f"compiled {len(res.rules)} rules for {target}: field order {', '.join(pipe.field_order) or '(none)'}; "
-                f"{len(pipe.tables)} tables, {pipe.total_entries} entries, {len(pipe.mcast_groups)} multicast groups -> {out_dir}/",
-                False))
+                f"{shape} -> {out_dir}/", False))
     return out
 
 
@@ -241,9 +247,11 @@ def _endpoint(text: str) -> tuple[str, int]:
               help="turn GRO on at veth peers of subscriber interfaces that would drop XDP-redirected copies")
 @click.option("--fanout/--no-fanout", default=True, show_default=True,
               help="build copies in devmap egress programs (XDP fan-out; driver-mode XDP only), else in TC")
-@click.option("--fan-ratio", type=click.IntRange(1, 64), default=3, show_default=True,
+@click.option("--fan-ratio", type=click.IntRange(1, 64), default=1, show_default=True,
               help="broadcast a datagram whose recipients span interfaces to every endpoint (dropping the "
-                   "clones of non-recipients) when the endpoints are at most this many times its recipients")
+                   "clones of non-recipients) when the endpoints are at most this many times its recipients; "
+                   "above 1, faster, but a bulk of dropped clones loses the kernel's flush and can delay "
+                   "copies (README, XDP fan-out)")
 def load_cmd(out_dir: str, iface: str, subscribers: str | None, xdp_mode: str, capacity_factor: float,
              fix_links: bool, fanout: bool, fan_ratio: int) -> None:
     """Load an eBPF output directory on IFACE: XDP + TC ingress, maps filled and pinned.  The

@@ -3,15 +3,63 @@ loaded XDP program decided for one frame (BPF_PROG_TEST_RUN plus the per-leaf co
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
 
+from subc.compiler.driver import compile_rules
+from subc.compiler.rules import parse_rules
+from subc.compiler.spec import parse_spec
 from subc.compiler.targets import ebpf_layout as L
+from subc.compiler.targets import target_files
 from subc.runtime.reference import Decision
 from subc.runtime.subscribers import Endpoint, Subscribers
 
 XDP_DROP, XDP_PASS, XDP_TX, XDP_REDIRECT = 1, 2, 3, 4
+
+# A spec with fields of every match kind, widths from 2 to 64 bits and bit offsets that are not
+# byte aligned, after Ethernet, IPv4 and UDP (port 7000) and a one-byte kind.
+NET_HEADERS = """
+#include <core.p4>
+header ethernet_t { bit<48> dst; bit<48> src; bit<16> etherType; }
+header ipv4_t { bit<4> version; bit<4> ihl; bit<8> diffserv; bit<16> totalLen; bit<16> identification;
+                bit<3> flags; bit<13> fragOffset; bit<8> ttl; bit<8> protocol; bit<16> hdrChecksum;
+                bit<32> srcAddr; bit<32> dstAddr; }
+header udp_t { bit<16> srcPort; bit<16> dstPort; bit<16> len; bit<16> checksum; }
+"""
+DIFF_SPEC_TEXT = NET_HEADERS + """
+header pre_t { bit<8> kind; }
+header msg_t { bit<8> a; bit<16> b; bit<8> c; bit<3> x; bit<13> h; bit<2> f; bit<6> pad; bit<32> e;
+               bit<64> g; bit<8> d; }
+struct headers { ethernet_t eth; ipv4_t ip; udp_t udp; pre_t pre; msg_t m; }
+struct metadata { }
+@pragma query_field(m.a)
+@pragma query_field(m.b)
+@pragma query_field_exact(m.c)
+@pragma query_field(m.h)
+@pragma query_field_exact(m.f)
+@pragma query_field(m.e)
+@pragma query_field(m.g)
+@pragma query_field_lpm(m.d)
+@pragma query_field_lpm(ip.dstAddr)
+parser P(packet_in pkt, out headers hdr, inout metadata meta, inout standard_metadata_t sm) {
+    state start { pkt.extract(hdr.eth); transition select(hdr.eth.etherType) { 0x0800: parse_ip; default: accept; } }
+    state parse_ip { pkt.extract(hdr.ip); transition select(hdr.ip.protocol) { 17: parse_udp; default: accept; } }
+    state parse_udp { pkt.extract(hdr.udp); transition select(hdr.udp.dstPort) { 7000: parse_pre; default: accept; } }
+    state parse_pre { pkt.extract(hdr.pre); transition select(hdr.pre.kind) { 1: parse_m; default: accept; } }
+    state parse_m { pkt.extract(hdr.m); transition accept; }
+}
+"""
+DIFF_SPEC = parse_spec(DIFF_SPEC_TEXT, "ebpf_diff.p4")
+
+
+def compile_ebpf(text: str, spec, order=None):
+    """(rules, maps.json document, C source) of ``text`` compiled for the eBPF target."""
+    rules = parse_rules(text, spec, "gen.sub")
+    res = compile_rules(rules, spec, "ebpf", field_order=order)
+    files, _ = target_files(res, "gen.sub")
+    return rules, json.loads(files["maps.json"]), files["subc_filter.bpf.c"]
 
 
 def need_root():
@@ -44,13 +92,10 @@ def fake_subscribers(ids=range(1, 7), multi: dict[int, int] | None = None) -> Su
 
 
 def leaf_totals(lf) -> dict[int, int]:
-    """Messages per (tagged) leaf state, summed over CPUs."""
-    m = lf.maps["subc_leaf_cnt"]
-    out = {}
-    for k in m.keys():
-        vals = m.lookup(k) or []
-        out[int.from_bytes(k, "little")] = sum(L.COUNTER.unpack(v)["messages"] for v in vals)
-    return out
+    """Messages per (tagged) leaf state of the live generation, summed over CPUs."""
+    from subc.runtime.install import leaf_counters, tag
+
+    return {tag(st, lf.gen): c["messages"] for st, c in leaf_counters(lf.maps, lf.doc, lf.gen, lf.caps).items()}
 
 
 def stat_totals(lf) -> dict[str, int]:

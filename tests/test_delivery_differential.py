@@ -170,10 +170,12 @@ def topo():
 
 @settings(max_examples=5, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
-@given(data=st.data(), form=st.sampled_from(sorted(RENDER)), fanout=st.booleans())
+@given(data=st.data(), form=st.sampled_from(sorted(RENDER)), fanout=st.sampled_from([None, 1, 3]))
 def test_ebpf_copies_are_the_rules_on_built_values(topo, tmp_path_factory, data, form, fanout):
     """Random spec, rules and feed through the eBPF broker: every copy at every endpoint, its copies
-    built by the XDP fan-out's devmap programs or (``--no-fanout``) by TC.  With the fan-out, every
+    built by the XDP fan-out's devmap programs (``fanout``: its ``--fan-ratio``; 3 also broadcasts to
+    every endpoint when recipients span interfaces, dropping the other clones in egress) or
+    (``--no-fanout``) by TC.  With the fan-out, every
     endpoint receives its copies in sequence-number order, and in feed order when no datagram went
     to TC (only datagrams with a local-stack recipient do here)."""
     from subc.compiler.targets import target_files
@@ -198,7 +200,7 @@ def test_ebpf_copies_are_the_rules_on_built_values(topo, tmp_path_factory, data,
     subs.write_text(topo.subscribers_toml(ENDPOINTS))
     pays = payloads(model, feed)
     topo.subc(topo.brk, "load", str(out), "--iface", topo.b0, "--subscribers", str(subs),
-              *([] if fanout else ["--no-fanout"]))
+              *(["--fan-ratio", str(fanout)] if fanout else ["--no-fanout"]))
     procs = {}
     try:
         for sid, eps in ENDPOINTS.items():

@@ -419,6 +419,9 @@ def test_program_entries_and_report(tmp_path, target, k):
             if e["action"] == "subc_msg_fwd":
                 assert 0 < e["params"]["ports"] < 1 << 5
     assert doc["multicast_groups"] == [{"group": 1, "ports": [1, 2, 3, 4, 5]}]
+    # the summary line describes the installed program, not one slot's tables
+    assert (f"{len(doc['tables'])} tables ({len(per_slot)} per message slot, {k} slots), "
+            f"{rep['messages']['entries_installed']} entries, 1 multicast groups") in p.stdout, p.stdout
     if P4TEST and target == "bmv2":
         r = subprocess.run([P4TEST, "--std", "p4-16", str(out / "subc.p4")], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr

@@ -78,7 +78,7 @@ class LoadedFilter:
     max_endpoints: int
     subs: Subscribers | None
     gen: int = 0
-    bounds_used: dict[str, int] = field(default_factory=dict)  # bounds per bounds array, live generation
+    regions_used: dict[str, int] = field(default_factory=dict)  # slots of the live generation per region array
 
     @classmethod
     def build(cls, doc: dict, src: str, subs: Subscribers | None = None, factor: float = 2.0,
@@ -97,33 +97,34 @@ class LoadedFilter:
         plan = install.plan_generation(doc, 0, subs, caps)
         install.install_generation(plan, maps)
         install.switch_root(plan, maps)
-        lf.bounds_used.update({n: len(plan.writes[n]) for n in plan.bounds_base})
+        lf.regions_used.update(plan.regions)
         return lf
 
     def update(self, doc: dict, grace_s: float = 0.0) -> None:
         """Install ``doc`` as the next generation, switch to it, then delete the old one."""
-        update_maps(self.maps, doc, self.gen, self.caps, self.subs, self.bounds_used, grace_s)
+        update_maps(self.maps, doc, self.gen, self.caps, self.subs, self.regions_used, grace_s)
         self.gen ^= 1
         self.doc = doc
 
 
 def update_maps(maps: dict[str, Map], doc: dict, gen: int, caps: dict[str, int],
-                subs: Subscribers | None, bounds_used: dict[str, int], grace_s: float) -> GenerationResult:
+                subs: Subscribers | None, regions_used: dict[str, int], grace_s: float) -> GenerationResult:
     """Replace live generation ``gen`` by ``doc`` as generation ``gen ^ 1`` (atomic for packets).
 
-    ``bounds_used`` (bounds per bounds array of the live generation) is updated in place.
+    ``regions_used`` (slots of the live generation per array with generation regions:
+    :attr:`GenerationPlan.regions`) is updated in place.
     Raises SubcError when the new rule set does not fit next to the live one.
     """
     new = gen ^ 1
-    live = install.live_counts(gen, maps, bounds_used)
+    live = install.live_counts(gen, maps, regions_used)
     plan = install.plan_generation(doc, new, subs, caps)
     install.check_fits(plan, maps, caps, live)
     install.install_generation(plan, maps)
     install.switch_root(plan, maps)
     time.sleep(grace_s)
     deleted = install.retire_generation(gen, maps)
-    bounds_used.clear()
-    bounds_used.update({n: len(plan.writes[n]) for n in plan.bounds_base})
+    regions_used.clear()
+    regions_used.update(plan.regions)
     return GenerationResult(new, sum(len(v) for v in plan.writes.values()), deleted)
 
 
@@ -265,7 +266,7 @@ def load(out_dir: str, iface: str, subscribers: str | None = None, xdp_mode: str
         "generation": 0,
         "capacities": lf.caps,
         "max_endpoints": lf.max_endpoints,
-        "bounds_used": lf.bounds_used,
+        "regions_used": lf.regions_used,
         "xdp_mode": xdp_mode,
         "programs": info,
         "subscribers": subscribers and str(Path(subscribers).resolve()),
@@ -388,7 +389,7 @@ def update(out_dir: str, iface: str, grace_s: float = GRACE_S) -> GenerationResu
         subs = load_subscribers(state["subscribers"])
         resolve_endpoints(subs)
     maps = pinned_maps(state)
-    res = update_maps(maps, doc, state["generation"], state["capacities"], subs, state["bounds_used"], grace_s)
+    res = update_maps(maps, doc, state["generation"], state["capacities"], subs, state["regions_used"], grace_s)
     state["generation"] = res.gen
     state["out_dir"] = str(Path(out_dir).resolve())
     record_instructions(out_dir, state["programs"])  # the same programs now run the new rule set
@@ -414,20 +415,9 @@ def stats(iface: str) -> dict:
             name = "local" if sid == L.LOCAL else state["subscriber_names"].get(str(sid))
             nxt = L.U64.unpack(seq.lookup(L.U32.pack(v=sid)))["v"]
             subs["local" if sid == L.LOCAL else str(sid)] = {**c, "next_seq": nxt, "name": name}
-    leaves = {}
     gen = state["generation"]
-    lc = maps["subc_leaf_cnt"]
-    for k in lc.keys():
-        st = int.from_bytes(k, "little")
-        if (1 if st & L.GEN_BIT else 0) != gen:
-            continue
-        s = st & L.STATE_MASK
-        leaves[str(s)] = {"action": state["leaves"].get(str(s), "?"), **_counter(lc.lookup(k))}
+    doc = json.loads((state_path(iface).parent / "maps.json").read_text())
+    leaves = {str(st): {"action": state["leaves"].get(str(st), "?"), **c}
+              for st, c in install.leaf_counters(maps, doc, gen, state["capacities"]).items()}
     return {"iface": iface, "generation": gen, "programs": state["programs"], "stats": glob,
             "subscribers": subs, "leaves": dict(sorted(leaves.items(), key=lambda kv: int(kv[0])))}
-
-
-def _counter(per_cpu: list[bytes] | None) -> dict[str, int]:
-    """``struct subc_counter`` values of one key summed over CPUs."""
-    vals = [L.COUNTER.unpack(v) for v in per_cpu or []]
-    return {"messages": sum(v["messages"] for v in vals), "bytes": sum(v["bytes"] for v in vals)}

@@ -19,6 +19,16 @@ of ``subc_fan`` (an array of maps):
   when the endpoints are at most ``ratio`` times the recipient endpoints, else TC builds the
   datagram's copies (bpf_clone_redirect).
 
+Why the default ratio is 1 (the ALL map only when every endpoint is a recipient, so that egress
+never drops a clone).  The kernel sends a device's queued frames in bulks of 16 without a flush
+while a NAPI poll runs, and flushes at its end; but when the devmap program drops every frame of
+a bulk, ``bq_xmit_all`` (``kernel/bpf/devmap.c``) skips ``ndo_xdp_xmit`` and with it the flush.
+Frames of earlier bulks of that poll then wait on the device (a veth peer's ring, a NIC's transmit
+ring before its doorbell) until the next flush with a frame in it: under load, a burst that ends
+with non-recipient clones strands copies until more traffic or a heartbeat (measured: copies of
+a benchmark run that reached their subscribers during the next run).  A ratio above 1 trades that
+latency risk for throughput when recipients span interfaces.
+
 ``subc_fan_dev`` maps an interface to its group and ``subc_fan_geps`` lists each group's
 endpoints.  Devmap programs need driver-mode XDP (the clones' XDP metadata, where the datagram's
 ring slot is named, is not kept in generic mode): :func:`install_fanout` is called only then, and
@@ -38,9 +48,9 @@ from .subscribers import Subscribers
 BPF_MAP_TYPE_DEVMAP = 14
 #: Index of the FAN_ALL map in ``subc_fan``.
 ALL_INDEX = L.FAN_SLOTS * L.FAN_SLOTS
-#: Default largest endpoints-per-recipient ratio for an ALL broadcast (a clone costs about a
-#: quarter of a TC copy on veth: bench/broker_throughput.py).
-DEFAULT_RATIO = 3
+#: Default largest endpoints-per-recipient ratio for an ALL broadcast: 1, only when every endpoint
+#: is a recipient (see the module docstring: a bulk of dropped clones loses the device's flush).
+DEFAULT_RATIO = 1
 
 
 def endpoint_groups(subs: Subscribers) -> list[int]:

@@ -1,10 +1,11 @@
 """Writing a compiled rule set (``maps.json``) into the BPF maps of the eBPF target, by generation.
 
-A generation is a whole rule set in the maps: every state in a key carries the generation bit
-(:data:`~subc.compiler.targets.ebpf_layout.GEN_BIT` for generation 1, none for 0), bounds of
-range fields live in the generation's region of the bounds array (generation 0 from the bottom,
-generation 1 from the top), and the program reads the generation from ``subc_root`` once per
-packet.  :func:`install_generation` writes a generation without touching the live one, then
+A generation is a whole rule set in the maps: every state carries the generation bit
+(:data:`~subc.compiler.targets.ebpf_layout.GEN_BIT` for generation 1, none for 0) in hash and
+trie keys; in the arrays indexed by state (``stN_info``, ``subc_leaf``, ``subc_leaf_cnt``,
+``subc_leaf_set``) and in the bounds arrays each generation has its region (generation 0 from the
+bottom, generation 1 from the top: :func:`state_slot`); the program reads the generation from
+``subc_root`` once per datagram.  :func:`install_generation` writes a generation without touching the live one, then
 :func:`switch_root` publishes it with one 4-byte map write, and :func:`retire_generation`
 deletes the old one.  No packet is ever classified with a mix of the two.
 
@@ -30,17 +31,26 @@ from .subscribers import Endpoint, Subscribers
 
 @dataclass
 class GenerationPlan:
-    """What a generation writes: per map a list of (key bytes, value bytes), and bounds' base."""
+    """What a generation writes: per map a list of (key bytes, value bytes); per array map with
+    generation regions, the slots its region takes (``regions``: the bounds of a bounds array,
+    the highest state + 1 of an array indexed by state)."""
 
     gen: int
     writes: dict[str, list[tuple[bytes, bytes]]] = field(default_factory=dict)
-    bounds_base: dict[str, int] = field(default_factory=dict)
+    regions: dict[str, int] = field(default_factory=dict)
     root: int = 0
 
 
 def tag(state: int, gen: int) -> int:
     """``state`` with the generation bit of ``gen`` (0 or 1)."""
     return state | (L.GEN_BIT if gen else 0)
+
+
+def state_slot(state: int, gen: int, cap: int) -> int:
+    """The index of (untagged) ``state`` of generation ``gen`` in an array map of ``cap`` entries
+    indexed by state: ``state`` for generation 0, ``cap - 1 - state`` for generation 1 (the C
+    program's ``SUBC_SLOT``)."""
+    return state if gen == 0 else cap - 1 - state
 
 
 def _ip_be(ip: str) -> int:
@@ -79,14 +89,17 @@ def plan_generation(doc: dict, gen: int, subs: Subscribers | None, caps: dict[st
                 raise SubcError(f"bounds array {bnd['name']} holds {caps[bnd['name']]} entries, the rule set needs {n}: "
                                 "load the rule set again (subc unload, subc load) or with a larger --capacity-factor")
             base = 0 if gen == 0 else caps[bnd["name"]] - n
-            plan.bounds_base[bnd["name"]] = base
-            w[info["name"]] = [(L.U32.pack(v=tag(e["state"], gen)), L.INFO.pack(a=base + e["offset"], b=e["count"]))
-                               for e in info["entries"]]
+            plan.regions[bnd["name"]] = n
+            _state_region(plan, info, caps)
+            w[info["name"]] = [(_slot_key(e["state"], gen, caps[info["name"]]),
+                                L.INFO.pack(a=base + e["offset"], b=e["count"])) for e in info["entries"]]
             w[bnd["name"]] = [(L.U32.pack(v=base + e["index"]), L.BOUND.pack(lo=e["lo"], next=e["next"]))
                               for e in bnd["entries"]]
         elif st["kind"] == "exact":
             info, ex = (maps[n] for n in st["maps"])
-            w[info["name"]] = [(L.U32.pack(v=tag(e["state"], gen)), L.INFO.pack(a=e["miss"])) for e in info["entries"]]
+            _state_region(plan, info, caps)
+            w[info["name"]] = [(_slot_key(e["state"], gen, caps[info["name"]]), L.INFO.pack(a=e["miss"]))
+                               for e in info["entries"]]
             w[ex["name"]] = [(L.EXACT_KEY.pack(state=tag(e["state"], gen), value=e["value"]), L.U32.pack(v=e["next"]))
                              for e in ex["entries"]]
         else:
@@ -99,12 +112,12 @@ def plan_generation(doc: dict, gen: int, subs: Subscribers | None, caps: dict[st
             ]
     leaves, counters, sets = [], [], []
     local = False
-    set_cap = caps["subc_leaf_set"]
-    for j, e in enumerate(maps["subc_leaf"]["entries"]):
-        key = L.U32.pack(v=tag(e["state"], gen))
-        # the leaf's subscriber set in subc_leaf_set: generation 0 from the bottom, 1 from the top
-        # (disjoint while both fit in subc_leaf, which check_fits ensures)
-        set_index = j if gen == 0 else set_cap - 1 - j
+    leaf_cap = caps["subc_leaf"]
+    _state_region(plan, maps["subc_leaf"], caps)
+    for e in maps["subc_leaf"]["entries"]:
+        # the leaf, its counters and its subscriber set share the leaf's slot
+        set_index = state_slot(e["state"], gen, leaf_cap)
+        key = L.U32.pack(v=set_index)
         ids: list[int] = []
         if e["action"] == "drop":
             val = L.LEAF.pack(set=set_index)
@@ -129,6 +142,20 @@ def plan_generation(doc: dict, gen: int, subs: Subscribers | None, caps: dict[st
     w["subc_all"] = [(L.U32.pack(v=gen), L.SUBSET.pack(subs=subscriber_words(everyone), local=int(local)))]
     plan.root = tag(doc["root_state"], gen)
     return plan
+
+
+def _slot_key(state: int, gen: int, cap: int) -> bytes:
+    return L.U32.pack(v=state_slot(state, gen, cap))
+
+
+def _state_region(plan: GenerationPlan, m: dict, caps: dict[str, int]) -> None:
+    """Record the region of array map ``m`` (indexed by its entries' states); raise SubcError when
+    one generation alone does not fit."""
+    n = max((e["state"] for e in m["entries"]), default=0) + 1
+    if n > caps[m["name"]]:
+        raise SubcError(f"array {m['name']} holds {caps[m['name']]} states, the rule set needs {n}: load the rule set "
+                        "again (subc unload, subc load) or with a larger --capacity-factor")
+    plan.regions[m["name"]] = n
 
 
 def subscriber_words(ids) -> list[int]:
@@ -164,14 +191,19 @@ def install_subscribers(maps: dict[str, Map], subs: Subscribers | None, max_endp
 
 
 def capacities(doc: dict, factor: float, subs: Subscribers | None) -> dict[str, int]:
-    """Map capacities for ``doc``: ``factor`` times the entries (two generations at 2.0)."""
+    """Map capacities for ``doc``: ``factor`` times the entries (two generations at 2.0); for the
+    arrays indexed by state, ``factor`` times the highest state + 1 (the leaf counters and
+    subscriber sets as many as the leaves: they share the leaf's slot)."""
     out = {}
+    leaf = _maps_by_name(doc)["subc_leaf"]
     for m in doc["maps"]:
         n = len(m["entries"])
-        if m["role"] in ("state_info", "bounds", "exact", "lpm", "leaf"):
+        if m["role"] in ("state_info", "leaf"):
+            out[m["name"]] = max(16, math.ceil((max((e["state"] for e in m["entries"]), default=0) + 1) * factor))
+        elif m["role"] in ("bounds", "exact", "lpm"):
             out[m["name"]] = max(16, math.ceil(n * factor))
         elif m["role"] in ("leaf_counters", "leaf_sets"):
-            out[m["name"]] = max(16, math.ceil(len(_maps_by_name(doc)["subc_leaf"]["entries"]) * factor))
+            out[m["name"]] = max(16, math.ceil((max((e["state"] for e in leaf["entries"]), default=0) + 1) * factor))
         elif m["role"] == "endpoints":
             out[m["name"]] = max(m["capacity"], len(subs.endpoints) if subs else 0)
         else:
@@ -180,9 +212,11 @@ def capacities(doc: dict, factor: float, subs: Subscribers | None) -> dict[str, 
 
 
 def check_fits(plan: GenerationPlan, maps: dict[str, Map], caps: dict[str, int], live: dict[str, int]) -> None:
-    """Raise SubcError when a map cannot hold ``plan`` next to ``live`` entries of the other generation."""
+    """Raise SubcError when a map cannot hold ``plan`` next to ``live`` entries of the other
+    generation (``live``: per tagged hash or trie map its entries, per array with generation
+    regions the slots of the live region)."""
     for name, items in plan.writes.items():
-        if name.endswith("_bnd") or name in ("subc_all", "subc_leaf_set"):
+        if name in plan.regions or name in ("subc_all", "subc_leaf_cnt", "subc_leaf_set"):
             continue
         if len(items) + live.get(name, 0) > caps[name]:
             raise SubcError(
@@ -190,11 +224,10 @@ def check_fits(plan: GenerationPlan, maps: dict[str, Map], caps: dict[str, int],
                 f"{live.get(name, 0)} live ones; load the rule set again (subc unload, subc load) or load "
                 f"with a larger --capacity-factor"
             )
-    for name, base in plan.bounds_base.items():
-        n = len(plan.writes[name])
+    for name, n in plan.regions.items():
         used = live.get(name, 0)
-        if base < 0 or (plan.gen == 1 and base < used) or (plan.gen == 0 and n > caps[name] - used):
-            raise SubcError(f"bounds array {name} ({caps[name]} entries) cannot hold {n} new bounds next to {used} live "
+        if n + used > caps[name]:
+            raise SubcError(f"array {name} ({caps[name]} entries) cannot hold {n} new entries next to {used} live "
                             "ones: load the rule set again (subc unload, subc load) or with a larger --capacity-factor")
 
 
@@ -220,25 +253,36 @@ def key_generation(name: str, key: bytes) -> int:
     return 1 if state & L.GEN_BIT else 0
 
 
-TAGGED_SUFFIXES = ("_info", "_ex", "_lpm")
-TAGGED_MAPS = ("subc_leaf", "subc_leaf_cnt")
+#: Maps whose keys carry the generation bit (hash and trie maps); arrays are never deleted from.
+TAGGED_SUFFIXES = ("_ex", "_lpm")
 
 
 def retire_generation(gen: int, maps: dict[str, Map]) -> int:
     """Delete every key of generation ``gen`` from the tagged maps; returns how many."""
     n = 0
     for name, m in maps.items():
-        if name in TAGGED_MAPS or name.endswith(TAGGED_SUFFIXES):
+        if name.endswith(TAGGED_SUFFIXES):
             for k in m.keys():
                 if key_generation(name, k) == gen and m.delete(k):
                     n += 1
     return n
 
 
-def live_counts(gen: int, maps: dict[str, Map], bounds_used: dict[str, int]) -> dict[str, int]:
-    """Entries of generation ``gen`` per tagged map, and bounds used per bounds array."""
-    out = dict(bounds_used)
+def live_counts(gen: int, maps: dict[str, Map], regions_used: dict[str, int]) -> dict[str, int]:
+    """Entries of generation ``gen`` per tagged map, and ``regions_used`` (slots of the live
+    generation per array with generation regions)."""
+    out = dict(regions_used)
     for name, m in maps.items():
-        if name in TAGGED_MAPS or name.endswith(TAGGED_SUFFIXES):
+        if name.endswith(TAGGED_SUFFIXES):
             out[name] = sum(1 for k in m.keys() if key_generation(name, k) == gen)
+    return out
+
+
+def leaf_counters(maps: dict[str, Map], doc: dict, gen: int, caps: dict[str, int]) -> dict[int, dict[str, int]]:
+    """Per leaf state of ``doc`` installed as generation ``gen``: its messages and bytes, summed
+    over CPUs."""
+    m, out = maps["subc_leaf_cnt"], {}
+    for e in _maps_by_name(doc)["subc_leaf"]["entries"]:
+        vals = [L.COUNTER.unpack(v) for v in m.lookup(_slot_key(e["state"], gen, caps["subc_leaf"])) or []]
+        out[e["state"]] = {"messages": sum(v["messages"] for v in vals), "bytes": sum(v["bytes"] for v in vals)}
     return out

@@ -1,24 +1,28 @@
 """The eBPF target: ``subc_filter.bpf.c`` (XDP + TC), ``maps.json`` and ``report.json``.
 
 Each field stage of the IR (:mod:`subc.compiler.ir`) becomes BPF maps keyed by state (Algorithm 1 of Jepsen et al.,
-HotNets 2018, with maps in place of match-action tables):
+HotNets 2018, with maps in place of match-action tables).  The IR numbers each stage's input
+states densely from 1, so per-state data lives in ``BPF_MAP_TYPE_ARRAY`` maps indexed by state
+(one inlined array access, no hashing): generation 0 at the state's index, generation 1 at
+``capacity - 1 - state`` (:func:`subc.runtime.install.state_slot`).
 
 * **range** fields: per state, the sorted lower bounds of its runs in a slice of one
-  ``BPF_MAP_TYPE_ARRAY`` (``stN_bnd``: lower bound, next state), found through a hash map
-  (``stN_info``: state -> offset, count) and searched with a branch-free binary search of at most
+  ``BPF_MAP_TYPE_ARRAY`` (``stN_bnd``: lower bound, next state), found through an array indexed
+  by state (``stN_info``: offset, count) and searched with a branch-free binary search of at most
   32 steps (ceil(log2 count) in practice), so the verifier sees a bounded loop and the cost is
   logarithmic in the runs of the state;
 * **exact** fields: a hash map (``stN_ex``: (state, value) -> next state) of the values whose next
-  state differs from the state's miss target, which ``stN_info`` holds;
+  state differs from the state's miss target, which ``stN_info`` (indexed by state) holds;
 * **lpm** fields: an LPM trie (``stN_lpm``) keyed by 32 bits of state then the field, left
   aligned, so a prefix of length L is trie prefix 32 + L;
-* the leaf map (``subc_leaf``) maps each final state to its action.  State 0 of every stage is
-  dead; leaf key 0 holds the spec's default action.
+* the leaf array (``subc_leaf``, indexed by final state) holds each leaf's action and the index
+  of its subscriber set; ``subc_leaf_cnt`` (per CPU, same index) counts its messages and bytes.
+  State 0 of every stage is dead; leaf 0 holds the spec's default action.
 
 ``maps.json`` holds every map's key and value layout (:mod:`.ebpf_layout`), its default capacity
 and its entries in logical form (states untagged, bounds indexed from 0, leaf actions as
 subscriber lists); the loader (:mod:`subc.runtime.broker`) resolves subscribers to endpoints,
-adds the generation bit and places bounds in their generation's region of the array.
+adds the generation bit and places states and bounds in their generation's region of the arrays.
 """
 
 from __future__ import annotations
@@ -43,6 +47,12 @@ MIN_CAPACITY = 16
 def capacity(n_entries: int, factor: float = CAPACITY_FACTOR) -> int:
     """Map capacity for ``n_entries`` entries per generation: ``factor`` generations, at least 16."""
     return max(MIN_CAPACITY, math.ceil(n_entries * factor))
+
+
+def state_capacity(entries: list[dict], factor: float = CAPACITY_FACTOR) -> int:
+    """Capacity of an array map indexed by the ``state`` of ``entries``: ``factor`` times the
+    highest state + 1 (two generations, one from each end, at 2.0), at least 16."""
+    return capacity(max((e["state"] for e in entries), default=0) + 1, factor)
 
 
 def _load_expr(fl: FieldLayout) -> str:
@@ -96,7 +106,7 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
                 first = len(bounds)
                 info.append({"state": st.state, "offset": first, "count": len(st.runs)})
                 bounds.extend([{"index": first + j, "lo": lo, "next": t} for j, (lo, _, t) in enumerate(st.runs)])
-            add(f"{base}_info", "hash", L.U32, L.INFO, info, "state_info", q.name)
+            add(f"{base}_info", "array", L.U32, L.INFO, info, "state_info", q.name, cap=state_capacity(info))
             add(f"{base}_bnd", "array", L.U32, L.BOUND, bounds, "bounds", q.name)
             stages.append({"field": q.name, "kind": "range", "maps": [f"{base}_info", f"{base}_bnd"]})
         elif q.match_kind == "exact":
@@ -106,7 +116,7 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
                 es, miss = FieldStage.exact_form(st, points)
                 info.append({"state": st.state, "miss": miss})
                 ex.extend({"state": st.state, "value": v, "next": t} for v, t in es)
-            add(f"{base}_info", "hash", L.U32, L.INFO, info, "state_info", q.name)
+            add(f"{base}_info", "array", L.U32, L.INFO, info, "state_info", q.name, cap=state_capacity(info))
             add(f"{base}_ex", "hash", L.EXACT_KEY, L.U32, ex, "exact", q.name)
             stages.append({"field": q.name, "kind": "exact", "maps": [f"{base}_info", f"{base}_ex"]})
         else:
@@ -122,15 +132,15 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
         stages[-1].update({"width": q.width, "states": len(stage.states), "next_states": stage.n_next})
     leaves = [{"state": 0, "action": default}]
     leaves += [_leaf_entry(leaf.state, leaf.decision) for leaf in ir.leaves]
-    add("subc_leaf", "hash", L.U32, L.LEAF, leaves, "leaf")
-    add("subc_leaf_set", "array", L.U32, L.SUBSET, [], "leaf_sets", cap=capacity(len(leaves)))
+    add("subc_leaf", "array", L.U32, L.LEAF, leaves, "leaf", cap=state_capacity(leaves))
+    add("subc_leaf_set", "array", L.U32, L.SUBSET, [], "leaf_sets", cap=state_capacity(leaves))
     add("subc_subs", "array", L.U32, L.sub_struct(DEFAULT_MAX_ENDPOINTS), [], "subscribers", cap=L.MAX_SUBSCRIBERS)
     add("subc_all", "array", L.U32, L.SUBSET, [], "everyone", cap=2)
     add("subc_eps", "array", L.U32, L.ENDPOINT, [], "endpoints", cap=DEFAULT_ENDPOINTS)
     add("subc_seq", "array", L.U32, L.U64, [], "sequence", cap=L.RECIPIENTS)
     add("subc_stats", "percpu_array", L.U32, L.U64, [], "stats", cap=len(L.STATS))
     add("subc_sub_cnt", "percpu_array", L.U32, L.SUB_COUNTER, [], "subscriber_counters", cap=L.RECIPIENTS)
-    add("subc_leaf_cnt", "percpu_hash", L.U32, L.COUNTER, [], "leaf_counters", cap=capacity(len(leaves)))
+    add("subc_leaf_cnt", "percpu_array", L.U32, L.COUNTER, [], "leaf_counters", cap=state_capacity(leaves))
     add("subc_jmp_xdp", "prog_array", L.U32, L.U32, [], "tail_calls", cap=3)
     add("subc_jmp_tc", "prog_array", L.U32, L.U32, [], "tail_calls", cap=1)
     add("subc_fan_cfg", "array", L.U32, L.FAN_CFG, [], "fan_config", cap=1)

@@ -144,9 +144,10 @@ INFO = Struct("subc_info", (("a", "u32", 1), ("b", "u32", 1)))
 BOUND = Struct("subc_bound", (("lo", "u64", 1), ("next", "u32", 1), ("pad", "u32", 1)))
 EXACT_KEY = Struct("subc_exact_key", (("state", "u32", 1), ("pad", "u32", 1), ("value", "u64", 1)))
 LPM_KEY = Struct("subc_lpm_key", (("prefixlen", "u32", 1), ("state", "be32", 1), ("value", "be64", 1)))
-#: ``struct subc_leaf.set``: index of the leaf's subscriber set in ``subc_leaf_set`` (an array map,
-#: so that the copy builders test a message's recipients with an array lookup); generation 0 counts
-#: up from 0, generation 1 down from the capacity, as the bounds arrays do.
+#: ``struct subc_leaf`` (``subc_leaf``, an array indexed by the leaf's slot:
+#: :func:`subc.runtime.install.state_slot`).  ``set``: index of the leaf's subscriber set in
+#: ``subc_leaf_set`` (an array map, so that the copy builders test a message's recipients with an
+#: array lookup): the leaf's own slot.
 LEAF = Struct("subc_leaf", (("flags", "u32", 1), ("nsubs", "u32", 1), ("sub", "u32", 1), ("set", "u32", 1),
                             ("subs", "u64", SUB_WORDS)))
 SUBSET = Struct("subc_set", (("subs", "u64", SUB_WORDS), ("local", "u32", 1), ("pad", "u32", 1)))
