@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -18,12 +17,11 @@ from collections import Counter
 
 import pytest
 
+from bmv2_util import CLI, SWITCH, cli, start_switch, stop_switch
 from conftest import EXAMPLE, real_sample
 
 P4C = shutil.which("p4c-bm2-ss")
 P4TEST = shutil.which("p4test")
-SWITCH = shutil.which("simple_switch")
-CLI = shutil.which("simple_switch_CLI")
 
 pytestmark = pytest.mark.bmv2
 
@@ -82,12 +80,6 @@ def test_p4test_accepts_tna_program(tmp_path, range_form):
     assert p.returncode == 0, p.stderr
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _itch_packets(n_add_orders: int):
     """(scapy packets, order ref -> decoded fields) for the first Add Orders of the real sample,
     plus packets that are not Add Orders (another message type, another UDP port, ARP)."""
@@ -120,31 +112,16 @@ def _run_switch(out, tmp_path, wait: int) -> bool:
     longer than the wait (the outputs are then removed, to run again with a longer wait)."""
     for f in tmp_path.glob("p*_out.pcap"):
         f.unlink()
-    thrift = _free_port()
-    ifaces = [a for port in range(0, 6) for a in ("-i", f"{port}@p{port}")]
-    sw = subprocess.Popen(
-        [SWITCH, "--use-files", str(wait), "--thrift-port", str(thrift), *ifaces, str(out / "subc.json")],
-        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
     started = time.time()
+    sw, thrift = start_switch(out / "subc.json", tmp_path, wait, range(0, 6))
     try:
-        while True:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", thrift)) == 0:
-                    break
-            if sw.poll() is not None:
-                raise AssertionError("simple_switch exited before it opened its Thrift port")
-            time.sleep(0.1)
-        p = subprocess.run([CLI, "--thrift-port", str(thrift)], input=(out / "commands.txt").read_text(),
-                           capture_output=True, text=True, timeout=600)
-        assert p.returncode == 0 and "Error" not in p.stdout, p.stdout
+        cli(thrift, (out / "commands.txt").read_text())
         if time.time() - started >= wait - 2:
             return False  # the switch may have forwarded packets before its entries were in
         time.sleep(max(0.0, started + wait + 6 - time.time()))  # the wait, then the packets
         return True
     finally:
-        sw.terminate()
-        sw.wait(timeout=10)
+        stop_switch(sw)
 
 
 @pytest.mark.skipif(None in (P4C, SWITCH, CLI), reason="p4c-bm2-ss, simple_switch or simple_switch_CLI not on PATH")

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -25,12 +24,11 @@ import pytest
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
+from bmv2_util import CLI, SWITCH, cli, free_port, start_switch, stop_switch
 from conftest import EXAMPLE
 
 P4C = shutil.which("p4c-bm2-ss")
 P4TEST = shutil.which("p4test")
-SWITCH = shutil.which("simple_switch")
-CLI = shutil.which("simple_switch_CLI")
 NEEDS_BMV2 = pytest.mark.skipif(None in (P4C, SWITCH, CLI), reason="p4c-bm2-ss, simple_switch or simple_switch_CLI not on PATH")
 
 SPEC = EXAMPLE / "spec.p4"
@@ -209,12 +207,6 @@ def check_copy(raw: bytes, payload: bytes) -> None:
 # ------------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _read_pcap(path: Path) -> list[bytes] | None:
     from scapy.utils import rdpcap
 
@@ -243,23 +235,12 @@ def run_bmv2(out: Path, work: Path, frames: list[bytes], done) -> tuple[dict[int
     for wait in (6, 20, 60, 180):
         for f in work.glob("p*_out.pcap"):
             f.unlink()
-        thrift = _free_port()
-        ifaces = [a for p in SWITCH_PORTS for a in ("-i", f"{p}@p{p}")]
-        sw = subprocess.Popen([SWITCH, "--use-files", str(wait), "--thrift-port", str(thrift), "--device-id", str(thrift),
-                               "--notifications-addr", f"ipc:///tmp/subc-bmv2-{thrift}.ipc", *ifaces,
-                               str(out / "subc.json")], cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         started = time.time()
+        dev = free_port()  # a device id and notification socket of this run's own
+        sw, thrift = start_switch(out / "subc.json", work, wait, SWITCH_PORTS,
+                                  ("--device-id", str(dev), "--notifications-addr", f"ipc:///tmp/subc-bmv2-{dev}.ipc"))
         try:
-            while True:
-                with socket.socket() as s:
-                    if s.connect_ex(("127.0.0.1", thrift)) == 0:
-                        break
-                if sw.poll() is not None:
-                    raise AssertionError(f"simple_switch exited: {sw.stderr.read().decode()[-2000:]}")
-                time.sleep(0.1)
-            p = subprocess.run([CLI, "--thrift-port", str(thrift)], input=(out / "commands.txt").read_text(),
-                               capture_output=True, text=True, timeout=600)
-            assert p.returncode == 0 and "Error" not in p.stdout, p.stdout[-3000:]
+            cli(thrift, (out / "commands.txt").read_text())
             if time.time() - started >= wait - 1:
                 continue  # packets may have gone through before the entries were in: again, longer
             deadline = time.time() + 600
@@ -270,13 +251,12 @@ def run_bmv2(out: Path, work: Path, frames: list[bytes], done) -> tuple[dict[int
                 assert time.time() < deadline, "the sentinels did not arrive within 600 s"
                 time.sleep(0.5)
             cmds = "".join(f"counter_read SubcIngress.subc_datagrams {i}\n" for i in range(len(COUNTER_NAMES)))
-            p = subprocess.run([CLI, "--thrift-port", str(thrift)], input=cmds, capture_output=True, text=True, timeout=600)
-            counts = {COUNTER_NAMES[int(i)]: int(n) for i, n in re.findall(r"subc_datagrams\[(\d+)\]=\s*\(\d+ bytes, (\d+) packets\)", p.stdout)}
-            assert len(counts) == len(COUNTER_NAMES), p.stdout
+            text = cli(thrift, cmds)
+            counts = {COUNTER_NAMES[int(i)]: int(n) for i, n in re.findall(r"subc_datagrams\[(\d+)\]=\s*\(\d+ bytes, (\d+) packets\)", text)}
+            assert len(counts) == len(COUNTER_NAMES), text
             return outs, counts
         finally:
-            sw.terminate()
-            sw.wait(timeout=30)
+            stop_switch(sw)
     pytest.fail("the entries could not be loaded within 180 s")
 
 
