@@ -11,8 +11,9 @@ Topologies (network namespaces made here, removed afterwards; addresses only ins
 host); ``shared``: every subscriber behind one link (hosts on the broker's LAN, the usual feed
 handler deployment).  The eBPF broker fans a datagram out from XDP through device maps either way
 (subc/runtime/fanout.py): on a shared link each copy is one clone; across interfaces a datagram
-goes to every interface (the clones of non-recipients dropped) or, when it has few recipients,
-to TC, which builds the copies with bpf_clone_redirect.
+goes over its recipient set's device map, which ``subc fanout`` (run next to the broker, on its
+CPU, unless ``--no-fanout-daemon``) makes after XDP first sees the set, each copy one clone; until
+then, to TC, which builds the copies with bpf_clone_redirect.
 
 Workload.  The messages of the real ITCH sample (``../shared/data/itch``, 12,012 messages of all
 types: Add Orders, deletes, trades, executions...) in their order, re-timed by a bursty arrival
@@ -363,13 +364,19 @@ def publish(publisher: str, binary: Path, work: Path, seconds: float, rate: int)
 
 
 def measure(kind: str, n: int, topo: Topology, binary: Path, work: Path, seconds: float,
-            rates: list[int], load_args: str = "", publisher: str = "xdp") -> tuple[list[dict], dict]:
+            rates: list[int], load_args: str = "", publisher: str = "xdp",
+            fanout_daemon: bool = True) -> tuple[list[dict], dict]:
     """Broker ``kind`` ('ebpf' or 'user') with ``n`` subscribers at each offered rate, from
-    ``publisher``: one row per rate, and the broker's own counters over all of them."""
-    broker = None
+    ``publisher``: one row per rate, and the broker's own counters over all of them.  With
+    ``fanout_daemon``, the eBPF broker's ``subc fanout`` control loop runs on the broker's CPU."""
+    broker = daemon = None
     if kind == "ebpf":
         sh(*in_ns(BRK, *SUBC, "load", str(work / f"out{n}"), "--iface", "tb0", "--subscribers",
                   str(work / f"subs{n}.toml"), *load_args.split()))
+        fan = json.loads(Path("/run/subc/tb0/state.json").read_text()).get("fanout", {})  # subc load's state
+        if fanout_daemon and fan.get("enabled"):
+            daemon = subprocess.Popen(in_ns(BRK, "taskset", "-c", "1", *SUBC, "fanout", "--iface", "tb0"),
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     else:
         broker = subprocess.Popen(in_ns(BRK, "taskset", "-c", "1", str(binary), "broker", str(work / f"tables{n}"),
                                         "10.20.0.2", str(PORT), "0", "64"), stdout=subprocess.PIPE,
@@ -402,6 +409,9 @@ def measure(kind: str, n: int, topo: Topology, binary: Path, work: Path, seconds
             broker.terminate()
             counters = json.loads(broker.communicate(timeout=10)[0])
     finally:
+        if daemon is not None:
+            daemon.terminate()
+            daemon.wait(timeout=10)
         if kind == "ebpf":
             sh(*in_ns(BRK, *SUBC, "unload", "--iface", "tb0"), check=False)
         elif broker.poll() is None:
@@ -421,6 +431,8 @@ def main() -> None:
     ap.add_argument("--topologies", default="per-subscriber,shared",
                     help="per-subscriber (a veth per subscriber) and/or shared (every subscriber behind one veth)")
     ap.add_argument("--load-args", default="", help="extra subc load options for the eBPF broker, e.g. --no-fanout")
+    ap.add_argument("--no-fanout-daemon", action="store_true",
+                    help="do not run subc fanout (the recipient-set device maps) next to the eBPF broker")
     ap.add_argument("--publisher", choices=("xdp", "socket"), default="xdp",
                     help="xdp: frames injected from XDP (bench/xdp_publisher.py, the default); "
                          "socket: udp_broker publish (sendmmsg)")
@@ -470,7 +482,7 @@ def main() -> None:
                         before = loadavg()
                         for kind in ("ebpf", "user"):
                             rows, c = measure(kind, n, topo, binary, work, args.seconds, rates, args.load_args,
-                                              args.publisher)
+                                              args.publisher, not args.no_fanout_daemon)
                             for r in rows:
                                 r["repeat"], r["topology"] = rep, topology
                                 r["fraction_of_expected"] = r["delivered_messages"] / max(

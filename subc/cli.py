@@ -304,6 +304,26 @@ def update_cmd(out_dir: str, iface: str) -> None:
     click.echo(f"{iface}: generation {r.gen} live; {r.written} entries written, {r.deleted} old entries deleted")
 
 
+@main.command("fanout")
+@click.option("--iface", required=True)
+@click.option("--interval", type=click.FloatRange(min=0.0001), default=0.005, show_default=True,
+              help="seconds between passes")
+@click.option("--once", is_flag=True, help="one pass, then exit")
+def fanout_cmd(iface: str, interval: float, once: bool) -> None:
+    """Run the XDP fan-out's control loop on IFACE: make an exact recipient-set device map for every
+    set of recipients on several interfaces that XDP has seen (until then such datagrams take the
+    broadcast-to-every-endpoint or TC way), until subc is unloaded or the command is interrupted."""
+    from .runtime.broker import fanout_sets
+
+    try:
+        res = fanout_sets(iface, interval, once)
+    except SubcError as e:
+        _fail(e)
+    except KeyboardInterrupt:
+        return
+    click.echo(json.dumps(res))
+
+
 @main.command("stats")
 @click.option("--iface", required=True)
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")

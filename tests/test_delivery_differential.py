@@ -112,6 +112,16 @@ def expected_copies(model, rules, feed, everyone) -> dict[int, list[tuple[int, i
     return out
 
 
+def wait_stat(topo, name: str, at_least: int) -> None:
+    """Wait until the broker's counter ``name`` (``subc stats``) reaches ``at_least``."""
+    from test_broker_netns import wait_until
+
+    def reached():
+        return json.loads(topo.subc(topo.brk, "stats", "--iface", topo.b0, "--json").stdout)["stats"][name] >= at_least
+
+    wait_until(reached, f"the broker's {name} counter at {at_least}")
+
+
 def draw_case(data, form: str, max_messages: int = 12):
     """(model, spec, rules, feed), or None when the drawn spec has no query field."""
     model = data.draw(spec_models(max_messages=3))
@@ -168,14 +178,18 @@ def topo():
     t.remove()
 
 
-@settings(max_examples=5, deadline=None, derandomize=True,
+@settings(max_examples=8, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
-@given(data=st.data(), form=st.sampled_from(sorted(RENDER)), fanout=st.sampled_from([None, 1, 3]))
+@given(data=st.data(), form=st.sampled_from(sorted(RENDER)), fanout=st.sampled_from([None, 1, 3, "sets"]))
 def test_ebpf_copies_are_the_rules_on_built_values(topo, tmp_path_factory, data, form, fanout):
     """Random spec, rules and feed through the eBPF broker: every copy at every endpoint, its copies
     built by the XDP fan-out's devmap programs (``fanout``: its ``--fan-ratio``; 3 also broadcasts to
     every endpoint when recipients span interfaces, dropping the other clones in egress) or
-    (``--no-fanout``) by TC.  With the fan-out, every
+    (``--no-fanout``) by TC.  ``"sets"``: ratio 1, the feed sent twice (the first time without its
+    end of session, then a heartbeat), and between the two, once XDP has seen the first (its
+    heartbeats counted), ``subc fanout --once`` makes the recipient-set device maps of the sets
+    XDP noted, so that every datagram whose recipients span interfaces missed a map the first
+    time and takes it the second.  With the fan-out, every
     endpoint receives its copies in sequence-number order, and in feed order when no datagram went
     to TC (only datagrams with a local-stack recipient do here)."""
     from subc.compiler.targets import target_files
@@ -198,9 +212,14 @@ def test_ebpf_copies_are_the_rules_on_built_values(topo, tmp_path_factory, data,
     out = write_directory(tmp / "out", files)
     subs = tmp / "subscribers.toml"
     subs.write_text(topo.subscribers_toml(ENDPOINTS))
+    first = []
+    if fanout == "sets":
+        first = feed[:-1] + [(HEARTBEAT, [])]
+        feed = first + feed
     pays = payloads(model, feed)
+    ratio = 1 if fanout == "sets" else fanout
     topo.subc(topo.brk, "load", str(out), "--iface", topo.b0, "--subscribers", str(subs),
-              *(["--fan-ratio", str(fanout)] if fanout else ["--no-fanout"]))
+              *(["--fan-ratio", str(ratio)] if fanout else ["--no-fanout"]))
     procs = {}
     try:
         for sid, eps in ENDPOINTS.items():
@@ -210,7 +229,14 @@ def test_ebpf_copies_are_the_rules_on_built_values(topo, tmp_path_factory, data,
                     "--save-pcap", str(tmp / f"got_{k}_{port}.pcap"))
         for (k, port), p in procs.items():
             wait_bound(p, f"10.10.{k}.2", port)
-        send(topo, pays, tmp, model.udp_port)
+        if first:
+            send(topo, pays[:len(first)], tmp, model.udp_port)
+            beats = sum(1 for count, _ in first if count == HEARTBEAT)
+            wait_stat(topo, "heartbeats", beats)  # XDP has run on every datagram of the first pass
+            topo.subc(topo.brk, "fanout", "--iface", topo.b0, "--once")
+            send(topo, pays[len(first):], tmp, model.udp_port)
+        else:
+            send(topo, pays, tmp, model.udp_port)
         got = {ep: [split_payload(p) for p in ps] for ep, ps in received(procs, tmp).items()}
         stats = json.loads(topo.subc(topo.brk, "stats", "--iface", topo.b0, "--json").stdout)
     finally:
@@ -236,6 +262,8 @@ def test_ebpf_copies_are_the_rules_on_built_values(topo, tmp_path_factory, data,
                     assert [(c[2], tuple(c[3])) for c in copies] == [(n, m) for _, n, m in want[sid]], \
                         f"endpoint {ep}: copies out of feed order"
     s = stats["stats"]
+    if fanout == "sets":  # each first-pass datagram that missed its set map takes it the second time
+        assert s["to_fan_set"] == s["fan_set_miss"], s
     if fanout:
         assert s["xdp_unicast"] == 0, s  # every copy XDP sends is built by the fan-out
     else:

@@ -99,7 +99,7 @@ def expected_leaf(doc: dict, state: int, subs) -> dict:
     return {"nsubs": len(ids), "subs": install.subscriber_words(ids)}
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(rule_set(QS, allow_drop=True, max_port=6), rule_set(QS, allow_drop=True, max_port=6), st.data())
 def test_a_new_generation_never_disturbs_the_live_one(a, b, data):
     subs = fake_subscribers()

@@ -21,7 +21,7 @@ from pathlib import Path
 from ..compiler.targets import ebpf_layout as L
 from ..errors import SubcError
 from . import install
-from .fanout import DEFAULT_RATIO, install_fanout
+from .fanout import DEFAULT_RATIO, install_fanout, install_missing_sets
 from .links import XDP_ATTACHED_DRV, check_links, xdp_attach_mode
 from .bpf import BPFFS, Map, Program, compile_and_load, obj_get, pin_fd, possible_cpus, prog_info, require_root
 from .subscribers import Subscribers, load_subscribers, resolve_endpoints
@@ -234,6 +234,8 @@ def load(out_dir: str, iface: str, subscribers: str | None = None, xdp_mode: str
         pin_fd(lf.program.tc.fd, pins / "prog_tc")
         for i, fn in enumerate(lf.program.tails):
             pin_fd(fn.fd, pins / f"prog_tail{i}")
+        if lf.program.egress is not None:
+            pin_fd(lf.program.egress.fd, pins / "prog_egress")  # for subc fanout's device maps
         try:
             bcc.BPF.attach_xdp(iface, lf.program.xdp, XDP_FLAGS[xdp_mode] | XDP_FLAGS_UPDATE_IF_NOEXIST)
         except Exception as e:
@@ -421,3 +423,31 @@ def stats(iface: str) -> dict:
               for st, c in install.leaf_counters(maps, doc, gen, state["capacities"]).items()}
     return {"iface": iface, "generation": gen, "programs": state["programs"], "stats": glob,
             "subscribers": subs, "leaves": dict(sorted(leaves.items(), key=lambda kv: int(kv[0])))}
+
+
+def fanout_sets(iface: str, interval_s: float = 0.005, once: bool = False, stop=None) -> dict:
+    """The fan-out's control loop (``subc fanout``): every ``interval_s`` s, make the exact
+    recipient-set device maps (FAN_SET, :func:`~.fanout.install_missing_sets`) for the sets that
+    XDP noted since, until the broker is unloaded, ``stop()`` is true, or after one pass with
+    ``once``.  Returns the last pass's summary with ``passes`` and ``installed`` (in all).
+    Raises SubcError when not root, when subc is not loaded on ``iface``, or when its XDP fan-out
+    is off (the state's ``fanout`` says why)."""
+    require_root("subc fanout")
+    state = read_state(iface)
+    if not state.get("fanout", {}).get("enabled"):
+        raise SubcError(f"the XDP fan-out is off on {iface}: {state.get('fanout', {}).get('reason', 'unknown')}")
+    maps = pinned_maps(state)
+    egress_fd = obj_get(pin_dir(iface) / "prog_egress")
+    try:
+        cfg = L.FAN_CFG.unpack(maps["subc_fan_cfg"].lookup(L.U32.pack(v=0)))
+        ifindexes = [L.ENDPOINT.unpack(maps["subc_eps"].lookup(L.U32.pack(v=e)))["ifindex"] for e in range(cfg["n_eps"])]
+        passes = total = 0
+        while True:
+            res = install_missing_sets(maps, egress_fd, ifindexes)
+            passes += 1
+            total += res["installed"]
+            if once or (stop is not None and stop()) or not state_path(iface).exists():
+                return {**res, "passes": passes, "installed": total}
+            time.sleep(interval_s)
+    finally:
+        os.close(egress_fd)

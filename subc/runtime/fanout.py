@@ -29,6 +29,14 @@ with non-recipient clones strands copies until more traffic or a heartbeat (meas
 a benchmark run that reached their subscribers during the next run).  A ratio above 1 trades that
 latency risk for throughput when recipients span interfaces.
 
+* ``FAN_SET`` maps, made while the broker runs by :func:`install_missing_sets` (``subc fanout``),
+  for the recipient sets that span interfaces: one entry per recipient endpoint, on its interface,
+  at an index from ``SET_BASE`` on, found by the set (bit e for endpoint e) in ``subc_fan_sets``.
+  A datagram whose set has no map yet is noted in ``subc_fan_miss`` and goes the ALL or TC way;
+  once the map exists, its datagrams are cloned exactly once per recipient endpoint (never
+  dropped in egress, so no flush is lost), as FAN_LIST does within one interface.  Making every
+  set in advance would take a map per subset of the endpoints; a feed's datagrams use few.
+
 ``subc_fan_dev`` maps an interface to its group and ``subc_fan_geps`` lists each group's
 endpoints.  Devmap programs need driver-mode XDP (the clones' XDP metadata, where the datagram's
 ring slot is named, is not kept in generic mode): :func:`install_fanout` is called only then, and
@@ -48,6 +56,8 @@ from .subscribers import Subscribers
 BPF_MAP_TYPE_DEVMAP = 14
 #: Index of the FAN_ALL map in ``subc_fan``.
 ALL_INDEX = L.FAN_SLOTS * L.FAN_SLOTS
+#: First index of the FAN_SET maps in ``subc_fan`` (``FAN_SETS`` of them).
+SET_BASE = ALL_INDEX + 1
 #: Default largest endpoints-per-recipient ratio for an ALL broadcast: 1, only when every endpoint
 #: is a recipient (see the module docstring: a bulk of dropped clones loses the device's flush).
 DEFAULT_RATIO = 1
@@ -131,3 +141,55 @@ def install_fanout(maps: dict[str, Map], egress_fd: int, subs: Subscribers, rati
     maps["subc_fan_cfg"].update(L.U32.pack(v=0), L.FAN_CFG.pack(n_eps=len(eps), all=all_index, ratio=ratio))
     return {"enabled": True, "device_maps": len(plan), "groups": len(set(endpoint_groups(subs))),
             "all_broadcast": all_index != L.NO_FAN, "ratio": ratio}
+
+
+def set_endpoints(key: int) -> list[int]:
+    """The endpoint indexes of a recipient set (bit e of ``key`` for endpoint e), ascending."""
+    return [e for e in range(L.FAN_SLOTS) if key >> e & 1]
+
+
+def install_set(maps: dict[str, Map], egress_fd: int, ifindexes: list[int], key: int, index: int) -> None:
+    """Make the FAN_SET device map of recipient set ``key`` (one entry per endpoint, on its
+    interface ``ifindexes[e]``, with the devmap program ``egress_fd``), put it at ``index`` of
+    ``subc_fan``, and only then publish it in ``subc_fan_sets`` (XDP uses it from the next
+    datagram on).  Raises SubcError when a map cannot be created or written, or for an endpoint
+    the broker does not have."""
+    eps = set_endpoints(key)
+    if not eps or eps[-1] >= len(ifindexes):
+        raise SubcError(f"recipient set {key:#x}: endpoints {eps} beyond the broker's {len(ifindexes)}")
+    fd = _create_devmap(f"subc_set{index}", len(eps))
+    try:
+        inner = Map(fd, 4, 8, name=f"subc_set{index}")
+        for i, e in enumerate(eps):
+            inner.update(L.U32.pack(v=i), _devmap_value(ifindexes[e], egress_fd))
+        maps["subc_fan"].update(L.U32.pack(v=index), L.U32.pack(v=fd))
+    finally:
+        os.close(fd)
+    maps["subc_fan_sets"].update(L.U64.pack(v=key), L.U32.pack(v=index))
+
+
+def install_missing_sets(maps: dict[str, Map], egress_fd: int, ifindexes: list[int]) -> dict:
+    """Make a FAN_SET map for every recipient set XDP noted in ``subc_fan_miss`` (most missed
+    first) while free indexes remain, and clear the notes.  Returns ``{"installed", "full",
+    "sets"}``: maps made now, sets left without one because all ``FAN_SETS`` are in use (their
+    datagrams keep going the ALL or TC way), and sets with a map in all.
+    Raises SubcError as :func:`install_set`."""
+    missed = []
+    for k in maps["subc_fan_miss"].keys():
+        v = maps["subc_fan_miss"].lookup(k)
+        missed.append((L.U64.unpack(v)["v"] if v else 0, L.U64.unpack(k)["v"], k))
+    used = {L.U32.unpack(maps["subc_fan_sets"].lookup(k) or bytes(4))["v"]: L.U64.unpack(k)["v"]
+            for k in maps["subc_fan_sets"].keys()}
+    free = (i for i in range(SET_BASE, SET_BASE + L.FAN_SETS) if i not in used)
+    installed = full = 0
+    for _, key, raw in sorted(missed, reverse=True):
+        if key not in used.values():
+            index = next(free, None)
+            if index is None:
+                full += 1
+                continue
+            install_set(maps, egress_fd, ifindexes, key, index)
+            used[index] = key
+            installed += 1
+        maps["subc_fan_miss"].delete(raw)
+    return {"installed": installed, "full": full, "sets": len(used)}

@@ -146,7 +146,9 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
     add("subc_fan_cfg", "array", L.U32, L.FAN_CFG, [], "fan_config", cap=1)
     add("subc_fan_dev", "hash", L.U32, L.U32, [], "fan_devices", cap=L.FAN_SLOTS)
     add("subc_fan_geps", "array", L.U32, L.U32, [], "fan_group_endpoints", cap=L.FAN_SLOTS * L.FAN_SLOTS)
-    add("subc_fan", "array_of_maps", L.U32, L.U32, [], "fan", cap=L.FAN_SLOTS * L.FAN_SLOTS + 1)
+    add("subc_fan", "array_of_maps", L.U32, L.U32, [], "fan", cap=L.FAN_SLOTS * L.FAN_SLOTS + 1 + L.FAN_SETS)
+    add("subc_fan_sets", "hash", L.U64, L.U32, [], "fan_sets", cap=L.FAN_SETS)
+    add("subc_fan_miss", "hash", L.U64, L.U64, [], "fan_misses", cap=L.FAN_MISSES)
     return {
         "format": "subc-ebpf-maps",
         "version": 1,
@@ -218,6 +220,9 @@ def render_filter(res: CompileResult, plan: ParsePlan, doc: dict, rules_path: st
         fan_tc=L.FAN_TC,
         fan_list=L.FAN_LIST,
         fan_all=L.FAN_ALL,
+        fan_set=L.FAN_SET,
+        fan_sets=L.FAN_SETS,
+        fan_misses=L.FAN_MISSES,
         no_fan=hex(L.NO_FAN) + "u",
         max_endpoints=doc["max_endpoints"],
         mold=plan.moldudp64,

@@ -55,6 +55,8 @@ STATS = [
     "to_fan",  # datagrams fanned out from XDP through the devmap (copies built by the egress programs)
     "fan_copies",  # copies the devmap egress programs built and sent
     "fan_skipped",  # ALL-broadcast clones dropped in egress (their endpoint was no recipient)
+    "fan_set_miss",  # datagrams whose recipients span interfaces with no recipient-set map yet (noted for subc fanout)
+    "to_fan_set",  # datagrams fanned out through their exact recipient-set map (installed by subc fanout)
 ]
 
 _SIZES = {"u8": 1, "u16": 2, "u32": 4, "u64": 8, "be16": 2, "be32": 4, "be64": 8, "pad": 1}
@@ -160,10 +162,16 @@ SUB_COUNTER = Struct("subc_sub_counter", (("datagrams", "u64", 1), ("messages", 
 #: is one of the ``FAN_*`` values (0: TC builds the copies).
 META = Struct("subc_meta", (("magic", "u32", 1), ("slot", "u32", 1), ("tag", "u32", 1), ("mode", "u32", 1)))
 #: Fan-out modes (``subc_meta.mode``): a clone serves the datagram's next recipient endpoint on its
-#: interface (``FAN_LIST``), or the interface's next endpoint when that is a recipient (``FAN_ALL``).
-FAN_TC, FAN_LIST, FAN_ALL = 0, 1, 2
+#: interface (``FAN_LIST``), or the interface's next endpoint when that is a recipient (``FAN_ALL``),
+#: or the datagram's next recipient endpoint on the clone's interface, over a map holding one entry
+#: per recipient endpoint, on several interfaces (``FAN_SET``).
+FAN_TC, FAN_LIST, FAN_ALL, FAN_SET = 0, 1, 2, 3
 #: Endpoints a broker can fan out to from XDP (more: copies are built in TC), and interfaces.
 FAN_SLOTS = 64
+#: Recipient-set device maps (``FAN_SET``) a broker holds at once (``subc fanout`` installs them).
+FAN_SETS = 1024
+#: Recipient sets without a map that XDP notes for ``subc fanout`` (``subc_fan_miss``) at once.
+FAN_MISSES = 256
 #: ``subc_fan_cfg``: endpoints (0: fan-out off), the ALL map's index in ``subc_fan`` (or
 #: ``NO_FAN``), and the largest endpoints-per-recipient ratio for which an ALL broadcast (a clone
 #: per endpoint, non-recipients dropped in egress) is preferred to TC copies.
