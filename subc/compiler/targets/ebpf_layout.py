@@ -169,7 +169,7 @@ FAN_TC, FAN_LIST, FAN_ALL, FAN_SET = 0, 1, 2, 3
 #: Endpoints a broker can fan out to from XDP (more: copies are built in TC), and interfaces.
 FAN_SLOTS = 64
 #: Recipient-set device maps (``FAN_SET``) a broker holds at once (``subc fanout`` installs them).
-FAN_SETS = 1024
+FAN_SETS = 4096
 #: Recipient sets without a map that XDP notes for ``subc fanout`` (``subc_fan_miss``) at once.
 FAN_MISSES = 256
 #: ``subc_fan_cfg``: endpoints (0: fan-out off), the ALL map's index in ``subc_fan`` (or
