@@ -10,6 +10,7 @@ work from any later process.  Interfaces are those of the calling process's netw
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -21,7 +22,7 @@ from pathlib import Path
 from ..compiler.targets import ebpf_layout as L
 from ..errors import SubcError
 from . import install
-from .fanout import DEFAULT_RATIO, install_fanout, install_missing_sets
+from .fanout import DEFAULT_RATIO, install_fanout, install_missing_sets, installed_sets
 from .links import XDP_ATTACHED_DRV, check_links, xdp_attach_mode
 from .bpf import BPFFS, Map, Program, compile_and_load, obj_get, pin_fd, possible_cpus, prog_info, require_root
 from .subscribers import Subscribers, load_subscribers, resolve_endpoints
@@ -430,20 +431,28 @@ def fanout_sets(iface: str, interval_s: float = 0.005, once: bool = False, stop=
     recipient-set device maps (FAN_SET, :func:`~.fanout.install_missing_sets`) for the sets that
     XDP noted since, until the broker is unloaded, ``stop()`` is true, or after one pass with
     ``once``.  Returns the last pass's summary with ``passes`` and ``installed`` (in all).
-    Raises SubcError when not root, when subc is not loaded on ``iface``, or when its XDP fan-out
-    is off (the state's ``fanout`` says why)."""
+    Raises SubcError when not root, when subc is not loaded on ``iface``, when its XDP fan-out
+    is off (the state's ``fanout`` says why), or when another ``subc fanout`` runs on ``iface``
+    (the set maps have one writer, which keeps the sets in use in memory)."""
     require_root("subc fanout")
     state = read_state(iface)
     if not state.get("fanout", {}).get("enabled"):
         raise SubcError(f"the XDP fan-out is off on {iface}: {state.get('fanout', {}).get('reason', 'unknown')}")
+    lock = open(state_path(iface).parent / "fanout.lock", "w")  # one writer of the set maps per broker
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock.close()
+        raise SubcError(f"another subc fanout runs on {iface}") from None
     maps = pinned_maps(state)
     egress_fd = obj_get(pin_dir(iface) / "prog_egress")
     try:
         cfg = L.FAN_CFG.unpack(maps["subc_fan_cfg"].lookup(L.U32.pack(v=0)))
         ifindexes = [L.ENDPOINT.unpack(maps["subc_eps"].lookup(L.U32.pack(v=e)))["ifindex"] for e in range(cfg["n_eps"])]
+        used = installed_sets(maps)  # read once: this loop is the only writer
         passes = total = 0
         while True:
-            res = install_missing_sets(maps, egress_fd, ifindexes)
+            res = install_missing_sets(maps, egress_fd, ifindexes, used)
             passes += 1
             total += res["installed"]
             if once or (stop is not None and stop()) or not state_path(iface).exists():
@@ -451,3 +460,4 @@ def fanout_sets(iface: str, interval_s: float = 0.005, once: bool = False, stop=
             time.sleep(interval_s)
     finally:
         os.close(egress_fd)
+        lock.close()

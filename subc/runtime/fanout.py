@@ -95,6 +95,19 @@ def _create_devmap(name: str, entries: int) -> int:
     return fd
 
 
+def _put_devmap(maps: dict[str, Map], index: int, ifindexes: list[int], egress_fd: int, name: str) -> None:
+    """Create a device map whose entry i sends on ``ifindexes[i]`` through the devmap program
+    ``egress_fd`` and put it at ``index`` of ``subc_fan``."""
+    fd = _create_devmap(name, len(ifindexes))
+    try:
+        inner = Map(fd, 4, 8, name=name)
+        for i, ifindex in enumerate(ifindexes):
+            inner.update(L.U32.pack(v=i), _devmap_value(ifindex, egress_fd))
+        maps["subc_fan"].update(L.U32.pack(v=index), L.U32.pack(v=fd))
+    finally:
+        os.close(fd)
+
+
 def fan_plan(subs: Subscribers) -> dict[int, list[int]]:
     """The inner device maps: ``subc_fan`` index -> the ifindex of each entry, in entry order."""
     eps = subs.endpoints
@@ -125,14 +138,7 @@ def install_fanout(maps: dict[str, Map], egress_fd: int, subs: Subscribers, rati
         return {"enabled": False, "reason": f"more than {L.FAN_SLOTS} endpoints"}
     plan = fan_plan(subs)
     for index, entries in plan.items():
-        fd = _create_devmap(f"subc_fan{index}", len(entries))
-        try:
-            inner = Map(fd, 4, 8, name=f"subc_fan{index}")
-            for i, ifindex in enumerate(entries):
-                inner.update(L.U32.pack(v=i), _devmap_value(ifindex, egress_fd))
-            maps["subc_fan"].update(L.U32.pack(v=index), L.U32.pack(v=fd))
-        finally:
-            os.close(fd)
+        _put_devmap(maps, index, entries, egress_fd, f"subc_fan{index}")
     for g, members in group_members(subs).items():
         maps["subc_fan_dev"].update(L.U32.pack(v=eps[members[0]].ifindex), L.U32.pack(v=g))
         for k, e in enumerate(members):
@@ -157,39 +163,41 @@ def install_set(maps: dict[str, Map], egress_fd: int, ifindexes: list[int], key:
     eps = set_endpoints(key)
     if not eps or eps[-1] >= len(ifindexes):
         raise SubcError(f"recipient set {key:#x}: endpoints {eps} beyond the broker's {len(ifindexes)}")
-    fd = _create_devmap(f"subc_set{index}", len(eps))
-    try:
-        inner = Map(fd, 4, 8, name=f"subc_set{index}")
-        for i, e in enumerate(eps):
-            inner.update(L.U32.pack(v=i), _devmap_value(ifindexes[e], egress_fd))
-        maps["subc_fan"].update(L.U32.pack(v=index), L.U32.pack(v=fd))
-    finally:
-        os.close(fd)
+    _put_devmap(maps, index, [ifindexes[e] for e in eps], egress_fd, f"subc_set{index}")
     maps["subc_fan_sets"].update(L.U64.pack(v=key), L.U32.pack(v=index))
 
 
-def install_missing_sets(maps: dict[str, Map], egress_fd: int, ifindexes: list[int]) -> dict:
+def installed_sets(maps: dict[str, Map]) -> dict[int, int]:
+    """The FAN_SET maps in place: ``subc_fan`` index -> recipient set (read from ``subc_fan_sets``)."""
+    return {L.U32.unpack(maps["subc_fan_sets"].lookup(k) or bytes(4))["v"]: L.U64.unpack(k)["v"]
+            for k in maps["subc_fan_sets"].keys()}
+
+
+def install_missing_sets(maps: dict[str, Map], egress_fd: int, ifindexes: list[int], used: dict[int, int]) -> dict:
     """Make a FAN_SET map for every recipient set XDP noted in ``subc_fan_miss`` (most missed
-    first) while free indexes remain, and clear the notes.  Returns ``{"installed", "full",
-    "sets"}``: maps made now, sets left without one because all ``FAN_SETS`` are in use (their
-    datagrams keep going the ALL or TC way), and sets with a map in all.
-    Raises SubcError as :func:`install_set`."""
+    first) while free indexes remain, and clear the notes.  ``used`` (index -> set: the maps in
+    place, :func:`installed_sets` when the caller is the only writer) is updated in place.
+    Returns ``{"installed", "full", "sets"}``: maps made now, sets left without one because all
+    ``FAN_SETS`` are in use (their datagrams keep going the ALL or TC way), and sets with a map in
+    all.  Raises SubcError as :func:`install_set`."""
     missed = []
     for k in maps["subc_fan_miss"].keys():
         v = maps["subc_fan_miss"].lookup(k)
         missed.append((L.U64.unpack(v)["v"] if v else 0, L.U64.unpack(k)["v"], k))
-    used = {L.U32.unpack(maps["subc_fan_sets"].lookup(k) or bytes(4))["v"]: L.U64.unpack(k)["v"]
-            for k in maps["subc_fan_sets"].keys()}
+    if not missed:
+        return {"installed": 0, "full": 0, "sets": len(used)}
+    have = set(used.values())
     free = (i for i in range(SET_BASE, SET_BASE + L.FAN_SETS) if i not in used)
     installed = full = 0
     for _, key, raw in sorted(missed, reverse=True):
-        if key not in used.values():
+        if key not in have:
             index = next(free, None)
             if index is None:
                 full += 1
                 continue
             install_set(maps, egress_fd, ifindexes, key, index)
             used[index] = key
+            have.add(key)
             installed += 1
         maps["subc_fan_miss"].delete(raw)
     return {"installed": installed, "full": full, "sets": len(used)}
