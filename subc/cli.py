@@ -309,14 +309,18 @@ def update_cmd(out_dir: str, iface: str) -> None:
 @click.option("--interval", type=click.FloatRange(min=0.0001), default=0.005, show_default=True,
               help="seconds between passes")
 @click.option("--once", is_flag=True, help="one pass, then exit")
-def fanout_cmd(iface: str, interval: float, once: bool) -> None:
+@click.option("--idle", type=click.FloatRange(min=0.0), default=1.0, show_default=True,
+              help="seconds without a datagram after which a set's map may give way to a new set "
+                   "when all maps are in use")
+def fanout_cmd(iface: str, interval: float, once: bool, idle: float) -> None:
     """Run the XDP fan-out's control loop on IFACE: make an exact recipient-set device map for every
     set of recipients on several interfaces that XDP has seen (until then such datagrams take the
-    broadcast-to-every-endpoint or TC way), until subc is unloaded or the command is interrupted."""
+    broadcast-to-every-endpoint or TC way), until subc is unloaded or the command is interrupted.
+    When every map is in use, the maps of idle sets are reused."""
     from .runtime.broker import fanout_sets
 
     try:
-        res = fanout_sets(iface, interval, once)
+        res = fanout_sets(iface, interval, once, idle_s=idle)
     except SubcError as e:
         _fail(e)
     except KeyboardInterrupt:

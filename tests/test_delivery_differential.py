@@ -264,6 +264,7 @@ def test_ebpf_copies_are_the_rules_on_built_values(topo, tmp_path_factory, data,
     s = stats["stats"]
     if fanout == "sets":  # each first-pass datagram that missed its set map takes it the second time
         assert s["to_fan_set"] == s["fan_set_miss"], s
+        assert stats["fan_sets"]["datagrams"] == s["to_fan_set"], stats["fan_sets"]  # per set, as XDP counts
     if fanout:
         assert s["xdp_unicast"] == 0, s  # every copy XDP sends is built by the fan-out
     else:

@@ -5,6 +5,7 @@ the endpoints by interface."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -54,3 +55,95 @@ def test_groups_in_order_of_first_appearance():
     plan = fan_plan(subs)
     assert plan[0] == [7] and plan[1] == [7, 7] and plan[L.FAN_SLOTS] == [5]
     assert plan[ALL_INDEX] == [7, 5, 7]
+
+
+class FakeMap:
+    """An in-memory stand-in for a BPF map (keys and values as bytes), logging writes and deletes."""
+
+    def __init__(self, name: str, log: list, percpu: int = 0):
+        self.name, self.log, self.percpu, self.d = name, log, percpu, {}
+
+    def lookup(self, key):
+        v = self.d.get(key)
+        return v if v is None or not self.percpu else [v] + [bytes(len(v))] * (self.percpu - 1)
+
+    def update(self, key, value, flags=0):
+        self.log.append(("update", self.name, key))
+        self.d[key] = value
+
+    def delete(self, key):
+        self.log.append(("delete", self.name, key))
+        return self.d.pop(key, None) is not None
+
+    def keys(self):
+        return list(self.d)
+
+
+@settings(max_examples=150, deadline=None)
+@given(capacity=st.integers(1, 4), rounds=st.lists(
+    st.lists(st.sampled_from([0b011, 0b101, 0b110, 0b111, 0b1001, 0b1010, 0b1100]), max_size=5), min_size=1, max_size=12))
+def test_set_cache_evicts_only_idle_sets_and_never_serves_a_stale_map(capacity, rounds):
+    """Recipient sets (bit e: endpoint e) send datagrams in rounds, each followed by a pass of the
+    control loop with a cache of ``capacity`` maps (idle after 0 s: a set with no datagram since the
+    previous read): every published set's index holds a map of exactly its endpoints; a set that
+    sent since the previous read keeps its map; an evicted set's key is deleted before its map,
+    and its map before the index is reused; and a steady working set that fits gets its maps."""
+    from subc.runtime import fanout
+
+    ifindexes = [10, 11, 12, 13]
+    log: list = []
+    maps = {"subc_fan_sets": FakeMap("sets", log), "subc_fan_miss": FakeMap("miss", log),
+            "subc_fan_hits": FakeMap("hits", log, percpu=2), "subc_fan": FakeMap("fan", log)}
+    inner: dict[int, list[int]] = {}
+
+    def put(maps_, index, ifs, egress_fd, name):
+        inner[index] = list(ifs)
+        maps_["subc_fan"].update(L.U32.pack(v=index), L.U32.pack(v=99))
+
+    U32, U64 = L.U32, L.U64
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(L, "FAN_SETS", capacity)
+        mp.setattr(fanout, "_put_devmap", put)
+        cache = fanout.SetCache({}, idle_s=0.0)
+        for sets in rounds:
+            active = set(sets)
+            for key in sets:  # XDP: one datagram of each
+                raw = maps["subc_fan_sets"].lookup(U64.pack(v=key))
+                if raw is not None:
+                    index = U32.unpack(raw)["v"]
+                    assert U32.pack(v=index) in maps["subc_fan"].d
+                    assert inner[index] == [ifindexes[e] for e in range(4) if key >> e & 1]
+                    h = U32.pack(v=index - fanout.SET_BASE)
+                    old = maps["subc_fan_hits"].d.get(h)
+                    maps["subc_fan_hits"].d[h] = U64.pack(v=(U64.unpack(old)["v"] if old else 0) + 1)
+                else:
+                    m = maps["subc_fan_miss"].d.get(U64.pack(v=key))
+                    maps["subc_fan_miss"].d[U64.pack(v=key)] = U64.pack(v=(U64.unpack(m)["v"] if m else 0) + 1)
+            before = dict(cache.used)
+            used_since = {i for i, k in before.items() if k in active}
+            start = len(log)
+            res = fanout.install_missing_sets(maps, 5, ifindexes, cache)
+            assert len(cache.used) <= capacity and res["sets"] == len(cache.used)
+            assert {U32.unpack(v)["v"]: U64.unpack(k)["v"] for k, v in maps["subc_fan_sets"].d.items()} == cache.used
+            for i in used_since:
+                assert cache.used.get(i) == before[i], "a set in use lost its map"
+            ops = log[start:]
+            for i, key in before.items():
+                if cache.used.get(i) != key:  # evicted: key, then map, then reuse
+                    kd = ops.index(("delete", "sets", U64.pack(v=key)))
+                    md = ops.index(("delete", "fan", U32.pack(v=i)))
+                    assert kd < md
+                    reuse = [n for n, op in enumerate(ops) if op == ("update", "fan", U32.pack(v=i))]
+                    assert all(n > md for n in reuse)
+        # then a steady working set that fits: idle sets give way, and it all has maps
+        steady = sorted(set(rounds[-1]) or {0b011})[:capacity]
+        for _ in range(3):
+            for key in steady:
+                if maps["subc_fan_sets"].lookup(U64.pack(v=key)) is None:
+                    maps["subc_fan_miss"].d[U64.pack(v=key)] = U64.pack(v=1)
+                else:
+                    h = U32.pack(v=U32.unpack(maps["subc_fan_sets"].lookup(U64.pack(v=key)))["v"] - fanout.SET_BASE)
+                    old = maps["subc_fan_hits"].d.get(h)
+                    maps["subc_fan_hits"].d[h] = U64.pack(v=(U64.unpack(old)["v"] if old else 0) + 1)
+            fanout.install_missing_sets(maps, 5, ifindexes, cache)
+        assert set(steady) <= set(cache.used.values())

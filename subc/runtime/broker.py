@@ -22,7 +22,7 @@ from pathlib import Path
 from ..compiler.targets import ebpf_layout as L
 from ..errors import SubcError
 from . import install
-from .fanout import DEFAULT_RATIO, install_fanout, install_missing_sets, installed_sets
+from .fanout import DEFAULT_RATIO, SetCache, install_fanout, install_missing_sets, installed_sets, read_set_hits
 from .links import XDP_ATTACHED_DRV, check_links, xdp_attach_mode
 from .bpf import BPFFS, Map, Program, compile_and_load, obj_get, pin_fd, possible_cpus, prog_info, require_root
 from .subscribers import Subscribers, load_subscribers, resolve_endpoints
@@ -402,7 +402,8 @@ def update(out_dir: str, iface: str, grace_s: float = GRACE_S) -> GenerationResu
 
 
 def stats(iface: str) -> dict:
-    """Counters of a loaded broker: global, per subscriber and per leaf of the live generation."""
+    """Counters of a loaded broker: global, per subscriber and per leaf of the live generation, and
+    (``fan_sets``) the recipient-set device maps in place with the datagrams sent over each."""
     state = read_state(iface)
     maps = pinned_maps(state)
     glob = {}
@@ -422,15 +423,23 @@ def stats(iface: str) -> dict:
     doc = json.loads((state_path(iface).parent / "maps.json").read_text())
     leaves = {str(st): {"action": state["leaves"].get(str(st), "?"), **c}
               for st, c in install.leaf_counters(maps, doc, gen, state["capacities"]).items()}
-    return {"iface": iface, "generation": gen, "programs": state["programs"], "stats": glob,
-            "subscribers": subs, "leaves": dict(sorted(leaves.items(), key=lambda kv: int(kv[0])))}
+    out = {"iface": iface, "generation": gen, "programs": state["programs"], "stats": glob,
+           "subscribers": subs, "leaves": dict(sorted(leaves.items(), key=lambda kv: int(kv[0])))}
+    if "subc_fan_hits" in maps:  # the recipient-set device maps in place and the datagrams sent over them
+        used = installed_sets(maps)
+        hits = read_set_hits(maps, used)
+        out["fan_sets"] = {"sets": len(used), "capacity": L.FAN_SETS, "datagrams": sum(hits.values()),
+                           "by_set": {f"{key:#x}": hits[i] for i, key in sorted(used.items())}}
+    return out
 
 
-def fanout_sets(iface: str, interval_s: float = 0.005, once: bool = False, stop=None) -> dict:
+def fanout_sets(iface: str, interval_s: float = 0.005, once: bool = False, stop=None, idle_s: float = 1.0) -> dict:
     """The fan-out's control loop (``subc fanout``): every ``interval_s`` s, make the exact
     recipient-set device maps (FAN_SET, :func:`~.fanout.install_missing_sets`) for the sets that
-    XDP noted since, until the broker is unloaded, ``stop()`` is true, or after one pass with
-    ``once``.  Returns the last pass's summary with ``passes`` and ``installed`` (in all).
+    XDP noted since, reusing the maps of sets idle for ``idle_s`` s once all are in use
+    (:class:`~.fanout.SetCache`), until the broker is unloaded, ``stop()`` is true, or after one
+    pass with ``once``.  Returns the last pass's summary with ``passes``, ``installed`` and
+    ``evicted`` (in all).
     Raises SubcError when not root, when subc is not loaded on ``iface``, when its XDP fan-out
     is off (the state's ``fanout`` says why), or when another ``subc fanout`` runs on ``iface``
     (the set maps have one writer, which keeps the sets in use in memory)."""
@@ -449,14 +458,15 @@ def fanout_sets(iface: str, interval_s: float = 0.005, once: bool = False, stop=
     try:
         cfg = L.FAN_CFG.unpack(maps["subc_fan_cfg"].lookup(L.U32.pack(v=0)))
         ifindexes = [L.ENDPOINT.unpack(maps["subc_eps"].lookup(L.U32.pack(v=e)))["ifindex"] for e in range(cfg["n_eps"])]
-        used = installed_sets(maps)  # read once: this loop is the only writer
-        passes = total = 0
+        cache = SetCache(installed_sets(maps), idle_s=idle_s)  # read once: this loop is the only writer
+        passes = total = evicted = 0
         while True:
-            res = install_missing_sets(maps, egress_fd, ifindexes, used)
+            res = install_missing_sets(maps, egress_fd, ifindexes, cache)
             passes += 1
             total += res["installed"]
+            evicted += res["evicted"]
             if once or (stop is not None and stop()) or not state_path(iface).exists():
-                return {**res, "passes": passes, "installed": total}
+                return {**res, "passes": passes, "installed": total, "evicted": evicted}
             time.sleep(interval_s)
     finally:
         os.close(egress_fd)

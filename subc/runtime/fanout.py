@@ -36,6 +36,11 @@ latency risk for throughput when recipients span interfaces.
   once the map exists, its datagrams are cloned exactly once per recipient endpoint (never
   dropped in egress, so no flush is lost), as FAN_LIST does within one interface.  Making every
   set in advance would take a map per subset of the endpoints; a feed's datagrams use few.
+  When all ``FAN_SETS`` indexes are taken, a set XDP has not used for ``idle_s`` (its count in
+  ``subc_fan_hits`` unchanged) gives its index to a missed set (:class:`SetCache`).  Its key
+  leaves ``subc_fan_sets`` first, then its ``subc_fan`` entry is deleted, which returns only
+  after an RCU grace period (``maybe_wait_bpf_programs``, kernel/bpf/syscall.c): no XDP program
+  that found the old set's index still runs when the index gets the new set's map.
 
 ``subc_fan_dev`` maps an interface to its group and ``subc_fan_geps`` lists each group's
 endpoints.  Devmap programs need driver-mode XDP (the clones' XDP metadata, where the datagram's
@@ -47,6 +52,8 @@ from __future__ import annotations
 
 import ctypes as ct
 import os
+import time
+from dataclasses import dataclass, field
 
 from ..compiler.targets import ebpf_layout as L
 from ..errors import SubcError
@@ -173,31 +180,88 @@ def installed_sets(maps: dict[str, Map]) -> dict[int, int]:
             for k in maps["subc_fan_sets"].keys()}
 
 
-def install_missing_sets(maps: dict[str, Map], egress_fd: int, ifindexes: list[int], used: dict[int, int]) -> dict:
+@dataclass
+class SetCache:
+    """The FAN_SET maps' use, kept by their one writer (``subc fanout``): ``used`` (``subc_fan``
+    index -> recipient set, :func:`installed_sets` at start), and, for eviction, each index's
+    datagram count (``subc_fan_hits``) when last read, at ``read_at`` (monotonic s).  A set whose
+    count did not change over at least ``idle_s`` s is idle: its index may go to a missed set."""
+
+    used: dict[int, int]
+    idle_s: float = 1.0
+    hits: dict[int, int] = field(default_factory=dict)
+    read_at: float | None = None
+
+
+def read_set_hits(maps: dict[str, Map], indexes) -> dict[int, int]:
+    """Datagrams XDP sent over each FAN_SET map at ``subc_fan`` index in ``indexes`` (summed over
+    CPUs, from ``subc_fan_hits``)."""
+    out = {}
+    for index in indexes:
+        v = maps["subc_fan_hits"].lookup(L.U32.pack(v=index - SET_BASE))
+        out[index] = sum(L.U64.unpack(c)["v"] for c in v) if isinstance(v, list) else (L.U64.unpack(v)["v"] if v else 0)
+    return out
+
+
+def idle_sets(then: dict[int, int], now: dict[int, int]) -> list[int]:
+    """The indexes whose datagram count did not change from ``then`` to ``now`` (an index missing
+    from ``then`` was installed since and is not idle), ascending."""
+    return sorted(i for i, n in now.items() if i in then and then[i] == n)
+
+
+def evict_sets(maps: dict[str, Map], cache: SetCache, want: int, now: float | None = None) -> list[int]:
+    """Free up to ``want`` indexes of idle sets (:class:`SetCache`) and return them.  The first
+    call only reads the counts (nothing is idle before ``idle_s`` has passed).  The keys leave
+    ``subc_fan_sets`` first; then one ``subc_fan`` delete waits for an RCU grace period, after
+    which no XDP program holds a freed index (module docstring)."""
+    now = time.monotonic() if now is None else now
+    if cache.read_at is not None and now - cache.read_at < cache.idle_s:
+        return []
+    counts = read_set_hits(maps, cache.used)
+    victims = idle_sets(cache.hits, counts)[:want] if cache.read_at is not None else []
+    cache.hits, cache.read_at = counts, now
+    for index in victims:
+        maps["subc_fan_sets"].delete(L.U64.pack(v=cache.used.pop(index)))
+    for index in victims:
+        maps["subc_fan"].delete(L.U32.pack(v=index))  # the first waits for the grace period
+    return victims
+
+
+def install_missing_sets(maps: dict[str, Map], egress_fd: int, ifindexes: list[int], used: dict[int, int] | SetCache,
+                         ) -> dict:
     """Make a FAN_SET map for every recipient set XDP noted in ``subc_fan_miss`` (most missed
     first) while free indexes remain, and clear the notes.  ``used`` (index -> set: the maps in
-    place, :func:`installed_sets` when the caller is the only writer) is updated in place.
-    Returns ``{"installed", "full", "sets"}``: maps made now, sets left without one because all
-    ``FAN_SETS`` are in use (their datagrams keep going the ALL or TC way), and sets with a map in
+    place, :func:`installed_sets` when the caller is the only writer) is updated in place; given
+    a :class:`SetCache`, idle sets are evicted (:func:`evict_sets`) when all indexes are taken.
+    Returns ``{"installed", "evicted", "full", "sets"}``: maps made now, sets evicted now, sets
+    left without a map because all ``FAN_SETS`` are in use (their datagrams keep going the ALL or
+    TC way; every note is cleared, and XDP notes the sets it sees again), and sets with a map in
     all.  Raises SubcError as :func:`install_set`."""
+    cache = used if isinstance(used, SetCache) else None
+    used = cache.used if cache else used
     missed = []
     for k in maps["subc_fan_miss"].keys():
         v = maps["subc_fan_miss"].lookup(k)
         missed.append((L.U64.unpack(v)["v"] if v else 0, L.U64.unpack(k)["v"], k))
     if not missed:
-        return {"installed": 0, "full": 0, "sets": len(used)}
+        return {"installed": 0, "evicted": 0, "full": 0, "sets": len(used)}
     have = set(used.values())
-    free = (i for i in range(SET_BASE, SET_BASE + L.FAN_SETS) if i not in used)
+    new = [key for _, key, _ in sorted(missed, reverse=True) if key not in have]
+    free = [i for i in range(SET_BASE, SET_BASE + L.FAN_SETS) if i not in used][:len(new)]
+    evicted = evict_sets(maps, cache, len(new) - len(free)) if cache and len(free) < len(new) else []
+    free += evicted
+    placed = dict(zip(new, free))
     installed = full = 0
     for _, key, raw in sorted(missed, reverse=True):
         if key not in have:
-            index = next(free, None)
-            if index is None:
+            index = placed.get(key)
+            if index is None:  # XDP notes it again if it still comes (a stale note must not win later)
                 full += 1
+                maps["subc_fan_miss"].delete(raw)
                 continue
             install_set(maps, egress_fd, ifindexes, key, index)
             used[index] = key
             have.add(key)
             installed += 1
         maps["subc_fan_miss"].delete(raw)
-    return {"installed": installed, "full": full, "sets": len(used)}
+    return {"installed": installed, "evicted": len(evicted), "full": full, "sets": len(used)}

@@ -149,6 +149,7 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
     add("subc_fan", "array_of_maps", L.U32, L.U32, [], "fan", cap=L.FAN_SLOTS * L.FAN_SLOTS + 1 + L.FAN_SETS)
     add("subc_fan_sets", "hash", L.U64, L.U32, [], "fan_sets", cap=L.FAN_SETS)
     add("subc_fan_miss", "hash", L.U64, L.U64, [], "fan_misses", cap=L.FAN_MISSES)
+    add("subc_fan_hits", "percpu_array", L.U32, L.U64, [], "fan_set_datagrams", cap=L.FAN_SETS)
     return {
         "format": "subc-ebpf-maps",
         "version": 1,
