@@ -199,7 +199,7 @@ def read_set_hits(maps: dict[str, Map], indexes) -> dict[int, int]:
     out = {}
     for index in indexes:
         v = maps["subc_fan_hits"].lookup(L.U32.pack(v=index - SET_BASE))
-        out[index] = sum(L.U64.unpack(c)["v"] for c in v) if isinstance(v, list) else (L.U64.unpack(v)["v"] if v else 0)
+        out[index] = sum(L.U64.unpack(c)["v"] for c in v or [])  # a per-CPU map: one value per CPU
     return out
 
 
@@ -227,41 +227,36 @@ def evict_sets(maps: dict[str, Map], cache: SetCache, want: int, now: float | No
     return victims
 
 
-def install_missing_sets(maps: dict[str, Map], egress_fd: int, ifindexes: list[int], used: dict[int, int] | SetCache,
-                         ) -> dict:
+def install_missing_sets(maps: dict[str, Map], egress_fd: int, ifindexes: list[int], cache: SetCache) -> dict:
     """Make a FAN_SET map for every recipient set XDP noted in ``subc_fan_miss`` (most missed
-    first) while free indexes remain, and clear the notes.  ``used`` (index -> set: the maps in
-    place, :func:`installed_sets` when the caller is the only writer) is updated in place; given
-    a :class:`SetCache`, idle sets are evicted (:func:`evict_sets`) when all indexes are taken.
+    first) while free indexes remain, evicting idle sets (:func:`evict_sets`) when all indexes
+    are taken, and clear the notes.  ``cache.used`` (index -> set: the maps in place,
+    :func:`installed_sets` when the caller is the only writer) is updated in place.
     Returns ``{"installed", "evicted", "full", "sets"}``: maps made now, sets evicted now, sets
     left without a map because all ``FAN_SETS`` are in use (their datagrams keep going the ALL or
     TC way; every note is cleared, and XDP notes the sets it sees again), and sets with a map in
     all.  Raises SubcError as :func:`install_set`."""
-    cache = used if isinstance(used, SetCache) else None
-    used = cache.used if cache else used
+    used = cache.used
     missed = []
     for k in maps["subc_fan_miss"].keys():
         v = maps["subc_fan_miss"].lookup(k)
         missed.append((L.U64.unpack(v)["v"] if v else 0, L.U64.unpack(k)["v"], k))
     if not missed:
         return {"installed": 0, "evicted": 0, "full": 0, "sets": len(used)}
+    missed.sort(reverse=True)
     have = set(used.values())
-    new = [key for _, key, _ in sorted(missed, reverse=True) if key not in have]
+    new = [key for _, key, _ in missed if key not in have]
     free = [i for i in range(SET_BASE, SET_BASE + L.FAN_SETS) if i not in used][:len(new)]
-    evicted = evict_sets(maps, cache, len(new) - len(free)) if cache and len(free) < len(new) else []
-    free += evicted
-    placed = dict(zip(new, free))
-    installed = full = 0
-    for _, key, raw in sorted(missed, reverse=True):
-        if key not in have:
-            index = placed.get(key)
-            if index is None:  # XDP notes it again if it still comes (a stale note must not win later)
-                full += 1
-                maps["subc_fan_miss"].delete(raw)
-                continue
-            install_set(maps, egress_fd, ifindexes, key, index)
-            used[index] = key
-            have.add(key)
+    evicted = evict_sets(maps, cache, len(new) - len(free)) if len(free) < len(new) else []
+    placed = dict(zip(new, free + evicted))
+    installed = 0
+    for _, key, raw in missed:
+        if key in placed:
+            install_set(maps, egress_fd, ifindexes, key, placed[key])
+            used[placed[key]] = key
             installed += 1
+        # every note is cleared: XDP notes a set left without a map again if it still comes, so a
+        # stale note never wins a later pass
         maps["subc_fan_miss"].delete(raw)
+    full = len(new) - installed
     return {"installed": installed, "evicted": len(evicted), "full": full, "sets": len(used)}

@@ -144,6 +144,12 @@ def plan_generation(doc: dict, gen: int, subs: Subscribers | None, caps: dict[st
     return plan
 
 
+def state_count(m: dict) -> int:
+    """Slots an array map of ``maps.json`` indexed by state needs for one generation: its highest
+    state + 1."""
+    return max((e["state"] for e in m["entries"]), default=0) + 1
+
+
 def _slot_key(state: int, gen: int, cap: int) -> bytes:
     return L.U32.pack(v=state_slot(state, gen, cap))
 
@@ -151,7 +157,7 @@ def _slot_key(state: int, gen: int, cap: int) -> bytes:
 def _state_region(plan: GenerationPlan, m: dict, caps: dict[str, int]) -> None:
     """Record the region of array map ``m`` (indexed by its entries' states); raise SubcError when
     one generation alone does not fit."""
-    n = max((e["state"] for e in m["entries"]), default=0) + 1
+    n = state_count(m)
     if n > caps[m["name"]]:
         raise SubcError(f"array {m['name']} holds {caps[m['name']]} states, the rule set needs {n}: load the rule set "
                         "again (subc unload, subc load) or with a larger --capacity-factor")
@@ -199,11 +205,11 @@ def capacities(doc: dict, factor: float, subs: Subscribers | None) -> dict[str, 
     for m in doc["maps"]:
         n = len(m["entries"])
         if m["role"] in ("state_info", "leaf"):
-            out[m["name"]] = max(16, math.ceil((max((e["state"] for e in m["entries"]), default=0) + 1) * factor))
+            out[m["name"]] = max(16, math.ceil(state_count(m) * factor))
         elif m["role"] in ("bounds", "exact", "lpm"):
             out[m["name"]] = max(16, math.ceil(n * factor))
         elif m["role"] in ("leaf_counters", "leaf_sets"):
-            out[m["name"]] = max(16, math.ceil((max((e["state"] for e in leaf["entries"]), default=0) + 1) * factor))
+            out[m["name"]] = max(16, math.ceil(state_count(leaf) * factor))
         elif m["role"] == "endpoints":
             out[m["name"]] = max(m["capacity"], len(subs.endpoints) if subs else 0)
         else:
