@@ -260,3 +260,21 @@ def install_missing_sets(maps: dict[str, Map], egress_fd: int, ifindexes: list[i
         maps["subc_fan_miss"].delete(raw)
     full = len(new) - installed
     return {"installed": installed, "evicted": len(evicted), "full": full, "sets": len(used)}
+
+
+def grace_waiter(maps: dict[str, Map]):
+    """A function that returns once every XDP, TC and devmap program run that started before the
+    call has ended (an RCU grace period): it writes a one-entry device map into the last index of
+    ``subc_fan``, and the kernel returns from a write to a map of maps only after
+    ``synchronize_rcu()`` (``maybe_wait_bpf_programs`` in ``kernel/bpf/syscall.c``).  For brokers
+    without the XDP fan-out (``subc serve``), whose ``subc_fan`` indexes are otherwise unused.
+    Raises SubcError when the device map cannot be created."""
+    fd = _create_devmap("subc_grace", 1)
+    index = L.U32.pack(v=L.FAN_SLOTS * L.FAN_SLOTS + L.FAN_SETS)
+    value = L.U32.pack(v=fd)
+    outer = maps["subc_fan"]
+
+    def wait() -> None:
+        outer.update(index, value)
+
+    return wait

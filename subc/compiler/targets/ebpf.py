@@ -272,3 +272,26 @@ def report(res: CompileResult, doc: dict) -> dict:
         "multicast_groups": len(res.ir.port_sets),
         "instructions": None,
     }
+
+
+def live_program(spec, field_order: list[str]) -> tuple[dict, str, ParsePlan]:
+    """(``maps.json`` document, C source, parse plan) of a program over ``field_order`` with no
+    rule: the data path of ``subc serve``, whose maps the broker fills incrementally
+    (:mod:`subc.runtime.live_maps`).  Raises SubcError for an unknown or unsupported field."""
+    from ..driver import CompileResult
+    from ..ir import FieldStage, SubscriptionIR
+    from ..decisions import default_decision_of
+
+    fields = []
+    for name in field_order:
+        if name not in spec.query_fields:
+            raise SubcError(f"--field-order: '{name}' is not a query field of {spec.path} "
+                            f"({', '.join(spec.query_fields)})")
+        fields.append(spec.query_fields[name])
+    stages = tuple(FieldStage(q, frozenset(), (), 0) for q in fields)
+    headers = tuple(dict.fromkeys(q.header for q in fields))
+    ir = SubscriptionIR(stages, (), 0, default_decision_of(spec.default_action), (), headers)
+    res = CompileResult(ir, [], spec, "ebpf")
+    plan = ebpf_plan(res)
+    doc = build_maps(res, plan)
+    return doc, render_filter(res, plan, doc, "<subc serve>"), plan

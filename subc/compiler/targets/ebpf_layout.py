@@ -104,6 +104,8 @@ class Struct:
             size = _SIZES[kind]
             order = "big" if kind.startswith("be") else sys.byteorder
             if count == 1 and kind != "pad":
+                if isinstance(v, (list, tuple)):  # an array of one element
+                    v = v[0] if v else 0
                 out += int(v).to_bytes(size, order)
             elif kind in ("u8", "pad"):
                 b = bytes(v) if v else bytes(count)

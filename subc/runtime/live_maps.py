@@ -1,0 +1,232 @@
+"""Writing an incremental delivery diagram (:mod:`subc.compiler.incremental`) into the eBPF maps.
+
+The maps are those of the eBPF target (:mod:`subc.compiler.targets.ebpf`), used in generation 0
+only: a node's state is its index in the arrays indexed by state and its tag in hash and trie
+keys.  Nodes below level 0 are persistent, so a change writes the entries of its new nodes next
+to the live ones; the root has ``root_slots`` versions (states 1..root_slots of stage 0) and a
+change rewrites a free slot where it differs from what the slot held, then switches
+``subc_root`` to it (one 4-byte write).  A packet reads ``subc_root`` once per datagram, so it is
+classified by one root and the persistent nodes below it: never by a mix of two diagrams.
+
+Per match kind (the same forms as the batch compiler's, :mod:`subc.compiler.targets.ebpf`):
+
+* range: ``stN_info[state] = (offset, count)`` and the runs' lower bounds and next states in a
+  segment of ``stN_bnd`` (segments are allocated in power-of-two size classes, :class:`Segments`);
+* exact: ``stN_ex[(state, value)] = next`` for the values whose next state is not the node's
+  *miss* target, which ``stN_info[state]`` holds;
+* lpm: ``stN_lpm[(state, prefix)] = next``, the prefixes covering each run that does not lead to
+  the dead state;
+* leaves: ``subc_leaf[state]`` (the subscriber set, its count and, for one subscriber, its id),
+  ``subc_leaf_set[state]`` and zeroed ``subc_leaf_cnt[state]``.
+
+Freed nodes (after the grace period of the root slots that held them) have their hash and trie
+entries deleted and their segments returned before their states are reused (:meth:`LiveMaps.clear`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from ..compiler.incremental import Node
+from ..compiler.targets import ebpf_layout as L
+from ..errors import SubcError
+from .bpf import Map
+from .install import subscriber_words
+
+MAX_EXACT_RUN = 1 << 16  # values of one run an exact field may enumerate
+
+
+class Segments:
+    """Contiguous segments of a bounds array of ``capacity`` entries, in power-of-two size
+    classes (a free list per class, then a bump pointer).  :meth:`alloc` raises SubcError when
+    the array is full."""
+
+    def __init__(self, capacity: int, name: str):
+        self.capacity, self.name = capacity, name
+        self.top = 0
+        self.free: dict[int, list[int]] = {}
+
+    @staticmethod
+    def size_class(n: int) -> int:
+        return 1 << max(0, (n - 1).bit_length())
+
+    def alloc(self, n: int) -> tuple[int, int]:
+        """(offset, size class) of a segment of at least ``n`` entries."""
+        size = self.size_class(n)
+        lst = self.free.get(size)
+        if lst:
+            return lst.pop(), size
+        if self.top + size > self.capacity:
+            raise SubcError(f"bounds array {self.name} is full ({self.capacity} entries): restart the broker "
+                            "with a larger --capacity")
+        off = self.top
+        self.top += size
+        return off, size
+
+    def release(self, off: int, size: int) -> None:
+        self.free.setdefault(size, []).append(off)
+
+
+def exact_miss(node: Node) -> Node:
+    """The miss target of an exact node: the child of its runs that hold values no rule
+    mentions (a run of more than one value), else its most common child."""
+    for lo, hi, c in node.runs:
+        if hi > lo:
+            return c
+    return Counter(r[2] for r in node.runs).most_common(1)[0][0]
+
+
+def exact_entries(node: Node, miss: Node, lo: int = 0, hi: int | None = None):
+    """(value, child) of ``node``'s values in [lo, hi] whose child is not ``miss``."""
+    from bisect import bisect_right
+
+    if hi is None:
+        hi = node.runs[-1][1]
+    i = bisect_right(node.los, lo) - 1
+    j = bisect_right(node.los, hi) - 1
+    for rlo, rhi, c in node.runs[max(i, 0) : j + 1]:
+        if c is miss:
+            continue
+        a, b = max(rlo, lo), min(rhi, hi)
+        if b - a >= MAX_EXACT_RUN:
+            raise SubcError(f"an exact field's state would need {b - a + 1} entries for one run")
+        for v in range(a, b + 1):
+            yield v, c
+
+
+def prefix_cover(lo: int, hi: int, width: int):
+    """The aligned prefixes (value, length) that cover [lo, hi] exactly, in order."""
+    while lo <= hi:
+        size = lo & -lo if lo else 1 << width
+        while size > hi - lo + 1:
+            size >>= 1
+        yield lo, width - (size.bit_length() - 1)
+        lo += size
+
+
+class LiveMaps:
+    """Writes delivery nodes into the maps of a loaded eBPF program.
+
+    ``maps``: the program's maps by name; ``stages``: per field, (match kind, width in bits,
+    map names) as in ``maps.json``'s ``stages``; ``caps``: map capacities; ``root_slots``: the
+    root versions (states 1..root_slots of stage 0)."""
+
+    def __init__(self, maps: dict[str, Map], stages: list[dict], caps: dict[str, int], root_slots: int):
+        self.maps, self.stages, self.caps, self.root_slots = maps, stages, caps, root_slots
+        self.n = len(stages)
+        self.segments = {lv: Segments(caps[st["maps"][1]], st["maps"][1])
+                         for lv, st in enumerate(stages) if st["kind"] == "range"}
+        self.seg_of: dict[tuple[int, int], tuple[int, int]] = {}  # (level, state) -> (offset, size class)
+        self.slot_node: dict[int, Node | None] = {}  # what each root slot's entries encode
+        self.writes = 0
+
+    # -- nodes below the root -----------------------------------------------------------------
+
+    def _put(self, name: str, key: bytes, value: bytes) -> None:
+        self.maps[name].update(key, value)
+        self.writes += 1
+
+    def _write_range(self, lv: int, state: int, node: Node) -> None:
+        info, bnd = self.stages[lv]["maps"]
+        key = (lv, state)
+        old = self.seg_of.get(key)
+        n = len(node.runs)
+        if old is None or old[1] < n:
+            if old is not None:
+                self.segments[lv].release(*old)
+            old = self.seg_of[key] = self.segments[lv].alloc(n)
+        off = old[0]
+        for i, (lo, _, c) in enumerate(node.runs):
+            self._put(bnd, L.U32.pack(v=off + i), L.BOUND.pack(lo=lo, next=c.state))
+        self._put(info, L.U32.pack(v=state), L.INFO.pack(a=off, b=n))
+
+    def _exact_key(self, state: int, v: int) -> bytes:
+        return L.EXACT_KEY.pack(state=state, value=v)
+
+    def _lpm_key(self, state: int, v: int, plen: int, width: int) -> bytes:
+        return L.LPM_KEY.pack(prefixlen=32 + plen, state=state, value=(v << (64 - width)) & ((1 << 64) - 1))
+
+    def _lpm_entries(self, node: Node, width: int):
+        for lo, hi, c in node.runs:
+            if c.state:
+                for v, plen in prefix_cover(lo, hi, width):
+                    yield (v, plen), c
+
+    def write(self, node: Node, state: int | None = None) -> None:
+        """Write every entry of (new) ``node`` under its state (or ``state``: a root slot)."""
+        lv = node.level
+        state = node.state if state is None else state
+        if lv == self.n:
+            ids = list(node.runs)
+            words = subscriber_words(ids)
+            key = L.U32.pack(v=state)
+            self._put("subc_leaf_cnt", key, L.COUNTER.pack())
+            self._put("subc_leaf_set", key, L.SUBSET.pack(subs=words))
+            self._put("subc_leaf", key, L.LEAF.pack(nsubs=len(ids), sub=ids[0] if len(ids) == 1 else 0,
+                                                    set=state, subs=words))
+            return
+        st = self.stages[lv]
+        if st["kind"] == "range":
+            self._write_range(lv, state, node)
+        elif st["kind"] == "exact":
+            info, ex = st["maps"]
+            miss = exact_miss(node)
+            for v, c in exact_entries(node, miss):
+                self._put(ex, self._exact_key(state, v), L.U32.pack(v=c.state))
+            self._put(info, L.U32.pack(v=state), L.INFO.pack(a=miss.state))
+        else:
+            (lpm,) = st["maps"]
+            for (v, plen), c in self._lpm_entries(node, st["width"]):
+                self._put(lpm, self._lpm_key(state, v, plen, st["width"]), L.U32.pack(v=c.state))
+
+    def clear(self, node: Node, state: int | None = None) -> None:
+        """Delete the hash and trie entries of freed ``node`` (under its state or ``state``) and
+        return its bounds segment (arrays are overwritten when the state is reused)."""
+        lv = node.level
+        state = node.state if state is None else state
+        if lv == self.n:
+            return
+        st = self.stages[lv]
+        if st["kind"] == "range":
+            seg = self.seg_of.pop((lv, state), None)
+            if seg is not None:
+                self.segments[lv].release(*seg)
+        elif st["kind"] == "exact":
+            m = self.maps[st["maps"][1]]
+            for v, _ in exact_entries(node, exact_miss(node)):
+                m.delete(self._exact_key(state, v))
+        else:
+            m = self.maps[st["maps"][0]]
+            for (v, plen), _ in self._lpm_entries(node, st["width"]):
+                m.delete(self._lpm_key(state, v, plen, st["width"]))
+
+    # -- the root -----------------------------------------------------------------------------
+
+    def write_root(self, slot: int, root: Node, spans: list[tuple[int, int]] | None) -> None:
+        """Make root slot ``slot`` encode ``root``.  ``spans``: the level-0 values whose children
+        may differ from what the slot held (None: anywhere); only those entries are rewritten
+        where the match kind allows it (exact fields with an unchanged miss target)."""
+        old = self.slot_node.get(slot)
+        kind = self.stages[0]["kind"]
+        if old is not None and kind == "exact" and spans is not None and exact_miss(old) is exact_miss(root):
+            info, ex = self.stages[0]["maps"]
+            miss = exact_miss(root)
+            m = self.maps[ex]
+            for lo, hi in spans:
+                new = dict(exact_entries(root, miss, lo, hi))
+                for v, _ in exact_entries(old, miss, lo, hi):
+                    if v not in new:
+                        m.delete(self._exact_key(slot, v))
+                for v, c in new.items():
+                    self._put(ex, self._exact_key(slot, v), L.U32.pack(v=c.state))
+            self._put(info, L.U32.pack(v=slot), L.INFO.pack(a=miss.state))
+        else:
+            if old is not None:
+                self.clear(old, slot)
+            self.write(root, slot)
+        self.slot_node[slot] = root
+
+    def switch(self, slot: int) -> None:
+        """Publish root slot ``slot``: one write of ``subc_root``."""
+        self.maps["subc_root"].update(L.U32.pack(v=0), L.U32.pack(v=slot))
+        self.writes += 1
