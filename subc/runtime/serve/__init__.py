@@ -1,0 +1,1 @@
+"""``subc serve``: the broker daemon whose subscribers come and go (protocol, store, daemon)."""

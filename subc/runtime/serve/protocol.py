@@ -1,0 +1,124 @@
+"""The text protocol of ``subc serve``: one request per line (UDP datagram or TCP line).
+
+Requests (keywords are case-insensitive; conditions are in subc's rule language, parsed by the
+same grammar and front end as rule files, with the limits of ``subc check``)::
+
+    SUBSCRIBE <condition> [TO <ipv4>:<port>]   -> SUBACK <id>            | SUBERR <column> <message>
+    UNSUBSCRIBE <id>                           -> UNSUBACK <id>          | ERR <message>
+    RENEW [<id>]                               -> RENEWACK <n>           (the source's subscriptions, or one)
+    LIST                                       -> SUB <id> <ip>:<port> <condition> ... then END <n>
+    PING                                       -> PONG
+
+A subscription's endpoint (where its messages go, as MoldUDP64 datagrams) is the request's source
+address and port (as in BPF-Broker), or the ``TO`` address when the broker's ACL allows it.
+``<column>`` is the 1-based column of the request line where the error is.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+
+from ...compiler.limits import DEFAULT_LIMITS, Limits
+from ...compiler.rules import parse_rules
+from ...compiler.spec import Spec
+from ...errors import SubcError
+
+MAX_LINE = 4096  # bytes of one request
+_TO = re.compile(r"\s+TO\s+(\d{1,3}(?:\.\d{1,3}){3}):(\d{1,5})\s*\Z", re.IGNORECASE)
+_ACTION = re.compile(r":\s*[A-Za-z_]\w*\s*\(")
+_ID = re.compile(r"\d{1,18}\Z")
+
+
+class ProtocolError(Exception):
+    """A bad request: ``column`` (1-based, in the request line) and ``message``."""
+
+    def __init__(self, column: int, message: str):
+        super().__init__(message)
+        self.column, self.message = column, message
+
+    def reply(self, keyword: str = "ERR") -> str:
+        if keyword == "SUBERR":
+            return f"SUBERR {self.column} {self.message}"
+        return f"ERR {self.message}"
+
+
+@dataclass
+class Request:
+    """A parsed request: ``verb`` and, per verb, ``condition`` (AST), ``text`` (the condition's
+    text), ``to`` ((ip, port) or None), ``sub_id``."""
+
+    verb: str
+    condition: object = None
+    text: str = ""
+    to: tuple[str, int] | None = None
+    sub_id: int | None = None
+
+
+def _clean(raw: bytes) -> str:
+    if len(raw) > MAX_LINE:
+        raise ProtocolError(MAX_LINE + 1, f"request longer than {MAX_LINE} bytes")
+    try:
+        line = raw.decode("ascii")
+    except UnicodeDecodeError as e:
+        raise ProtocolError(e.start + 1, "request is not ASCII") from None
+    line = line.rstrip("\r\n")
+    for i, ch in enumerate(line):
+        if ch != "\t" and not (" " <= ch <= "~"):
+            raise ProtocolError(i + 1, f"control character {ord(ch):#04x} in request")
+    return line
+
+
+def parse_request(raw: bytes, spec: Spec, limits: Limits = DEFAULT_LIMITS) -> Request:
+    """The request of one line ``raw`` (without its newline).  Raises :class:`ProtocolError`."""
+    line = _clean(raw)
+    stripped = line.lstrip()
+    lead = len(line) - len(stripped)
+    verb, _, rest = stripped.partition(" ")
+    verb = verb.upper()
+    rest_col = lead + len(verb) + 2  # column of rest's first character
+    if verb == "SUBSCRIBE":
+        to = None
+        m = _TO.search(rest)
+        if m:
+            try:
+                ip = str(ipaddress.IPv4Address(m.group(1)))
+            except ValueError:
+                raise ProtocolError(rest_col + m.start(1), f"'{m.group(1)}' is not an IPv4 address") from None
+            port = int(m.group(2))
+            if not 1 <= port <= 65535:
+                raise ProtocolError(rest_col + m.start(2), "port must be from 1 to 65535")
+            to = (ip, port)
+            rest = rest[: m.start()]
+        if not rest.strip():
+            raise ProtocolError(rest_col, "SUBSCRIBE needs a condition")
+        try:
+            rules = parse_rules(rest + " : fwd(0);", spec, "<request>", limits=limits)
+        except SubcError as e:
+            col = e.location.column if e.location is not None else 1
+            if col > len(rest):  # in the part the broker appended: the condition has an action part
+                m = _ACTION.search(rest)
+                if m:
+                    raise ProtocolError(rest_col + m.start(), "a condition has no action part (the broker "
+                                        "delivers to the subscriber)") from None
+                raise ProtocolError(rest_col + len(rest), e.message) from None
+            raise ProtocolError(rest_col + col - 1, e.message) from None
+        if len(rules) != 1 or len(rules[0].actions) != 1:
+            raise ProtocolError(rest_col, "SUBSCRIBE takes one condition, without actions")
+        rule = rules[0]
+        return Request("SUBSCRIBE", rule.condition, rest.strip(), to)
+    if verb in ("UNSUBSCRIBE", "RENEW"):
+        arg = rest.strip()
+        if not arg:
+            if verb == "RENEW":
+                return Request(verb)
+            raise ProtocolError(rest_col, "UNSUBSCRIBE needs a subscription id")
+        if not _ID.match(arg):
+            raise ProtocolError(rest_col + rest.find(arg), f"'{arg[:40]}' is not a subscription id")
+        return Request(verb, sub_id=int(arg))
+    if verb in ("LIST", "PING"):
+        if rest.strip():
+            raise ProtocolError(rest_col, f"{verb} takes no argument")
+        return Request(verb)
+    raise ProtocolError(lead + 1, f"unknown request '{verb[:40]}' (SUBSCRIBE, UNSUBSCRIBE, RENEW, LIST, PING)")
