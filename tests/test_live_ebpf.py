@@ -52,6 +52,13 @@ def loaded(ix: int):
     return _LOADED[ix]
 
 
+def teardown_module():
+    """Release the loaded programs (their map and program descriptors)."""
+    for lf, _ in _LOADED.values():
+        lf.program.bpf.cleanup()
+    _LOADED.clear()
+
+
 def leaf_messages(lf, state: int) -> int:
     vals = lf.maps["subc_leaf_cnt"].lookup(L.U32.pack(v=state)) or []
     return sum(L.COUNTER.unpack(v)["messages"] for v in vals)
