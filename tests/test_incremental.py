@@ -62,7 +62,7 @@ def scenario(draw):
 def test_incremental_equals_rules_and_full_slicing(sc, data):
     order, subs, steps = sc
     parsed = [parse_rules(f"{c} : fwd({sid});", SPEC, "sub")[0] for c, sid in subs]
-    live = LiveDiagram([FIELDS[f] for f in order], capacity=[10_000] * len(order), root_slots=4)
+    live = LiveDiagram([FIELDS[f] for f in order], capacity=[10_000] * len(order))
     live.SPLICE_MIN_RUNS = data.draw(st.sampled_from([0, 2, 64]))  # exercise the splicing path
     regions = [live.region(r.condition) for r in parsed]
     active: list[int] = []  # indexes into parsed (a subscription may be live more than once)
@@ -113,7 +113,7 @@ def test_incremental_equals_rules_and_full_slicing(sc, data):
 
 def test_capacity_error_rolls_back():
     order = ["h.a", "h.b"]
-    live = LiveDiagram([FIELDS[f] for f in order], capacity=[3, 3], root_slots=2)
+    live = LiveDiagram([FIELDS[f] for f in order], capacity=[3, 3])
     conds = [parse_rules(f"h.a == {v} and h.b > {v} : fwd(1);", SPEC, "s")[0].condition for v in range(10)]
     held = [live.change([(live.region(conds[0]), 1, +1)]).root]
     before = live.states_used()

@@ -46,7 +46,7 @@ def loaded(ix: int):
         from subc.runtime.live_maps import LiveMaps
 
         stage_caps = [lf.caps[st["maps"][0]] - 1 for st in lf.doc["stages"][1:]] + [lf.caps["subc_leaf"] - 1]
-        diagram = LiveDiagram([QS[f] for f in ORDERS[ix]], stage_caps, root_slots=4)
+        diagram = LiveDiagram([QS[f] for f in ORDERS[ix]], stage_caps)
         writer = LiveMaps(lf.maps, lf.doc["stages"], lf.caps, 4)
         _LOADED[ix] = (lf, LiveBroker(diagram, writer, grace_waiter(lf.maps)))
     return _LOADED[ix]

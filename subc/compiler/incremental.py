@@ -184,15 +184,15 @@ class LiveDiagram:
     """The counting and delivery diagrams of the live subscriptions (module docstring).
 
     ``fields``: the field order (:class:`~.spec.QueryField`, widths in bits); ``capacity``: per
-    level below 0, the states the data plane has room for (state 0 excluded); ``root_slots``:
-    versions of the root.  Subscriber numbers are any non-negative integers (the eBPF data
+    level below 0, the states the data plane has room for (state 0 excluded).  The root's
+    versions (slots) are the data plane's business (:mod:`subc.runtime.live_broker`).  Subscriber numbers are any non-negative integers (the eBPF data
     plane uses 0..511)."""
 
     #: Nodes with more runs than this derive their delivery node by splicing their origin's
     #: (copying the runs outside the changed spans) instead of mapping every run.
     SPLICE_MIN_RUNS = 64
 
-    def __init__(self, fields: Sequence[QueryField], capacity: Sequence[int], root_slots: int = 16):
+    def __init__(self, fields: Sequence[QueryField], capacity: Sequence[int]):
         self.fields = list(fields)
         self.n = n = len(self.fields)
         if n == 0:
@@ -216,8 +216,6 @@ class LiveDiagram:
             q.ref += 1 << 30
         self.root = self.dead[0]
         self.root.ref += 1
-        self.root_slots = root_slots
-        self.slot_free = list(range(root_slots, 0, -1))  # root states 1..root_slots
 
     # -- construction -------------------------------------------------------------------------
 
@@ -261,20 +259,14 @@ class LiveDiagram:
             return node
 
         def combine(op: str, a: Node, b: Node) -> Node:
-            if op == "and":
-                if a is false[a.level] or b is false[b.level]:
-                    return false[a.level]
-                if a is true[a.level]:
-                    return b
-                if b is true[b.level]:
-                    return a
-            else:
-                if a is true[a.level] or b is true[b.level]:
-                    return true[a.level]
-                if a is false[a.level]:
-                    return b
-                if b is false[b.level]:
-                    return a
+            lv = a.level
+            zero, one = (false, true) if op == "and" else (true, false)  # absorbing, identity
+            if a is zero[lv] or b is zero[lv]:
+                return zero[lv]
+            if a is one[lv]:
+                return b
+            if b is one[lv]:
+                return a
             if a is b:
                 return a
             key = (op, a, b)
@@ -418,8 +410,7 @@ class LiveDiagram:
     def change(self, ops: Sequence[tuple[Node, int, int]]) -> Change:
         """Apply ``ops`` ((region, subscriber, +1 or -1), in order) to the counting diagram and
         derive the new delivery root.  Returns the :class:`Change`; the new root holds one
-        reference (the caller's, given to a root slot by :meth:`take_slot` or dropped by
-        :meth:`release_root`).  Raises CapacityError (nothing changed) when a level is full,
+        reference (the caller's: a root slot's, dropped by :meth:`release_root`).  Raises CapacityError (nothing changed) when a level is full,
         ValueError when a removal has no matching addition."""
         old_root = self.root
         root = old_root

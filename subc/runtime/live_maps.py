@@ -25,6 +25,7 @@ entries deleted and their segments returned before their states are reused (:met
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import Counter
 
 from ..compiler.incremental import Node
@@ -78,8 +79,6 @@ def exact_miss(node: Node) -> Node:
 
 def exact_entries(node: Node, miss: Node, lo: int = 0, hi: int | None = None):
     """(value, child) of ``node``'s values in [lo, hi] whose child is not ``miss``."""
-    from bisect import bisect_right
-
     if hi is None:
         hi = node.runs[-1][1]
     i = bisect_right(node.los, lo) - 1
@@ -118,13 +117,11 @@ class LiveMaps:
                          for lv, st in enumerate(stages) if st["kind"] == "range"}
         self.seg_of: dict[tuple[int, int], tuple[int, int]] = {}  # (level, state) -> (offset, size class)
         self.slot_node: dict[int, Node | None] = {}  # what each root slot's entries encode
-        self.writes = 0
 
     # -- nodes below the root -----------------------------------------------------------------
 
     def _put(self, name: str, key: bytes, value: bytes) -> None:
         self.maps[name].update(key, value)
-        self.writes += 1
 
     def _write_range(self, lv: int, state: int, node: Node) -> None:
         info, bnd = self.stages[lv]["maps"]
@@ -208,9 +205,9 @@ class LiveMaps:
         where the match kind allows it (exact fields with an unchanged miss target)."""
         old = self.slot_node.get(slot)
         kind = self.stages[0]["kind"]
-        if old is not None and kind == "exact" and spans is not None and exact_miss(old) is exact_miss(root):
+        miss = exact_miss(root) if kind == "exact" else None
+        if old is not None and miss is not None and spans is not None and exact_miss(old) is miss:
             info, ex = self.stages[0]["maps"]
-            miss = exact_miss(root)
             m = self.maps[ex]
             for lo, hi in spans:
                 new = dict(exact_entries(root, miss, lo, hi))
@@ -229,4 +226,3 @@ class LiveMaps:
     def switch(self, slot: int) -> None:
         """Publish root slot ``slot``: one write of ``subc_root``."""
         self.maps["subc_root"].update(L.U32.pack(v=0), L.U32.pack(v=slot))
-        self.writes += 1

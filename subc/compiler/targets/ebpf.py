@@ -32,7 +32,8 @@ import math
 from ... import __version__
 from ...errors import SubcError
 from ..driver import CompileResult
-from ..ir import FieldStage
+from ..decisions import default_decision_of
+from ..ir import FieldStage, SubscriptionIR
 from . import ebpf_layout as L
 from .ebpf_parse import FieldLayout, ParsePlan, check_fields, plan_parser
 from .safety import comment_text, identifier
@@ -278,10 +279,6 @@ def live_program(spec, field_order: list[str]) -> tuple[dict, str, ParsePlan]:
     """(``maps.json`` document, C source, parse plan) of a program over ``field_order`` with no
     rule: the data path of ``subc serve``, whose maps the broker fills incrementally
     (:mod:`subc.runtime.live_maps`).  Raises SubcError for an unknown or unsupported field."""
-    from ..driver import CompileResult
-    from ..ir import FieldStage, SubscriptionIR
-    from ..decisions import default_decision_of
-
     fields = []
     for name in field_order:
         if name not in spec.query_fields:
