@@ -69,6 +69,7 @@ def test_incremental_equals_rules_and_full_slicing(sc, data):
     roots = []
     pkts = boundary_packets(parsed, FIELDS, data.draw)
     for add, pick, batch in steps:
+        before = list(active)
         ops = []
         for k in range(batch):
             if add or not active:
@@ -79,7 +80,19 @@ def test_incremental_equals_rules_and_full_slicing(sc, data):
                 i = active.pop((pick + k) % len(active))
                 ops.append((regions[i], parsed[i].actions[0].args[0], -1))
         ch = live.change(ops)
-        roots.append(ch.root)
+        if ch.changed and data.draw(st.booleans(), label="revert"):
+            # the data plane refused the change: the diagram goes back to the previous one
+            live.recycle(live.revert(ch, ops))
+            active[:] = before
+            for p in pkts:
+                want = tuple(sorted({parsed[i].actions[0].args[0] for i in active if evaluate(parsed[i].condition, p)}))
+                assert live.deliver(p) == want
+                assert walk(live.root.q, p, order) == want
+            continue
+        if ch.changed:
+            roots.append(ch.root)
+        for r in roots:  # nothing a live root reaches was freed
+            assert not any(n.dead for n in reachable(r))
         for n in ch.new:
             assert n.state > 0
         for p in pkts:
@@ -115,7 +128,7 @@ def test_capacity_error_rolls_back():
     order = ["h.a", "h.b"]
     live = LiveDiagram([FIELDS[f] for f in order], capacity=[3, 3])
     conds = [parse_rules(f"h.a == {v} and h.b > {v} : fwd(1);", SPEC, "s")[0].condition for v in range(10)]
-    held = [live.change([(live.region(conds[0]), 1, +1)]).root]
+    held = [live.change([(live.region(conds[0]), 1, +1)]).root]  # (each change is a real one)
     before = live.states_used()
     try:
         for c in conds[1:]:

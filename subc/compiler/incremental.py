@@ -41,7 +41,9 @@ and :class:`CapacityError` when a level runs out of states (the change is rolled
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections import deque
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Iterable, Sequence
 
 from ..errors import SubcError
@@ -56,9 +58,12 @@ class CapacityError(SubcError):
 class Node:
     """A node: ``level`` (field index, or n for a terminal), ``runs`` (for a field level,
     ``(lo, hi, child)`` covering the field's values; for a terminal its value), ``ref`` (parent
-    runs and roots that hold it).  Delivery nodes also have ``state`` (their number, see the
+    runs that hold it; level-0 nodes, the roots, are neither hash-consed nor counted: see
+    :meth:`LiveDiagram.change`).  Delivery nodes also have ``state`` (their number, see the
     module docstring); counting nodes ``q`` (their delivery node) and ``origin`` (the node and
-    level-0 spans they were derived from, to derive ``q`` by splicing)."""
+    level-0 spans they were derived from, to derive ``q`` by splicing).  A delivery root's
+    ``origin`` is the list of level-0 regions where it holds references of its own (None: all
+    of its runs; see :meth:`LiveDiagram.release_root`)."""
 
     __slots__ = ("level", "runs", "ref", "state", "q", "origin", "dead", "false", "_los")
 
@@ -76,7 +81,7 @@ class Node:
     def los(self) -> list[int]:
         """The runs' lower bounds (for bisection), computed once."""
         if self._los is None:
-            self._los = [r[0] for r in self.runs]
+            self._los = list(map(_LO, self.runs))
         return self._los
 
     def child(self, v: int) -> "Node":
@@ -85,6 +90,9 @@ class Node:
 
     def __repr__(self) -> str:
         return f"Node(L{self.level}#{self.state}, {len(self.runs)} runs)"
+
+
+_LO = itemgetter(0)
 
 
 def _emit(out: list, lo: int, hi: int, child) -> None:
@@ -122,6 +130,35 @@ def merge_spans(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
         else:
             out.append([lo, hi])
     return [(a, b) for a, b in out]
+
+
+def aligned_regions(old: Node, new: Node, spans: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The level-0 regions, each a whole number of runs of both ``old`` and ``new`` (two roots
+    whose children differ only within the merged ``spans``), outside which their runs are the
+    same runs: each span widened to the runs of either root that contain its ends, widened
+    regions that touch merged.  Shape: sorted disjoint ``(lo, hi)`` value pairs."""
+    out: list[list[int]] = []
+    oruns, olos, nruns, nlos = old.runs, old.los, new.runs, new.los
+    for lo, hi in spans:
+        a = min(oruns[bisect_right(olos, lo) - 1][0], nruns[bisect_right(nlos, lo) - 1][0])
+        b = max(oruns[bisect_right(olos, hi) - 1][1], nruns[bisect_right(nlos, hi) - 1][1])
+        if out and a <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def _runs_within(node: Node, regions: Iterable[tuple[int, int]] | None):
+    """The runs of ``node`` that lie in ``regions`` (aligned to its runs; None: all runs)."""
+    if regions is None:
+        yield from node.runs
+        return
+    runs, los = node.runs, node.los
+    for a, b in regions:
+        i = bisect_right(los, a) - 1
+        j = bisect_right(los, b) - 1
+        yield from runs[i : j + 1]
 
 
 class _Universe:
@@ -165,6 +202,16 @@ class _Universe:
                     if c.ref <= 0:
                         stack.append(c)
 
+    def hold(self, root: Node, regions: Iterable[tuple[int, int]] | None) -> None:
+        """Give the children of ``root``'s runs in ``regions`` (None: all) one reference each."""
+        for r in _runs_within(root, regions):
+            r[2].ref += 1
+
+    def drop(self, root: Node, regions: Iterable[tuple[int, int]] | None, freed: list | None = None) -> None:
+        """Take back what :meth:`hold` gave (freeing, into ``freed``, what is left unreferenced)."""
+        for r in _runs_within(root, regions):
+            self.decref(r[2], freed)
+
     def size(self) -> int:
         return sum(len(t) for t in self.unique)
 
@@ -178,6 +225,8 @@ class Change:
     root: Node
     new: list[Node] = field(default_factory=list)
     spans: list[tuple[int, int]] = field(default_factory=list)
+    changed: bool = True
+    base: Node | None = None  # the delivery root before the change
 
 
 class LiveDiagram:
@@ -215,7 +264,7 @@ class LiveDiagram:
             c.ref += 1 << 30  # never freed
             q.ref += 1 << 30
         self.root = self.dead[0]
-        self.root.ref += 1
+        self._roots: deque[Node] = deque()  # live delivery roots, oldest first (see change())
 
     # -- construction -------------------------------------------------------------------------
 
@@ -355,7 +404,10 @@ class LiveDiagram:
             for k in range(i, j + 1):
                 lo, hi, c = runs[k]
                 _emit(out, max(lo, blo), min(hi, bhi), self._apply(c, bc, sid, delta, memo))
-        res, created = self.counting.intern(lv, tuple(out))
+        if lv == 0:  # a root: not hash-consed, references taken by change()
+            res, created = Node(0, tuple(out)), True
+        else:
+            res, created = self.counting.intern(lv, tuple(out))
         if created:
             res.origin = (n, spans)
         memo[key] = res
@@ -372,8 +424,8 @@ class LiveDiagram:
         else:
             out: list = []
             origin = n.origin
-            if origin is not None and len(n.runs) > self.SPLICE_MIN_RUNS and origin[0].q is not None and not origin[0].q.dead \
-                    and not origin[0].dead:
+            if origin is not None and len(n.runs) > self.SPLICE_MIN_RUNS and origin[0].q is not None \
+                    and not origin[0].q.dead and (lv == 0 or not origin[0].dead):
                 base, spans = origin[0].q, merge_spans(origin[1])
                 cur = 0
                 for lo, hi in spans:
@@ -391,7 +443,10 @@ class LiveDiagram:
             else:
                 for lo, hi, c in n.runs:
                     _emit(out, lo, hi, self._quotient(c, new))
-            q, created = self.delivery.intern(lv, tuple(out))
+            if lv == 0:  # a root: not hash-consed, references taken by change()
+                q, created = Node(0, tuple(out)), False
+            else:
+                q, created = self.delivery.intern(lv, tuple(out))
         if created:
             if lv > 0:
                 free = self._free[lv - 1]
@@ -409,36 +464,84 @@ class LiveDiagram:
 
     def change(self, ops: Sequence[tuple[Node, int, int]]) -> Change:
         """Apply ``ops`` ((region, subscriber, +1 or -1), in order) to the counting diagram and
-        derive the new delivery root.  Returns the :class:`Change`; the new root holds one
-        reference (the caller's: a root slot's, dropped by :meth:`release_root`).  Raises CapacityError (nothing changed) when a level is full,
-        ValueError when a removal has no matching addition."""
+        derive the new delivery root.  Returns the :class:`Change`; its new root is held (by the
+        caller's root slot) until :meth:`release_root`.  ``Change.changed`` is False when no
+        message's subscribers changed (every region empty): the root is then the live one and
+        must not be released.  Raises CapacityError (nothing changed) when a level is full,
+        ValueError (nothing changed) when a removal has no matching addition.
+
+        Cost: roots have one run per distinct level-0 child (thousands, for an exact field of
+        many values), so a root is neither hash-consed nor reference-counted run by run.  A new
+        root takes references only in the :func:`aligned_regions` where it differs from the
+        previous one; outside them it shares the previous root's.  The counting diagram's old
+        root dies at once and hands its shared references over; a delivery root is kept by its
+        root slot, and the live delivery roots form a chain in which the oldest holds references
+        for all its runs and each later one for its own regions (see :meth:`release_root`)."""
         old_root = self.root
         root = old_root
-        root.ref += 1
         spans: list[tuple[int, int]] = []
+        done: list[tuple[Node, Node, list]] = []  # (previous root, new root, regions), to undo
         try:
             for region, sid, delta in ops:
                 nr = self._apply(root, region, sid, delta, {})
-                nr.ref += 1
-                self.counting.decref(root)
+                if nr is root:
+                    continue
+                sp = spans_of(region)
+                regions = aligned_regions(root, nr, sp)
+                self.counting.hold(nr, regions)
+                self.counting.drop(root, regions)
+                done.append((root, nr, regions))
                 root = nr
-                spans.extend(spans_of(region))
+                spans.extend(sp)
         except BaseException:
-            self.counting.decref(root)
+            self._undo(done)
             raise
-        if len(ops) > 1 and root is not old_root and root.q is None:
+        if root is old_root:
+            return Change(old_root.q, [], [], changed=False)
+        if len(done) > 1:
             root.origin = (old_root, spans)  # outside the spans of all ops, root's runs are old_root's
+        spans = merge_spans(spans)
         new: list[Node] = []
         try:
             q = self._quotient(root, new)
         except BaseException:
             self._rollback(new)
-            self.counting.decref(root)
+            self._undo(done)
             raise
-        q.ref += 1
-        self.counting.decref(old_root)  # the previous root's own reference
-        self.root = root  # holds the reference taken above
-        return Change(q, [n for n in new if n.level > 0], merge_spans(spans))
+        base = old_root.q
+        if self._roots and self._roots[-1] is base and not base.dead:
+            q.origin = aligned_regions(base, q, spans)
+        else:
+            q.origin = None
+        self.delivery.hold(q, q.origin)
+        self._roots.append(q)
+        self.root = root
+        return Change(q, [n for n in new if n.level > 0], spans, True, base)
+
+    def revert(self, ch: Change, ops: Sequence[tuple[Node, int, int]]) -> list[Node]:
+        """Undo the latest change ``ch`` made by ``ops`` (the data plane could not take it):
+        release its root, change the counting diagram back, and make ``ch.base`` the delivery
+        root again.  Returns the freed delivery nodes, as :meth:`release_root` does."""
+        if not ch.changed:
+            return []
+        freed = self.release_root(ch.root)
+        root = self.root
+        for region, sid, delta in reversed(ops):
+            nr = self._apply(root, region, sid, -delta, {})
+            if nr is not root:
+                regions = aligned_regions(root, nr, spans_of(region))
+                self.counting.hold(nr, regions)
+                self.counting.drop(root, regions)
+                root = nr
+        root.q = ch.base
+        self.root = root
+        return freed
+
+    def _undo(self, done: list[tuple[Node, Node, list]]) -> None:
+        """Give back the counting references that ``done``'s root changes moved, newest first."""
+        for prev, nr, regions in reversed(done):
+            self.counting.hold(prev, regions)
+            self.counting.drop(nr, regions)
 
     def _rollback(self, new: list[Node]) -> None:
         """Free the delivery nodes of a change that failed (``new``: children before parents)."""
@@ -450,11 +553,28 @@ class LiveDiagram:
                 self.recycle(f for f in freed if f.level > 0)
 
     def release_root(self, q: Node) -> list[Node]:
-        """Drop the reference a root slot held on delivery root ``q`` (after the data plane's grace
-        period: no packet still uses it).  Returns the delivery nodes this frees, whose states
-        the data plane must clear before :meth:`recycle` makes them reusable."""
+        """Drop what delivery root ``q`` holds (after the data plane's grace period: no packet
+        still uses it).  ``q`` must be the oldest live root (slots retire in order) or the
+        newest (a change the data plane could not take; the counting diagram must then be
+        changed back by the caller).  Returns the delivery nodes this frees, whose states the
+        data plane must clear before :meth:`recycle` makes them reusable.  Raises ValueError
+        for any other root."""
+        roots = self._roots
         freed: list[Node] = []
-        self.delivery.decref(q, freed)
+        if roots and roots[0] is q:
+            roots.popleft()
+            if roots:
+                succ = roots[0]
+                self.delivery.drop(q, succ.origin, freed)  # succ now holds all its runs
+                succ.origin = None
+            else:
+                self.delivery.drop(q, None, freed)
+        elif roots and roots[-1] is q:
+            roots.pop()
+            self.delivery.drop(q, q.origin, freed)
+        else:
+            raise ValueError("release_root: not the oldest or newest live root")
+        q.dead = True
         return [n for n in freed if n.level > 0]
 
     def recycle(self, nodes: Iterable[Node]) -> None:

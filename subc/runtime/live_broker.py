@@ -51,11 +51,16 @@ class LiveBroker:
             while not self.free_slots:
                 self.lock.wait()
             ch = self.diagram.change(ops)
+            if not ch.changed:
+                return ch
             try:
                 for node in ch.new:
                     self.writer.write(node)
             except BaseException:
-                self.diagram.recycle(self.diagram.release_root(ch.root))
+                freed = self.diagram.revert(ch, ops)
+                for node in freed:
+                    self.writer.clear(node)  # nothing reaches them: no grace period needed
+                self.diagram.recycle(freed)
                 raise
             slot = self.free_slots.pop()
             for s in self.dirty:
