@@ -354,6 +354,70 @@ def stats_cmd(iface: str, as_json: bool) -> None:
         click.echo(f"  {st:>8} {c['messages']:>12} {c['bytes']:>12}  {c['action']}")
 
 
+@main.command("serve")
+@click.option("--spec", "spec_path", required=True, type=click.Path(dir_okay=False, exists=True),
+              help="message-format spec (P4_16)")
+@click.option("--iface", required=True, help="interface the publishers' datagrams arrive on")
+@click.option("--listen", required=True, help="ADDR:PORT for requests (UDP and TCP)")
+@click.option("--rules", type=click.Path(dir_okay=False, exists=True),
+              help="subscriptions made at every start: '<condition> TO <ip>:<port>' per line")
+@click.option("--state", "state_dir", type=click.Path(file_okay=False),
+              help="directory of the subscription store (SQLite, WAL); without it nothing survives a restart")
+@click.option("--lease", type=click.FloatRange(min=0.05), help="seconds a subscription lives unless renewed")
+@click.option("--acl", type=click.Path(dir_okay=False, exists=True), help="ACL and limits (TOML, README)")
+@click.option("--metrics", help="ADDR:PORT of the Prometheus metrics")
+@click.option("--field-order", help="comma-separated fields the data path tests (default: every query field, "
+                                    "exact ones first, then lpm, then range)")
+@click.option("--capacity", type=click.IntRange(1), default=100_000, show_default=True,
+              help="live subscriptions the maps are sized for")
+@click.option("--xdp-mode", type=click.Choice(["auto", "native", "generic"]), default="auto", show_default=True)
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info", show_default=True)
+@limit_options
+def serve_cmd(spec_path: str, iface: str, listen: str, rules: str | None, state_dir: str | None, lease: float | None,
+              acl: str | None, metrics: str | None, field_order: str | None, capacity: int, xdp_mode: str,
+              log_level: str, max_rules: int, max_states: int) -> None:
+    """Run the live broker on IFACE: subscribers come and go with SUBSCRIBE/UNSUBSCRIBE requests
+    (README, "Live subscriptions"); the data path stays loaded when the daemon stops, and a
+    restarted daemon takes it over.  Logs are JSON lines on stderr."""
+    import logging
+    import signal
+
+    from .compiler.spec import load_spec
+    from .runtime.bpf import require_root
+    from .runtime.serve.acl import load_acl
+    from .runtime.serve.daemon import Daemon, JsonFormatter, ServeConfig
+    from .runtime.serve.dataplane import default_field_order
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter())
+    logging.getLogger("subc.serve").addHandler(handler)
+    logging.getLogger("subc.serve").setLevel(log_level.upper())
+    try:
+        require_root("subc serve")
+        spec = load_spec(spec_path)
+        order = [f.strip() for f in field_order.split(",") if f.strip()] if field_order else default_field_order(spec)
+        cfg = ServeConfig(spec, iface, _endpoint(listen), order, state_dir, rules, lease, load_acl(acl),
+                          _endpoint(metrics) if metrics else None, capacity, _limits(max_rules, max_states),
+                          xdp_mode)
+        daemon = Daemon(cfg)
+        daemon.start()
+    except SubcError as e:
+        _fail(e)
+    except OSError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(2)
+
+    def stop(signum, frame):
+        daemon.stopping.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    click.echo(f"serving on {cfg.listen[0]}:{daemon.port} (UDP and TCP); {len(daemon.subs)} subscriptions restored",
+               err=True)
+    daemon.serve_forever()
+    daemon.stop()
+
+
 @main.command("replay")
 @click.argument("trace", type=click.Path(dir_okay=False, exists=True))
 @click.option("--to", "dest", required=True, help="IP:PORT to send to")

@@ -584,6 +584,19 @@ class LiveDiagram:
                 self._free[n.level - 1].append(n.state)
                 n.state = 0
 
+    def reserve(self, level: int, states: Iterable[int]) -> None:
+        """Take ``states`` of ``level`` (1..n) out of the free list: they hold entries this
+        diagram did not write (a previous daemon's, still live in pinned maps) until
+        :meth:`unreserve`.  Raises ValueError for a state beyond the level's capacity."""
+        taken = set(states)
+        if taken and max(taken) > self.capacity[level - 1]:
+            raise ValueError(f"level {level}: state {max(taken)} beyond the capacity {self.capacity[level - 1]}")
+        self._free[level - 1] = [s for s in self._free[level - 1] if s not in taken]
+
+    def unreserve(self, level: int, states: Iterable[int]) -> None:
+        """Give reserved ``states`` of ``level`` back to the free list."""
+        self._free[level - 1].extend(states)
+
     # -- queries ------------------------------------------------------------------------------
 
     def deliver(self, values: dict[str, int]) -> tuple[int, ...]:

@@ -157,7 +157,7 @@ def ensure_bpffs() -> None:
         raise SubcError(f"cannot mount the BPF file system on {BPFFS}: {r.stderr.strip()}")
 
 
-def _ifindex(iface: str) -> int:
+def ifindex_of(iface: str) -> int:
     from pyroute2 import IPRoute
 
     with IPRoute() as ipr:
@@ -220,44 +220,19 @@ def load(out_dir: str, iface: str, subscribers: str | None = None, xdp_mode: str
         if any(p.severity == "error" for p in problems):
             raise SubcError(f"{subs.path}: " + "; ".join(p.message for p in problems if p.severity == "error"))
         resolve_endpoints(subs)
-    ifindex = _ifindex(iface)
+    ifindex = ifindex_of(iface)
     ensure_bpffs()
     lf = LoadedFilter.build(doc, src, subs, capacity_factor, egress=subs is not None and fanout)
-    from .bpf import import_bcc
-
-    bcc = import_bcc()
-    pins = pin_dir(iface)
-    pins.mkdir(parents=True, exist_ok=False)
+    pins = pin_and_attach(lf, iface, ifindex, xdp_mode)
     try:
-        for name, m in lf.maps.items():
-            m.pin(pins / name)
-        pin_fd(lf.program.xdp.fd, pins / "prog_xdp")
-        pin_fd(lf.program.tc.fd, pins / "prog_tc")
-        for i, fn in enumerate(lf.program.tails):
-            pin_fd(fn.fd, pins / f"prog_tail{i}")
-        if lf.program.egress is not None:
-            pin_fd(lf.program.egress.fd, pins / "prog_egress")  # for subc fanout's device maps
-        try:
-            bcc.BPF.attach_xdp(iface, lf.program.xdp, XDP_FLAGS[xdp_mode] | XDP_FLAGS_UPDATE_IF_NOEXIST)
-        except Exception as e:
-            raise SubcError(f"cannot attach XDP to {iface}: {e} (another XDP program attached? xdp mode {xdp_mode})") from None
-        try:
-            _attach_tc(ifindex, lf.program.tc.fd, "subc_tc")
-        except SubcError:
-            bcc.BPF.remove_xdp(iface, 0)
-            raise
         fan = {"enabled": False, "reason": "no subscribers file" if subs is None else "--no-fanout"}
         if subs is not None and fanout:
             if xdp_attach_mode(iface) != XDP_ATTACHED_DRV:
                 fan["reason"] = "XDP is not attached in driver mode (devmap programs need it)"
             else:
-                try:
-                    fan = install_fanout(lf.maps, lf.program.egress.fd, subs, fan_ratio)
-                except SubcError:
-                    bcc.BPF.remove_xdp(iface, 0)
-                    _detach_tc(ifindex)
-                    raise
+                fan = install_fanout(lf.maps, lf.program.egress.fd, subs, fan_ratio)
     except BaseException:
+        detach(iface, ifindex)
         shutil.rmtree(pins, ignore_errors=True)
         raise
     info = {"xdp": prog_info(lf.program.xdp.fd), "tc": prog_info(lf.program.tc.fd)}
@@ -281,8 +256,57 @@ def load(out_dir: str, iface: str, subscribers: str | None = None, xdp_mode: str
         "links": [p.as_dict() for p in problems],
         "fanout": fan,
     }
-    _write_state(iface, state, doc)
+    write_state(iface, state, doc)
     return state
+
+
+def pin_and_attach(lf: LoadedFilter, iface: str, ifindex: int, xdp_mode: str = "auto") -> Path:
+    """Pin ``lf``'s maps and programs under :func:`pin_dir` and attach its XDP and TC programs to
+    ``iface``; returns the pin directory.  Raises SubcError (the pins removed, nothing attached)
+    when the pins exist or a program cannot be attached."""
+    from .bpf import import_bcc
+
+    bcc = import_bcc()
+    pins = pin_dir(iface)
+    pins.mkdir(parents=True, exist_ok=False)
+    try:
+        for name, m in lf.maps.items():
+            m.pin(pins / name)
+        pin_fd(lf.program.xdp.fd, pins / "prog_xdp")
+        pin_fd(lf.program.tc.fd, pins / "prog_tc")
+        for i, fn in enumerate(lf.program.tails):
+            pin_fd(fn.fd, pins / f"prog_tail{i}")
+        if lf.program.egress is not None:
+            pin_fd(lf.program.egress.fd, pins / "prog_egress")  # for subc fanout's device maps
+        try:
+            bcc.BPF.attach_xdp(iface, lf.program.xdp, XDP_FLAGS[xdp_mode] | XDP_FLAGS_UPDATE_IF_NOEXIST)
+        except Exception as e:
+            raise SubcError(f"cannot attach XDP to {iface}: {e} (another XDP program attached? xdp mode {xdp_mode})") from None
+        try:
+            _attach_tc(ifindex, lf.program.tc.fd, "subc_tc")
+        except SubcError:
+            bcc.BPF.remove_xdp(iface, 0)
+            raise
+    except BaseException:
+        shutil.rmtree(pins, ignore_errors=True)
+        raise
+    return pins
+
+
+def detach(iface: str, ifindex: int | None = None) -> None:
+    """Detach subc's XDP and TC programs from ``iface`` (whatever is attached)."""
+    from .bpf import import_bcc
+
+    if ifindex is None:
+        try:
+            ifindex = ifindex_of(iface)
+        except SubcError:
+            return
+    try:
+        import_bcc().BPF.remove_xdp(iface, 0)
+    except Exception:  # noqa: BLE001 - nothing attached
+        pass
+    _detach_tc(ifindex)
 
 
 def record_instructions(out_dir: str | Path, info: dict) -> bool:
@@ -320,7 +344,8 @@ def _leaf_labels(doc: dict) -> dict[str, str]:
     return out
 
 
-def _write_state(iface: str, state: dict, doc: dict) -> None:
+def write_state(iface: str, state: dict, doc: dict) -> None:
+    """Write ``state.json`` and ``maps.json`` of a loaded broker (each replaced atomically)."""
     d = state_path(iface).parent
     d.mkdir(parents=True, exist_ok=True)
     tmp = d / "state.json.tmp"
@@ -350,21 +375,10 @@ def pinned_maps(state: dict) -> dict[str, Map]:
 def unload(iface: str) -> None:
     """Detach XDP and TC from ``iface`` and remove the pins and state (whatever of it exists)."""
     require_root("subc unload")
-    from .bpf import import_bcc
-
     found = state_path(iface).exists() or pin_dir(iface).exists()
     if not found:
         raise SubcError(f"subc is not loaded on {iface}")
-    try:
-        ifindex = _ifindex(iface)
-    except SubcError:
-        ifindex = None
-    if ifindex is not None:
-        try:
-            import_bcc().BPF.remove_xdp(iface, 0)
-        except Exception:  # noqa: BLE001 - nothing attached
-            pass
-        _detach_tc(ifindex)
+    detach(iface)
     shutil.rmtree(pin_dir(iface), ignore_errors=True)
     shutil.rmtree(state_path(iface).parent, ignore_errors=True)
 
@@ -397,7 +411,7 @@ def update(out_dir: str, iface: str, grace_s: float = GRACE_S) -> GenerationResu
     state["out_dir"] = str(Path(out_dir).resolve())
     record_instructions(out_dir, state["programs"])  # the same programs now run the new rule set
     state["leaves"] = _leaf_labels(doc)
-    _write_state(iface, state, doc)
+    write_state(iface, state, doc)
     return res
 
 
@@ -425,6 +439,24 @@ def stats(iface: str) -> dict:
               for st, c in install.leaf_counters(maps, doc, gen, state["capacities"]).items()}
     out = {"iface": iface, "generation": gen, "programs": state["programs"], "stats": glob,
            "subscribers": subs, "leaves": dict(sorted(leaves.items(), key=lambda kv: int(kv[0])))}
+    if state.get("mode") == "serve":
+        out["mode"] = "serve"
+        if state.get("state_dir"):  # the live subscriptions, from the daemon's store
+            from .serve.store import Store
+
+            store = Store(state["state_dir"])
+            try:
+                names = {sid: f"{ip}:{port}" for (ip, port), sid in store.endpoints().items()}
+                live = store.all()
+            finally:
+                store.close()
+            out["subscriptions"] = len(live)
+            per_ep: dict[str, int] = {}
+            for s in live:
+                per_ep[f"{s.ip}:{s.port}"] = per_ep.get(f"{s.ip}:{s.port}", 0) + 1
+            for sid, c in subs.items():
+                c["name"] = names.get(int(sid)) if sid.isdigit() else c["name"]
+                c["subscriptions"] = per_ep.get(c["name"] or "", 0)
     if "subc_fan_hits" in maps:  # the recipient-set device maps in place and the datagrams sent over them
         used = installed_sets(maps)
         hits = read_set_hits(maps, used)

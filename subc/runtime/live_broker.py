@@ -40,18 +40,33 @@ class LiveBroker:
         self.dirty: dict[int, list | None] = {s: None for s in self.free_slots}  # None: rewrite whole
         self.live_slot = 0
         self.live_root: Node | None = None
-        self.retired: list[tuple[int, Node]] = []
+        self.retired: list[tuple[int, Node | None]] = []
         self.changes = 0
+        self._inherited: Callable[[], None] | None = None
+        self._unowned = False  # the live slot holds a root no slot owns (published by force)
 
-    def apply(self, ops: Sequence[tuple[Node, int, int]]) -> Change:
-        """Apply ``ops`` ((region, subscriber, +1/-1)) and publish the result (steps 1-4).
-        Raises :class:`~subc.compiler.incremental.CapacityError` or SubcError (the data plane
-        keeps the previous diagram) when the maps are full."""
+    def adopt(self, live_slot: int, release: Callable[[], None]) -> None:
+        """Start from a root slot a previous writer left live (a restarted daemon): it stays in
+        use until the first change switches away from it; after that change's grace period
+        ``release()`` frees what it reached (:meth:`.live_maps.LiveMaps.release_inherited`)."""
+        with self.lock:
+            self.live_slot = self._inherited_slot = live_slot
+            if live_slot in self.free_slots:
+                self.free_slots.remove(live_slot)
+            self._inherited = release
+
+    def apply(self, ops: Sequence[tuple[Node, int, int]], force: bool = False) -> Change:
+        """Apply ``ops`` ((region, subscriber, +1/-1)) and publish the result (steps 1-4); with
+        ``force``, publish into a new slot even when nothing changed (a restarted daemon leaves
+        the slot it inherited).  Raises :class:`~subc.compiler.incremental.CapacityError` or
+        SubcError (the data plane keeps the previous diagram) when the maps are full."""
         with self.lock:
             while not self.free_slots:
                 self.lock.wait()
             ch = self.diagram.change(ops)
             if not ch.changed:
+                if force:
+                    self._publish(ch, owned=False)
                 return ch
             try:
                 for node in ch.new:
@@ -62,26 +77,31 @@ class LiveBroker:
                     self.writer.clear(node)  # nothing reaches them: no grace period needed
                 self.diagram.recycle(freed)
                 raise
-            slot = self.free_slots.pop()
-            for s in self.dirty:
-                if s != slot and self.dirty[s] is not None:
-                    self.dirty[s].extend(ch.spans)
-                    if len(self.dirty[s]) > MAX_DIRTY_SPANS:
-                        self.dirty[s] = merge_spans(self.dirty[s])
-                        if len(self.dirty[s]) > MAX_DIRTY_SPANS:
-                            self.dirty[s] = None
-            spans = self.dirty[slot]
-            if spans is not None:
-                spans = merge_spans(spans + ch.spans)
-            self.writer.write_root(slot, ch.root, spans)
-            self.dirty[slot] = []
-            self.writer.switch(slot)
-            if self.live_root is not None:
-                self.retired.append((self.live_slot, self.live_root))
-                self.lock.notify_all()
-            self.live_slot, self.live_root = slot, ch.root
-            self.changes += 1
+            self._publish(ch, owned=True)
             return ch
+
+    def _publish(self, ch: Change, owned: bool) -> None:
+        """Steps 3 and 4 for ``ch``'s root (``owned``: this slot holds the root's reference)."""
+        slot = self.free_slots.pop()
+        for s in self.dirty:
+            if s != slot and self.dirty[s] is not None:
+                self.dirty[s].extend(ch.spans)
+                if len(self.dirty[s]) > MAX_DIRTY_SPANS:
+                    self.dirty[s] = merge_spans(self.dirty[s])
+                    if len(self.dirty[s]) > MAX_DIRTY_SPANS:
+                        self.dirty[s] = None
+        spans = self.dirty[slot]
+        if spans is not None:
+            spans = merge_spans(spans + ch.spans)
+        self.writer.write_root(slot, ch.root, spans)
+        self.dirty[slot] = []
+        self.writer.switch(slot)
+        if self.live_root is not None or self._inherited is not None or self._unowned:
+            self.retired.append((self.live_slot, self.live_root))
+            self.lock.notify_all()
+        self.live_slot, self.live_root = slot, (ch.root if owned else None)
+        self._unowned = not owned
+        self.changes += 1
 
     def reclaim(self) -> int:
         """Step 5 for every slot retired before the call: wait for a grace period, then free
@@ -94,6 +114,13 @@ class LiveBroker:
         freed_n = 0
         with self.lock:
             for slot, root in batch:
+                if root is None:  # the slot a previous writer left live, or a root published by force
+                    if self._inherited is not None and slot == self._inherited_slot:
+                        self._inherited()
+                        self._inherited = None
+                    if slot:
+                        self.free_slots.append(slot)
+                    continue
                 freed = self.diagram.release_root(root)
                 for node in freed:
                     self.writer.clear(node)

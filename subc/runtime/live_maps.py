@@ -20,13 +20,16 @@ Per match kind (the same forms as the batch compiler's, :mod:`subc.compiler.targ
   ``subc_leaf_set[state]`` and zeroed ``subc_leaf_cnt[state]``.
 
 Freed nodes (after the grace period of the root slots that held them) have their hash and trie
-entries deleted and their segments returned before their states are reused (:meth:`LiveMaps.clear`).
+entries deleted, their info and leaf entries zeroed and their segments returned before their
+states are reused (:meth:`LiveMaps.clear`).  So the maps alone say which states are in use: a
+restarted daemon keeps those (:meth:`LiveMaps.inherit`) until its own diagram is live.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
 from collections import Counter
+from dataclasses import dataclass, field
 
 from ..compiler.incremental import Node
 from ..compiler.targets import ebpf_layout as L
@@ -66,6 +69,26 @@ class Segments:
 
     def release(self, off: int, size: int) -> None:
         self.free.setdefault(size, []).append(off)
+
+    def reserve(self, off: int, size: int) -> None:
+        """Keep segment [off, off + size) from :meth:`alloc` (it holds entries written by a
+        previous allocator); give it back with :meth:`release`.  Raises SubcError beyond the array."""
+        if off + size > self.capacity:
+            raise SubcError(f"bounds array {self.name}: a live segment ends at {off + size}, beyond its "
+                            f"{self.capacity} entries (was the broker restarted with a smaller --capacity?)")
+        self.top = max(self.top, off + size)
+
+
+@dataclass
+class Inherited:
+    """What a previous writer left live in pinned maps (:meth:`LiveMaps.inherit`): the root
+    ``live_slot``, the ``states`` in use per level (1..n), their hash and trie ``keys`` per map
+    and their bounds ``segments`` per level ((offset, size class))."""
+
+    live_slot: int
+    states: dict[int, set[int]] = field(default_factory=dict)
+    keys: dict[str, list[bytes]] = field(default_factory=dict)
+    segments: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
 
 
 def exact_miss(node: Node) -> Node:
@@ -181,14 +204,17 @@ class LiveMaps:
         return its bounds segment (arrays are overwritten when the state is reused)."""
         lv = node.level
         state = node.state if state is None else state
-        if lv == self.n:
+        if lv == self.n:  # zeroed, so that a restarted writer sees the state as free (inherit)
+            self._put("subc_leaf", L.U32.pack(v=state), L.LEAF.pack())
             return
         st = self.stages[lv]
         if st["kind"] == "range":
+            self._put(st["maps"][0], L.U32.pack(v=state), L.INFO.pack())  # before its segment is reused
             seg = self.seg_of.pop((lv, state), None)
             if seg is not None:
                 self.segments[lv].release(*seg)
         elif st["kind"] == "exact":
+            self._put(st["maps"][0], L.U32.pack(v=state), L.INFO.pack())
             m = self.maps[st["maps"][1]]
             for v, _ in exact_entries(node, exact_miss(node)):
                 m.delete(self._exact_key(state, v))
@@ -196,6 +222,69 @@ class LiveMaps:
             m = self.maps[st["maps"][0]]
             for (v, plen), _ in self._lpm_entries(node, st["width"]):
                 m.delete(self._lpm_key(state, v, plen, st["width"]))
+
+    # -- a previous writer's entries (a restarted daemon) ---------------------------------------
+
+    def inherit(self) -> Inherited:
+        """Read what the maps hold (written by a previous writer whose diagram is lost) and keep
+        it: the live root slot's entries and every state below the root that has entries stay
+        until :meth:`release_inherited`; the entries of the other root slots (not live, so read
+        by no packet) are deleted now, and their slots are rewritten whole when next used.
+        The caller reserves the returned states in its diagram."""
+        live = L.U32.unpack(self.maps["subc_root"].lookup(L.U32.pack(v=0)))["v"]
+        inh = Inherited(live)
+        for lv in range(self.n + 1):
+            inh.states[lv] = set()
+        for lv, st in enumerate(self.stages):
+            kind = st["kind"]
+            if kind in ("range", "exact"):
+                info = self.maps[st["maps"][0]]
+                for s in range(1 if lv else live, (self.caps[st["maps"][0]] if lv else live + 1)):
+                    if s == 0:
+                        continue
+                    raw = info.lookup(L.U32.pack(v=s))
+                    if raw is None:
+                        continue
+                    v = L.INFO.unpack(raw)
+                    if kind == "range" and v["b"]:
+                        seg = (v["a"], Segments.size_class(v["b"]))
+                        inh.segments.setdefault(lv, []).append(seg)
+                        self.segments[lv].reserve(*seg)
+                        inh.states[lv].add(s)
+                    elif kind == "exact" and v["a"]:
+                        inh.states[lv].add(s)
+            if kind in ("exact", "lpm"):
+                name = st["maps"][1] if kind == "exact" else st["maps"][0]
+                m = self.maps[name]
+                struct = L.EXACT_KEY if kind == "exact" else L.LPM_KEY
+                kept = inh.keys.setdefault(name, [])
+                for key in m.keys():
+                    s = struct.unpack(key)["state"]
+                    if lv == 0 and s != live:
+                        m.delete(key)
+                        continue
+                    kept.append(key)
+                    inh.states[lv].add(s)
+        for s in range(1, self.caps["subc_leaf"]):
+            raw = self.maps["subc_leaf"].lookup(L.U32.pack(v=s))
+            if raw is not None and L.LEAF.unpack(raw)["nsubs"]:
+                inh.states[self.n].add(s)
+        inh.states[0].discard(0)
+        return inh
+
+    def release_inherited(self, inh: Inherited) -> None:
+        """Delete the inherited entries (no packet reads them any more: the root was switched away
+        from ``inh.live_slot`` and a grace period has passed) and free their bounds segments;
+        the caller then unreserves the states in its diagram."""
+        for name, keys in inh.keys.items():
+            m = self.maps[name]
+            for key in keys:
+                m.delete(key)
+        for lv, segs in inh.segments.items():
+            for off, size in segs:
+                self.segments[lv].release(off, size)
+        inh.keys.clear()
+        inh.segments.clear()
 
     # -- the root -----------------------------------------------------------------------------
 

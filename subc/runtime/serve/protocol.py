@@ -3,14 +3,16 @@
 Requests (keywords are case-insensitive; conditions are in subc's rule language, parsed by the
 same grammar and front end as rule files, with the limits of ``subc check``)::
 
-    SUBSCRIBE <condition> [TO <ipv4>:<port>]   -> SUBACK <id>            | SUBERR <column> <message>
+    SUBSCRIBE <condition> [TO <ipv4>:<port> [TOKEN <token>]]
+                                               -> SUBACK <id>            | SUBERR <column> <message>
     UNSUBSCRIBE <id>                           -> UNSUBACK <id>          | ERR <message>
     RENEW [<id>]                               -> RENEWACK <n>           (the source's subscriptions, or one)
     LIST                                       -> SUB <id> <ip>:<port> <condition> ... then END <n>
     PING                                       -> PONG
 
 A subscription's endpoint (where its messages go, as MoldUDP64 datagrams) is the request's source
-address and port (as in BPF-Broker), or the ``TO`` address when the broker's ACL allows it.
+address and port (as in BPF-Broker), or the ``TO`` address when the broker's ACL allows it (for
+the request's source network, or for the ``TOKEN``).
 ``<column>`` is the 1-based column of the request line where the error is.
 """
 
@@ -26,7 +28,7 @@ from ...compiler.spec import Spec
 from ...errors import SubcError
 
 MAX_LINE = 4096  # bytes of one request
-_TO = re.compile(r"\s+TO\s+(\d{1,3}(?:\.\d{1,3}){3}):(\d{1,5})\s*\Z", re.IGNORECASE)
+_TO = re.compile(r"\s+TO\s+(\d{1,3}(?:\.\d{1,3}){3}):(\d{1,5})(?:\s+TOKEN\s+([!-~]{1,128}))?\s*\Z", re.IGNORECASE)
 _ACTION = re.compile(r":\s*[A-Za-z_]\w*\s*\(")
 _ID = re.compile(r"\d{1,18}\Z")
 
@@ -47,13 +49,15 @@ class ProtocolError(Exception):
 @dataclass
 class Request:
     """A parsed request: ``verb`` and, per verb, ``condition`` (AST), ``text`` (the condition's
-    text), ``to`` ((ip, port) or None), ``sub_id``."""
+    text), ``to`` ((ip, port) or None), ``token`` (or None), ``sub_id``."""
 
     verb: str
     condition: object = None
     text: str = ""
     to: tuple[str, int] | None = None
     sub_id: int | None = None
+    token: str | None = None
+    column: int = 1  # where the condition's text starts in the request line (a location's column 1)
 
 
 def _clean(raw: bytes) -> str:
@@ -79,7 +83,7 @@ def parse_request(raw: bytes, spec: Spec, limits: Limits = DEFAULT_LIMITS) -> Re
     verb = verb.upper()
     rest_col = lead + len(verb) + 2  # column of rest's first character
     if verb == "SUBSCRIBE":
-        to = None
+        to = token = None
         m = _TO.search(rest)
         if m:
             try:
@@ -89,7 +93,7 @@ def parse_request(raw: bytes, spec: Spec, limits: Limits = DEFAULT_LIMITS) -> Re
             port = int(m.group(2))
             if not 1 <= port <= 65535:
                 raise ProtocolError(rest_col + m.start(2), "port must be from 1 to 65535")
-            to = (ip, port)
+            to, token = (ip, port), m.group(3)
             rest = rest[: m.start()]
         if not rest.strip():
             raise ProtocolError(rest_col, "SUBSCRIBE needs a condition")
@@ -107,7 +111,7 @@ def parse_request(raw: bytes, spec: Spec, limits: Limits = DEFAULT_LIMITS) -> Re
         if len(rules) != 1 or len(rules[0].actions) != 1:
             raise ProtocolError(rest_col, "SUBSCRIBE takes one condition, without actions")
         rule = rules[0]
-        return Request("SUBSCRIBE", rule.condition, rest.strip(), to)
+        return Request("SUBSCRIBE", rule.condition, rest.strip(), to, token=token, column=rest_col)
     if verb in ("UNSUBSCRIBE", "RENEW"):
         arg = rest.strip()
         if not arg:

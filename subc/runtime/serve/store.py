@@ -1,8 +1,10 @@
 """The subscriptions of ``subc serve``, stored in SQLite (WAL mode) under ``--state DIR``.
 
-One table: ``subscription(id, condition, ip, port, source, expires)`` (``expires``: Unix time in
-s, NULL for a subscription without a lease).  Every change is committed before the request is
-acknowledged, so a daemon that restarts finds every subscription it acknowledged.
+Tables: ``subscription(id, condition, ip, port, source, expires)`` (``expires``: Unix time in
+s, NULL for a subscription without a lease) and ``endpoint(ip, port, sid)`` (the subscriber
+number each delivery endpoint has in the data plane, kept so that a restarted daemon gives every
+endpoint the number the pinned maps' leaves use).  Every change is committed before the request
+is acknowledged, so a daemon that restarts finds every subscription it acknowledged.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ CREATE TABLE IF NOT EXISTS subscription (
     expires REAL
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS endpoint (ip TEXT NOT NULL, port INTEGER NOT NULL, sid INTEGER NOT NULL UNIQUE,
+                                     PRIMARY KEY (ip, port));
 """
 
 
@@ -75,6 +79,39 @@ class Store:
             self.db.execute("BEGIN")
             self.db.executemany("UPDATE subscription SET expires = ? WHERE id = ?", [(expires, i) for i in ids])
             self.db.execute("COMMIT")
+
+    def commit(self, adds: list[Stored], removes: list[int], endpoints: dict[tuple[str, int], int | None],
+               next_id: int | None = None) -> None:
+        """One transaction: insert ``adds``, delete the ids ``removes``, set (sid) or forget
+        (None) the ``endpoints`` and record the next free subscription id."""
+        with self.lock:
+            self.db.execute("BEGIN")
+            try:
+                if next_id is not None:
+                    self.db.execute("INSERT OR REPLACE INTO meta VALUES ('next_id', ?)", (str(next_id),))
+                self.db.executemany("DELETE FROM subscription WHERE id = ?", [(i,) for i in removes])
+                self.db.executemany("INSERT INTO subscription VALUES (?, ?, ?, ?, ?, ?)",
+                                    [(s.id, s.text, s.ip, s.port, s.source, s.expires) for s in adds])
+                for (ip, port), sid in endpoints.items():
+                    self.db.execute("DELETE FROM endpoint WHERE ip = ? AND port = ?", (ip, port))
+                    if sid is not None:
+                        self.db.execute("INSERT INTO endpoint VALUES (?, ?, ?)", (ip, port, sid))
+                self.db.execute("COMMIT")
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+
+    def next_free_id(self) -> int:
+        """The next subscription id: past every id ever given (stored or recorded)."""
+        with self.lock:
+            row = self.db.execute("SELECT value FROM meta WHERE key = 'next_id'").fetchone()
+            top = self.db.execute("SELECT MAX(id) FROM subscription").fetchone()[0]
+            return max(int(row[0]) if row else 1, (top or 0) + 1)
+
+    def endpoints(self) -> dict[tuple[str, int], int]:
+        """The endpoints' subscriber numbers: (ip, port) -> sid."""
+        with self.lock:
+            return {(ip, port): sid for ip, port, sid in self.db.execute("SELECT ip, port, sid FROM endpoint")}
 
     def all(self) -> list[Stored]:
         with self.lock:

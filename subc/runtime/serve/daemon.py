@@ -1,0 +1,607 @@
+"""``subc serve``: the broker daemon whose subscribers come and go (see README, "Live subscriptions").
+
+Threads (the data structures of each are owned by one thread, or by the broker's lock):
+
+* the *network* thread reads requests (UDP datagrams, TCP lines; :mod:`.protocol`), enforces
+  the per-source request rate (:class:`.acl.RateLimiter`), parses conditions and builds their
+  regions (:meth:`~subc.compiler.incremental.LiveDiagram.region`), and queues them;
+* the *updater* thread takes every queued request at once (requests that arrive faster than
+  changes are coalesced into one change), checks ACL and limits, gives endpoints their subscriber
+  numbers (:mod:`.endpoints`), applies the change to the data plane
+  (:meth:`~subc.runtime.live_broker.LiveBroker.apply`: one root switch), commits it to the store
+  (:mod:`.store`) and only then replies ``SUBACK``/``UNSUBACK``; it also expires leases and
+  answers RENEW and LIST;
+* the *reclaimer* thread waits for grace periods and frees what retired roots and drained
+  endpoints held (off the path of requests);
+* a *lease* timer queues a tick every quarter lease.
+
+A restarted daemon adopts the pinned data path (which kept forwarding), keeps every state the
+maps hold, rebuilds its diagram from the store and switches to it in one change, then frees the
+previous daemon's entries after a grace period (:meth:`~subc.runtime.live_maps.LiveMaps.inherit`).
+"""
+
+from __future__ import annotations
+
+import gc
+import heapq
+import json
+import logging
+import queue
+import select
+import selectors
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ...compiler.incremental import CapacityError, LiveDiagram
+from ...compiler.limits import DEFAULT_LIMITS, Limits
+from ...compiler.rules import parse_rules
+from ...compiler.spec import Spec
+from ...compiler.targets import ebpf_layout as L
+from ...errors import SubcError
+from ..fanout import grace_waiter
+from ..live_broker import LiveBroker
+from ..live_maps import LiveMaps
+from .acl import Acl, RateLimiter
+from .dataplane import ROOT_SLOTS, DataPlane, open_dataplane
+from .endpoints import EndpointTable, resolve
+from .metrics import Metrics
+from .protocol import MAX_LINE, ProtocolError, Request, parse_request
+from .store import Store, Stored
+
+MAX_BATCH = 4096  # requests coalesced into one change
+RULES_SOURCE = "rules-file"  # the source of --rules subscriptions
+RESTORE_BATCH = 5000  # stored subscriptions per change at start
+log = logging.getLogger("subc.serve")
+
+
+class JsonFormatter(logging.Formatter):
+    """Structured logs: one JSON object per line (``ts``, ``level``, ``event`` and its fields)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc = {"ts": round(record.created, 6), "level": record.levelname.lower(), "event": record.getMessage()}
+        doc.update(getattr(record, "fields", {}))
+        return json.dumps(doc, separators=(",", ":"))
+
+
+def _event(level: int, event: str, **fields) -> None:
+    log.log(level, event, extra={"fields": fields})
+
+
+@dataclass
+class ServeConfig:
+    """``subc serve``'s options: ``listen`` and ``metrics`` as (address, port), ``lease`` in s
+    (None: subscriptions do not expire), ``capacity`` in subscriptions."""
+
+    spec: Spec
+    iface: str
+    listen: tuple[str, int]
+    field_order: list[str]
+    state_dir: str | None = None
+    rules: str | None = None
+    lease: float | None = None
+    acl: Acl = field(default_factory=Acl)
+    metrics: tuple[str, int] | None = None
+    capacity: int = 100_000
+    limits: Limits = DEFAULT_LIMITS
+    xdp_mode: str = "auto"
+    resolver: Callable = resolve
+
+
+@dataclass
+class Live:
+    """A live subscription: ``condition`` (AST) of ``text``, endpoint ``ep`` with number ``sid``,
+    the request's ``source`` address, lease ``expires`` (Unix s or None)."""
+
+    id: int
+    text: str
+    condition: object
+    ep: tuple[str, int]
+    sid: int
+    source: str
+    expires: float | None
+
+
+@dataclass
+class Pending:
+    """A queued request: ``kind`` (the verb, or 'tick'), the parsed ``req``, its ``source``
+    (address, port), ``reply`` (sends one line), ``region`` (SUBSCRIBE), receipt time ``t0``."""
+
+    kind: str
+    req: Request | None = None
+    source: tuple[str, int] = ("", 0)
+    reply: Callable[[str], None] | None = None
+    region: object = None
+    t0: float = 0.0
+
+
+class Daemon:
+    """The ``subc serve`` daemon for ``cfg`` (see the module docstring).  :meth:`start` loads or
+    adopts the data path and restores the store (SubcError on failure); :meth:`stop` ends it,
+    leaving the data path loaded."""
+
+    def __init__(self, cfg: ServeConfig):
+        self.cfg = cfg
+        self.queue: queue.Queue[Pending | None] = queue.Queue()
+        self.subs: dict[int, Live] = {}
+        self.per_source: dict[str, int] = {}
+        self.leases: list[tuple[float, int]] = []
+        self.stopping = threading.Event()
+        self.work = threading.Event()  # the reclaimer has something to do
+        self.threads: list[threading.Thread] = []
+        self.limiter = RateLimiter(cfg.acl.requests_per_second)
+        self.complained: dict[str, float] = {}
+        self.metrics = Metrics(cfg.metrics)
+        self.sockets: list[socket.socket] = []
+        self.started = threading.Event()
+
+    # -- start and stop -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        cfg = self.cfg
+        self.dp: DataPlane = open_dataplane(cfg.spec, cfg.iface, cfg.field_order, cfg.capacity, cfg.state_dir,
+                                            cfg.xdp_mode)
+        self.store = Store(cfg.state_dir)
+        fields = [cfg.spec.query_fields[f] for f in cfg.field_order]
+        self.diagram = LiveDiagram(fields, self.dp.stage_caps())
+        self.writer = LiveMaps(self.dp.maps, self.dp.doc["stages"], self.dp.caps, ROOT_SLOTS)
+        self.broker = LiveBroker(self.diagram, self.writer, grace_waiter(self.dp.maps))
+        known = self.store.endpoints()
+        self.endpoints = EndpointTable(self.dp.maps, known, cfg.resolver)
+        held: list[int] = []
+        if self.dp.adopted:
+            inh = self.writer.inherit()
+            for lv, states in inh.states.items():
+                if lv:
+                    self.diagram.reserve(lv, states)
+            # numbers the inherited leaves may deliver to, beyond the stored endpoints'
+            in_use = {s for s in range(L.MAX_SUBSCRIBERS)
+                      if L.sub_struct(1).unpack(self.dp.maps["subc_subs"].lookup(L.U32.pack(v=s)))["count"]}
+            held = self.endpoints.hold(in_use - set(known.values()))
+
+            def release() -> None:
+                self.writer.release_inherited(inh)
+                for lv, states in inh.states.items():
+                    if lv:
+                        self.diagram.unreserve(lv, states)
+                self.endpoints.free_sids(held)
+
+        self.next_id = self.store.next_free_id()
+        unused = self._restore(inh.live_slot if self.dp.adopted else None, release if self.dp.adopted else None)
+        held += [sid for _, sid in unused]  # freed with the inherited entries (or at once: nothing inherited)
+        if not self.dp.adopted:
+            self.endpoints.free_sids(held)
+        restored = len(self.subs)
+        self._open_sockets()
+        for name, fn in (("network", self._network), ("updater", self._updater), ("reclaimer", self._reclaimer),
+                         ("lease", self._lease_timer)):
+            t = threading.Thread(target=fn, name=f"subc-{name}", daemon=True)
+            t.start()
+            self.threads.append(t)
+        gc.collect()
+        gc.freeze()
+        self.metrics.subscriptions.set(len(self.subs))
+        _event(logging.INFO, "serving", iface=cfg.iface, listen=f"{cfg.listen[0]}:{self.port}",
+               adopted=self.dp.adopted, restored=restored, field_order=cfg.field_order)
+        self.started.set()
+
+    def _restore(self, inherited_slot: int | None, release) -> list:
+        """Apply the stored subscriptions and those of ``--rules`` (in changes of RESTORE_BATCH;
+        the first one switches away from an ``inherited_slot``, whose entries ``release()``
+        frees after the grace period).  A stored subscription that no longer parses or whose
+        endpoint cannot be resolved is dropped from the store, logged.  Returns the stored
+        endpoints no subscription uses ((ip, port), sid), forgotten by the store."""
+        if inherited_slot is not None:
+            self.broker.adopt(inherited_slot, release)
+        stored = [s for s in self.store.all() if s.source != RULES_SOURCE]
+        if self.cfg.rules:
+            stored += self._rules_file(self.cfg.rules)
+        dropped: list[int] = []
+        ops, lives = [], []
+        for s in stored:
+            try:
+                cond = parse_rules(s.text + " : fwd(0);", self.cfg.spec, "<store>", limits=self.cfg.limits)[0].condition
+                region = self.diagram.region(cond)
+                sid, _ = self.endpoints.acquire((s.ip, s.port), fresh=False)
+            except SubcError as e:
+                _event(logging.WARNING, "restore_dropped", id=s.id, condition=s.text, reason=e.message)
+                dropped.append(s.id)
+                continue
+            live = Live(s.id, s.text, cond, (s.ip, s.port), sid, s.source, s.expires)
+            ops.append((region, sid, +1))
+            lives.append(live)
+            if len(ops) >= RESTORE_BATCH:
+                self.broker.apply(ops)
+                ops = []
+        self.broker.apply(ops, force=True)  # switches away from an inherited root even with nothing to restore
+        for live in lives:
+            self._track(live)
+            self.per_source[live.source] = self.per_source.get(live.source, 0) + 1
+        unused = self.endpoints.forget_known()
+        eps: dict = {ep: e.sid for ep, e in self.endpoints.by_ep.items()}
+        eps.update({ep: None for ep, _ in unused})
+        self.store.commit([], dropped, eps, next_id=self.next_id)
+        return unused
+
+    def _rules_file(self, path: str) -> list[Stored]:
+        """``--rules``: subscriptions made at every start and never stored nor removable by a
+        request: one per line, ``<condition> TO <ip>:<port>`` (# comments)."""
+        out = []
+        for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+            if not line.strip() or line.lstrip().startswith(("#", "//")):
+                continue
+            try:
+                req = parse_request(("SUBSCRIBE " + line).encode(), self.cfg.spec, self.cfg.limits)
+            except ProtocolError as e:
+                raise SubcError(f"{path}:{n}:{max(1, e.column - 10)}: error: {e.message}") from None
+            if req.to is None:
+                raise SubcError(f"{path}:{n}:1: error: a subscription of --rules needs TO <ip>:<port>")
+            sid = self.next_id
+            self.next_id += 1
+            out.append(Stored(sid, req.text, req.to[0], req.to[1], RULES_SOURCE, None))
+        return out
+
+    def _open_sockets(self) -> None:
+        host, port = self.cfg.listen
+        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.udp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.udp.bind((host, port))
+        self.port = self.udp.getsockname()[1]
+        self.tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.tcp.bind((host, self.port))
+        self.tcp.listen(128)
+        self.udp.setblocking(False)
+        self.tcp.setblocking(False)
+        self.sockets = [self.udp, self.tcp]
+
+    def stop(self) -> None:
+        """Stop the threads and close the sockets and the store (the data path stays loaded)."""
+        self.stopping.set()
+        self.queue.put(None)
+        self.work.set()
+        for t in self.threads:
+            t.join(timeout=5)
+        for s in self.sockets:
+            s.close()
+        self.metrics.close()
+        self.store.close()
+
+    # -- the network thread -------------------------------------------------------------------
+
+    def _network(self) -> None:
+        sel = selectors.DefaultSelector()
+        sel.register(self.udp, selectors.EVENT_READ, "udp")
+        sel.register(self.tcp, selectors.EVENT_READ, "accept")
+        conns: dict[socket.socket, bytearray] = {}
+        while not self.stopping.is_set():
+            for key, _ in sel.select(timeout=0.2):
+                kind = key.data
+                if kind == "udp":
+                    for _ in range(64):
+                        try:
+                            data, addr = self.udp.recvfrom(65536)
+                        except BlockingIOError:
+                            break
+                        except OSError:
+                            break
+
+                        def reply(line: str, addr=addr) -> None:
+                            try:
+                                self.udp.sendto(line.encode() + b"\n", addr)
+                            except OSError:
+                                pass
+
+                        for raw in data.split(b"\n"):
+                            if raw.strip():
+                                self._request(raw, addr, reply)
+                elif kind == "accept":
+                    try:
+                        conn, _ = self.tcp.accept()
+                    except OSError:
+                        continue
+                    conn.setblocking(False)
+                    conns[conn] = bytearray()
+                    sel.register(conn, selectors.EVENT_READ, ("tcp", conn.getpeername(), threading.Lock()))
+                else:
+                    _, peer, lock = kind
+                    conn = key.fileobj
+                    try:
+                        data = conn.recv(65536)
+                    except OSError:
+                        data = b""
+                    if not data:
+                        sel.unregister(conn)
+                        conns.pop(conn, None)
+                        conn.close()
+                        continue
+                    buf = conns[conn]
+                    buf += data
+
+                    def reply(line: str, conn=conn, lock=lock) -> None:
+                        with lock:
+                            _send_all(conn, line.encode() + b"\n")
+
+                    while True:
+                        i = buf.find(b"\n")
+                        if i < 0:
+                            break
+                        raw = bytes(buf[:i])
+                        del buf[: i + 1]
+                        if raw.strip():
+                            self._request(raw, peer, reply)
+                    if len(buf) > MAX_LINE:
+                        reply(f"ERR request longer than {MAX_LINE} bytes")
+                        sel.unregister(conn)
+                        conns.pop(conn, None)
+                        conn.close()
+        for conn in conns:
+            conn.close()
+
+    def _request(self, raw: bytes, source: tuple[str, int], reply: Callable[[str], None]) -> None:
+        t0 = time.perf_counter()
+        src = source[0]
+        if not self.limiter.allow(src):
+            self.metrics.requests.labels("any", "rate_limited").inc()
+            now = time.monotonic()
+            if now - self.complained.get(src, 0.0) >= 1.0:  # one complaint per second, no amplification
+                self.complained[src] = now
+                reply(f"ERR rate limit: {self.cfg.acl.requests_per_second:g} requests per second")
+            return
+        try:
+            req = parse_request(raw, self.cfg.spec, self.cfg.limits)
+        except ProtocolError as e:
+            verb = raw.split(None, 1)[0].upper() if raw.split() else b""
+            self.metrics.requests.labels("bad", "error").inc()
+            reply(e.reply("SUBERR" if verb == b"SUBSCRIBE" else "ERR"))
+            return
+        if req.verb == "PING":
+            reply("PONG")
+            return
+        p = Pending(req.verb, req, source, reply, None, t0)
+        if req.verb == "SUBSCRIBE":
+            if LiveDiagram.is_empty(region := self._region(req, reply)):
+                return
+            p.region = region
+        self.queue.put(p)
+
+    def _region(self, req: Request, reply):
+        """The region of ``req``'s condition, or a FALSE marker (after an error reply)."""
+        try:
+            region = self.diagram.region(req.condition)
+        except SubcError as e:
+            col = req.column + (e.location.column - 1 if e.location else 0)
+            reply(f"SUBERR {col} {e.message}")
+            return _EMPTY
+        if LiveDiagram.is_empty(region):
+            reply(f"SUBERR {req.column} the condition accepts no message")
+            return _EMPTY
+        return region
+
+    # -- the updater thread -------------------------------------------------------------------
+
+    def _updater(self) -> None:
+        while True:
+            first = self.queue.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < MAX_BATCH:
+                try:
+                    p = self.queue.get_nowait()
+                except queue.Empty:
+                    break
+                if p is None:
+                    self._process(batch)
+                    return
+                batch.append(p)
+            try:
+                self._process(batch)
+            except Exception as e:  # noqa: BLE001 - the daemon must outlive one bad batch
+                _event(logging.ERROR, "batch_failed", error=repr(e))
+                for p in batch:
+                    if p.reply:
+                        p.reply("ERR internal error")
+            gc.freeze()  # what is alive now is long-lived: keep it out of the cyclic collector's scans
+
+    def _process(self, batch: list[Pending]) -> None:
+        now = time.time()
+        subs: list[tuple[Pending, Live]] = []
+        unsubs: list[tuple[Pending, Live]] = []
+        removing: set[int] = set()
+        ep_new: dict[tuple[str, int], int] = {}
+        for p in batch:
+            if p.kind == "SUBSCRIBE":
+                live = self._admit(p, now, ep_new)
+                if live is not None:
+                    subs.append((p, live))
+            elif p.kind in ("UNSUBSCRIBE", "expire"):
+                live = self.subs.get(p.req.sub_id)
+                if live is None or live.id in removing or (p.kind == "UNSUBSCRIBE" and live.source != p.source[0]):
+                    if p.reply:
+                        p.reply(f"ERR no subscription {p.req.sub_id} of {p.source[0]}")
+                    continue
+                removing.add(live.id)
+                unsubs.append((p, live))
+            elif p.kind == "tick":
+                for sid in self._expired(now):
+                    if sid not in removing:
+                        removing.add(sid)
+                        unsubs.append((Pending("expire", Request("UNSUBSCRIBE", sub_id=sid)), self.subs[sid]))
+        if subs or unsubs:
+            subs = self._change(subs, unsubs)
+        # RENEW and LIST see the change's result
+        renewed: list[int] = []
+        for p in batch:
+            if p.kind == "RENEW":
+                ids = [p.req.sub_id] if p.req.sub_id is not None else [
+                    i for i, lv in self.subs.items() if lv.source == p.source[0]]
+                ids = [i for i in ids if i in self.subs and self.subs[i].source == p.source[0]]
+                exp = now + self.cfg.lease if self.cfg.lease else None
+                for i in ids:
+                    self.subs[i].expires = exp
+                    if exp is not None:
+                        heapq.heappush(self.leases, (exp, i))
+                renewed += ids
+                p.reply(f"RENEWACK {len(ids)}")
+            elif p.kind == "LIST":
+                mine = [lv for lv in self.subs.values() if lv.source == p.source[0]]
+                for lv in mine:
+                    p.reply(f"SUB {lv.id} {lv.ep[0]}:{lv.ep[1]} {lv.text}")
+                p.reply(f"END {len(mine)}")
+        if renewed:
+            self.store.renew(renewed, now + self.cfg.lease if self.cfg.lease else None)
+
+    def _admit(self, p: Pending, now: float, ep_new: dict) -> Live | None:
+        """A SUBSCRIBE's subscription, its endpoint numbered, or None after an error reply."""
+        req, src = p.req, p.source[0]
+        ep = req.to or p.source
+        if req.to is not None and not self.cfg.acl.may_send_to(src, req.to[0], req.token):
+            self.metrics.requests.labels("SUBSCRIBE", "denied").inc()
+            p.reply(f"SUBERR {req.column + len(req.text)} the ACL does not let {src} direct deliveries to {req.to[0]}")
+            return None
+        if self.per_source.get(src, 0) >= self.cfg.acl.subs_per_source:
+            self.metrics.requests.labels("SUBSCRIBE", "limit").inc()
+            p.reply(f"SUBERR 1 {src} has {self.cfg.acl.subs_per_source} subscriptions, the most one source may have")
+            return None
+        try:
+            sid, new = self.endpoints.acquire(ep)
+        except SubcError as e:
+            p.reply(f"SUBERR 1 endpoint {ep[0]}:{ep[1]}: {e.message}")
+            return None
+        if new:
+            ep_new[ep] = sid
+        self.per_source[src] = self.per_source.get(src, 0) + 1
+        live = Live(self.next_id, req.text, req.condition, ep, sid, src,
+                    now + self.cfg.lease if self.cfg.lease else None)
+        self.next_id += 1
+        return live
+
+    def _change(self, subs: list, unsubs: list) -> list:
+        """Apply the additions ``subs`` and removals ``unsubs`` ((Pending, Live)) in one change,
+        or one by one when the batch does not fit, commit and reply.  Returns the additions made."""
+        ops = [(p.region, lv.sid, +1) for p, lv in subs]
+        ops += [(self.diagram.region(lv.condition), lv.sid, -1) for _, lv in unsubs]
+        try:
+            self.broker.apply(ops)
+            ok_subs, ok_unsubs = subs, unsubs
+        except (CapacityError, SubcError):
+            ok_subs, ok_unsubs = [], []
+            for (p, lv), op in zip(subs + unsubs, ops):
+                try:
+                    self.broker.apply([op])
+                except (CapacityError, SubcError) as e:
+                    if op[2] > 0:
+                        self._undo_admit(lv)
+                        p.reply(f"SUBERR 1 the data plane is full: {e.message}")
+                    else:
+                        p.reply(f"ERR the data plane is full: {e.message}")
+                    continue
+                (ok_subs if op[2] > 0 else ok_unsubs).append((p, lv))
+        eps: dict[tuple[str, int], int | None] = {}
+        for _, lv in ok_subs:
+            self._track(lv)
+            eps.setdefault(lv.ep, lv.sid)
+        for _, lv in ok_unsubs:
+            self._untrack(lv)
+            if self.endpoints.release(lv.ep):
+                eps[lv.ep] = None
+        self.work.set()
+        self.store.commit([Stored(lv.id, lv.text, lv.ep[0], lv.ep[1], lv.source, lv.expires) for _, lv in ok_subs],
+                          [lv.id for _, lv in ok_unsubs], eps, next_id=self.next_id)
+        done = time.perf_counter()
+        for p, lv in ok_subs:
+            p.reply(f"SUBACK {lv.id}")
+            self.metrics.suback.observe(done - p.t0)
+            self.metrics.requests.labels("SUBSCRIBE", "ok").inc()
+        for p, lv in ok_unsubs:
+            if p.reply:
+                p.reply(f"UNSUBACK {lv.id}")
+            self.metrics.requests.labels(p.kind, "ok").inc()
+            _event(logging.DEBUG, p.kind.lower(), id=lv.id, endpoint=f"{lv.ep[0]}:{lv.ep[1]}")
+        self.metrics.changes.inc()
+        self.metrics.subscriptions.set(len(self.subs))
+        self.metrics.endpoints.set(len(self.endpoints))
+        return ok_subs
+
+    def _undo_admit(self, lv: Live) -> None:
+        self.per_source[lv.source] -= 1
+        self.endpoints.release(lv.ep)
+
+    def _track(self, lv: Live) -> None:
+        self.subs[lv.id] = lv
+        if lv.expires is not None:
+            heapq.heappush(self.leases, (lv.expires, lv.id))
+
+    def _untrack(self, lv: Live) -> None:
+        del self.subs[lv.id]
+        self.per_source[lv.source] -= 1
+        if not self.per_source[lv.source]:
+            del self.per_source[lv.source]
+
+    def _expired(self, now: float) -> list[int]:
+        out = []
+        while self.leases and self.leases[0][0] <= now:
+            exp, i = heapq.heappop(self.leases)
+            lv = self.subs.get(i)
+            if lv is not None and lv.expires is not None and lv.expires <= now:
+                out.append(i)
+        return out
+
+    # -- the reclaimer and the lease timer ----------------------------------------------------
+
+    def _reclaimer(self) -> None:
+        while not self.stopping.is_set():
+            self.work.wait(timeout=0.5)
+            self.work.clear()
+            drained = self.endpoints.take_draining()
+            pending = self.broker.pending()
+            if pending:
+                self.broker.reclaim()
+            elif drained:
+                self.broker.grace()
+            if drained:
+                self.endpoints.free_drained(drained)
+
+    def _lease_timer(self) -> None:
+        if not self.cfg.lease:
+            return
+        tick = max(0.05, min(self.cfg.lease / 4, 1.0))
+        while not self.stopping.wait(tick):
+            self.queue.put(Pending("tick"))
+
+    # -- operations ---------------------------------------------------------------------------
+
+    def serve_forever(self) -> None:
+        """Block until :meth:`stop` (from a signal handler or another thread)."""
+        self.stopping.wait()
+
+
+def _send_all(conn: socket.socket, data: bytes, timeout_ms: int = 1000) -> None:
+    """Send ``data`` on non-blocking ``conn`` (waiting with poll while its buffer is full); a
+    client that reads nothing for ``timeout_ms`` loses the rest."""
+    poller = select.poll()
+    poller.register(conn, select.POLLOUT)
+    view = memoryview(data)
+    while view:
+        try:
+            n = conn.send(view)
+        except BlockingIOError:
+            if not poller.poll(timeout_ms):
+                return
+            continue
+        except OSError:
+            return
+        view = view[n:]
+
+
+class _Empty:
+    """The region marker of a request already answered with an error."""
+
+    false = True
+
+
+_EMPTY = _Empty()

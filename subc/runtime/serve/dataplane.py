@@ -1,0 +1,103 @@
+"""The data path of ``subc serve``: loaded once, pinned, and adopted again by a restarted daemon.
+
+The program is :func:`~subc.compiler.targets.ebpf.live_program` of the spec and field order,
+loaded and attached like ``subc load`` does (maps and programs pinned under
+``/sys/fs/bpf/subc/<iface>``, ``state.json`` with ``"mode": "serve"``), so it keeps forwarding
+while the daemon is down.  A daemon that finds it loaded with the same spec text, field order
+and capacity opens the pinned maps instead (:func:`open_dataplane`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...compiler.spec import Spec
+from ...errors import SubcError
+from ..bpf import Map, prog_info
+from ..broker import (LoadedFilter, ensure_bpffs, ifindex_of, pin_and_attach, pin_dir, pinned_maps, read_state,
+                      state_path, write_state)
+
+ROOT_SLOTS = 16
+STATE_ROLES = ("state_info", "leaf", "leaf_sets", "leaf_counters")
+ENTRY_ROLES = ("bounds", "exact", "lpm")
+
+
+def default_field_order(spec: Spec) -> list[str]:
+    """Every query field of ``spec``: exact ones first, then lpm, then range (each in spec order)."""
+    rank = {"exact": 0, "lpm": 1, "range": 2}
+    return sorted(spec.query_fields, key=lambda n: (rank.get(spec.query_fields[n].match_kind, 3),
+                                                    list(spec.query_fields).index(n)))
+
+
+def serve_caps(doc: dict, capacity: int) -> dict[str, int]:
+    """Map capacities for about ``capacity`` live subscriptions: states per stage and leaves
+    4 x capacity (+1,024: retired versions wait for their grace period), bounds, exact and lpm
+    entries 16 x capacity (+4,096; range segments are rounded up to powers of two)."""
+    out = {}
+    for m in doc["maps"]:
+        if m["role"] in STATE_ROLES:
+            out[m["name"]] = 4 * capacity + 1024
+        elif m["role"] in ENTRY_ROLES:
+            out[m["name"]] = 16 * capacity + 4096
+    return out
+
+
+@dataclass
+class DataPlane:
+    """The loaded data path: ``maps`` by name, ``doc`` (``maps.json``), ``caps``, whether it was
+    ``adopted`` from a previous daemon, and ``lf`` (the program, when this process loaded it)."""
+
+    iface: str
+    maps: dict[str, Map]
+    doc: dict
+    caps: dict[str, int]
+    adopted: bool
+    lf: LoadedFilter | None = None
+
+    def stage_caps(self) -> list[int]:
+        """States per level 1..n of the live diagram (each array's state 0 is the dead state)."""
+        return [self.caps[st["maps"][0]] - 1 for st in self.doc["stages"][1:]] + [self.caps["subc_leaf"] - 1]
+
+
+def open_dataplane(spec: Spec, iface: str, order: list[str], capacity: int, state_dir: str | None,
+                   xdp_mode: str = "auto") -> DataPlane:
+    """Adopt the data path ``subc serve`` left on ``iface`` (same spec text, field order and
+    capacity), or load a new one.  Raises SubcError when ``iface`` runs something else (a rule
+    set of ``subc load``, another spec or order: unload first) or the program cannot be loaded."""
+    from ...compiler.targets.ebpf import live_program
+
+    spec_hash = hashlib.sha256(Path(spec.path).read_bytes()).hexdigest()
+    if state_path(iface).exists():
+        state = read_state(iface)
+        want = {"mode": "serve", "spec_sha256": spec_hash, "field_order": order, "capacity": capacity}
+        have = {k: state.get(k) for k in want}
+        if have != want:
+            diff = ", ".join(f"{k} {have[k]!r} (now {want[k]!r})" for k in want if have[k] != want[k])
+            raise SubcError(f"{iface} runs a data path loaded with {diff}: run subc unload {iface} first")
+        doc = json.loads((state_path(iface).parent / "maps.json").read_text())
+        return DataPlane(iface, pinned_maps(state), doc, state["capacities"], True)
+    if pin_dir(iface).exists():
+        raise SubcError(f"{pin_dir(iface)} exists without a state: run subc unload {iface} first")
+    doc, src, _ = live_program(spec, order)
+    caps = serve_caps(doc, capacity)
+    ifindex = ifindex_of(iface)
+    ensure_bpffs()
+    lf = LoadedFilter.build(doc, src, None, min_caps=caps, max_endpoints=1)
+    pin_and_attach(lf, iface, ifindex, xdp_mode)
+    info = {"xdp": prog_info(lf.program.xdp.fd), "tc": prog_info(lf.program.tc.fd)}
+    state = {
+        "iface": iface, "ifindex": ifindex, "mode": "serve", "spec": str(Path(spec.path).resolve()),
+        "spec_sha256": spec_hash, "field_order": order, "capacity": capacity,
+        "state_dir": state_dir and str(Path(state_dir).resolve()),
+        "generation": 0, "capacities": lf.caps, "max_endpoints": 1, "regions_used": {}, "xdp_mode": xdp_mode,
+        "programs": info, "subscribers": None, "subscriber_names": {}, "leaves": {},
+        "maps": {m["name"]: {"key": m["key"]["size"], "value": lf.maps[m["name"]].value_size, "type": m["type"]}
+                 for m in doc["maps"]},
+        "loaded_at": time.time(), "links": [], "fanout": {"enabled": False, "reason": "subc serve"},
+    }
+    write_state(iface, state, doc)
+    return DataPlane(iface, lf.maps, doc, lf.caps, False, lf)

@@ -1,0 +1,39 @@
+"""Prometheus metrics of ``subc serve`` (``--metrics ADDR:PORT``, the ``prometheus_client`` library).
+
+Each daemon has its own registry (several daemons may run in one process in tests):
+
+* ``subc_serve_requests_total{verb, result}``: requests by verb and outcome (ok, error, denied,
+  limit, rate_limited);
+* ``subc_serve_suback_seconds``: from a SUBSCRIBE's arrival to its SUBACK (the data plane
+  already updated and the store committed), a histogram;
+* ``subc_serve_changes_total``: changes applied to the data plane (each one root switch);
+* ``subc_serve_subscriptions``, ``subc_serve_endpoints``: live subscriptions and endpoints.
+
+Deliveries per subscriber are the data plane's counters: ``subc stats``.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+SUBACK_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0)
+
+
+class Metrics:
+    """The metrics above; served over HTTP on ``listen`` ((address, port)) when given."""
+
+    def __init__(self, listen: tuple[str, int] | None = None):
+        self.registry = r = CollectorRegistry()
+        self.requests = Counter("subc_serve_requests", "requests by verb and outcome", ["verb", "result"], registry=r)
+        self.suback = Histogram("subc_serve_suback_seconds", "SUBSCRIBE arrival to SUBACK (data plane updated), s",
+                                buckets=SUBACK_BUCKETS, registry=r)
+        self.changes = Counter("subc_serve_changes", "changes applied to the data plane (root switches)", registry=r)
+        self.subscriptions = Gauge("subc_serve_subscriptions", "live subscriptions", registry=r)
+        self.endpoints = Gauge("subc_serve_endpoints", "delivery endpoints with a subscription", registry=r)
+        self.server = None
+        if listen is not None:
+            self.server, _ = start_http_server(listen[1], addr=listen[0], registry=r)
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
