@@ -54,6 +54,8 @@ from .store import Store, Stored
 
 MAX_BATCH = 4096  # requests coalesced into one change
 RULES_SOURCE = "rules-file"  # the source of --rules subscriptions
+UDP_RCVBUF = 16 << 20  # bytes
+SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)  # Linux, <asm-generic/socket.h>
 RESTORE_BATCH = 5000  # stored subscriptions per change at start
 log = logging.getLogger("subc.serve")
 
@@ -248,6 +250,10 @@ class Daemon:
         host, port = self.cfg.listen
         self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.udp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:  # room for bursts of requests while a change is applied (root may exceed rmem_max)
+            self.udp.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, UDP_RCVBUF)
+        except OSError:
+            self.udp.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, UDP_RCVBUF)
         self.udp.bind((host, port))
         self.port = self.udp.getsockname()[1]
         self.tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
