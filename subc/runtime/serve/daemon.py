@@ -369,22 +369,22 @@ class Daemon:
             return
         p = Pending(req.verb, req, source, reply, None, t0)
         if req.verb == "SUBSCRIBE":
-            if LiveDiagram.is_empty(region := self._region(req, reply)):
+            p.region = self._region(req, reply)
+            if p.region is None:
                 return
-            p.region = region
         self.queue.put(p)
 
     def _region(self, req: Request, reply):
-        """The region of ``req``'s condition, or a FALSE marker (after an error reply)."""
+        """The region of ``req``'s condition, or None (after an error reply)."""
         try:
             region = self.diagram.region(req.condition)
         except SubcError as e:
             col = req.column + (e.location.column - 1 if e.location else 0)
             reply(f"SUBERR {col} {e.message}")
-            return _EMPTY
+            return None
         if LiveDiagram.is_empty(region):
             reply(f"SUBERR {req.column} the condition accepts no message")
-            return _EMPTY
+            return None
         return region
 
     # -- the updater thread -------------------------------------------------------------------
@@ -602,12 +602,3 @@ def _send_all(conn: socket.socket, data: bytes, timeout_ms: int = 1000) -> None:
         except OSError:
             return
         view = view[n:]
-
-
-class _Empty:
-    """The region marker of a request already answered with an error."""
-
-    false = True
-
-
-_EMPTY = _Empty()
