@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import condition
 from test_differential import FIELDS, SPEC
+from test_topics import topic_spec
 
 from subc.compiler.rules import parse_rules
 from subc.runtime.serve.protocol import MAX_LINE, ProtocolError, parse_request
@@ -84,3 +85,35 @@ def test_store_keeps_subscriptions_across_reopen(tmp_path):
     assert [(x.id, x.text, x.port, x.expires) for x in s.all()] == [(1, "h.a > 1", 5001, 500.0), (3, "h.a > 3", 5003, 500.0)]
     assert s.next_id() == 4
     assert s.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+TOPIC_SPEC = topic_spec(3, 16, "range", extra=True)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.sampled_from(["SUB", "sub", "REGISTER", "UNREGISTER"]).flatmap(
+    lambda v: st.text(alphabet=st.sampled_from("ab/+#$ WHERE<>=1TOKEN.:\t\x00é"), max_size=80).map(
+        lambda t: f"{v} {t}".encode("utf-8", "replace"))))
+def test_topic_requests_give_a_request_or_a_located_error(raw):
+    try:
+        r = parse_request(raw, TOPIC_SPEC, depth=3)
+    except ProtocolError as e:
+        assert 1 <= e.column <= len(raw) + 1
+        assert e.message and "\n" not in e.reply("SUBERR")
+        return
+    assert r.topic is not None and 1 <= len([lv for lv in r.topic if lv != "#"]) + (r.topic[-1] == "#") <= 4
+
+
+def test_store_keeps_labels_and_registrations(tmp_path):
+    from subc.runtime.serve.store import REMOVED, TopicChanges
+
+    s = Store(tmp_path)
+    s.commit([Stored(1, "", "10.0.0.2", 5000, "10.0.0.2", None, "a/+")], [], {},
+             topics=TopicChanges({"a": 1, "b": 2}, set(), 3, {("a/b", "10.0.0.9"): 12.5, ("a", "10.0.0.9"): None}))
+    s.commit([], [], {}, topics=TopicChanges({"c": 3}, {"b"}, 4, {("a", "10.0.0.9"): REMOVED}))
+    s.close()
+    s = Store(tmp_path)
+    assert s.labels() == ({"a": 1, "c": 3}, 4)
+    assert s.registrations() == [("a/b", "10.0.0.9", 12.5)]
+    assert s.all()[0].filter == "a/+"
+    s.close()

@@ -10,7 +10,16 @@ constants, typedefs and a ``parser``) and names the fields that rules may use:
 ``@pragma query_default_action(name)``                  action of packets that match no rule (drop)
 ``@pragma query_field_scale(h.f, digits)``              subc: fixed-point field, ``digits`` implied decimals
 ``@pragma query_field_alpha(h.f)``                      subc: ASCII text field (ITCH Alpha); strings only
+``@pragma query_payload(h)``                            subc: a message with header ``h`` has a payload
+``@pragma query_topic(h.n, h.l0, h.l1, ...)``           subc: topic levels (count, then one label field each)
 =====================================================  ===========================================
+
+``query_payload``: a message whose parse extracts instance ``h`` may be longer than its headers
+(the rest is its payload, delivered with it, never parsed); any other message's length must equal
+its headers'.  ``query_topic`` names the fields ``subc serve`` labels hierarchical topics with
+(``REGISTER``/``SUB``, MQTT-style): ``h.n`` holds the number of levels of a message's topic and
+``h.l0``... the numeric label of each level (the deepest topic has one level per label field); all
+are query fields, the labels exact or range fields.
 
 ``h`` is the header *instance* (a member of the headers struct), as in Camus.  Top-level
 ``action`` declarations become actions that rules may call; their bodies are copied into
@@ -136,6 +145,16 @@ class ParserDecl:
     states: list[ParserState]
 
 
+@dataclass(frozen=True)
+class TopicFields:
+    """``@pragma query_topic``: ``levels`` (the field holding a topic's number of levels) and
+    ``labels`` (one field per level, the numeric label of that level's name), query field names."""
+
+    levels: str
+    labels: tuple[str, ...]
+    location: Location
+
+
 @dataclass
 class Spec:
     """A parsed message-format spec (see the module docstring)."""
@@ -154,6 +173,10 @@ class Spec:
     default_action_location: Location | None = None
     #: 'p4_16', 'p4_14' (translated to P4_16 for the P4 targets) or 'pragmas' (pragma lines only)
     form: str = "p4_16"
+    #: header instances after which a message carries a payload (``@pragma query_payload``)
+    payload_instances: set[str] = field(default_factory=set)
+    #: ``@pragma query_topic``: the topic levels' fields, or None
+    topic: TopicFields | None = None
 
     @property
     def infers_actions(self) -> bool:
@@ -600,7 +623,8 @@ class _SpecParser(P414Declarations):
         for p in self.pragmas:
             if p.name in kinds:
                 self.query_field_pragma(p, kinds[p.name], instances)
-            elif p.name in ("query_field_scale", "query_field_alpha", "query_default_action"):
+            elif p.name in ("query_field_scale", "query_field_alpha", "query_default_action", "query_payload",
+                            "query_topic"):
                 extra.append(p)
             elif p.name == "query_control":
                 continue  # Camus: where its generated control goes; subc generates the whole pipeline
@@ -615,6 +639,12 @@ class _SpecParser(P414Declarations):
                     raise SubcError("query_default_action takes one action name", self.loc(p.offset))
                 spec.default_action = p.args[0]
                 spec.default_action_location = self.loc(p.arg_offsets[0])
+                continue
+            if p.name == "query_payload":
+                self.payload_pragma(p, instances)
+                continue
+            if p.name == "query_topic":
+                self.topic_pragma(p)
                 continue
             want = 2 if p.name == "query_field_scale" else 1
             if len(p.args) != want:
@@ -642,6 +672,41 @@ class _SpecParser(P414Declarations):
                 f"default action '{da}' must be drop, nop, or a spec action without parameters",
                 spec.default_action_location or self.loc(0),
             )
+
+    def payload_pragma(self, p: Pragma, instances: dict[str, str]) -> None:
+        if len(p.args) != 1 or not IDENT_RE.match(p.args[0]):
+            raise SubcError("query_payload takes one header instance", self.loc(p.offset))
+        if self.spec.headers and p.args[0] not in instances:
+            raise SubcError(f"unknown header instance '{p.args[0]}' (not a member of the headers struct)",
+                            self.loc(p.arg_offsets[0]))
+        self.spec.payload_instances.add(p.args[0])
+
+    def topic_pragma(self, p: Pragma) -> None:
+        spec = self.spec
+        if spec.topic is not None:
+            raise SubcError("query_topic is given twice", self.loc(p.offset))
+        if len(p.args) < 2:
+            raise SubcError("query_topic takes the level-count field and at least one label field",
+                            self.loc(p.offset))
+        seen: set[str] = set()
+        for i, (a, off) in enumerate(zip(p.args, p.arg_offsets)):
+            q = spec.query_fields.get(a)
+            if q is None:
+                raise SubcError(f"'{a}' is not a query field (declare it with @pragma query_field first)",
+                                self.loc(off))
+            if a in seen:
+                raise SubcError(f"'{a}' is named twice in query_topic", self.loc(off))
+            seen.add(a)
+            if q.alpha or q.scale is not None:
+                raise SubcError(f"topic field '{a}' must be an integer field (not alpha, not scaled)", self.loc(off))
+            if i and q.match_kind == "lpm":
+                raise SubcError(f"label field '{a}' must be an exact or range field", self.loc(off))
+            if i == 0 and (1 << q.width) <= len(p.args) - 1:
+                raise SubcError(f"level-count field '{a}' ({q.width} bits) cannot hold {len(p.args) - 1}",
+                                self.loc(off))
+            if i and q.width < 8:
+                raise SubcError(f"label field '{a}' must be at least 8 bits wide", self.loc(off))
+        spec.topic = TopicFields(p.args[0], tuple(p.args[1:]), self.loc(p.offset))
 
     def query_field_pragma(self, p: Pragma, kind: str, instances: dict[str, str]) -> None:
         spec = self.spec

@@ -244,8 +244,11 @@ class VectorDecoder:
         status = np.full(n, REJECT, dtype=np.int8)
         acc = state == _ACCEPT
         known = ~default
-        status[acc & known & (parsed == lengths)] = OK
-        status[acc & known & (parsed != lengths)] = MISMATCH
+        fits = parsed == lengths
+        for inst in self.graph.spec.payload_instances & set(valid):  # a payload follows its headers
+            fits |= valid[inst] & (parsed < lengths)
+        status[acc & known & fits] = OK
+        status[acc & known & ~fits] = MISMATCH
         status[acc & ~known] = UNKNOWN
         status[(state == _SHORT) & known & (type_key >= 0)] = MISMATCH
         ok = status <= UNKNOWN

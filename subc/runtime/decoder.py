@@ -10,7 +10,8 @@ has no datagram, so they are valid with every field 0.
 A decoded message (:class:`Decoded`) has a ``status``:
 
 * ``ok``: the parser accepted it on a *known type* (no ``default`` case taken after the message
-  start) whose length equals the message's length;
+  start) whose length equals the message's length, or is at most the message's length when the
+  parser extracted a header the spec gives a payload (``@pragma query_payload``);
 * ``unknown_type``: it took a ``default`` case (a type the spec does not parse): decoded as far as
   the parser went, which is the data plane's view of it;
 * ``length_mismatch``: a known type whose length in the spec differs from the message's length:
@@ -105,6 +106,7 @@ class MessageDecoder:
         self.fields = list(spec.query_fields) if fields is None else list(fields)
         self.graph.reachable(feed.entry)  # every state on the message path must be followable
         self.network_instances = (feed.eth, feed.ipv4, feed.udp)
+        self.payload = frozenset(spec.payload_instances)
         self._net_zero = {f: 0 for f in self.fields if f.split(".", 1)[0] in self.network_instances}
         self.types = self._type_table()
 
@@ -128,7 +130,8 @@ class MessageDecoder:
         if w.status != "accept":
             return Decoded(REJECTED, key, len(msg))
         parsed = (w.end + 7) // 8 - MOLD_PREFIX_BYTES
-        if known and w.end != (MOLD_PREFIX_BYTES + len(msg)) * 8:
+        end = (MOLD_PREFIX_BYTES + len(msg)) * 8
+        if known and w.end != end and not (w.end < end and self.payload.intersection(w.valid)):
             return Decoded(LENGTH_MISMATCH, key, len(msg), parsed)
         values = self.graph.values(data, w, self.fields)
         valid = set(w.valid)
@@ -158,6 +161,8 @@ class MessageDecoder:
         sel = next(((st, off) for st, off, _ in probe.keys if off >= start), None)
         if sel is None:
             n = probe.end // 8 - MOLD_PREFIX_BYTES if probe.status == "accept" else None
+            if self.payload.intersection(probe.valid):
+                n = None  # messages with a payload have no one length
             return TypeTable(0, 0, {0: n} if n else {})
         st = self.graph.state(sel[0])
         width = st.key_width
@@ -168,6 +173,7 @@ class MessageDecoder:
             data = bytearray(MOLD_PREFIX_BYTES + 4096)
             put_bits(data, sel[1], width, ks.value)
             w = self.graph.walk(bytes(data), self.feed.entry)
-            if w.status == "accept" and not any(b >= start for b in w.default_at):
+            if w.status == "accept" and not any(b >= start for b in w.default_at) \
+                    and not self.payload.intersection(w.valid):  # a type with a payload has no one length
                 lengths.setdefault(ks.value, w.end // 8 - MOLD_PREFIX_BYTES)
         return TypeTable(sel[1] - start, width, lengths)

@@ -181,7 +181,8 @@ def render_filter(res: CompileResult, plan: ParsePlan, doc: dict, rules_path: st
         identifier(f, "field", dotted=True)
     for s in plan.states:
         identifier(s.name, "parser state")
-        extracts = [{"inst": i, "bytes": hb[i], "bit": 1 << plan.bit[i]} for i in s.extracts]
+        extracts = [{"inst": i, "bytes": hb[i], "bit": 1 << plan.bit[i], "payload": i in spec.payload_instances}
+                    for i in s.extracts]
         sel = None
         if s.select is not None:
             sel = {"inst": s.select.instance, "byte_offset": s.select.byte_offset, "n_bytes": s.select.n_bytes,

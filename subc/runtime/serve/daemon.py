@@ -50,7 +50,8 @@ from .dataplane import ROOT_SLOTS, DataPlane, open_dataplane
 from .endpoints import EndpointTable, resolve
 from .metrics import Metrics
 from .protocol import MAX_LINE, ProtocolError, Request, parse_request
-from .store import Store, Stored
+from .store import REMOVED, Store, Stored
+from .topics import TopicBook, TopicError, parse_filter, parse_topic
 
 MAX_BATCH = 4096  # requests coalesced into one change
 RULES_SOURCE = "rules-file"  # the source of --rules subscriptions
@@ -105,6 +106,17 @@ class Live:
     sid: int
     source: str
     expires: float | None
+    filter: str | None = None  # a topic subscription's filter (``text`` is then its WHERE part)
+    names: list = field(default_factory=list)  # the topic level names the filter references
+
+    def stored(self) -> Stored:
+        return Stored(self.id, self.text, self.ep[0], self.ep[1], self.source, self.expires, self.filter)
+
+    def listing(self) -> str:
+        if self.filter is None:
+            return f"SUB {self.id} {self.ep[0]}:{self.ep[1]} {self.text}"
+        where = f" WHERE {self.text}" if self.text else ""
+        return f"SUB {self.id} {self.ep[0]}:{self.ep[1]} TOPIC {self.filter}{where}"
 
 
 @dataclass
@@ -147,6 +159,11 @@ class Daemon:
         self.dp: DataPlane = open_dataplane(cfg.spec, cfg.iface, cfg.field_order, cfg.capacity, cfg.state_dir,
                                             cfg.xdp_mode)
         self.store = Store(cfg.state_dir)
+        self.topics: TopicBook | None = None
+        if cfg.spec.topic is not None:
+            known, next_label = self.store.labels()
+            self.topics = TopicBook(cfg.spec, known, next_label, cfg.limits)
+        self.depth = self.topics.schema.depth if self.topics else None
         fields = [cfg.spec.query_fields[f] for f in cfg.field_order]
         self.diagram = LiveDiagram(fields, self.dp.stage_caps())
         self.writer = LiveMaps(self.dp.maps, self.dp.doc["stages"], self.dp.caps, ROOT_SLOTS)
@@ -204,15 +221,24 @@ class Daemon:
         dropped: list[int] = []
         ops, lives = [], []
         for s in stored:
+            names: list = []
             try:
-                cond = parse_rules(s.text + " : fwd(0);", self.cfg.spec, "<store>", limits=self.cfg.limits)[0].condition
+                if s.filter is not None:
+                    if self.topics is None:
+                        raise SubcError("a topic subscription, and the spec has no topic fields")
+                    cond, names = self.topics.condition(parse_filter(s.filter, self.depth), s.text)
+                else:
+                    cond = parse_rules(s.text + " : fwd(0);", self.cfg.spec, "<store>",
+                                       limits=self.cfg.limits)[0].condition
                 region = self.diagram.region(cond)
                 sid, _ = self.endpoints.acquire((s.ip, s.port), fresh=False)
-            except SubcError as e:
+            except (SubcError, TopicError) as e:
+                if names:
+                    self.topics.release(names)
                 _event(logging.WARNING, "restore_dropped", id=s.id, condition=s.text, reason=e.message)
                 dropped.append(s.id)
                 continue
-            live = Live(s.id, s.text, cond, (s.ip, s.port), sid, s.source, s.expires)
+            live = Live(s.id, s.text, cond, (s.ip, s.port), sid, s.source, s.expires, s.filter, names)
             ops.append((region, sid, +1))
             lives.append(live)
             if len(ops) >= RESTORE_BATCH:
@@ -222,10 +248,20 @@ class Daemon:
         for live in lives:
             self._track(live)
             self.per_source[live.source] = self.per_source.get(live.source, 0) + 1
+        topics = None
+        if self.topics is not None:
+            for topic, source, expires in self.store.registrations():
+                try:
+                    self.topics.register(topic, parse_topic(topic, self.depth), source, expires, 1 << 62)
+                except (SubcError, TopicError) as e:
+                    _event(logging.WARNING, "restore_dropped", topic=topic, source=source, reason=e.message)
+                    self.topics.pending[(topic, source)] = REMOVED
+            self.topics.labels.forget_unused()
+            topics = self.topics.changes()
         unused = self.endpoints.forget_known()
         eps: dict = {ep: e.sid for ep, e in self.endpoints.by_ep.items()}
         eps.update({ep: None for ep, _ in unused})
-        self.store.commit([], dropped, eps, next_id=self.next_id)
+        self.store.commit([], dropped, eps, next_id=self.next_id, topics=topics)
         return unused
 
     def _rules_file(self, path: str) -> list[Stored]:
@@ -358,11 +394,11 @@ class Daemon:
                 reply(f"ERR rate limit: {self.cfg.acl.requests_per_second:g} requests per second")
             return
         try:
-            req = parse_request(raw, self.cfg.spec, self.cfg.limits)
+            req = parse_request(raw, self.cfg.spec, self.cfg.limits, self.depth)
         except ProtocolError as e:
             verb = raw.split(None, 1)[0].upper() if raw.split() else b""
             self.metrics.requests.labels("bad", "error").inc()
-            reply(e.reply("SUBERR" if verb == b"SUBSCRIBE" else "ERR"))
+            reply(e.reply("SUBERR" if verb in (b"SUBSCRIBE", b"SUB") else "ERR"))
             return
         if req.verb == "PING":
             reply("PONG")
@@ -424,6 +460,10 @@ class Daemon:
                 live = self._admit(p, now, ep_new)
                 if live is not None:
                     subs.append((p, live))
+            elif p.kind == "SUB":
+                live = self._admit_topic(p, now, ep_new)
+                if live is not None:
+                    subs.append((p, live))
             elif p.kind in ("UNSUBSCRIBE", "expire"):
                 live = self.subs.get(p.req.sub_id)
                 if live is None or live.id in removing or (p.kind == "UNSUBSCRIBE" and live.source != p.source[0]):
@@ -433,6 +473,8 @@ class Daemon:
                 removing.add(live.id)
                 unsubs.append((p, live))
             elif p.kind == "tick":
+                if self.topics is not None:
+                    self.topics.expire(now)
                 for sid in self._expired(now):
                     if sid not in removing:
                         removing.add(sid)
@@ -441,8 +483,11 @@ class Daemon:
             subs = self._change(subs, unsubs)
         # RENEW and LIST see the change's result
         renewed: list[int] = []
+        after: list[tuple[Pending, str]] = []  # replies once the topic changes are committed
         for p in batch:
-            if p.kind == "RENEW":
+            if p.kind in ("REGISTER", "UNREGISTER"):
+                after.append((p, self._registration(p, now)))
+            elif p.kind == "RENEW":
                 ids = [p.req.sub_id] if p.req.sub_id is not None else [
                     i for i, lv in self.subs.items() if lv.source == p.source[0]]
                 ids = [i for i in ids if i in self.subs and self.subs[i].source == p.source[0]]
@@ -452,14 +497,63 @@ class Daemon:
                     if exp is not None:
                         heapq.heappush(self.leases, (exp, i))
                 renewed += ids
-                p.reply(f"RENEWACK {len(ids)}")
+                n = len(ids)
+                if self.topics is not None and p.req.sub_id is None:
+                    n += self.topics.renew(p.source[0], exp)
+                after.append((p, f"RENEWACK {n}"))
             elif p.kind == "LIST":
-                mine = [lv for lv in self.subs.values() if lv.source == p.source[0]]
-                for lv in mine:
-                    p.reply(f"SUB {lv.id} {lv.ep[0]}:{lv.ep[1]} {lv.text}")
-                p.reply(f"END {len(mine)}")
+                lines = [lv.listing() for lv in self.subs.values() if lv.source == p.source[0]]
+                if self.topics is not None:
+                    lines += self.topics.listing(p.source[0])
+                for line in lines:
+                    p.reply(line)
+                p.reply(f"END {len(lines)}")
         if renewed:
             self.store.renew(renewed, now + self.cfg.lease if self.cfg.lease else None)
+        if self.topics is not None and self.topics.dirty():
+            self.store.commit([], [], {}, topics=self.topics.changes())
+        for p, line in after:
+            p.reply(line)
+            self.metrics.requests.labels(p.kind, "error" if line.startswith("ERR") else "ok").inc()
+        if self.topics is not None:
+            self.metrics.labels.set(len(self.topics.labels))
+            self.metrics.registrations.set(len(self.topics.regs))
+
+    def _registration(self, p: Pending, now: float) -> str:
+        """Carry out a REGISTER or UNREGISTER; returns its reply."""
+        req, src = p.req, p.source[0]
+        if p.kind == "UNREGISTER":
+            if not self.topics.unregister(req.topic_text, src):
+                return f"ERR {src} has no registration of {req.topic_text}"
+            return f"UNREGACK {req.topic_text}"
+        try:
+            labels = self.topics.register(req.topic_text, req.topic, src, now + self.cfg.lease if self.cfg.lease
+                                          else None, self.cfg.acl.subs_per_source)
+        except SubcError as e:
+            return f"ERR {e.message}"
+        return f"REGACK {req.topic_text} {' '.join(map(str, labels))}"
+
+    def _admit_topic(self, p: Pending, now: float, ep_new: dict) -> Live | None:
+        """A SUB's subscription (:meth:`_admit` of its filter's condition), or None after an error
+        reply."""
+        req = p.req
+        where = req.text
+        try:
+            cond, names = self.topics.condition(req.topic, where)
+        except SubcError as e:
+            p.reply(f"SUBERR {req.column} {e.message}")
+            return None
+        req.condition = cond
+        p.region = self._region(req, p.reply)
+        if p.region is None:
+            self.topics.release(names)
+            return None
+        live = self._admit(p, now, ep_new)
+        if live is None:
+            self.topics.release(names)
+            return None
+        live.filter, live.names = req.topic_text, names
+        return live
 
     def _admit(self, p: Pending, now: float, ep_new: dict) -> Live | None:
         """A SUBSCRIBE's subscription, its endpoint numbered, or None after an error reply."""
@@ -516,8 +610,8 @@ class Daemon:
             if self.endpoints.release(lv.ep):
                 eps[lv.ep] = None
         self.work.set()
-        self.store.commit([Stored(lv.id, lv.text, lv.ep[0], lv.ep[1], lv.source, lv.expires) for _, lv in ok_subs],
-                          [lv.id for _, lv in ok_unsubs], eps, next_id=self.next_id)
+        self.store.commit([lv.stored() for _, lv in ok_subs], [lv.id for _, lv in ok_unsubs], eps,
+                          next_id=self.next_id, topics=self.topics.changes() if self.topics is not None else None)
         done = time.perf_counter()
         for p, lv in ok_subs:
             p.reply(f"SUBACK {lv.id}")
@@ -536,6 +630,8 @@ class Daemon:
     def _undo_admit(self, lv: Live) -> None:
         self.per_source[lv.source] -= 1
         self.endpoints.release(lv.ep)
+        if lv.names:
+            self.topics.release(lv.names)
 
     def _track(self, lv: Live) -> None:
         self.subs[lv.id] = lv
@@ -544,6 +640,8 @@ class Daemon:
 
     def _untrack(self, lv: Live) -> None:
         del self.subs[lv.id]
+        if lv.names:
+            self.topics.release(lv.names)
         self.per_source[lv.source] -= 1
         if not self.per_source[lv.source]:
             del self.per_source[lv.source]

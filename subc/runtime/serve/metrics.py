@@ -7,7 +7,9 @@ Each daemon has its own registry (several daemons may run in one process in test
 * ``subc_serve_suback_seconds``: from a SUBSCRIBE's arrival to its SUBACK (the data plane
   already updated and the store committed), a histogram;
 * ``subc_serve_changes_total``: changes applied to the data plane (each one root switch);
-* ``subc_serve_subscriptions``, ``subc_serve_endpoints``: live subscriptions and endpoints.
+* ``subc_serve_subscriptions``, ``subc_serve_endpoints``: live subscriptions and endpoints;
+* ``subc_serve_topic_labels``, ``subc_serve_registrations``: topic level names with a label, and
+  publishers' topic registrations.
 
 Deliveries per subscriber are the data plane's counters: ``subc stats``.
 """
@@ -30,6 +32,8 @@ class Metrics:
         self.changes = Counter("subc_serve_changes", "changes applied to the data plane (root switches)", registry=r)
         self.subscriptions = Gauge("subc_serve_subscriptions", "live subscriptions", registry=r)
         self.endpoints = Gauge("subc_serve_endpoints", "delivery endpoints with a subscription", registry=r)
+        self.labels = Gauge("subc_serve_topic_labels", "topic level names with a label", registry=r)
+        self.registrations = Gauge("subc_serve_registrations", "publishers' topic registrations", registry=r)
         self.server = None
         if listen is not None:
             self.server, _ = start_http_server(listen[1], addr=listen[0], registry=r)

@@ -1,9 +1,11 @@
 """The subscriptions of ``subc serve``, stored in SQLite (WAL mode) under ``--state DIR``.
 
-Tables: ``subscription(id, condition, ip, port, source, expires)`` (``expires``: Unix time in
-s, NULL for a subscription without a lease) and ``endpoint(ip, port, sid)`` (the subscriber
+Tables: ``subscription(id, condition, ip, port, source, expires, filter)`` (``expires``: Unix time
+in s, NULL for a subscription without a lease; ``filter``: a topic subscription's filter, whose
+``condition`` is then its ``WHERE`` part or empty), ``endpoint(ip, port, sid)`` (the subscriber
 number each delivery endpoint has in the data plane, kept so that a restarted daemon gives every
-endpoint the number the pinned maps' leaves use).  Every change is committed before the request
+endpoint the number the pinned maps' leaves use), ``label(name, label)`` (the topic level names'
+labels, which publishers keep) and ``registration(topic, source, expires)``.  Every change is committed before the request
 is acknowledged, so a daemon that restarts finds every subscription it acknowledged.
 """
 
@@ -24,6 +26,9 @@ CREATE TABLE IF NOT EXISTS subscription (
     expires REAL
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS label (name TEXT PRIMARY KEY, label INTEGER NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS registration (topic TEXT NOT NULL, source TEXT NOT NULL, expires REAL,
+                                         PRIMARY KEY (topic, source));
 CREATE TABLE IF NOT EXISTS endpoint (ip TEXT NOT NULL, port INTEGER NOT NULL, sid INTEGER NOT NULL UNIQUE,
                                      PRIMARY KEY (ip, port));
 """
@@ -40,6 +45,26 @@ class Stored:
     port: int
     source: str
     expires: float | None
+    filter: str | None = None
+
+    def row(self) -> tuple:
+        return (self.id, self.text, self.ip, self.port, self.source, self.expires, self.filter)
+
+
+@dataclass
+class TopicChanges:
+    """Topic state to commit with a change: ``labels`` given (name -> label), names
+    ``forgotten``, the ``next_label``, and ``registrations`` set ((topic, source) -> expires) or
+    removed ((topic, source) -> :data:`REMOVED`)."""
+
+    labels: dict[str, int]
+    forgotten: set[str]
+    next_label: int
+    registrations: dict[tuple[str, str], float | None | str]
+
+
+#: a registration to delete (:class:`TopicChanges`)
+REMOVED = "removed"
 
 
 class Store:
@@ -57,6 +82,9 @@ class Store:
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(SCHEMA)
+            cols = {r[1] for r in self.db.execute("PRAGMA table_info(subscription)")}
+            if "filter" not in cols:  # a store of a daemon before topics
+                self.db.execute("ALTER TABLE subscription ADD COLUMN filter TEXT")
 
     def next_id(self) -> int:
         with self.lock:
@@ -67,8 +95,7 @@ class Store:
 
     def add(self, s: Stored) -> None:
         with self.lock:
-            self.db.execute("INSERT INTO subscription VALUES (?, ?, ?, ?, ?, ?)",
-                            (s.id, s.text, s.ip, s.port, s.source, s.expires))
+            self.db.execute("INSERT INTO subscription VALUES (?, ?, ?, ?, ?, ?, ?)", s.row())
 
     def remove(self, sub_id: int) -> None:
         with self.lock:
@@ -81,17 +108,19 @@ class Store:
             self.db.execute("COMMIT")
 
     def commit(self, adds: list[Stored], removes: list[int], endpoints: dict[tuple[str, int], int | None],
-               next_id: int | None = None) -> None:
+               next_id: int | None = None, topics: TopicChanges | None = None) -> None:
         """One transaction: insert ``adds``, delete the ids ``removes``, set (sid) or forget
-        (None) the ``endpoints`` and record the next free subscription id."""
+        (None) the ``endpoints``, record the next free subscription id and the ``topics``
+        changes."""
         with self.lock:
             self.db.execute("BEGIN")
             try:
                 if next_id is not None:
                     self.db.execute("INSERT OR REPLACE INTO meta VALUES ('next_id', ?)", (str(next_id),))
                 self.db.executemany("DELETE FROM subscription WHERE id = ?", [(i,) for i in removes])
-                self.db.executemany("INSERT INTO subscription VALUES (?, ?, ?, ?, ?, ?)",
-                                    [(s.id, s.text, s.ip, s.port, s.source, s.expires) for s in adds])
+                self.db.executemany("INSERT INTO subscription VALUES (?, ?, ?, ?, ?, ?, ?)", [s.row() for s in adds])
+                if topics is not None:
+                    self._topics(topics)
                 for (ip, port), sid in endpoints.items():
                     self.db.execute("DELETE FROM endpoint WHERE ip = ? AND port = ?", (ip, port))
                     if sid is not None:
@@ -100,6 +129,28 @@ class Store:
             except BaseException:
                 self.db.execute("ROLLBACK")
                 raise
+
+    def _topics(self, t: TopicChanges) -> None:
+        db = self.db
+        db.executemany("DELETE FROM label WHERE name = ?", [(n,) for n in t.forgotten])
+        db.executemany("INSERT OR REPLACE INTO label VALUES (?, ?)", list(t.labels.items()))
+        db.execute("INSERT OR REPLACE INTO meta VALUES ('next_label', ?)", (str(t.next_label),))
+        for (topic, source), exp in t.registrations.items():
+            if exp == REMOVED:
+                db.execute("DELETE FROM registration WHERE topic = ? AND source = ?", (topic, source))
+            else:
+                db.execute("INSERT OR REPLACE INTO registration VALUES (?, ?, ?)", (topic, source, exp))
+
+    def labels(self) -> tuple[dict[str, int], int]:
+        """(level name -> label, the next label never given)."""
+        with self.lock:
+            row = self.db.execute("SELECT value FROM meta WHERE key = 'next_label'").fetchone()
+            return dict(self.db.execute("SELECT name, label FROM label").fetchall()), int(row[0]) if row else 1
+
+    def registrations(self) -> list[tuple[str, str, float | None]]:
+        """(topic, source address, expires) of every stored registration."""
+        with self.lock:
+            return self.db.execute("SELECT topic, source, expires FROM registration ORDER BY topic").fetchall()
 
     def next_free_id(self) -> int:
         """The next subscription id: past every id ever given (stored or recorded)."""
@@ -115,7 +166,8 @@ class Store:
 
     def all(self) -> list[Stored]:
         with self.lock:
-            rows = self.db.execute("SELECT id, condition, ip, port, source, expires FROM subscription ORDER BY id")
+            rows = self.db.execute("SELECT id, condition, ip, port, source, expires, filter FROM subscription "
+                                   "ORDER BY id")
             return [Stored(*r) for r in rows.fetchall()]
 
     def close(self) -> None:
