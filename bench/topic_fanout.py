@@ -11,9 +11,11 @@ must reach every subscriber:
   that send ``SUB market/#`` and receive MoldUDP64 datagrams built by the XDP/TC data path; the
   publisher (:class:`subc.runtime.topic_client.Publisher`) REGISTERs the topic, then sends
   pre-built datagrams of as many messages as fit 1,400 bytes.
-* **Mosquitto** (Debian's ``mosquitto`` 2.0, ``mosquitto-clients``): MQTT 3.1.1 over TCP, QoS 0;
-  subscribers are ``mosquitto_sub -t market/#`` processes, the publisher ``mosquitto_pub -l``
-  (one message per input line).
+* **Mosquitto** (Debian's ``mosquitto`` 2.0): MQTT 3.1.1 over TCP, QoS 0; each subscriber is a
+  TCP connection SUBSCRIBEd to ``market/#`` (SUBACK received before the publisher starts); the
+  publisher writes the PUBLISH frames as many to a write as subc packs into a datagram.  Both
+  systems' clients are minimal Python loops that count frames, so that neither is limited by
+  its clients more than the other.
 
 Delivered messages per second = messages received by all subscribers / (last receipt - first
 send).  Also reported: the publisher's send rate and the loss (UDP may drop under overload; MQTT
@@ -148,48 +150,107 @@ def subc_publisher(messages: int, payload: int) -> None:
     out({"t0": t0, "t1": t1, "datagrams": len(dgrams), "message_bytes": len(msg), "per_datagram": per})
 
 
-def mqtt_receiver(n: int, expected: int) -> None:
-    """n mosquitto_sub processes; counts payload lines ('W' lines are the warm-up's)."""
-    procs = [subprocess.Popen(["mosquitto_sub", "-h", BRK_SUB_IP, "-p", str(MQTT_PORT), "-t", FILTER, "-q", "0"],
-                              stdout=subprocess.PIPE) for _ in range(n)]
-    sel = selectors.DefaultSelector()
-    for p in procs:
-        os.set_blocking(p.stdout.fileno(), False)
-        sel.register(p.stdout, selectors.EVENT_READ, p)
-    warm = {id(p): 0 for p in procs}
-    lines, first, last, ready = 0, None, None, False
+def _mqtt_string(b: bytes) -> bytes:
+    return len(b).to_bytes(2, "big") + b
+
+
+def _mqtt_packet(kind: int, body: bytes) -> bytes:
+    """An MQTT 3.1.1 control packet: fixed header (type and flags, remaining length as a
+    variable byte integer, section 2.2.3), then ``body``."""
+    n, rl = len(body), bytearray()
     while True:
+        n, d = divmod(n, 128)
+        rl.append(d | (0x80 if n else 0))
+        if not n:
+            break
+    return bytes([kind]) + bytes(rl) + body
+
+
+def mqtt_connect(client_id: str, dest: tuple[str, int]) -> socket.socket:
+    """A TCP connection with CONNECT (3.1: protocol 'MQTT' level 4, clean session, keep alive
+    600 s) acknowledged by CONNACK (3.2)."""
+    s = socket.create_connection(dest, timeout=30)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s.sendall(_mqtt_packet(0x10, _mqtt_string(b"MQTT") + bytes([4, 0x02]) + (600).to_bytes(2, "big")
+                           + _mqtt_string(client_id.encode())))
+    ack = s.recv(4)
+    assert ack[:1] == b"\x20" and ack[3:4] == b"\x00", ack
+    return s
+
+
+def mqtt_publish_frame(topic: str, payload: bytes) -> bytes:
+    """PUBLISH, QoS 0 (3.3): topic name, payload."""
+    return _mqtt_packet(0x30, _mqtt_string(topic.encode()) + payload)
+
+
+def mqtt_receiver(n: int, expected: int, payload: int) -> None:
+    """n MQTT connections, each SUBSCRIBEd to market/# (QoS 0) and acknowledged (SUBACK, 3.9);
+    counts the PUBLISH frames of the benchmark's size.  The frames are counted here rather than by
+    ``mosquitto_sub`` (which writes every message to its output) or paho-mqtt (a callback per
+    message) so that the receivers, not the broker, are not what is measured."""
+    frame = len(mqtt_publish_frame(TOPIC, b"x" * payload))
+    sel = selectors.DefaultSelector()
+    for i in range(n):
+        s = mqtt_connect(f"bench-sub-{i}", (BRK_SUB_IP, MQTT_PORT))
+        s.sendall(_mqtt_packet(0x82, (1).to_bytes(2, "big") + _mqtt_string(FILTER.encode()) + b"\x00"))
+        ack = s.recv(5)
+        assert ack[:1] == b"\x90" and ack[4:5] == b"\x00", ack
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+        s.setblocking(False)
+        sel.register(s, selectors.EVENT_READ, bytearray())
+    out({"ready": True})
+    got, first, last = 0, None, None
+    while got < expected:
         events = sel.select(timeout=IDLE if first is not None else 120)
         if not events:
             break
         for key, _ in events:
-            data = os.read(key.fileobj.fileno(), 1 << 20)
+            buf = key.data
+            try:
+                data = key.fileobj.recv(1 << 20)
+            except BlockingIOError:
+                continue
             if not data:
                 sel.unregister(key.fileobj)
                 continue
-            w = data.count(b"W\n")
-            warm[id(key.data)] += w
-            k = data.count(b"\n") - w
-            if k:
-                lines += k
-                last = time.monotonic()
-                first = first or last
-        if not ready and all(warm.values()):
-            ready = True
-            out({"ready": True})
-        if lines >= expected:
-            break
-    for p in procs:
-        p.terminate()
-    out({"received": lines, "last": last})
+            buf += data
+            i, m = 0, len(buf)
+            while i + 2 <= m:  # frames: type byte, remaining length (1 to 4 bytes), body
+                j, n_, mult = i + 1, 0, 1
+                while j < m:
+                    b = buf[j]
+                    n_ += (b & 0x7F) * mult
+                    mult *= 128
+                    j += 1
+                    if b < 0x80:
+                        break
+                else:
+                    break
+                if j + n_ > m:
+                    break
+                if buf[i] & 0xF0 == 0x30 and j + n_ - i == frame:
+                    got += 1
+                i = j + n_
+            del buf[:i]
+            last = time.monotonic()
+            first = first or last
+    out({"received": got, "last": last})
 
 
-def mqtt_publisher(messages: int, payload: int, path: str) -> None:
-    with open(path, "rb") as f:
-        t0 = time.monotonic()
-        subprocess.run(["mosquitto_pub", "-h", BRK_PUB_IP, "-p", str(MQTT_PORT), "-t", TOPIC, "-q", "0", "-l"],
-                       stdin=f, check=True)
-        t1 = time.monotonic()
+def mqtt_publisher(messages: int, payload: int, per_write: int) -> None:
+    """One MQTT connection sending the PUBLISH frames ``per_write`` to a write (as subc's
+    publisher packs messages into a datagram), then DISCONNECT (3.14)."""
+    s = mqtt_connect("bench-pub", (BRK_PUB_IP, MQTT_PORT))
+    chunk = mqtt_publish_frame(TOPIC, b"x" * payload) * per_write
+    writes, rest = divmod(messages, per_write)
+    t0 = time.monotonic()
+    for _ in range(writes):
+        s.sendall(chunk)
+    if rest:
+        s.sendall(mqtt_publish_frame(TOPIC, b"x" * payload) * rest)
+    t1 = time.monotonic()
+    s.sendall(_mqtt_packet(0xE0, b""))
+    s.close()
     out({"t0": t0, "t1": t1})
 
 
@@ -239,32 +300,24 @@ def run_subc(n: int, messages: int, payload: int) -> dict:
         sh(*in_ns(BRK, *SUBC, "unload", "--iface", "tfb0"), check=False)
 
 
-def run_mqtt(n: int, messages: int, payload: int, tmp: Path) -> dict:
+def run_mqtt(n: int, messages: int, payload: int, per_write: int, tmp: Path) -> dict:
     conf = tmp / "mosquitto.conf"
-    conf.write_text(f"listener {MQTT_PORT} 0.0.0.0\nallow_anonymous true\npersistence false\n"
-                    "log_dest none\nmax_queued_messages 0\n")
-    lines = tmp / "payload.txt"
-    lines.write_bytes((b"x" * payload + b"\n") * messages)
+    conf.write_text(f"listener {MQTT_PORT} 0.0.0.0\nallow_anonymous true\npersistence false\nlog_dest none\n")
     broker = subprocess.Popen(in_ns(BRK, "mosquitto", "-c", str(conf)), stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     try:
-        time.sleep(0.5)  # the broker's listener (a benchmark, not a test: no verdict depends on it)
-        rec = role(SUB, "mqtt-recv", str(n), str(n * messages))
-        while True:  # warm-up messages until every subscriber has one (its SUBSCRIBE is in)
-            sh(*in_ns(PUB, "mosquitto_pub", "-h", BRK_PUB_IP, "-p", str(MQTT_PORT), "-t", TOPIC, "-m", "W"))
-            line = None
-            sel = selectors.DefaultSelector()
-            sel.register(rec.stdout, selectors.EVENT_READ)
-            if sel.select(timeout=0.2):
-                line = rec.stdout.readline()
-            sel.close()
-            if line and "ready" in line:
+        for _ in range(100):  # the broker's listener is up once a connection succeeds
+            if sh(*in_ns(SUB, "mosquitto_sub", "-h", BRK_SUB_IP, "-t", "probe", "-E"), check=False).returncode == 0:
                 break
-        pub = role(PUB, "mqtt-pub", str(messages), str(payload), str(lines))
+            time.sleep(0.1)
+        rec = role(SUB, "mqtt-recv", str(n), str(n * messages), str(payload))
+        read(rec, "ready")
+        pub = role(PUB, "mqtt-pub", str(messages), str(payload), str(per_write))
         p = read(pub, "t0")
         r = read(rec, "received")
-        return result("mosquitto", n, messages, p, r, {"transport": "TCP, MQTT 3.1.1 QoS 0",
-                                                        "version": sh("mosquitto", "-h", check=False).stdout.split("\n")[0]})
+        version = sh("mosquitto", "-h", check=False).stdout.split("\n")[0]
+        return result("mosquitto", n, messages, p, r, {"transport": "TCP, MQTT 3.1.1 QoS 0", "version": version,
+                                                        "messages_per_write": per_write})
     finally:
         broker.terminate()
         broker.wait(timeout=30)
@@ -281,8 +334,8 @@ def main() -> None:
         kind, *args = a.role
         {"subc-recv": lambda: subc_receiver(int(args[0]), int(args[1])),
          "subc-pub": lambda: subc_publisher(int(args[0]), int(args[1])),
-         "mqtt-recv": lambda: mqtt_receiver(int(args[0]), int(args[1])),
-         "mqtt-pub": lambda: mqtt_publisher(int(args[0]), int(args[1]), args[2])}[kind]()
+         "mqtt-recv": lambda: mqtt_receiver(int(args[0]), int(args[1]), int(args[2])),
+         "mqtt-pub": lambda: mqtt_publisher(int(args[0]), int(args[1]), int(args[2]))}[kind]()
         return
     if os.geteuid() != 0 or not shutil.which("mosquitto"):
         raise SystemExit("run as root, with Debian's mosquitto and mosquitto-clients installed")
@@ -290,8 +343,10 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for n in [int(x) for x in a.subscribers.split(",")]:
-                print(json.dumps(run_subc(n, a.messages, a.payload)), flush=True)
-                print(json.dumps(run_mqtt(n, a.messages, a.payload, Path(tmp))), flush=True)
+                r = run_subc(n, a.messages, a.payload)
+                print(json.dumps(r), flush=True)
+                print(json.dumps(run_mqtt(n, a.messages, a.payload, r["messages_per_datagram"], Path(tmp))),
+                      flush=True)
     finally:
         teardown()
 
