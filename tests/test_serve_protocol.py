@@ -8,14 +8,17 @@ with and without a ``TO`` endpoint; errors in a condition point at its column in
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import condition
 from test_differential import FIELDS, SPEC
 from test_topics import topic_spec
 
+from subc.compiler.ast import Not, Pred
 from subc.compiler.rules import parse_rules
-from subc.runtime.serve.protocol import MAX_LINE, ProtocolError, parse_request
+from subc.runtime.serve.protocol import MAX_LINE, ProtocolError, Request, parse_request, parse_requests
 from subc.runtime.serve.store import Store, Stored
 
 
@@ -117,3 +120,43 @@ def test_store_keeps_labels_and_registrations(tmp_path):
     assert s.registrations() == [("a/b", "10.0.0.9", 12.5)]
     assert s.all()[0].filter == "a/+"
     s.close()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(
+    condition(sorted(FIELDS), FIELDS).map(lambda c: f"SUBSCRIBE {c}"),
+    condition(sorted(FIELDS), FIELDS).map(lambda c: f"subscribe   {c} TO 10.0.0.9:77"),
+    st.sampled_from(["SUBSCRIBE h.a > 3 and h.zz == 1", "SUBSCRIBE h.a > 3 : fwd(2)", "SUBSCRIBE h.a >",
+                     'SUBSCRIBE h.a > 1 and h.a < "x;y"', "PING", "UNSUBSCRIBE 4", "FROB", "SUBSCRIBE"]),
+    st.text(max_size=40).map(lambda t: f"SUBSCRIBE {t}")), min_size=1, max_size=8))
+def test_requests_parsed_together_equal_requests_parsed_alone(lines):
+    raws = [ln.encode("utf-8", "replace") for ln in lines]
+    together = parse_requests(raws, SPEC)
+    for raw, got in zip(raws, together):
+        try:
+            alone = parse_request(raw, SPEC)
+        except ProtocolError as e:
+            assert isinstance(got, ProtocolError) and (got.column, got.message) == (e.column, e.message), raw
+            continue
+        assert isinstance(got, Request), (raw, got)
+        assert (got.verb, unlocated(got.condition), got.text, got.to) == \
+            (alone.verb, unlocated(alone.condition), alone.text, alone.to)
+        if got.condition is not None:  # locations: same columns (errors found later point into the line)
+            assert [p.location.column for p in preds(got.condition)] == \
+                [p.location.column + alone.column - got.column for p in preds(alone.condition)]
+
+
+def preds(e):
+    return [e] if isinstance(e, Pred) else [p for x in getattr(e, "items", (getattr(e, "item", None),)) if x
+                                            for p in preds(x)]
+
+
+def unlocated(e):
+    """``e`` without source locations (they name the text parsed: one line, or the batch)."""
+    if e is None:
+        return None
+    if isinstance(e, Pred):
+        return replace(e, location=None)
+    if isinstance(e, Not):
+        return replace(e, item=unlocated(e.item))
+    return replace(e, items=tuple(unlocated(x) for x in e.items))

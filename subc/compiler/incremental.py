@@ -43,6 +43,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
+from functools import partial
 from operator import itemgetter
 from typing import Iterable, Sequence
 
@@ -114,6 +115,48 @@ def _copy_span(out: list, node: Node, lo: int, hi: int) -> None:
     _emit(out, lo, runs[i][1], runs[i][2])
     out.extend(runs[i + 1 : j])
     out.append((runs[j][0], hi, runs[j][2]))
+
+
+class _RootRuns:
+    """The runs of a root under construction, with their lower bounds built alongside (a root
+    has thousands of runs; computing :attr:`Node.los` afresh for every new root would cost a
+    Python-level pass over all of them per change, copying slices of the old root's costs a
+    memory copy)."""
+
+    __slots__ = ("runs", "los")
+
+    def __init__(self):
+        self.runs: list = []
+        self.los: list[int] = []
+
+    def emit(self, lo: int, hi: int, child) -> None:
+        """As :func:`_emit`."""
+        runs = self.runs
+        if runs and runs[-1][2] is child:
+            runs[-1] = (runs[-1][0], hi, child)
+        else:
+            runs.append((lo, hi, child))
+            self.los.append(lo)
+
+    def copy_span(self, node: Node, lo: int, hi: int) -> None:
+        """As :func:`_copy_span`."""
+        runs, los = node.runs, node.los
+        i = bisect_right(los, lo) - 1
+        j = bisect_right(los, hi) - 1
+        if i == j:
+            self.emit(lo, hi, runs[i][2])
+            return
+        self.emit(lo, runs[i][1], runs[i][2])
+        self.runs.extend(runs[i + 1 : j])
+        self.los.extend(los[i + 1 : j])
+        self.runs.append((runs[j][0], hi, runs[j][2]))
+        self.los.append(runs[j][0])
+
+    def node(self) -> Node:
+        """The root (level 0) of these runs."""
+        n = Node(0, tuple(self.runs))
+        n._los = self.los
+        return n
 
 
 def spans_of(region: Node) -> list[tuple[int, int]]:
@@ -392,10 +435,15 @@ class LiveDiagram:
         if hit is not None:
             return hit
         out: list = []
+        if lv == 0:
+            rr = _RootRuns()
+            emit, copy = rr.emit, rr.copy_span
+        else:
+            emit, copy = partial(_emit, out), partial(_copy_span, out)
         spans = []
         for blo, bhi, bc in b.runs:
             if bc.false:
-                _copy_span(out, n, blo, bhi)
+                copy(n, blo, bhi)
                 continue
             spans.append((blo, bhi))
             runs, los = n.runs, n.los
@@ -403,9 +451,9 @@ class LiveDiagram:
             j = bisect_right(los, bhi) - 1
             for k in range(i, j + 1):
                 lo, hi, c = runs[k]
-                _emit(out, max(lo, blo), min(hi, bhi), self._apply(c, bc, sid, delta, memo))
+                emit(max(lo, blo), min(hi, bhi), self._apply(c, bc, sid, delta, memo))
         if lv == 0:  # a root: not hash-consed, references taken by change()
-            res, created = Node(0, tuple(out)), True
+            res, created = rr.node(), True
         else:
             res, created = self.counting.intern(lv, tuple(out))
         if created:
@@ -423,6 +471,11 @@ class LiveDiagram:
             q, created = self.delivery.intern(lv, tuple(sid for sid, c in n.runs if c > 0))
         else:
             out: list = []
+            if lv == 0:
+                rr = _RootRuns()
+                emit, copy = rr.emit, rr.copy_span
+            else:
+                emit, copy = partial(_emit, out), partial(_copy_span, out)
             origin = n.origin
             if origin is not None and len(n.runs) > self.SPLICE_MIN_RUNS and origin[0].q is not None \
                     and not origin[0].q.dead and (lv == 0 or not origin[0].dead):
@@ -430,21 +483,21 @@ class LiveDiagram:
                 cur = 0
                 for lo, hi in spans:
                     if lo > cur:
-                        _copy_span(out, base, cur, lo - 1)
+                        copy(base, cur, lo - 1)
                     runs, los = n.runs, n.los
                     i = bisect_right(los, lo) - 1
                     j = bisect_right(los, hi) - 1
                     for k in range(i, j + 1):
                         rlo, rhi, c = runs[k]
-                        _emit(out, max(rlo, lo), min(rhi, hi), self._quotient(c, new))
+                        emit(max(rlo, lo), min(rhi, hi), self._quotient(c, new))
                     cur = hi + 1
                 if cur <= self.tops[lv]:
-                    _copy_span(out, base, cur, self.tops[lv])
+                    copy(base, cur, self.tops[lv])
             else:
                 for lo, hi, c in n.runs:
-                    _emit(out, lo, hi, self._quotient(c, new))
+                    emit(lo, hi, self._quotient(c, new))
             if lv == 0:  # a root: not hash-consed, references taken by change()
-                q, created = Node(0, tuple(out)), False
+                q, created = rr.node(), False
             else:
                 q, created = self.delivery.intern(lv, tuple(out))
         if created:

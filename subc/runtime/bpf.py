@@ -14,6 +14,7 @@ lines), a full map.
 from __future__ import annotations
 
 import ctypes as ct
+import errno
 import os
 import platform
 import sys
@@ -22,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import SubcError
+
+ENOTSUPP = 524  # the kernel's internal 'operation not supported' (include/linux/errno.h)
 
 DIST_PACKAGES = "/usr/lib/python3/dist-packages"
 BPFFS = Path("/sys/fs/bpf")
@@ -174,6 +177,7 @@ class Map:
         self.ncpu = possible_cpus() if percpu else 1
         self.slot = (value_size + 7) // 8 * 8 if percpu else value_size
         self.lib = _lib()
+        self._batch = self._batch_delete = True  # until the kernel says the map type has no batch operations
 
     def _err(self, what: str) -> SubcError:
         e = ct.get_errno()
@@ -186,6 +190,52 @@ class Map:
         k, v = ct.create_string_buffer(key, len(key)), ct.create_string_buffer(value, len(value))
         if self.lib.bpf_update_elem(self.fd, ct.cast(k, ct.c_void_p), ct.cast(v, ct.c_void_p), flags) < 0:
             raise self._err("update")
+
+    def update_batch(self, keys: list[bytes], values: list[bytes]) -> None:
+        """Write the entries (``keys[i]``, ``values[i]``) in order, with one BPF_MAP_UPDATE_BATCH
+        (Linux 5.6) where the map type has it (hash and array maps), else one update each.
+        SubcError when the map is full (the entries before the failing one are written)."""
+        if not keys:
+            return
+        if not self._batch:
+            for k, v in zip(keys, values):
+                self.update(k, v)
+            return
+        if self.percpu:
+            values = [(v + bytes(self.slot - len(v))) * self.ncpu for v in values]
+        kb, vb = b"".join(keys), b"".join(values)
+        k, v = ct.create_string_buffer(kb, len(kb)), ct.create_string_buffer(vb, len(vb))
+        cnt = ct.c_uint32(len(keys))
+        if self.lib.bpf_update_batch(self.fd, ct.cast(k, ct.c_void_p), ct.cast(v, ct.c_void_p), ct.byref(cnt)) >= 0:
+            return
+        e = ct.get_errno()
+        if e in (errno.EINVAL, errno.EOPNOTSUPP, ENOTSUPP) and cnt.value == 0:  # no batch operations here
+            self._batch = False
+            self.update_batch(keys, [v[: self.value_size] for v in values] if self.percpu else values)
+            return
+        raise self._err("batch update")
+
+    def delete_batch(self, keys: list[bytes]) -> None:
+        """Delete ``keys`` (absent ones are skipped) with BPF_MAP_DELETE_BATCH where the map type
+        has it (hash maps), else one delete each."""
+        i = 0
+        while i < len(keys):
+            if not self._batch_delete:
+                for key in keys[i:]:
+                    self.delete(key)
+                return
+            kb = b"".join(keys[i:])
+            k = ct.create_string_buffer(kb, len(kb))
+            cnt = ct.c_uint32(len(keys) - i)
+            if self.lib.bpf_delete_batch(self.fd, ct.cast(k, ct.c_void_p), ct.cast(ct.pointer(cnt), ct.c_void_p)) >= 0:
+                return
+            e = ct.get_errno()
+            if e in (errno.EINVAL, errno.EOPNOTSUPP, ENOTSUPP) and cnt.value == 0:
+                self._batch_delete = False
+                continue
+            if e != errno.ENOENT:
+                raise self._err("batch delete")
+            i += cnt.value + 1  # the key at cnt.value is absent: skip it
 
     def lookup(self, key: bytes) -> bytes | list[bytes] | None:
         """The value of ``key`` (per-CPU maps: one value per CPU), or None."""

@@ -71,10 +71,12 @@ class LiveBroker:
             try:
                 for node in ch.new:
                     self.writer.write(node)
+                self.writer.flush()
             except BaseException:
                 freed = self.diagram.revert(ch, ops)
                 for node in freed:
                     self.writer.clear(node)  # nothing reaches them: no grace period needed
+                self.writer.flush()
                 self.diagram.recycle(freed)
                 raise
             self._publish(ch, owned=True)
@@ -124,6 +126,7 @@ class LiveBroker:
                 freed = self.diagram.release_root(root)
                 for node in freed:
                     self.writer.clear(node)
+                self.writer.flush()
                 self.diagram.recycle(freed)
                 freed_n += len(freed)
                 self.free_slots.append(slot)

@@ -140,11 +140,41 @@ class LiveMaps:
                          for lv, st in enumerate(stages) if st["kind"] == "range"}
         self.seg_of: dict[tuple[int, int], tuple[int, int]] = {}  # (level, state) -> (offset, size class)
         self.slot_node: dict[int, Node | None] = {}  # what each root slot's entries encode
+        self._ops: dict[str, list[list]] = {}  # map name -> runs of ['put', keys, values] / ['del', keys]
 
-    # -- nodes below the root -----------------------------------------------------------------
+    # -- buffered writes ----------------------------------------------------------------------
 
     def _put(self, name: str, key: bytes, value: bytes) -> None:
-        self.maps[name].update(key, value)
+        runs = self._ops.setdefault(name, [])
+        if runs and runs[-1][0] == "put":
+            runs[-1][1].append(key)
+            runs[-1][2].append(value)
+        else:
+            runs.append(["put", [key], [value]])
+
+    def _del(self, name: str, key: bytes) -> None:
+        runs = self._ops.setdefault(name, [])
+        if runs and runs[-1][0] == "del":
+            runs[-1][1].append(key)
+        else:
+            runs.append(["del", [key]])
+
+    def flush(self) -> None:
+        """Carry out the buffered writes and deletes: per map in order, each run of writes (or
+        deletes) in one batch system call.  Writes to different maps may land in any order, which
+        is safe because every buffered write is to a state no packet reaches until :meth:`switch`
+        (new nodes, a root slot that is not live) or no longer reaches (freed nodes).  SubcError
+        when a map is full (the rest is dropped; the caller reverts the change)."""
+        ops, self._ops = self._ops, {}
+        for name, runs in ops.items():
+            m = self.maps[name]
+            for run in runs:
+                if run[0] == "put":
+                    m.update_batch(run[1], run[2])
+                else:
+                    m.delete_batch(run[1])
+
+    # -- nodes below the root -----------------------------------------------------------------
 
     def _write_range(self, lv: int, state: int, node: Node) -> None:
         info, bnd = self.stages[lv]["maps"]
@@ -215,13 +245,13 @@ class LiveMaps:
                 self.segments[lv].release(*seg)
         elif st["kind"] == "exact":
             self._put(st["maps"][0], L.U32.pack(v=state), L.INFO.pack())
-            m = self.maps[st["maps"][1]]
+            name = st["maps"][1]
             for v, _ in exact_entries(node, exact_miss(node)):
-                m.delete(self._exact_key(state, v))
+                self._del(name, self._exact_key(state, v))
         else:
-            m = self.maps[st["maps"][0]]
+            name = st["maps"][0]
             for (v, plen), _ in self._lpm_entries(node, st["width"]):
-                m.delete(self._lpm_key(state, v, plen, st["width"]))
+                self._del(name, self._lpm_key(state, v, plen, st["width"]))
 
     # -- a previous writer's entries (a restarted daemon) ---------------------------------------
 
@@ -231,6 +261,7 @@ class LiveMaps:
         until :meth:`release_inherited`; the entries of the other root slots (not live, so read
         by no packet) are deleted now, and their slots are rewritten whole when next used.
         The caller reserves the returned states in its diagram."""
+        self.flush()
         live = L.U32.unpack(self.maps["subc_root"].lookup(L.U32.pack(v=0)))["v"]
         inh = Inherited(live)
         for lv in range(self.n + 1):
@@ -276,10 +307,9 @@ class LiveMaps:
         """Delete the inherited entries (no packet reads them any more: the root was switched away
         from ``inh.live_slot`` and a grace period has passed) and free their bounds segments;
         the caller then unreserves the states in its diagram."""
+        self.flush()
         for name, keys in inh.keys.items():
-            m = self.maps[name]
-            for key in keys:
-                m.delete(key)
+            self.maps[name].delete_batch(keys)
         for lv, segs in inh.segments.items():
             for off, size in segs:
                 self.segments[lv].release(off, size)
@@ -297,12 +327,11 @@ class LiveMaps:
         miss = exact_miss(root) if kind == "exact" else None
         if old is not None and miss is not None and spans is not None and exact_miss(old) is miss:
             info, ex = self.stages[0]["maps"]
-            m = self.maps[ex]
             for lo, hi in spans:
                 new = dict(exact_entries(root, miss, lo, hi))
                 for v, _ in exact_entries(old, miss, lo, hi):
                     if v not in new:
-                        m.delete(self._exact_key(slot, v))
+                        self._del(ex, self._exact_key(slot, v))
                 for v, c in new.items():
                     self._put(ex, self._exact_key(slot, v), L.U32.pack(v=c.state))
             self._put(info, L.U32.pack(v=slot), L.INFO.pack(a=miss.state))
@@ -313,5 +342,6 @@ class LiveMaps:
         self.slot_node[slot] = root
 
     def switch(self, slot: int) -> None:
-        """Publish root slot ``slot``: one write of ``subc_root``."""
+        """Publish root slot ``slot`` (after the buffered writes): one write of ``subc_root``."""
+        self.flush()
         self.maps["subc_root"].update(L.U32.pack(v=0), L.U32.pack(v=slot))

@@ -49,7 +49,7 @@ from .acl import Acl, RateLimiter
 from .dataplane import ROOT_SLOTS, DataPlane, open_dataplane
 from .endpoints import EndpointTable, resolve
 from .metrics import Metrics
-from .protocol import MAX_LINE, ProtocolError, Request, parse_request
+from .protocol import MAX_LINE, ProtocolError, Request, parse_request, parse_requests
 from .store import REMOVED, Store, Stored
 from .topics import TopicBook, TopicError, parse_filter, parse_topic
 
@@ -323,6 +323,7 @@ class Daemon:
             for key, _ in sel.select(timeout=0.2):
                 kind = key.data
                 if kind == "udp":
+                    batch: list = []
                     for _ in range(64):
                         try:
                             data, addr = self.udp.recvfrom(65536)
@@ -339,7 +340,8 @@ class Daemon:
 
                         for raw in data.split(b"\n"):
                             if raw.strip():
-                                self._request(raw, addr, reply)
+                                batch.append((raw, addr, reply))
+                    self._requests(batch)
                 elif kind == "accept":
                     try:
                         conn, _ = self.tcp.accept()
@@ -367,6 +369,7 @@ class Daemon:
                         with lock:
                             _send_all(conn, line.encode() + b"\n")
 
+                    batch = []
                     while True:
                         i = buf.find(b"\n")
                         if i < 0:
@@ -374,7 +377,8 @@ class Daemon:
                         raw = bytes(buf[:i])
                         del buf[: i + 1]
                         if raw.strip():
-                            self._request(raw, peer, reply)
+                            batch.append((raw, peer, reply))
+                    self._requests(batch)
                     if len(buf) > MAX_LINE:
                         reply(f"ERR request longer than {MAX_LINE} bytes")
                         sel.unregister(conn)
@@ -383,23 +387,33 @@ class Daemon:
         for conn in conns:
             conn.close()
 
-    def _request(self, raw: bytes, source: tuple[str, int], reply: Callable[[str], None]) -> None:
+    def _requests(self, items: list[tuple[bytes, tuple[str, int], Callable[[str], None]]]) -> None:
+        """Handle the request lines ``items`` ((line, source, reply)) read in one go: rate
+        limits, then parsing (:func:`.protocol.parse_requests`: their conditions together)."""
+        if not items:
+            return
         t0 = time.perf_counter()
-        src = source[0]
-        if not self.limiter.allow(src):
+        allowed = []
+        for raw, source, reply in items:
+            src = source[0]
+            if self.limiter.allow(src):
+                allowed.append((raw, source, reply))
+                continue
             self.metrics.requests.labels("any", "rate_limited").inc()
             now = time.monotonic()
             if now - self.complained.get(src, 0.0) >= 1.0:  # one complaint per second, no amplification
                 self.complained[src] = now
                 reply(f"ERR rate limit: {self.cfg.acl.requests_per_second:g} requests per second")
-            return
-        try:
-            req = parse_request(raw, self.cfg.spec, self.cfg.limits, self.depth)
-        except ProtocolError as e:
-            verb = raw.split(None, 1)[0].upper() if raw.split() else b""
-            self.metrics.requests.labels("bad", "error").inc()
-            reply(e.reply("SUBERR" if verb in (b"SUBSCRIBE", b"SUB") else "ERR"))
-            return
+        parsed = parse_requests([raw for raw, _, _ in allowed], self.cfg.spec, self.cfg.limits, self.depth)
+        for (raw, source, reply), req in zip(allowed, parsed):
+            if isinstance(req, ProtocolError):
+                verb = raw.split(None, 1)[0].upper() if raw.split() else b""
+                self.metrics.requests.labels("bad", "error").inc()
+                reply(req.reply("SUBERR" if verb in (b"SUBSCRIBE", b"SUB") else "ERR"))
+                continue
+            self._request(req, source, reply, t0)
+
+    def _request(self, req: Request, source: tuple[str, int], reply: Callable[[str], None], t0: float) -> None:
         if req.verb == "PING":
             reply("PONG")
             return

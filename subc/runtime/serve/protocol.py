@@ -122,10 +122,51 @@ def _condition(text: str, col: int, spec: Spec, limits: Limits):
 _WHERE = re.compile(r"\s+WHERE(?=\s|\Z)", re.IGNORECASE)
 
 
-def parse_request(raw: bytes, spec: Spec, limits: Limits = DEFAULT_LIMITS, depth: int | None = None) -> Request:
+_DEFERRED = object()  # a SUBSCRIBE whose condition parse_requests parses with the others
+
+
+def parse_requests(raws: list[bytes], spec: Spec, limits: Limits = DEFAULT_LIMITS,
+                   depth: int | None = None) -> list[Request | ProtocolError]:
+    """:func:`parse_request` of each line of ``raws``, in order (a request, or its error).  The
+    conditions of the SUBSCRIBE requests are parsed together, as one rule set (one Lark parse per
+    distinct condition shape, :mod:`subc.compiler.rule_shapes`) when none holds ``;`` or ``:``
+    (so that each is exactly one rule); when that fails, each alone, for its own error."""
+    out: list[Request | ProtocolError] = []
+    for raw in raws:
+        try:
+            out.append(parse_request(raw, spec, limits, depth, defer=len(raws) > 1))
+        except ProtocolError as e:
+            out.append(e)
+    idx = [i for i, r in enumerate(out) if isinstance(r, Request) and r.condition is _DEFERRED]
+    if not idx:
+        return out
+    conds: list = []
+    if all(";" not in out[i].text and ":" not in out[i].text for i in idx):
+        try:
+            rules = parse_rules("".join(out[i].text + " : fwd(0);\n" for i in idx), spec, "<requests>", limits=limits)
+            if len(rules) == len(idx) and all(len(r.actions) == 1 for r in rules):
+                conds = [r.condition for r in rules]
+        except SubcError:
+            conds = []
+    if not conds:
+        for i in idx:
+            try:
+                conds.append(_condition(out[i].text, out[i].column, spec, limits))
+            except ProtocolError as e:
+                conds.append(e)
+    for i, c in zip(idx, conds):
+        if isinstance(c, ProtocolError):
+            out[i] = c
+        else:
+            out[i].condition = c
+    return out
+
+
+def parse_request(raw: bytes, spec: Spec, limits: Limits = DEFAULT_LIMITS, depth: int | None = None,
+                  defer: bool = False) -> Request:
     """The request of one line ``raw`` (without its newline); ``depth``: the levels a topic may
-    have (the spec's label fields), None when the spec has no topic fields.  Raises
-    :class:`ProtocolError`."""
+    have (the spec's label fields), None when the spec has no topic fields; ``defer``: leave a
+    SUBSCRIBE's condition to :func:`parse_requests`.  Raises :class:`ProtocolError`."""
     line = _clean(raw)
     stripped = line.lstrip()
     lead = len(line) - len(stripped)
@@ -136,6 +177,13 @@ def parse_request(raw: bytes, spec: Spec, limits: Limits = DEFAULT_LIMITS, depth
         rest, to, token = _split_to(rest, rest_col)
         if not rest.strip():
             raise ProtocolError(rest_col, "SUBSCRIBE needs a condition")
+        if defer:
+            lead_ws = len(rest) - len(rest.lstrip())
+            text = rest.strip()
+            if len(text) > limits.max_rule_chars:
+                return Request("SUBSCRIBE", _condition(rest, rest_col, spec, limits), text, to, token=token,
+                               column=rest_col)
+            return Request("SUBSCRIBE", _DEFERRED, text, to, token=token, column=rest_col + lead_ws)
         cond = _condition(rest, rest_col, spec, limits)
         return Request("SUBSCRIBE", cond, rest.strip(), to, token=token, column=rest_col)
     if verb in ("REGISTER", "UNREGISTER", "SUB"):
