@@ -116,6 +116,16 @@ class Agent:
             self.p.kill()
 
 
+def assert_gap_free(agent: Agent, k: int) -> None:
+    """Subscriber ``k``'s datagrams carry gap-free MoldUDP64 sequence numbers from 1."""
+    with agent.lock:
+        runs = sorted((d[1], d[2]) for d in agent.molds if d[2] not in (0, 0xFFFF))
+    nxt = 1
+    for seq, count in runs:
+        assert seq == nxt, f"subscriber {k}: sequence {seq}, expected {nxt}"
+        nxt += count
+
+
 def wait_until(cond, what: str) -> None:
     end = time.monotonic() + HANG
     while not cond():
@@ -124,22 +134,25 @@ def wait_until(cond, what: str) -> None:
 
 
 class Broker:
-    """The daemon in the broker namespace (restartable)."""
+    """``subc serve`` in the broker namespace (restartable), with ``spec`` and ``args``."""
 
-    def __init__(self, topo: Topology, tmp: Path):
-        self.topo, self.tmp = topo, tmp
-        self.rules = tmp / "markers.txt"
-        self.rules.write_text("".join(f'add_order.stock == "MARK{k}" TO 10.10.{k}.2:600{k}\n' for k in (1, 2, 3)))
-        self.acl = tmp / "acl.toml"
-        self.acl.write_text('[limits]\nrequests_per_second = 300\nsubscriptions_per_source = 50\n\n'
-                            '[[grant]]\ntoken = "letmein"\nto = ["10.10.0.0/16"]\n')
+    def __init__(self, topo: Topology, tmp: Path, spec: Path = SPEC_PATH, args: tuple[str, ...] | None = None):
+        self.topo, self.tmp, self.spec = topo, tmp, spec
+        if args is None:  # the ITCH world's: marker subscriptions and an ACL
+            rules = tmp / "markers.txt"
+            rules.write_text("".join(f'add_order.stock == "MARK{k}" TO 10.10.{k}.2:600{k}\n' for k in (1, 2, 3)))
+            acl = tmp / "acl.toml"
+            acl.write_text('[limits]\nrequests_per_second = 300\nsubscriptions_per_source = 50\n\n'
+                           '[[grant]]\ntoken = "letmein"\nto = ["10.10.0.0/16"]\n')
+            args = ("--rules", str(rules), "--acl", str(acl))
+        self.args = args
         self.p = None
 
     def start(self, *extra: str) -> None:
         self.p = subprocess.Popen(self.topo.in_ns(
-            self.topo.brk, *SUBC, "serve", "--spec", str(SPEC_PATH), "--iface", self.topo.b0,
-            "--listen", f"0.0.0.0:{PORT}", "--state", str(self.tmp / "state"), "--rules", str(self.rules),
-            "--acl", str(self.acl), "--capacity", "2000", *extra), stderr=subprocess.PIPE, text=True)
+            self.topo.brk, *SUBC, "serve", "--spec", str(self.spec), "--iface", self.topo.b0,
+            "--listen", f"0.0.0.0:{PORT}", "--state", str(self.tmp / "state"), *self.args,
+            "--capacity", "2000", *extra), stderr=subprocess.PIPE, text=True)
         while True:
             line = self.p.stderr.readline()
             assert line, f"subc serve exited: {self.p.wait()}"
@@ -228,12 +241,7 @@ class World:
             wait_until(lambda: len(agent.refs()) >= len(want) and self.expected[k][-1] in agent.refs(),
                        f"subscriber {k}'s messages")
             assert sorted(agent.refs()) == want, f"subscriber {k}"
-            with agent.lock:
-                runs = sorted((d[1], d[2]) for d in agent.molds if d[2] not in (0, 0xFFFF))
-            nxt = 1
-            for seq, count in runs:
-                assert seq == nxt, f"subscriber {k}: sequence {seq}, expected {nxt}"
-                nxt += count
+            assert_gap_free(agent, k)
 
     def close(self) -> None:
         self.broker.stop()

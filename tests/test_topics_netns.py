@@ -16,16 +16,14 @@ No verdict depends on time: the test waits for replies, counters and marker mess
 from __future__ import annotations
 
 import struct
-import subprocess
-import threading
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT
-from netns_util import SUBC, Topology, need_root_and_netns
-from test_serve_netns import PORT, Agent, messages_counted, wait_until
+from netns_util import Topology, need_root_and_netns
+from test_serve_netns import PORT, Agent, Broker, assert_gap_free, messages_counted, wait_until
 from test_topics import mqtt_matches
 
 SPEC_PATH = ROOT / "examples" / "topics" / "spec.p4"
@@ -50,36 +48,10 @@ def decode_message(hexmsg: str) -> tuple[str, bytes]:
     return m[37:37 + n].decode(), m[37 + n:]
 
 
-class TopicBroker:
-    def __init__(self, topo: Topology, tmp):
-        self.topo, self.tmp, self.p = topo, tmp, None
-
-    def start(self) -> None:
-        self.p = subprocess.Popen(self.topo.in_ns(
-            self.topo.brk, *SUBC, "serve", "--spec", str(SPEC_PATH), "--iface", self.topo.b0,
-            "--listen", f"0.0.0.0:{PORT}", "--state", str(self.tmp / "state"), "--capacity", "2000"),
-            stderr=subprocess.PIPE, text=True)
-        while True:
-            line = self.p.stderr.readline()
-            assert line, f"subc serve exited: {self.p.wait()}"
-            if line.startswith("serving on"):
-                break
-        threading.Thread(target=lambda: [None for _ in self.p.stderr], daemon=True).start()
-
-    def kill(self) -> None:
-        self.p.kill()
-        self.p.wait()
-
-    def stop(self) -> None:
-        if self.p and self.p.poll() is None:
-            self.p.terminate()
-            self.p.wait(timeout=30)
-
-
 class World:
     def __init__(self, topo: Topology, tmp):
         self.topo = topo
-        self.broker = TopicBroker(topo, tmp)
+        self.broker = Broker(topo, tmp, SPEC_PATH, ())
         self.broker.start()
         self.subs = {k: Agent(topo, topo.subs[k - 1], 6000 + k) for k in (1, 2, 3)}
         self.pub = Agent(topo, topo.pub, 5000)
@@ -147,13 +119,7 @@ class World:
             want = sorted(self.expected[k])
             wait_until(lambda: self.expected[k][-1] in self.got(k), f"subscriber {k}'s marker")
             assert sorted(self.got(k)) == want, f"subscriber {k}"
-            a = self.subs[k]
-            with a.lock:
-                runs = sorted((d[1], d[2]) for d in a.molds if d[2] not in (0, 0xFFFF))
-            nxt = 1
-            for seq, count in runs:
-                assert seq == nxt, f"subscriber {k}: sequence {seq}, expected {nxt}"
-                nxt += count
+            assert_gap_free(self.subs[k], k)
 
     def close(self) -> None:
         self.broker.stop()

@@ -159,6 +159,15 @@ class _RootRuns:
         return n
 
 
+def _builder(level: int, out: list):
+    """(root runs or None, emit, copy_span) building the runs of a node of ``level``: into a
+    :class:`_RootRuns` at level 0, else into ``out``."""
+    if level == 0:
+        rr = _RootRuns()
+        return rr, rr.emit, rr.copy_span
+    return None, partial(_emit, out), partial(_copy_span, out)
+
+
 def spans_of(region: Node) -> list[tuple[int, int]]:
     """The level-0 value spans where ``region`` (a region's root) is not FALSE."""
     return [(lo, hi) for lo, hi, c in region.runs if not c.false]
@@ -435,11 +444,7 @@ class LiveDiagram:
         if hit is not None:
             return hit
         out: list = []
-        if lv == 0:
-            rr = _RootRuns()
-            emit, copy = rr.emit, rr.copy_span
-        else:
-            emit, copy = partial(_emit, out), partial(_copy_span, out)
+        rr, emit, copy = _builder(lv, out)
         spans = []
         for blo, bhi, bc in b.runs:
             if bc.false:
@@ -471,11 +476,7 @@ class LiveDiagram:
             q, created = self.delivery.intern(lv, tuple(sid for sid, c in n.runs if c > 0))
         else:
             out: list = []
-            if lv == 0:
-                rr = _RootRuns()
-                emit, copy = rr.emit, rr.copy_span
-            else:
-                emit, copy = partial(_emit, out), partial(_copy_span, out)
+            rr, emit, copy = _builder(lv, out)
             origin = n.origin
             if origin is not None and len(n.runs) > self.SPLICE_MIN_RUNS and origin[0].q is not None \
                     and not origin[0].q.dead and (lv == 0 or not origin[0].dead):
