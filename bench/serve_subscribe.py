@@ -123,7 +123,9 @@ def client(levels: list[int]) -> None:
     for level in levels:
         fill = level - len(c.live)
         t_fill = c.pipelined(fill) if fill > 0 else None
+        print(f"level {level}: filled, measuring latency", file=sys.stderr, flush=True)
         lat = sorted(c.latency())
+        print(f"level {level}: measuring throughput", file=sys.stderr, flush=True)
         rate = c.pipelined(5000)
         c.unsubscribe(5000)
         print(json.dumps({"live_subscriptions": level, "fill_requests_per_s": t_fill and round(t_fill),

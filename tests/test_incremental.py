@@ -22,6 +22,7 @@ from strategies import boundary_packets, condition
 from test_differential import FIELDS, SPEC
 
 from subc.compiler.ast import evaluate
+from subc.compiler import root_runs
 from subc.compiler.incremental import CapacityError, LiveDiagram
 from subc.compiler.layered import slice_rules
 from subc.compiler.rules import parse_rules
@@ -35,9 +36,9 @@ def reachable(root):
         if id(n) in seen:
             continue
         seen[id(n)] = n
-        if isinstance(n.runs, tuple) and n.runs and isinstance(n.runs[0], tuple) and len(n.runs[0]) == 3 \
-                and hasattr(n.runs[0][2], "level"):
-            stack.extend(r[2] for r in n.runs)
+        runs = tuple(n.runs)  # a root's runs are chunked (subc/compiler/root_runs.py)
+        if runs and isinstance(runs[0], tuple) and len(runs[0]) == 3 and hasattr(runs[0][2], "level"):
+            stack.extend(r[2] for r in runs)
     return list(seen.values())
 
 
@@ -64,6 +65,15 @@ def test_incremental_equals_rules_and_full_slicing(sc, data):
     parsed = [parse_rules(f"{c} : fwd({sid});", SPEC, "sub")[0] for c, sid in subs]
     live = LiveDiagram([FIELDS[f] for f in order], capacity=[10_000] * len(order))
     live.SPLICE_MIN_RUNS = data.draw(st.sampled_from([0, 2, 64]))  # exercise the splicing path
+    chunk = data.draw(st.sampled_from([1, 2, 64]))  # roots of many chunks, shared between versions
+    saved, root_runs.CHUNK = root_runs.CHUNK, chunk
+    try:
+        run_scenario(live, order, subs, steps, parsed, data)
+    finally:
+        root_runs.CHUNK = saved
+
+
+def run_scenario(live, order, subs, steps, parsed, data) -> None:
     regions = [live.region(r.condition) for r in parsed]
     active: list[int] = []  # indexes into parsed (a subscription may be live more than once)
     roots = []
@@ -91,6 +101,10 @@ def test_incremental_equals_rules_and_full_slicing(sc, data):
             continue
         if ch.changed:
             roots.append(ch.root)
+        for root in (ch.root, live.root):  # roots cover the first field's values, maximal runs
+            rr = list(root.runs)
+            assert rr[0][0] == 0 and rr[-1][1] == live.tops[0]
+            assert all(a[1] + 1 == b[0] and a[2] is not b[2] for a, b in zip(rr, rr[1:]))
         for r in roots:  # nothing a live root reaches was freed
             assert not any(n.dead for n in reachable(r))
         for n in ch.new:

@@ -40,7 +40,7 @@ and :class:`CapacityError` when a level runs out of states (the change is rolled
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import deque
 from dataclasses import dataclass, field
 from functools import partial
@@ -49,6 +49,7 @@ from typing import Iterable, Sequence
 
 from ..errors import SubcError
 from .ast import And, Expr, Not, Or, Pred
+from .root_runs import ChunkBuilder, ChunkedRuns
 from .spec import QueryField
 
 
@@ -80,14 +81,29 @@ class Node:
 
     @property
     def los(self) -> list[int]:
-        """The runs' lower bounds (for bisection), computed once."""
+        """The runs' lower bounds (for bisection), computed once (nodes with a tuple of runs)."""
         if self._los is None:
             self._los = list(map(_LO, self.runs))
         return self._los
 
+    def run_at(self, v: int) -> tuple:
+        """The run ``(lo, hi, child)`` that holds value ``v``."""
+        runs = self.runs
+        if runs.__class__ is ChunkedRuns:
+            return runs.run_at(v)
+        return runs[bisect_right(self.los, v) - 1]
+
     def child(self, v: int) -> "Node":
         """The child of value ``v``."""
-        return self.runs[bisect_right(self.los, v) - 1][2]
+        return self.run_at(v)[2]
+
+    def between(self, lo: int, hi: int) -> Sequence[tuple]:
+        """The runs that overlap [lo, hi], in order (unclipped)."""
+        runs = self.runs
+        if runs.__class__ is ChunkedRuns:
+            return runs.between(lo, hi)
+        los = self.los
+        return runs[bisect_right(los, lo) - 1 : bisect_right(los, hi)]
 
     def __repr__(self) -> str:
         return f"Node(L{self.level}#{self.state}, {len(self.runs)} runs)"
@@ -117,54 +133,13 @@ def _copy_span(out: list, node: Node, lo: int, hi: int) -> None:
     out.append((runs[j][0], hi, runs[j][2]))
 
 
-class _RootRuns:
-    """The runs of a root under construction, with their lower bounds built alongside (a root
-    has thousands of runs; computing :attr:`Node.los` afresh for every new root would cost a
-    Python-level pass over all of them per change, copying slices of the old root's costs a
-    memory copy)."""
-
-    __slots__ = ("runs", "los")
-
-    def __init__(self):
-        self.runs: list = []
-        self.los: list[int] = []
-
-    def emit(self, lo: int, hi: int, child) -> None:
-        """As :func:`_emit`."""
-        runs = self.runs
-        if runs and runs[-1][2] is child:
-            runs[-1] = (runs[-1][0], hi, child)
-        else:
-            runs.append((lo, hi, child))
-            self.los.append(lo)
-
-    def copy_span(self, node: Node, lo: int, hi: int) -> None:
-        """As :func:`_copy_span`."""
-        runs, los = node.runs, node.los
-        i = bisect_right(los, lo) - 1
-        j = bisect_right(los, hi) - 1
-        if i == j:
-            self.emit(lo, hi, runs[i][2])
-            return
-        self.emit(lo, runs[i][1], runs[i][2])
-        self.runs.extend(runs[i + 1 : j])
-        self.los.extend(los[i + 1 : j])
-        self.runs.append((runs[j][0], hi, runs[j][2]))
-        self.los.append(runs[j][0])
-
-    def node(self) -> Node:
-        """The root (level 0) of these runs."""
-        n = Node(0, tuple(self.runs))
-        n._los = self.los
-        return n
-
-
 def _builder(level: int, out: list):
-    """(root runs or None, emit, copy_span) building the runs of a node of ``level``: into a
-    :class:`_RootRuns` at level 0, else into ``out``."""
+    """(chunk builder or None, emit, copy_span) building the runs of a node of ``level``: with
+    a :class:`~.root_runs.ChunkBuilder` at level 0 (a root's runs are chunked and shared with
+    the roots it derives from), else into ``out``."""
     if level == 0:
-        rr = _RootRuns()
-        return rr, rr.emit, rr.copy_span
+        cb = ChunkBuilder()
+        return cb, cb.emit, cb.copy_span
     return None, partial(_emit, out), partial(_copy_span, out)
 
 
@@ -190,10 +165,9 @@ def aligned_regions(old: Node, new: Node, spans: Sequence[tuple[int, int]]) -> l
     same runs: each span widened to the runs of either root that contain its ends, widened
     regions that touch merged.  Shape: sorted disjoint ``(lo, hi)`` value pairs."""
     out: list[list[int]] = []
-    oruns, olos, nruns, nlos = old.runs, old.los, new.runs, new.los
     for lo, hi in spans:
-        a = min(oruns[bisect_right(olos, lo) - 1][0], nruns[bisect_right(nlos, lo) - 1][0])
-        b = max(oruns[bisect_right(olos, hi) - 1][1], nruns[bisect_right(nlos, hi) - 1][1])
+        a = min(old.run_at(lo)[0], new.run_at(lo)[0])
+        b = max(old.run_at(hi)[1], new.run_at(hi)[1])
         if out and a <= out[-1][1] + 1:
             out[-1][1] = max(out[-1][1], b)
         else:
@@ -206,11 +180,8 @@ def _runs_within(node: Node, regions: Iterable[tuple[int, int]] | None):
     if regions is None:
         yield from node.runs
         return
-    runs, los = node.runs, node.los
     for a, b in regions:
-        i = bisect_right(los, a) - 1
-        j = bisect_right(los, b) - 1
-        yield from runs[i : j + 1]
+        yield from node.between(a, b)
 
 
 class _Universe:
@@ -429,16 +400,15 @@ class LiveDiagram:
         if b.false:
             return n
         lv = n.level
-        if lv == self.n:
-            counts = dict(n.runs)
-            c = counts.get(sid, 0) + delta
+        if lv == self.n:  # runs: sorted (subscriber, count) pairs, every count > 0
+            runs = n.runs
+            i = bisect_left(runs, sid, key=_LO)
+            had = i < len(runs) and runs[i][0] == sid
+            c = (runs[i][1] if had else 0) + delta
             if c < 0:
                 raise ValueError(f"subscriber {sid}: count below zero (a removal without its addition)")
-            if c:
-                counts[sid] = c
-            else:
-                counts.pop(sid, None)
-            return self.counting.intern(lv, tuple(sorted(counts.items())))[0]
+            mid = ((sid, c),) if c else ()
+            return self.counting.intern(lv, runs[:i] + mid + runs[i + had:])[0]
         key = (n, b)
         hit = memo.get(key)
         if hit is not None:
@@ -451,14 +421,10 @@ class LiveDiagram:
                 copy(n, blo, bhi)
                 continue
             spans.append((blo, bhi))
-            runs, los = n.runs, n.los
-            i = bisect_right(los, blo) - 1
-            j = bisect_right(los, bhi) - 1
-            for k in range(i, j + 1):
-                lo, hi, c = runs[k]
+            for lo, hi, c in n.between(blo, bhi):
                 emit(max(lo, blo), min(hi, bhi), self._apply(c, bc, sid, delta, memo))
         if lv == 0:  # a root: not hash-consed, references taken by change()
-            res, created = rr.node(), True
+            res, created = Node(0, rr.runs()), True
         else:
             res, created = self.counting.intern(lv, tuple(out))
         if created:
@@ -473,7 +439,7 @@ class LiveDiagram:
             return q
         lv = n.level
         if lv == self.n:
-            q, created = self.delivery.intern(lv, tuple(sid for sid, c in n.runs if c > 0))
+            q, created = self.delivery.intern(lv, tuple(map(_LO, n.runs)))  # counts are > 0
         else:
             out: list = []
             rr, emit, copy = _builder(lv, out)
@@ -485,11 +451,7 @@ class LiveDiagram:
                 for lo, hi in spans:
                     if lo > cur:
                         copy(base, cur, lo - 1)
-                    runs, los = n.runs, n.los
-                    i = bisect_right(los, lo) - 1
-                    j = bisect_right(los, hi) - 1
-                    for k in range(i, j + 1):
-                        rlo, rhi, c = runs[k]
+                    for rlo, rhi, c in n.between(lo, hi):
                         emit(max(rlo, lo), min(rhi, hi), self._quotient(c, new))
                     cur = hi + 1
                 if cur <= self.tops[lv]:
@@ -498,7 +460,7 @@ class LiveDiagram:
                 for lo, hi, c in n.runs:
                     emit(lo, hi, self._quotient(c, new))
             if lv == 0:  # a root: not hash-consed, references taken by change()
-                q, created = rr.node(), False
+                q, created = Node(0, rr.runs()), False
             else:
                 q, created = self.delivery.intern(lv, tuple(out))
         if created:
@@ -525,7 +487,8 @@ class LiveDiagram:
         ValueError (nothing changed) when a removal has no matching addition.
 
         Cost: roots have one run per distinct level-0 child (thousands, for an exact field of
-        many values), so a root is neither hash-consed nor reference-counted run by run.  A new
+        many values), so a root is neither hash-consed nor reference-counted run by run, and its
+        runs are chunks shared with the root it derives from (:mod:`.root_runs`).  A new
         root takes references only in the :func:`aligned_regions` where it differs from the
         previous one; outside them it shares the previous root's.  The counting diagram's old
         root dies at once and hands its shared references over; a delivery root is kept by its

@@ -27,7 +27,6 @@ restarted daemon keeps those (:meth:`LiveMaps.inherit`) until its own diagram is
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -104,9 +103,7 @@ def exact_entries(node: Node, miss: Node, lo: int = 0, hi: int | None = None):
     """(value, child) of ``node``'s values in [lo, hi] whose child is not ``miss``."""
     if hi is None:
         hi = node.runs[-1][1]
-    i = bisect_right(node.los, lo) - 1
-    j = bisect_right(node.los, hi) - 1
-    for rlo, rhi, c in node.runs[max(i, 0) : j + 1]:
+    for rlo, rhi, c in node.between(lo, hi):
         if c is miss:
             continue
         a, b = max(rlo, lo), min(rhi, hi)

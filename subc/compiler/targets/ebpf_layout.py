@@ -12,6 +12,7 @@ writes the new generation's entries next to the old ones and switches the one ro
 
 from __future__ import annotations
 
+import struct
 import sys
 from dataclasses import dataclass
 
@@ -93,11 +94,25 @@ class Struct:
         lines.append("};")
         return "\n".join(lines)
 
+    def __post_init__(self):
+        object.__setattr__(self, "_packer", _compile(self.fields))
+
     def pack(self, **values) -> bytes:
         """Bytes of a struct with ``values`` by field name (missing: 0; arrays: bytes or list of ints).
 
         Raises ValueError for a value that does not fit its field.
         """
+        segments = self._packer
+        try:
+            if len(segments) == 1:
+                st, plan = segments[0]
+                return st.pack(*_args(plan, values))
+            return b"".join(st.pack(*_args(plan, values)) for st, plan in segments)
+        except (struct.error, TypeError, ValueError, IndexError):
+            return self._pack_checked(values)  # the error names the field (or it was a corner case)
+
+    def _pack_checked(self, values: dict) -> bytes:
+        """:meth:`pack`, field by field (the reference for the compiled packers)."""
         out = bytearray()
         for name, kind, count in self.fields:
             v = values.get(name, 0)
@@ -126,7 +141,7 @@ class Struct:
         for name, kind, count in self.fields:
             size = _SIZES[kind]
             order = "big" if kind.startswith("be") else sys.byteorder
-            if kind in ("u8", "pad") and count > 1:
+            if kind == "pad" or (kind == "u8" and count > 1):
                 res[name] = bytes(data[off : off + count])
                 off += count
             elif count == 1:
@@ -140,6 +155,52 @@ class Struct:
     def as_json(self) -> dict:
         return {"struct": self.name, "size": self.size, "fields": [
             {"name": n, "type": k, "count": c} for n, k, c in self.fields]}
+
+
+_CODES = {"u8": "B", "u16": "H", "u32": "I", "u64": "Q", "be16": "H", "be32": "I", "be64": "Q"}
+
+
+def _compile(fields: tuple[tuple[str, str, int], ...]) -> list[tuple[struct.Struct, list]]:
+    """Packers of ``fields``: segments of consecutive fields in one byte order, each a
+    :class:`struct.Struct` with its plan ((name, how, count): 0 a scalar, 1 bytes, 2 an array)."""
+    segments: list[tuple[str, list[str], list]] = []
+    for name, kind, count in fields:
+        if kind == "pad" or (kind == "u8" and count > 1):
+            order, code, how = None, f"{count}s", 1
+        else:
+            order = ">" if kind.startswith("be") else "="
+            code = f"{count}{_CODES[kind]}" if count > 1 else _CODES[kind]
+            how = 2 if count > 1 else 0
+        if not segments or (order is not None and segments[-1][0] not in (None, order)):
+            segments.append((order, [], []))
+        seg = segments[-1]
+        if seg[0] is None and order is not None:
+            segments[-1] = seg = (order, seg[1], seg[2])
+        seg[1].append(code)
+        seg[2].append((name, how, count))
+    return [(struct.Struct((order or "=") + "".join(codes)), plan) for order, codes, plan in segments]
+
+
+def _args(plan: list, values: dict) -> list:
+    """The arguments of a compiled packer for ``values`` (raises ValueError or IndexError where
+    :meth:`Struct._pack_checked` would raise or convert differently)."""
+    args: list = []
+    for name, how, count in plan:
+        v = values.get(name, 0)
+        if how == 0:
+            args.append(v if v.__class__ is int else int(v))
+        elif how == 1:
+            b = bytes(v) if v else bytes(count)
+            if len(b) != count:
+                raise ValueError(name)
+            args.append(b)
+        else:
+            items = list(v) if v else []
+            if len(items) > count:
+                raise ValueError(name)
+            args.extend(items)
+            args.extend([0] * (count - len(items)))
+    return args
 
 
 U32 = Struct("u32", (("v", "u32", 1),))
