@@ -80,3 +80,20 @@ def test_values_that_do_not_fit_raise(s):
         if count > 1:
             with pytest.raises(ValueError):
                 s.pack(**{name: [0] * (count + 1)})
+
+
+@given(st.data())
+def test_positional_packers_equal_pack(data):
+    for s in STRUCTS:
+        try:
+            fast = s.packer()
+        except ValueError:
+            assert any(k == "pad" or (k == "u8" and c > 1) for _, k, c in s.fields) or \
+                len({k.startswith("be") for _, k, _ in s.fields}) > 1
+            continue
+        values, flat = {}, []
+        for name, kind, count in s.fields:
+            vals = [data.draw(st.integers(0, (1 << (8 * SIZES[kind])) - 1)) for _ in range(count)]
+            values[name] = vals[0] if count == 1 else vals
+            flat += vals
+        assert fast(*flat) == s.pack(**values) == expected(s, values)

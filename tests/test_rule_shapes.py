@@ -145,3 +145,34 @@ def test_literal_errors_in_templated_rules_are_located_as_lark_locates_them(fiel
     later = [re.sub(r"(?<![\w.])\d+(?![\w.])", bump, r) for r in first]
     full = "\n".join(first) + "\n  " + "\n".join(later) + "\n"
     assert outcome(parse_rules, full) == outcome(parse_rules_lark, full)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.lists(layouts(), min_size=2, max_size=4), st.data())
+def test_a_shape_cache_kept_between_texts_changes_nothing(texts, data):
+    """Texts parsed one after another with one ShapeCache (templates made from earlier texts, at
+    other offsets, lines and paths) give what Lark alone gives on each text."""
+    cache = rs.ShapeCache(SPEC, max_shapes=data.draw(st.sampled_from([1, 3, 256])),
+                          max_rules=data.draw(st.sampled_from([5, 200_000])))
+    for k, text in enumerate(texts):
+        if data.draw(st.booleans(), label="damage"):
+            i = data.draw(st.integers(0, max(0, len(text) - 1)))
+            junk = data.draw(st.sampled_from(["", ";", "x", "9999999999999999999999", '"', "h.zz", "99999"]))
+            text = text[:i] + junk + text[i + data.draw(st.integers(0, 3)):]
+        path, offset = f"t{k}.sub", data.draw(st.integers(0, 5))
+
+        def cached(t, spec, _path):
+            return parse_rules(t, spec, path, line_offset=offset, shapes=cache)
+
+        def lark(t, spec, _path):
+            return parse_rules_lark(t, spec, path, line_offset=offset)
+        got, want = outcome(cached, text), outcome(lark, text)
+        assert got == want
+        if isinstance(got, list):  # deferred rules materialize from their own text
+            assert [(r.text, r.location) for r in got] == [(r.text, r.location) for r in want]
+
+
+def test_a_shape_cache_belongs_to_one_spec_and_limits():
+    cache = rs.ShapeCache(SPEC)
+    with pytest.raises(ValueError):
+        parse_rules("h.a == 1 : fwd(1);", SPEC, limits=Limits(max_rules=5), shapes=cache)

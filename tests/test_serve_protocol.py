@@ -18,6 +18,7 @@ from test_topics import topic_spec
 
 from subc.compiler.ast import Not, Pred
 from subc.compiler.rules import parse_rules
+from subc.compiler.rule_shapes import ShapeCache
 from subc.runtime.serve.protocol import MAX_LINE, ProtocolError, Request, parse_request, parse_requests
 from subc.runtime.serve.store import Store, Stored
 
@@ -129,9 +130,9 @@ def test_store_keeps_labels_and_registrations(tmp_path):
     st.sampled_from(["SUBSCRIBE h.a > 3 and h.zz == 1", "SUBSCRIBE h.a > 3 : fwd(2)", "SUBSCRIBE h.a >",
                      'SUBSCRIBE h.a > 1 and h.a < "x;y"', "PING", "UNSUBSCRIBE 4", "FROB", "SUBSCRIBE"]),
     st.text(max_size=40).map(lambda t: f"SUBSCRIBE {t}")), min_size=1, max_size=8))
-def test_requests_parsed_together_equal_requests_parsed_alone(lines):
+def test_requests_parsed_with_kept_shapes_equal_requests_parsed_alone(lines):
     raws = [ln.encode("utf-8", "replace") for ln in lines]
-    together = parse_requests(raws, SPEC)
+    together = parse_requests(raws, SPEC, shapes=ShapeCache(SPEC))  # shapes kept from line to line
     for raw, got in zip(raws, together):
         try:
             alone = parse_request(raw, SPEC)

@@ -88,10 +88,12 @@ class _Anomaly(Exception):
 class Shape:
     """A rule shape (see the module docstring): ``pattern`` is None when its pieces are parsed by
     Lark one by one; otherwise it matches exactly its pieces, and once the first piece has been
-    resolved without error, ``template`` builds the others (:meth:`resolve`, :meth:`materialize`)."""
+    resolved without error, ``template`` builds the others (:meth:`resolve`, :meth:`materialize`)
+    of ``source``, with ``resolver`` (a :class:`~.rules.RuleResolver` over ``source``) for the
+    literals and their errors."""
 
-    def __init__(self, source: SourceText):
-        self.source = source
+    def __init__(self, source: SourceText, resolver):
+        self.source, self.resolver = source, resolver
         self.template: _Template | None = None
         self.pattern: re.Pattern | None = None
         self.cond_groups: tuple[int, ...] = ()
@@ -103,12 +105,22 @@ class Shape:
         """(core condition, atoms) of the piece matched by ``m`` with condition and action literal
         texts ``ck`` and ``ak``, cached; raises SubcError as the resolver would on that piece."""
         cond = self.conditions.get(ck)
+        r = self.resolver
         if cond is None:
-            cond = self.conditions[ck] = self.template.cond(m, False)
+            cond = self.conditions[ck] = self.template.cond(m, None, r)
         atoms = self.atom_sets.get(ak)
         if atoms is None:
-            atoms = self.atom_sets[ak] = frozenset(a for f in self.template.actions for a in f(m, False).atoms())
+            atoms = self.atom_sets[ak] = frozenset(a for f in self.template.actions for a in f(m, None, r).atoms())
         return cond, atoms
+
+    def rebound(self, source: SourceText, resolver) -> "Shape":
+        """This template shape for the pieces of another text (``source``, ``resolver``): the
+        pattern, template and caches are shared."""
+        s = Shape(source, resolver)
+        s.template, s.pattern = self.template, self.pattern
+        s.cond_groups, s.act_groups = self.cond_groups, self.act_groups
+        s.conditions, s.atom_sets = self.conditions, self.atom_sets
+        return s
 
     def materialize(self, start: int) -> tuple:
         """(condition, actions, location, text) of the deferred rule whose piece starts at ``start``,
@@ -116,15 +128,16 @@ class Shape:
         m = self.pattern.match(self.source.text, start)
         if m is None:  # pragma: no cover - the piece matched when it was parsed
             raise RuntimeError(f"rule at offset {start} no longer matches its shape")
-        tpl, loc = self.template, self.source.location
+        tpl, loc, r = self.template, self.source.location, self.resolver
         s, e = tpl.start(m), tpl.end(m)
-        return tpl.cond(m, True), tuple(f(m, True) for f in tpl.actions), loc(s), self.source.text[s:e]
+        return tpl.cond(m, loc, r), tuple(f(m, loc, r) for f in tpl.actions), loc(s), self.source.text[s:e]
 
 
 class _Template:
     """A shape's rule as closures over a pattern match ``m`` (see :meth:`ShapeParser._template`):
-    ``cond(m, located)``, ``actions`` (each ``f(m, located)``), ``start(m)``, ``end(m)`` (offsets
-    of the rule's first character and just after its ';')."""
+    ``cond(m, loc, r)``, ``actions`` (each ``f(m, loc, r)``), ``start(m)``, ``end(m)`` (offsets
+    of the rule's first character and just after its ';').  ``loc`` locates an offset of the
+    matched text (None: build without locations); ``r`` is the resolver over that text."""
 
     __slots__ = ("cond", "actions", "start", "end")
 
@@ -144,16 +157,55 @@ def _offset_fn(part: int, off: int):
     return lambda m: m.end(g) + off
 
 
+class ShapeCache:
+    """Template shapes kept from one parse to the next, for a program that parses many small texts
+    of few shapes one at a time (``subc serve`` parses each request's condition alone): a text's
+    pieces of a known shape are then matched without Lark.  For one ``spec`` and ``limits``.
+
+    Shapes hold caches of the literal texts they have seen (conditions, operands), so the cache is
+    bounded: it forgets everything after ``max_rules`` rules parsed through it, or when a new shape
+    would make more than ``max_shapes``.  Not thread-safe (one parsing thread)."""
+
+    def __init__(self, spec, limits: Limits = DEFAULT_LIMITS, max_shapes: int = 256, max_rules: int = 200_000):
+        self.spec, self.limits = spec, limits
+        self.max_shapes, self.max_rules = max_shapes, max_rules
+        self.shapes: dict[tuple, Shape] = {}
+        self.rules = 0  # parsed since the cache was last emptied
+
+    def get(self, key: tuple, source: SourceText, resolver) -> Shape | None:
+        """The shape of ``key`` for the pieces of ``source`` (None: not known)."""
+        shape = self.shapes.get(key)
+        return None if shape is None else shape.rebound(source, resolver)
+
+    def put(self, key: tuple, shape: Shape) -> None:
+        """Keep template shape ``shape``."""
+        if len(self.shapes) >= self.max_shapes:
+            self.shapes.clear()
+        self.shapes[key] = shape
+
+    def parsed(self, n: int) -> None:
+        """Note ``n`` rules parsed with the cache."""
+        self.rules += n
+        if self.rules > self.max_rules:
+            self.shapes.clear()
+            self.rules = 0
+
+
 class ShapeParser:
     """Parse the rule text of ``source`` shape by shape (see the module docstring).
 
     ``resolver`` is a :class:`~.rules.RuleResolver` over ``source``; rules are numbered from
-    ``first_index``; ``limits`` are those of :func:`~.limits.check_rule_text`.  :meth:`parse`
-    returns the rules in text order or raises what the reference path raises."""
+    ``first_index``; ``limits`` are those of :func:`~.limits.check_rule_text`; ``cache``: shapes
+    known from earlier parses (:class:`ShapeCache`, of the same spec and limits, else ValueError).
+    :meth:`parse` returns the rules in text order or raises what the reference path raises."""
 
-    def __init__(self, source: SourceText, spec, resolver, first_index: int = 0, limits: Limits = DEFAULT_LIMITS):
+    def __init__(self, source: SourceText, spec, resolver, first_index: int = 0, limits: Limits = DEFAULT_LIMITS,
+                 cache: ShapeCache | None = None):
+        if cache is not None and (cache.spec is not spec or cache.limits != limits):
+            raise ValueError("ShapeParser: the shape cache is for another spec or other limits")
         self.source, self.spec, self.resolver = source, spec, resolver
         self.first_index, self.limits = first_index, limits
+        self.cache = cache
         self.shapes: dict[tuple, Shape] = {}
         self.recent: list[Shape] = []  # templated shapes, most recently used first
         self.operands: dict[tuple, object] = {}  # (field, kind, text) -> Operand
@@ -175,6 +227,8 @@ class ShapeParser:
             self.spec.actions.clear()
             self.spec.actions.update(declared)
             return self._reference()
+        if self.cache is not None:
+            self.cache.parsed(self.index - self.first_index)
         if self.error is not None:
             raise self.error
         return rules
@@ -278,10 +332,14 @@ class ShapeParser:
         parts = _SPLIT.split(piece)
         key = ("\x00".join(parts[0::2]), tuple(map(_kind, parts[1::2])))
         shape = self.shapes.get(key)
+        if shape is None and self.cache is not None:
+            shape = self.cache.get(key, self.source, self.resolver)
+            if shape is not None:
+                self.shapes[key] = shape
         first = shape is None
         if first:
             tree = self._lark(piece)
-            shape = self.shapes[key] = Shape(self.source)
+            shape = self.shapes[key] = Shape(self.source, self.resolver)
             if self._safe(tree, parts):
                 shape.pattern = re.compile("".join(re.escape(p) if i % 2 == 0 else _GROUP[_kind(p)]
                                                    for i, p in enumerate(parts)))
@@ -302,6 +360,8 @@ class ShapeParser:
             else:
                 if first and shape.pattern is not None:
                     self._template(shape, tree, parts, pos)
+                    if self.cache is not None:
+                        self.cache.put(key, shape)
         self.index += 1
         if shape.pattern is not None:
             self._recent(shape)
@@ -354,9 +414,7 @@ class ShapeParser:
             i = min(bisect_right(bounds, pos) - 1, len(parts) - 1)
             return _offset_fn(i, pos - bounds[i])
 
-        r = self.resolver
-        located = self.source.location
-        rep_resolver = r.at(rep)
+        rep_resolver = self.resolver.at(rep)
         operands, action_values = self.operands, self.action_values
         cond_groups: list[int] = []
         act_groups: list[int] = []
@@ -370,17 +428,17 @@ class ShapeParser:
                     x = x.children[0]
                 fs = tuple([expr(x)] + [expr(y) for y in reversed(rights)])
                 cls = Or if t.data == "or_" else And
-                return lambda m, loc: cls(tuple([f(m, loc) for f in fs]))
+                return lambda m, loc, r: cls(tuple([f(m, loc, r) for f in fs]))
             if t.data == "not_":
                 f = expr(t.children[0])
-                return lambda m, loc: Not(f(m, loc))
+                return lambda m, loc, r: Not(f(m, loc, r))
             return comparison(t)
 
         def operand(q, tok: Token):
             g, kind, qname = group_at[tok.start_pos], tok.type, q.name
             cond_groups.append(g)
 
-            def f(m):
+            def f(m, r):
                 text = m.group(g)
                 key = (qname, kind, text)
                 o = operands.get(key)
@@ -404,13 +462,13 @@ class ShapeParser:
                                                                     else (value,))}))
             cores: dict = {}  # literal texts -> the predicate without location
 
-            def f(m, loc):
+            def f(m, loc, r):
                 if loc:
-                    return Pred(name, width, op, tuple([g(m) for g in fs]), located(where(m)))
+                    return Pred(name, width, op, tuple([g(m, r) for g in fs]), loc(where(m)))
                 key = m.group(*groups)
                 p = cores.get(key)
                 if p is None:
-                    p = cores[key] = Pred(name, width, op, tuple([g(m) for g in fs]), None)
+                    p = cores[key] = Pred(name, width, op, tuple([g(m, r) for g in fs]), None)
                 return p
             return f
 
@@ -422,7 +480,7 @@ class ShapeParser:
             kinds = tuple(a.type for a in args)
             name = str(name_tok)
 
-            def f(m, loc):
+            def f(m, loc, r):
                 texts = tuple([m.group(g) for g in groups])
                 key = (name, kinds, texts)
                 v = action_values.get(key)
@@ -431,7 +489,7 @@ class ShapeParser:
                     toks += [Token(k, x, start_pos=m.start(g)) for k, x, g in zip(kinds, texts, groups)]
                     a = r.action(Tree("action", toks))
                     v = action_values[key] = (a.name, a.args)
-                return Action(v[0], v[1], located(where(m)) if loc else None)
+                return Action(v[0], v[1], loc(where(m)) if loc else None)
             return f
 
         cond_tree, actions_tree = rule_tree.children

@@ -18,7 +18,7 @@ from .ast import And, Action, Not, Operand, Or, Pred, Rule
 from .grammar_parser import SourceText, comparison_parts, rule_parser, syntax_error
 from .limits import DEFAULT_LIMITS, Limits
 from .literals import arg_value, literal_value
-from .rule_shapes import ShapeParser
+from .rule_shapes import ShapeCache, ShapeParser
 from .spec import QueryField, Spec
 
 MAX_PORT = 511  # 9-bit port numbers (v1model egress_spec, TNA PortId_t)
@@ -173,7 +173,7 @@ def inferred_width(kind: str, text: str) -> int:
 
 
 def parse_rules(text: str, spec: Spec, path: str = "<rules>", line_offset: int = 0, first_index: int = 0,
-                limits: Limits = DEFAULT_LIMITS) -> list[Rule]:
+                limits: Limits = DEFAULT_LIMITS, shapes: ShapeCache | None = None) -> list[Rule]:
     """Parse and resolve a rule set.
 
     Returns the rules in file order (``Rule.index`` ``first_index``, ``first_index`` + 1, ...).
@@ -184,10 +184,12 @@ def parse_rules(text: str, spec: Spec, path: str = "<rules>", line_offset: int =
     field or action, operator not allowed by the field's match kind, literal that does not fit,
     string on a numeric field, ...), exactly as :func:`parse_rules_lark` after
     :func:`~.limits.check_rule_text`.  Each distinct rule shape is parsed by Lark once
-    (:mod:`subc.compiler.rule_shapes`); the result equals :func:`parse_rules_lark`'s.
+    (:mod:`subc.compiler.rule_shapes`), or never when ``shapes`` (a
+    :class:`~.rule_shapes.ShapeCache` of ``spec`` and ``limits``) knows it from an earlier text;
+    the result equals :func:`parse_rules_lark`'s.
     """
     source = SourceText(path, text, line_offset)
-    return ShapeParser(source, spec, RuleResolver(spec, source), first_index, limits).parse()
+    return ShapeParser(source, spec, RuleResolver(spec, source), first_index, limits, shapes).parse()
 
 
 def parse_rules_lark(text: str, spec: Spec, path: str = "<rules>", line_offset: int = 0, first_index: int = 0) -> list[Rule]:

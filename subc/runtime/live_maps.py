@@ -138,6 +138,10 @@ class LiveMaps:
         self.seg_of: dict[tuple[int, int], tuple[int, int]] = {}  # (level, state) -> (offset, size class)
         self.slot_node: dict[int, Node | None] = {}  # what each root slot's entries encode
         self._ops: dict[str, list[list]] = {}  # map name -> runs of ['put', keys, values] / ['del', keys]
+        # positional packers (the hot path writes thousands of entries per second)
+        self._u32, self._bound, self._info = L.U32.packer(), L.BOUND.packer(), L.INFO.packer()
+        self._leaf, self._subset = L.LEAF.packer(), L.SUBSET.packer()
+        self._zero_counter = L.COUNTER.pack()
 
     # -- buffered writes ----------------------------------------------------------------------
 
@@ -148,6 +152,14 @@ class LiveMaps:
             runs[-1][2].append(value)
         else:
             runs.append(["put", [key], [value]])
+
+    def _put_many(self, name: str, keys: list[bytes], values: list[bytes]) -> None:
+        runs = self._ops.setdefault(name, [])
+        if runs and runs[-1][0] == "put":
+            runs[-1][1].extend(keys)
+            runs[-1][2].extend(values)
+        else:
+            runs.append(["put", keys, values])
 
     def _del(self, name: str, key: bytes) -> None:
         runs = self._ops.setdefault(name, [])
@@ -182,10 +194,9 @@ class LiveMaps:
             if old is not None:
                 self.segments[lv].release(*old)
             old = self.seg_of[key] = self.segments[lv].alloc(n)
-        off = old[0]
-        for i, (lo, _, c) in enumerate(node.runs):
-            self._put(bnd, L.U32.pack(v=off + i), L.BOUND.pack(lo=lo, next=c.state))
-        self._put(info, L.U32.pack(v=state), L.INFO.pack(a=off, b=n))
+        off, u32, bound = old[0], self._u32, self._bound
+        self._put_many(bnd, [u32(i) for i in range(off, off + n)], [bound(lo, c.state, 0) for lo, _, c in node.runs])
+        self._put(info, u32(state), self._info(off, n))
 
     def _exact_key(self, state: int, v: int) -> bytes:
         return L.EXACT_KEY.pack(state=state, value=v)
@@ -204,13 +215,12 @@ class LiveMaps:
         lv = node.level
         state = node.state if state is None else state
         if lv == self.n:
-            ids = list(node.runs)
+            ids = node.runs
             words = subscriber_words(ids)
-            key = L.U32.pack(v=state)
-            self._put("subc_leaf_cnt", key, L.COUNTER.pack())
-            self._put("subc_leaf_set", key, L.SUBSET.pack(subs=words))
-            self._put("subc_leaf", key, L.LEAF.pack(nsubs=len(ids), sub=ids[0] if len(ids) == 1 else 0,
-                                                    set=state, subs=words))
+            key = self._u32(state)
+            self._put("subc_leaf_cnt", key, self._zero_counter)
+            self._put("subc_leaf_set", key, self._subset(*words, 0, 0))
+            self._put("subc_leaf", key, self._leaf(0, len(ids), ids[0] if len(ids) == 1 else 0, state, *words))
             return
         st = self.stages[lv]
         if st["kind"] == "range":

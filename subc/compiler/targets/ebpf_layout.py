@@ -111,6 +111,16 @@ class Struct:
         except (struct.error, TypeError, ValueError, IndexError):
             return self._pack_checked(values)  # the error names the field (or it was a corner case)
 
+    def packer(self):
+        """A fast packing function of this struct taking every field's value positionally, in
+        field order, arrays spread out (``BOUND.packer()(lo, next, 0)``): ``struct.Struct.pack``
+        (raises struct.error for a value that does not fit).  ValueError for structs with fields
+        in both byte orders or with byte arrays."""
+        segments = self._packer
+        if len(segments) != 1 or any(how == 1 for _, how, _ in segments[0][1]):
+            raise ValueError(f"{self.name}: no positional packer (byte arrays or mixed byte orders)")
+        return segments[0][0].pack
+
     def _pack_checked(self, values: dict) -> bytes:
         """:meth:`pack`, field by field (the reference for the compiled packers)."""
         out = bytearray()

@@ -38,6 +38,7 @@ from typing import Callable
 
 from ...compiler.incremental import CapacityError, LiveDiagram
 from ...compiler.limits import DEFAULT_LIMITS, Limits
+from ...compiler.rule_shapes import ShapeCache
 from ...compiler.rules import parse_rules
 from ...compiler.spec import Spec
 from ...compiler.targets import ebpf_layout as L
@@ -151,6 +152,7 @@ class Daemon:
         self.metrics = Metrics(cfg.metrics)
         self.sockets: list[socket.socket] = []
         self.started = threading.Event()
+        self.shapes = ShapeCache(cfg.spec, cfg.limits)  # the network thread's: conditions parse without Lark
 
     # -- start and stop -----------------------------------------------------------------------
 
@@ -389,7 +391,7 @@ class Daemon:
 
     def _requests(self, items: list[tuple[bytes, tuple[str, int], Callable[[str], None]]]) -> None:
         """Handle the request lines ``items`` ((line, source, reply)) read in one go: rate
-        limits, then parsing (:func:`.protocol.parse_requests`: their conditions together)."""
+        limits, then parsing (:func:`.protocol.parse_requests`, with the shapes of earlier conditions)."""
         if not items:
             return
         t0 = time.perf_counter()
@@ -404,7 +406,8 @@ class Daemon:
             if now - self.complained.get(src, 0.0) >= 1.0:  # one complaint per second, no amplification
                 self.complained[src] = now
                 reply(f"ERR rate limit: {self.cfg.acl.requests_per_second:g} requests per second")
-        parsed = parse_requests([raw for raw, _, _ in allowed], self.cfg.spec, self.cfg.limits, self.depth)
+        parsed = parse_requests([raw for raw, _, _ in allowed], self.cfg.spec, self.cfg.limits, self.depth,
+                                self.shapes)
         for (raw, source, reply), req in zip(allowed, parsed):
             if isinstance(req, ProtocolError):
                 verb = raw.split(None, 1)[0].upper() if raw.split() else b""

@@ -32,6 +32,7 @@ import re
 from dataclasses import dataclass
 
 from ...compiler.limits import DEFAULT_LIMITS, Limits
+from ...compiler.rule_shapes import ShapeCache
 from ...compiler.rules import parse_rules
 from ...compiler.spec import Spec
 from ...errors import SubcError
@@ -101,10 +102,10 @@ def _split_to(rest: str, rest_col: int) -> tuple[str, tuple[str, int] | None, st
     return rest[: m.start()], (ip, port), m.group(3)
 
 
-def _condition(text: str, col: int, spec: Spec, limits: Limits):
+def _condition(text: str, col: int, spec: Spec, limits: Limits, shapes: ShapeCache | None = None):
     """The condition AST of ``text`` (at request column ``col``).  Raises ProtocolError."""
     try:
-        rules = parse_rules(text + " : fwd(0);", spec, "<request>", limits=limits)
+        rules = parse_rules(text + " : fwd(0);", spec, "<request>", limits=limits, shapes=shapes)
     except SubcError as e:
         c = e.location.column if e.location is not None else 1
         if c > len(text):  # in the part the broker appended: the condition has an action part
@@ -122,51 +123,24 @@ def _condition(text: str, col: int, spec: Spec, limits: Limits):
 _WHERE = re.compile(r"\s+WHERE(?=\s|\Z)", re.IGNORECASE)
 
 
-_DEFERRED = object()  # a SUBSCRIBE whose condition parse_requests parses with the others
-
-
-def parse_requests(raws: list[bytes], spec: Spec, limits: Limits = DEFAULT_LIMITS,
-                   depth: int | None = None) -> list[Request | ProtocolError]:
-    """:func:`parse_request` of each line of ``raws``, in order (a request, or its error).  The
-    conditions of the SUBSCRIBE requests are parsed together, as one rule set (one Lark parse per
-    distinct condition shape, :mod:`subc.compiler.rule_shapes`) when none holds ``;`` or ``:``
-    (so that each is exactly one rule); when that fails, each alone, for its own error."""
+def parse_requests(raws: list[bytes], spec: Spec, limits: Limits = DEFAULT_LIMITS, depth: int | None = None,
+                   shapes: ShapeCache | None = None) -> list[Request | ProtocolError]:
+    """:func:`parse_request` of each line of ``raws``, in order: a request, or its error."""
     out: list[Request | ProtocolError] = []
     for raw in raws:
         try:
-            out.append(parse_request(raw, spec, limits, depth, defer=len(raws) > 1))
+            out.append(parse_request(raw, spec, limits, depth, shapes))
         except ProtocolError as e:
             out.append(e)
-    idx = [i for i, r in enumerate(out) if isinstance(r, Request) and r.condition is _DEFERRED]
-    if not idx:
-        return out
-    conds: list = []
-    if all(";" not in out[i].text and ":" not in out[i].text for i in idx):
-        try:
-            rules = parse_rules("".join(out[i].text + " : fwd(0);\n" for i in idx), spec, "<requests>", limits=limits)
-            if len(rules) == len(idx) and all(len(r.actions) == 1 for r in rules):
-                conds = [r.condition for r in rules]
-        except SubcError:
-            conds = []
-    if not conds:
-        for i in idx:
-            try:
-                conds.append(_condition(out[i].text, out[i].column, spec, limits))
-            except ProtocolError as e:
-                conds.append(e)
-    for i, c in zip(idx, conds):
-        if isinstance(c, ProtocolError):
-            out[i] = c
-        else:
-            out[i].condition = c
     return out
 
 
 def parse_request(raw: bytes, spec: Spec, limits: Limits = DEFAULT_LIMITS, depth: int | None = None,
-                  defer: bool = False) -> Request:
+                  shapes: ShapeCache | None = None) -> Request:
     """The request of one line ``raw`` (without its newline); ``depth``: the levels a topic may
-    have (the spec's label fields), None when the spec has no topic fields; ``defer``: leave a
-    SUBSCRIBE's condition to :func:`parse_requests`.  Raises :class:`ProtocolError`."""
+    have (the spec's label fields), None when the spec has no topic fields; ``shapes``: condition
+    shapes kept between requests (:class:`~subc.compiler.rule_shapes.ShapeCache` of ``spec`` and
+    ``limits``: a condition of a known shape is parsed without Lark).  Raises :class:`ProtocolError`."""
     line = _clean(raw)
     stripped = line.lstrip()
     lead = len(line) - len(stripped)
@@ -177,14 +151,7 @@ def parse_request(raw: bytes, spec: Spec, limits: Limits = DEFAULT_LIMITS, depth
         rest, to, token = _split_to(rest, rest_col)
         if not rest.strip():
             raise ProtocolError(rest_col, "SUBSCRIBE needs a condition")
-        if defer:
-            lead_ws = len(rest) - len(rest.lstrip())
-            text = rest.strip()
-            if len(text) > limits.max_rule_chars:
-                return Request("SUBSCRIBE", _condition(rest, rest_col, spec, limits), text, to, token=token,
-                               column=rest_col)
-            return Request("SUBSCRIBE", _DEFERRED, text, to, token=token, column=rest_col + lead_ws)
-        cond = _condition(rest, rest_col, spec, limits)
+        cond = _condition(rest, rest_col, spec, limits, shapes)
         return Request("SUBSCRIBE", cond, rest.strip(), to, token=token, column=rest_col)
     if verb in ("REGISTER", "UNREGISTER", "SUB"):
         if depth is None:
@@ -213,7 +180,7 @@ def parse_request(raw: bytes, spec: Spec, limits: Limits = DEFAULT_LIMITS, depth
             wcol = col + len(name) + m.end()
             if not where.strip():
                 raise ProtocolError(wcol, "WHERE needs a condition")
-            req.condition = _condition(where, wcol, spec, limits)
+            req.condition = _condition(where, wcol, spec, limits, shapes)
             req.text, req.column = where.strip(), wcol + (len(where) - len(where.lstrip()))
         return req
     if verb in ("UNSUBSCRIBE", "RENEW"):
