@@ -16,7 +16,7 @@ unique table per level), so each diagram is canonical for its function:
 * a *region* (:meth:`LiveDiagram.region`): the set of messages a condition accepts, terminals
   ``TRUE`` and ``FALSE``;
 * the *counting diagram*: per message, how many live subscriptions of each subscriber accept it
-  (terminals: sorted ``(subscriber, count)`` tuples).  Adding or removing a subscription is one
+  (terminals: a tuple of sorted subscribers and a tuple of their counts).  Adding or removing a subscription is one
   ``apply`` of its region with +1 or -1 for its subscriber: exact, without knowing the
   subscriber's other subscriptions;
 * the *delivery diagram* (the quotient of the counting diagram by "count > 0"): per message,
@@ -278,7 +278,7 @@ class LiveDiagram:
             raise ValueError("capacity: one figure per level below 0 (levels 1..n)")
         # free states per level 1..n (index level - 1); state 0 is dead / the default leaf
         self._free: list[list[int]] = [list(range(c, 0, -1)) for c in self.capacity]
-        self.dead = self._chain(self.counting, ())
+        self.dead = self._chain(self.counting, ((), ()))
         self.qdead = self._chain(self.delivery, ())
         for node in self.qdead:
             node.state = 0
@@ -400,15 +400,17 @@ class LiveDiagram:
         if b.false:
             return n
         lv = n.level
-        if lv == self.n:  # runs: sorted (subscriber, count) pairs, every count > 0
-            runs = n.runs
-            i = bisect_left(runs, sid, key=_LO)
-            had = i < len(runs) and runs[i][0] == sid
-            c = (runs[i][1] if had else 0) + delta
+        if lv == self.n:  # runs: (sorted subscribers, their counts), every count > 0
+            sids, counts = n.runs
+            i = bisect_left(sids, sid)
+            had = i < len(sids) and sids[i] == sid
+            c = (counts[i] if had else 0) + delta
             if c < 0:
                 raise ValueError(f"subscriber {sid}: count below zero (a removal without its addition)")
-            mid = ((sid, c),) if c else ()
-            return self.counting.intern(lv, runs[:i] + mid + runs[i + had:])[0]
+            j = i + had
+            if c:
+                return self.counting.intern(lv, (sids[:i] + (sid,) + sids[j:], counts[:i] + (c,) + counts[j:]))[0]
+            return self.counting.intern(lv, (sids[:i] + sids[j:], counts[:i] + counts[j:]))[0]
         key = (n, b)
         hit = memo.get(key)
         if hit is not None:
@@ -439,7 +441,7 @@ class LiveDiagram:
             return q
         lv = n.level
         if lv == self.n:
-            q, created = self.delivery.intern(lv, tuple(map(_LO, n.runs)))  # counts are > 0
+            q, created = self.delivery.intern(lv, n.runs[0])  # the subscribers (counts are > 0)
         else:
             out: list = []
             rr, emit, copy = _builder(lv, out)
@@ -456,9 +458,20 @@ class LiveDiagram:
                     cur = hi + 1
                 if cur <= self.tops[lv]:
                     copy(base, cur, self.tops[lv])
-            else:
+            elif lv == 0:
                 for lo, hi, c in n.runs:
                     emit(lo, hi, self._quotient(c, new))
+            else:  # as emit(lo, hi, self._quotient(c, new)) per run, inlined: the hot loop of a change
+                last = None
+                for lo, hi, c in n.runs:
+                    cq = c.q
+                    if cq is None or cq.dead:
+                        cq = self._quotient(c, new)
+                    if cq is last:
+                        out[-1] = (out[-1][0], hi, cq)
+                    else:
+                        out.append((lo, hi, cq))
+                        last = cq
             if lv == 0:  # a root: not hash-consed, references taken by change()
                 q, created = Node(0, rr.runs()), False
             else:
@@ -622,7 +635,8 @@ class LiveDiagram:
         node = self.root
         for q in self.fields:
             node = node.child(values[q.name])
-        return tuple(sid for sid, c in node.runs if c > 0)
+        sids, counts = node.runs
+        return tuple(sid for sid, c in zip(sids, counts) if c > 0)
 
     def states_used(self) -> list[int]:
         """States in use per level 1..n (delivery nodes alive, including retired roots' nodes)."""

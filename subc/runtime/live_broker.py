@@ -133,6 +133,10 @@ class LiveBroker:
             self.lock.notify_all()
         return freed_n
 
+    def free_slot_count(self) -> int:
+        """Root slots free for the next changes (a glance without the lock: a hint)."""
+        return len(self.free_slots)
+
     def pending(self) -> bool:
         """Whether retired slots wait for :meth:`reclaim`."""
         with self.lock:
