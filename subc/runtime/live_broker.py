@@ -114,23 +114,23 @@ class LiveBroker:
             return 0
         self.grace()
         freed_n = 0
-        with self.lock:
-            for slot, root in batch:
+        for slot, root in batch:  # oldest first; the lock is let go between roots for changes
+            with self.lock:
                 if root is None:  # the slot a previous writer left live, or a root published by force
                     if self._inherited is not None and slot == self._inherited_slot:
                         self._inherited()
                         self._inherited = None
                     if slot:
                         self.free_slots.append(slot)
-                    continue
-                freed = self.diagram.release_root(root)
-                for node in freed:
-                    self.writer.clear(node)
-                self.writer.flush()
-                self.diagram.recycle(freed)
-                freed_n += len(freed)
-                self.free_slots.append(slot)
-            self.lock.notify_all()
+                else:
+                    freed = self.diagram.release_root(root)
+                    for node in freed:
+                        self.writer.clear(node)
+                    self.writer.flush()
+                    self.diagram.recycle(freed)
+                    freed_n += len(freed)
+                    self.free_slots.append(slot)
+                self.lock.notify_all()
         return freed_n
 
     def free_slot_count(self) -> int:

@@ -691,7 +691,7 @@ class Daemon:
             # freeing for several changes, not one per change next to every request's own work
             # (they share the interpreter), unless root slots run short
             until = time.monotonic() + RECLAIM_LINGER
-            while not self.stopping.is_set() and self.broker.free_slot_count() > ROOT_SLOTS // 2:
+            while not self.stopping.is_set() and self.broker.free_slot_count() > ROOT_SLOTS * 3 // 4:
                 left = until - time.monotonic()
                 if left <= 0:
                     break

@@ -21,7 +21,7 @@ from ..bpf import Map, prog_info
 from ..broker import (LoadedFilter, ensure_bpffs, ifindex_of, pin_and_attach, pin_dir, pinned_maps, read_state,
                       state_path, write_state)
 
-ROOT_SLOTS = 16
+ROOT_SLOTS = 32  # versions of the root (stage 0 states 1..32): changes in flight before a grace period ends
 STATE_ROLES = ("state_info", "leaf", "leaf_sets", "leaf_counters")
 ENTRY_ROLES = ("bounds", "exact", "lpm")
 
