@@ -5,8 +5,9 @@ removed afterwards.  At each level the client first fills the daemon up to the l
 requests), then measures:
 
 * latency: 1,000 SUBSCRIBE requests one at a time (send, wait for the SUBACK: the data plane
-  already switched to the new diagram and the store committed), p50 and p99, with an UNSUBSCRIBE
-  after each so the level stays put;
+  already switched to the new diagram and the store, SQLite in WAL mode under ``--state`` in a
+  temporary directory, committed), p50 and p99, with an UNSUBSCRIBE after each so the level
+  stays put;
 * throughput: 5,000 SUBSCRIBE requests with up to 64 in flight, requests per second.
 
 Subscriptions are ``add_order.stock == S and add_order.price > P`` over 2,000 symbols, delivered
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import socket
 import subprocess
 import sys
@@ -145,11 +147,12 @@ def main() -> None:
         return
     setup()
     daemon = None
-    acl = Path(tempfile.mkdtemp()) / "acl.toml"  # one client makes every request: lift the per-source limits
+    tmp = Path(tempfile.mkdtemp())
+    acl = tmp / "acl.toml"  # one client makes every request: lift the per-source limits
     acl.write_text("[limits]\nsubscriptions_per_source = 10000000\nrequests_per_second = 10000000\n")
     try:
         daemon = subprocess.Popen(["nsenter", f"--net=/run/netns/{BRK}", *SUBC, "serve", "--spec", str(SPEC),
-                                   "--acl", str(acl),
+                                   "--acl", str(acl), "--state", str(tmp / "state"),
                                    "--iface", "sbb0", "--listen", f"{DAEMON}:{PORT}", "--capacity",
                                    str(max(levels) + 10_000), "--log-level", "warning"],
                                   stderr=subprocess.PIPE, text=True)
@@ -166,6 +169,7 @@ def main() -> None:
             daemon.terminate()
             daemon.wait(timeout=60)
         teardown()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -115,6 +115,13 @@ def loaded_for(order_ix: int, subs):
     return _LOADED[order_ix]
 
 
+def teardown_module():
+    """Release the programs of :func:`loaded_for` (their map and program descriptors)."""
+    for lf in _LOADED.values():
+        lf.close()
+    _LOADED.clear()
+
+
 SUBS = fake_subscribers(multi={3: 2})
 
 
@@ -171,7 +178,8 @@ def itch_filter():
 
     subs = fake_subscribers(ids=range(1, 6), multi={4: 3})
     lf = LoadedFilter.build(json.loads(files["maps.json"]), files["subc_filter.bpf.c"], subs)
-    return spec, rules, subs, lf
+    yield spec, rules, subs, lf
+    lf.close()
 
 
 def itch_frame(msg: bytes, vlan: int | None = None, options: bool = False, dport: int = 26400, seq: int = 1,
@@ -300,14 +308,14 @@ def test_update_refuses_a_rule_set_that_does_not_fit(itch_filter):
     spec = load_spec(EXAMPLE / "spec.p4")
     order = "add_order.stock,add_order.shares".split(",")
     _, small, src = compile_ebpf('stock == "BOB" and shares > 10 : fwd(1);', spec, order)
-    lf = LoadedFilter.build(small, src, None)
-    big_rules = "\n".join(f'stock == "S{i}" and shares > {i} : fwd({1 + i % 5});' for i in range(60))
-    _, big, _ = compile_ebpf(big_rules, spec, order)
-    with pytest.raises(SubcError, match="load the rule set again"):
-        lf.update(big)
-    run = Runner(lf)  # the live generation is untouched
-    ret, _, leaf = run.run(itch_frame(bob_order(shares=50)))
-    assert ret == XDP_PASS and run.decision(leaf).ports == (1,)
+    with LoadedFilter.build(small, src, None) as lf:
+        big_rules = "\n".join(f'stock == "S{i}" and shares > {i} : fwd({1 + i % 5});' for i in range(60))
+        _, big, _ = compile_ebpf(big_rules, spec, order)
+        with pytest.raises(SubcError, match="load the rule set again"):
+            lf.update(big)
+        run = Runner(lf)  # the live generation is untouched
+        ret, _, leaf = run.run(itch_frame(bob_order(shares=50)))
+        assert ret == XDP_PASS and run.decision(leaf).ports == (1,)
 
 
 def test_100k_rule_program_passes_the_verifier():
@@ -336,23 +344,23 @@ def test_100k_rule_program_passes_the_verifier():
     doc = json.loads(files["maps.json"])
     assert sum(len(m["entries"]) for m in doc["maps"]) > 20_000
     subs = fake_subscribers(ids=range(1, 201))
-    lf = LoadedFilter.build(doc, files["subc_filter.bpf.c"], subs)
-    for prog in (lf.program.xdp, lf.program.tc):
-        info = prog_info(prog.fd)
-        assert info["xlated_insns"] > 100 and info["verified_insns"] > 0
-    run = Runner(lf)
-    rng = random.Random(5)
-    for n in range(12):
-        sym = rng.choice(SYMBOLS) if n else "NONE"
-        pkt = {"add_order.stock": stock_value(sym), "add_order.shares": rng.choice([1, 2, 500, 999, 1000, 1001,
-                                                                                   rng.randint(1, 1100)])}
-        msg = encode_add_order({**pkt, "add_order.order_ref_number": n})
-        ref = reference_decision(rules, spec, {**pkt, **{f: 0 for f in spec.query_fields if f not in pkt}})
-        ret, out, leaf = run.run(itch_frame(msg, seq=n + 1))
-        assert leaf is not None and run.decision(leaf) == ref, f"{sym} {pkt}: {ref} vs leaf {leaf}"
-        assert ret == expected_xdp(ref, subs)
-        if ret == XDP_REDIRECT:
-            check_rewrite(out, subs.by_id[ref.ports[0]][0])
+    with LoadedFilter.build(doc, files["subc_filter.bpf.c"], subs) as lf:
+        for prog in (lf.program.xdp, lf.program.tc):
+            info = prog_info(prog.fd)
+            assert info["xlated_insns"] > 100 and info["verified_insns"] > 0
+        run = Runner(lf)
+        rng = random.Random(5)
+        for n in range(12):
+            sym = rng.choice(SYMBOLS) if n else "NONE"
+            pkt = {"add_order.stock": stock_value(sym), "add_order.shares": rng.choice([1, 2, 500, 999, 1000, 1001,
+                                                                                       rng.randint(1, 1100)])}
+            msg = encode_add_order({**pkt, "add_order.order_ref_number": n})
+            ref = reference_decision(rules, spec, {**pkt, **{f: 0 for f in spec.query_fields if f not in pkt}})
+            ret, out, leaf = run.run(itch_frame(msg, seq=n + 1))
+            assert leaf is not None and run.decision(leaf) == ref, f"{sym} {pkt}: {ref} vs leaf {leaf}"
+            assert ret == expected_xdp(ref, subs)
+            if ret == XDP_REDIRECT:
+                check_rewrite(out, subs.by_id[ref.ports[0]][0])
 
 
 def _programs_verified(lf) -> dict[str, int]:
@@ -380,8 +388,8 @@ def test_regression_spec_programs_pass_the_verifier():
     files, _ = target_files(compile_rules(rules, spec, "ebpf"), "r.sub")
     import json
 
-    lf = LoadedFilter.build(json.loads(files["maps.json"]), files["subc_filter.bpf.c"], None)
-    verified = _programs_verified(lf)
+    with LoadedFilter.build(json.loads(files["maps.json"]), files["subc_filter.bpf.c"], None) as lf:
+        verified = _programs_verified(lf)
     assert set(verified) >= {"subc_xdp", "subc_tc", "subc_xdp_more"}
     assert all(0 < n < 500_000 for n in verified.values()), verified
 
@@ -405,5 +413,5 @@ def test_programs_of_random_specs_pass_the_verifier(data, form):
     except SubcError as e:
         assert "spans more than 8 bytes" in e.message  # an unaligned 64-bit field: a stated limit
         return
-    lf = LoadedFilter.build(json.loads(files["maps.json"]), files["subc_filter.bpf.c"], None)
-    assert all(n > 0 for n in _programs_verified(lf).values())
+    with LoadedFilter.build(json.loads(files["maps.json"]), files["subc_filter.bpf.c"], None) as lf:
+        assert all(n > 0 for n in _programs_verified(lf).values())

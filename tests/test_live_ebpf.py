@@ -55,7 +55,7 @@ def loaded(ix: int):
 def teardown_module():
     """Release the loaded programs (their map and program descriptors)."""
     for lf, _ in _LOADED.values():
-        lf.program.bpf.cleanup()
+        lf.close()
     _LOADED.clear()
 
 

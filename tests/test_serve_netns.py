@@ -21,6 +21,7 @@ counters, marker messages), with a hang guard only.
 
 from __future__ import annotations
 
+import collections
 import json
 import queue
 import random
@@ -38,7 +39,7 @@ from subc.compiler.rules import parse_rules
 from subc.compiler.spec import load_spec
 
 from conftest import EXAMPLE
-from netns_util import SUBC, Topology, need_root_and_netns, sh
+from netns_util import SUBC, Topology, need_root_and_netns
 
 SPEC_PATH = EXAMPLE / "spec.p4"
 SPEC = load_spec(SPEC_PATH)
@@ -158,7 +159,8 @@ class Broker:
             assert line, f"subc serve exited: {self.p.wait()}"
             if line.startswith("serving on"):
                 break
-        threading.Thread(target=lambda: [None for _ in self.p.stderr], daemon=True).start()
+        self.log = collections.deque(maxlen=40)  # the daemon's last log lines, for a failure's message
+        threading.Thread(target=lambda: self.log.extend(self.p.stderr), daemon=True).start()
 
     def kill(self) -> None:
         self.p.kill()
@@ -209,7 +211,7 @@ class World:
         """Send ``n_datagrams`` random datagrams (1 to 4 Add Orders each; with ``markers``, one
         datagram of the three marker messages too) and record who must get what."""
         for i in range(n_datagrams + (1 if markers else 0)):
-            msgs, vals = [], []
+            msgs = []
             if markers and i == n_datagrams:
                 items = [(f"MARK{k}", 1, 1, "B") for k in (1, 2, 3)]
             else:
@@ -238,8 +240,15 @@ class World:
         self.send(0, markers=True)
         for k, agent in self.subs.items():
             want = sorted(self.expected[k])
-            wait_until(lambda: len(agent.refs()) >= len(want) and self.expected[k][-1] in agent.refs(),
-                       f"subscriber {k}'s messages")
+            try:
+                wait_until(lambda: len(agent.refs()) >= len(want) and self.expected[k][-1] in agent.refs(),
+                           f"subscriber {k}'s messages")
+            except AssertionError as e:
+                got = agent.refs()
+                raise AssertionError(f"{e}: missing {sorted(set(want) - set(got))}, unexpected "
+                                     f"{sorted(set(got) - set(want))}; live {self.live}; stats "
+                                     f"{messages_counted(self.topo)}/{self.sent}; daemon log:\n"
+                                     + "".join(self.broker.log)) from None
             assert sorted(agent.refs()) == want, f"subscriber {k}"
             assert_gap_free(agent, k)
 
@@ -297,6 +306,18 @@ def test_subscribers_come_and_go_under_traffic(world):
         mine = sorted(i for i, (kk, _, _) in world.live.items() if kk == k)
         assert sorted(int(ln.split()[1]) for ln in lines[:-1]) == mine
         assert lines[-1] == f"END {len(mine)}"
+
+
+def test_reading_stats_leaves_no_descriptor_open(world):
+    """``stats`` opens the pinned maps and closes them again: a monitor that polls it (as this
+    module's ``settle`` does) keeps a constant number of open files."""
+    import os
+
+    messages_counted(world.topo)
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(20):
+        messages_counted(world.topo)
+    assert len(os.listdir("/proc/self/fd")) == before
 
 
 def test_restart_under_traffic_keeps_every_subscription(world):

@@ -237,33 +237,34 @@ def test_xdp_classifies_random_specs_as_the_rules_on_built_values(data, form):
         assert "spans more than 8 bytes" in e.message, e.render()  # an unaligned 64-bit field: a stated limit
         return
     doc = json.loads(files["maps.json"])
-    run = Runner(LoadedFilter.build(doc, files["subc_filter.bpf.c"], fake_subscribers(), max_endpoints=8))
-    headers = {p.field.split(".")[0] for r in rules for p in predicates(r.condition)}
-    for _ in range(10):
-        code, values = data.draw(messages_for(model, allow_unknown=True))
-        fields = reference_fields(model, code, values)
-        if headers <= set(valid_instances(model, code)):
-            want = combine([r for r in rules if evaluate(r.condition, fields)], spec)
-        else:
-            want = default_decision(spec)
-        _, _, leaf = run.run(build_frame(model, [(code, values)]))
-        assert leaf is not None, "a feed frame was not classified"
-        assert run.decision(leaf) == want, (code, values)
-    # many messages per datagram: each message is classified on its own
-    for _ in range(4):
-        batch = data.draw(st.lists(messages_for(model, allow_unknown=True), min_size=2, max_size=12))
-        want = Counter()
-        for code, values in batch:
+    with LoadedFilter.build(doc, files["subc_filter.bpf.c"], fake_subscribers(), max_endpoints=8) as lf:
+        run = Runner(lf)
+        headers = {p.field.split(".")[0] for r in rules for p in predicates(r.condition)}
+        for _ in range(10):
+            code, values = data.draw(messages_for(model, allow_unknown=True))
             fields = reference_fields(model, code, values)
             if headers <= set(valid_instances(model, code)):
-                want[combine([r for r in rules if evaluate(r.condition, fields)], spec)] += 1
+                want = combine([r for r in rules if evaluate(r.condition, fields)], spec)
             else:
-                want[default_decision(spec)] += 1
-        _, hits = run.run_many(build_frame(model, batch))
-        got = Counter()
-        for leaf, n in hits.items():
-            got[run.decision(leaf)] += n
-        assert got == want, batch
+                want = default_decision(spec)
+            _, _, leaf = run.run(build_frame(model, [(code, values)]))
+            assert leaf is not None, "a feed frame was not classified"
+            assert run.decision(leaf) == want, (code, values)
+        # many messages per datagram: each message is classified on its own
+        for _ in range(4):
+            batch = data.draw(st.lists(messages_for(model, allow_unknown=True), min_size=2, max_size=12))
+            want = Counter()
+            for code, values in batch:
+                fields = reference_fields(model, code, values)
+                if headers <= set(valid_instances(model, code)):
+                    want[combine([r for r in rules if evaluate(r.condition, fields)], spec)] += 1
+                else:
+                    want[default_decision(spec)] += 1
+            _, hits = run.run_many(build_frame(model, batch))
+            got = Counter()
+            for leaf, n in hits.items():
+                got[run.decision(leaf)] += n
+            assert got == want, batch
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

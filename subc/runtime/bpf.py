@@ -106,6 +106,11 @@ class Program:
     def map_fd(self, name: str) -> int:
         return self.bpf[name.encode()].map_fd
 
+    def close(self) -> None:
+        """Release the object's program and map file descriptors (bcc's ``cleanup``); programs
+        and maps that are pinned or attached stay in the kernel."""
+        self.bpf.cleanup()
+
 
 #: Tail-call targets: (function, program type, prog array holding it, index in that array).
 #: ``devmap``: an XDP program loaded for device map entries (expected attach type BPF_XDP_DEVMAP).
@@ -170,14 +175,23 @@ def possible_cpus() -> int:
 
 class Map:
     """A BPF map by file descriptor: ``key_size`` and ``value_size`` in bytes; per-CPU maps
-    read and write ``value_size`` rounded up to 8, times the possible CPUs."""
+    read and write ``value_size`` rounded up to 8, times the possible CPUs.  With ``owned`` (a
+    descriptor of :func:`obj_get`), :meth:`close` closes the descriptor."""
 
-    def __init__(self, fd: int, key_size: int, value_size: int, percpu: bool = False, name: str = ""):
+    def __init__(self, fd: int, key_size: int, value_size: int, percpu: bool = False, name: str = "",
+                 owned: bool = False):
         self.fd, self.key_size, self.value_size, self.percpu, self.name = fd, key_size, value_size, percpu, name
+        self.owned = owned
         self.ncpu = possible_cpus() if percpu else 1
         self.slot = (value_size + 7) // 8 * 8 if percpu else value_size
         self.lib = _lib()
         self._batch = self._batch_delete = True  # until the kernel says the map type has no batch operations
+
+    def close(self) -> None:
+        """Close the descriptor when this handle owns it (the map lives on while pinned or used)."""
+        if self.owned and self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
     def _err(self, what: str) -> SubcError:
         e = ct.get_errno()

@@ -101,6 +101,16 @@ class LoadedFilter:
         lf.regions_used.update(plan.regions)
         return lf
 
+    def close(self) -> None:
+        """Release the program's and maps' descriptors (a pinned or attached filter stays)."""
+        self.program.close()
+
+    def __enter__(self) -> "LoadedFilter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def update(self, doc: dict, grace_s: float = 0.0) -> None:
         """Install ``doc`` as the next generation, switch to it, then delete the old one."""
         update_maps(self.maps, doc, self.gen, self.caps, self.subs, self.regions_used, grace_s)
@@ -364,12 +374,24 @@ def read_state(iface: str) -> dict:
 
 
 def pinned_maps(state: dict) -> dict[str, Map]:
-    """Handles on the pinned maps of a loaded broker."""
+    """Handles on the pinned maps of a loaded broker, each owning its descriptor: release them
+    with :func:`close_maps`.  SubcError when a pin is missing (none is left open then)."""
     pins = pin_dir(state["iface"])
-    out = {}
-    for name, m in state["maps"].items():
-        out[name] = Map(obj_get(pins / name), m["key"], m["value"], percpu=m["type"].startswith("percpu"), name=name)
+    out: dict[str, Map] = {}
+    try:
+        for name, m in state["maps"].items():
+            out[name] = Map(obj_get(pins / name), m["key"], m["value"], percpu=m["type"].startswith("percpu"),
+                            name=name, owned=True)
+    except SubcError:
+        close_maps(out)
+        raise
     return out
+
+
+def close_maps(maps: dict[str, Map]) -> None:
+    """Close the descriptors of the maps of :func:`pinned_maps`."""
+    for m in maps.values():
+        m.close()
 
 
 def unload(iface: str) -> None:
@@ -406,7 +428,10 @@ def update(out_dir: str, iface: str, grace_s: float = GRACE_S) -> GenerationResu
         subs = load_subscribers(state["subscribers"])
         resolve_endpoints(subs)
     maps = pinned_maps(state)
-    res = update_maps(maps, doc, state["generation"], state["capacities"], subs, state["regions_used"], grace_s)
+    try:
+        res = update_maps(maps, doc, state["generation"], state["capacities"], subs, state["regions_used"], grace_s)
+    finally:
+        close_maps(maps)
     state["generation"] = res.gen
     state["out_dir"] = str(Path(out_dir).resolve())
     record_instructions(out_dir, state["programs"])  # the same programs now run the new rule set
@@ -420,23 +445,32 @@ def stats(iface: str) -> dict:
     (``fan_sets``) the recipient-set device maps in place with the datagrams sent over each."""
     state = read_state(iface)
     maps = pinned_maps(state)
-    glob = {}
-    for i, name in enumerate(L.STATS):
-        vals = maps["subc_stats"].lookup(L.U32.pack(v=i)) or []
-        glob[name] = sum(int.from_bytes(v[:8], "little") for v in vals)
-    subs = {}
-    sub_map, seq = maps["subc_sub_cnt"], maps["subc_seq"]
-    for sid in range(L.RECIPIENTS):
-        vals = [L.SUB_COUNTER.unpack(v) for v in sub_map.lookup(L.U32.pack(v=sid)) or []]
-        c = {k: sum(v[k] for v in vals) for k in ("datagrams", "messages", "bytes")}
-        if c["datagrams"]:
-            name = "local" if sid == L.LOCAL else state["subscriber_names"].get(str(sid))
-            nxt = L.U64.unpack(seq.lookup(L.U32.pack(v=sid)))["v"]
-            subs["local" if sid == L.LOCAL else str(sid)] = {**c, "next_seq": nxt, "name": name}
-    gen = state["generation"]
-    doc = json.loads((state_path(iface).parent / "maps.json").read_text())
-    leaves = {str(st): {"action": state["leaves"].get(str(st), "?"), **c}
-              for st, c in install.leaf_counters(maps, doc, gen, state["capacities"]).items()}
+    try:
+        glob = {}
+        for i, name in enumerate(L.STATS):
+            vals = maps["subc_stats"].lookup(L.U32.pack(v=i)) or []
+            glob[name] = sum(int.from_bytes(v[:8], "little") for v in vals)
+        subs = {}
+        sub_map, seq = maps["subc_sub_cnt"], maps["subc_seq"]
+        for sid in range(L.RECIPIENTS):
+            vals = [L.SUB_COUNTER.unpack(v) for v in sub_map.lookup(L.U32.pack(v=sid)) or []]
+            c = {k: sum(v[k] for v in vals) for k in ("datagrams", "messages", "bytes")}
+            if c["datagrams"]:
+                name = "local" if sid == L.LOCAL else state["subscriber_names"].get(str(sid))
+                nxt = L.U64.unpack(seq.lookup(L.U32.pack(v=sid)))["v"]
+                subs["local" if sid == L.LOCAL else str(sid)] = {**c, "next_seq": nxt, "name": name}
+        gen = state["generation"]
+        doc = json.loads((state_path(iface).parent / "maps.json").read_text())
+        leaves = {str(st): {"action": state["leaves"].get(str(st), "?"), **c}
+                  for st, c in install.leaf_counters(maps, doc, gen, state["capacities"]).items()}
+        fan_sets = None
+        if "subc_fan_hits" in maps:  # the recipient-set device maps in place and the datagrams sent over them
+            used = installed_sets(maps)
+            hits = read_set_hits(maps, used)
+            fan_sets = {"sets": len(used), "capacity": L.FAN_SETS, "datagrams": sum(hits.values()),
+                        "by_set": {f"{key:#x}": hits[i] for i, key in sorted(used.items())}}
+    finally:
+        close_maps(maps)
     out = {"iface": iface, "generation": gen, "programs": state["programs"], "stats": glob,
            "subscribers": subs, "leaves": dict(sorted(leaves.items(), key=lambda kv: int(kv[0])))}
     if state.get("mode") == "serve":
@@ -457,11 +491,8 @@ def stats(iface: str) -> dict:
             for sid, c in subs.items():
                 c["name"] = names.get(int(sid)) if sid.isdigit() else c["name"]
                 c["subscriptions"] = per_ep.get(c["name"] or "", 0)
-    if "subc_fan_hits" in maps:  # the recipient-set device maps in place and the datagrams sent over them
-        used = installed_sets(maps)
-        hits = read_set_hits(maps, used)
-        out["fan_sets"] = {"sets": len(used), "capacity": L.FAN_SETS, "datagrams": sum(hits.values()),
-                           "by_set": {f"{key:#x}": hits[i] for i, key in sorted(used.items())}}
+    if fan_sets is not None:
+        out["fan_sets"] = fan_sets
     return out
 
 
@@ -486,7 +517,12 @@ def fanout_sets(iface: str, interval_s: float = 0.005, once: bool = False, stop=
         lock.close()
         raise SubcError(f"another subc fanout runs on {iface}") from None
     maps = pinned_maps(state)
-    egress_fd = obj_get(pin_dir(iface) / "prog_egress")
+    try:
+        egress_fd = obj_get(pin_dir(iface) / "prog_egress")
+    except SubcError:
+        close_maps(maps)
+        lock.close()
+        raise
     try:
         cfg = L.FAN_CFG.unpack(maps["subc_fan_cfg"].lookup(L.U32.pack(v=0)))
         ifindexes = [L.ENDPOINT.unpack(maps["subc_eps"].lookup(L.U32.pack(v=e)))["ifindex"] for e in range(cfg["n_eps"])]
@@ -502,4 +538,5 @@ def fanout_sets(iface: str, interval_s: float = 0.005, once: bool = False, stop=
             time.sleep(interval_s)
     finally:
         os.close(egress_fd)
+        close_maps(maps)
         lock.close()

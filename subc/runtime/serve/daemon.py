@@ -30,6 +30,7 @@ import queue
 import select
 import selectors
 import socket
+import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
@@ -61,6 +62,7 @@ SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)  # Linux, <asm-generic/so
 RESTORE_BATCH = 5000  # stored subscriptions per change at start
 RECLAIM_LINGER = 0.02  # seconds retired root slots may wait to be reclaimed together
 GC_YOUNG = 100_000  # allocations between collections of the youngest generation
+CHECKPOINT_EVERY = 1.0  # seconds between checkpoints of the store's write-ahead log
 log = logging.getLogger("subc.serve")
 
 
@@ -684,9 +686,16 @@ class Daemon:
     # -- the reclaimer and the lease timer ----------------------------------------------------
 
     def _reclaimer(self) -> None:
+        checkpointed = time.monotonic()
         while not self.stopping.is_set():
             self.work.wait(timeout=0.5)
             self.work.clear()
+            if time.monotonic() - checkpointed >= CHECKPOINT_EVERY:
+                try:
+                    self.store.checkpoint()
+                except sqlite3.Error as e:  # the next one catches up
+                    _event(logging.WARNING, "checkpoint_failed", error=str(e))
+                checkpointed = time.monotonic()
             # let retired root slots gather for a moment: one grace period and one burst of
             # freeing for several changes, not one per change next to every request's own work
             # (they share the interpreter), unless root slots run short

@@ -78,9 +78,14 @@ class Store:
             path = str(Path(state_dir) / "subscriptions.db")
         self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self.lock = threading.Lock()
+        self._ckpt: sqlite3.Connection | None = None
         with self.lock:
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
+            if state_dir is not None:
+                # checkpoints (which wait for the disk) by checkpoint(), off the committing thread
+                self.db.execute("PRAGMA wal_autocheckpoint=0")
+                self._ckpt = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
             self.db.executescript(SCHEMA)
             cols = {r[1] for r in self.db.execute("PRAGMA table_info(subscription)")}
             if "filter" not in cols:  # a store of a daemon before topics
@@ -170,6 +175,16 @@ class Store:
                                    "ORDER BY id")
             return [Stored(*r) for r in rows.fetchall()]
 
+    def checkpoint(self) -> None:
+        """Copy the committed transactions of the write-ahead log into the database (a passive
+        checkpoint, on a connection of its own: commits go on meanwhile).  Call it from a thread
+        that does not commit, about once a second."""
+        if self._ckpt is not None:
+            self._ckpt.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
     def close(self) -> None:
         with self.lock:
+            if self._ckpt is not None:
+                self._ckpt.close()
+                self._ckpt = None
             self.db.close()
