@@ -11,6 +11,7 @@ import time
 from ..bdd import to_dot
 from ..driver import CompileResult
 from .entries import bfrt_setup, bmv2_commands, dumps, entries_json, report_json
+from .p4info import p4info_text
 from .p4program import render_program
 from .p4slots import DEFAULT_MAX_MESSAGES, check_options, slot_plan
 
@@ -27,7 +28,8 @@ def target_files(res: CompileResult, rules_path: str, dot: bool = False, max_mes
     (:mod:`.p4slots`; bad values raise SubcError).
 
     bmv2: ``subc.p4``, ``commands.txt``; tofino: ``subc.p4``, ``bfrt_setup.py``; both:
-    ``entries.json``, ``report.json``; ebpf: ``subc_filter.bpf.c``, ``maps.json``,
+    ``entries.json``, ``report.json`` and, for a whole program, ``p4info.txtpb``
+    (:mod:`.p4info`); ebpf: ``subc_filter.bpf.c``, ``maps.json``,
     ``report.json``; all: with ``dot``, ``bdd.dot``.  Raises SubcError when the rules or the
     spec cannot be expressed on the target.
     """
@@ -51,6 +53,8 @@ def target_files(res: CompileResult, rules_path: str, dot: bool = False, max_mes
     files[name] = src
     doc = entries_json(res.pipeline, res.target, plan)
     files["entries.json"] = dumps(doc)
+    if res.spec.whole_program:
+        files["p4info.txtpb"] = p4info_text(res, plan)
     if res.target == "bmv2":
         files["commands.txt"] = bmv2_commands(res.pipeline, plan)
     else:
