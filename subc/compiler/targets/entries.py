@@ -111,7 +111,7 @@ def entries_json(pipe: Pipeline, target: str, plan=None) -> dict:
             if t.role not in ("deliver", "egress"):
                 tj["slot"] = i
                 for kj, k in zip(tj["keys"], t.keys):
-                    kj["name"] = _slot_key(k.name, i, plan, pipe)
+                    kj["name"] = slot_key(k.name, i, plan, pipe)
                     if k.field:
                         kj["field"] = k.field
             tables.append(tj)
@@ -136,15 +136,15 @@ def entries_json(pipe: Pipeline, target: str, plan=None) -> dict:
     return doc
 
 
-def _slot_key(name: str, i: int, plan, pipe: Pipeline) -> str:
+def slot_key(name: str, i: int, plan, pipe: Pipeline) -> str:
     """The P4 expression of key ``name`` in slot ``i``'s copy of a table."""
-    from .p4slots import _rename
+    from .p4slots import rename_instances
 
     if name == f"{pipe.meta}.subc_state":
         return f"{pipe.meta}.subc_s{i}_state"
     if name == f"{pipe.meta}.subc_code":
         return f"{pipe.meta}.subc_s{i}_code"
-    return _rename(name, pipe.hdr, [inst for inst, _ in plan.slot], f"subc_s{i}")
+    return rename_instances(name, pipe.hdr, [inst for inst, _ in plan.slot], f"subc_s{i}")
 
 
 def _action_json(action) -> tuple:
@@ -246,7 +246,7 @@ def bfrt_setup(pipe: Pipeline, program: str = "subc", plan=None) -> str:
     ]
     for t, names in _installed(pipe, plan, "tofino"):
         for i, name in enumerate(names):
-            keys = [bfrt_key_name(_slot_key(k.name, i, plan, pipe) if plan and t.role not in ("deliver", "egress")
+            keys = [bfrt_key_name(slot_key(k.name, i, plan, pipe) if plan and t.role not in ("deliver", "egress")
                                   else k.name) for k in t.keys]
             for e in t.entries:
                 kw = [_format_match(BFRT_MATCH, k.match_kind, m, kn) for k, m, kn in zip(t.keys, e.match, keys)]

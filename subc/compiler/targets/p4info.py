@@ -163,7 +163,7 @@ def control_plane(res: CompileResult, plan: SlotPlan | None) -> ControlPlane:
         tables = [_table(t, t.name, [_key_name(k.name, tna) for k in t.keys]) for t in pipe.tables]
         called = {q(pipe.default_action[0])} if pipe.headers else set()  # the apply block's else branch
     else:
-        from .entries import _slot_key
+        from .entries import slot_key
         from .p4slots import deliver_table, message_action, message_tables, port_bit_table, slot_table_name
 
         actions = [P4Action(q("subc_set_state"), [("next_state", pipe.state_width)])]
@@ -177,7 +177,7 @@ def control_plane(res: CompileResult, plan: SlotPlan | None) -> ControlPlane:
         for i in range(plan.max_messages):
             for t in message_tables(plan, pipe):
                 tables.append(_table(t, slot_table_name(t.name, i),
-                                     [_key_name(_slot_key(k.name, i, plan, pipe), True) for k in t.keys]))
+                                     [_key_name(slot_key(k.name, i, plan, pipe), True) for k in t.keys]))
         tables.append(_table(deliver_table(plan), "subc_deliver", ["subc_union"]))
         actions.append(P4Action(f"{EGRESS}.subc_set_port_bit", [("port_bit", plan.port_bits)]))
         port_key = "eg_intr_md.egress_port" if tna else "standard_metadata.egress_port"

@@ -15,7 +15,7 @@ import jinja2
 
 from ... import __version__
 from ..driver import CompileResult
-from .entries import _slot_key, bfrt_key_name
+from .entries import slot_key, bfrt_key_name
 from .p4slots import (ALL_PORTS_GROUP, COUNTERS, DEFAULT_MAX_MESSAGES, KIND_DATA, KIND_HEARTBEAT, KIND_NONE, SlotPlan,
                       deliver_table, message_action, message_tables, slot_plan, slot_table_name)
 from .safety import check_action, check_pipeline, comment_text, identifier, number
@@ -138,8 +138,8 @@ def multi_message_context(res: CompileResult, plan: SlotPlan, tna: bool, ctx: di
         for t in tables:
             t_ctx.append({
                 "name": slot_table_name(t.name, i),
-                "key_fields": [{"name": _slot_key(k.name, i, plan, pipe), "match_kind": k.match_kind,
-                                "bfrt_name": bfrt_key_name(_slot_key(k.name, i, plan, pipe))} for k in t.keys],
+                "key_fields": [{"name": slot_key(k.name, i, plan, pipe), "match_kind": k.match_kind,
+                                "bfrt_name": bfrt_key_name(slot_key(k.name, i, plan, pipe))} for k in t.keys],
                 "actions": [f"{a}({_bound(a, i, meta)})" if _bound(a, i, meta) else a for a in t.actions],
                 "noaction": t.default_action[0] == "NoAction",
                 "default_call": "NoAction()" if t.default_action[0] == "NoAction" else _slot_call(t.default_action, i, meta),

@@ -139,7 +139,7 @@ def _field_at(g: ParseGraph, inst: str, off: int, width: int) -> str | None:
     return None
 
 
-def _rename(text: str, hdr: str, insts, prefix: str) -> str:
+def rename_instances(text: str, hdr: str, insts, prefix: str) -> str:
     """``text`` with every ``hdr.inst`` of ``insts`` written ``hdr.prefix.inst``."""
     for inst in insts:
         text = re.sub(rf"\b{re.escape(hdr)}\s*\.\s*{re.escape(inst)}\b", f"{hdr}.{prefix}.{inst}", text)
@@ -321,7 +321,7 @@ def slot_plan(res, max_messages: int = DEFAULT_MAX_MESSAGES, overflow_port: int 
             if rs.transition.select_text is None:
                 st.cases = [("default", target(gs.cases[0][1], bits))]
             else:
-                st.select = _rename(rs.transition.select_text, hdr, msg_insts, pre)
+                st.select = rename_instances(rs.transition.select_text, hdr, msg_insts, pre)
                 for (ks_text, _), (ks, t) in zip(rs.transition.cases, gs.cases):
                     st.cases.append((ks_text, "subc_unframed" if ks.default else target(t, bits)))
             return sname
