@@ -158,6 +158,18 @@ def check_consistent(src: str, info) -> None:
     assert {r.preamble.name: (r.type_spec.bitstring.bit.bitwidth, r.size) for r in info.registers} == view["registers"]
 
 
+def random_program_files(data, form: str, target: str) -> dict | None:
+    """The output files of a random spec (``form``: P4_16 or P4_14) and rule set compiled for
+    ``target`` with 1 to 4 message slots, or None when the spec has no query field."""
+    model = data.draw(spec_models())
+    if not model.query_fields:
+        return None
+    spec = parse_spec(RENDER[form](model), "m.p4")
+    res = compile_rules(parse_rules(data.draw(rule_sets(model)), spec, "r.sub"), spec, target)
+    files, _ = target_files(res, "r.sub", max_messages=data.draw(st.integers(1, 4)))
+    return files
+
+
 # -- tests -------------------------------------------------------------------------------------
 
 
@@ -165,12 +177,9 @@ def check_consistent(src: str, info) -> None:
 @given(data=st.data(), form=st.sampled_from(sorted(RENDER)), target=st.sampled_from(["bmv2", "tofino"]))
 def test_p4info_of_random_specs_describes_the_program(data, form, target):
     """Random specs (multi-message programs) and rule sets, both targets."""
-    model = data.draw(spec_models())
-    if not model.query_fields:
+    files = random_program_files(data, form, target)
+    if files is None:
         return
-    spec = parse_spec(RENDER[form](model), "m.p4")
-    res = compile_rules(parse_rules(data.draw(rule_sets(model)), spec, "r.sub"), spec, target)
-    files, _ = target_files(res, "r.sub", max_messages=data.draw(st.integers(1, 4)))
     info = parse_p4info(files["p4info.txtpb"])
     assert info.pkg_info.arch == ("tna" if target == "tofino" else "v1model")
     check_consistent(files["subc.p4"], info)
@@ -242,12 +251,9 @@ def _p4c_p4info(tmp_path, src: str) -> str:
                                                                  HealthCheck.function_scoped_fixture])
 @given(data=st.data(), form=st.sampled_from(sorted(RENDER)))
 def test_p4info_equals_p4c_for_random_specs(tmp_path, data, form):
-    model = data.draw(spec_models())
-    if not model.query_fields:
+    files = random_program_files(data, form, "bmv2")
+    if files is None:
         return
-    spec = parse_spec(RENDER[form](model), "m.p4")
-    res = compile_rules(parse_rules(data.draw(rule_sets(model)), spec, "r.sub"), spec, "bmv2")
-    files, _ = target_files(res, "r.sub", max_messages=data.draw(st.integers(1, 4)))
     assert files["p4info.txtpb"] == _p4c_p4info(tmp_path, files["subc.p4"])
 
 

@@ -15,14 +15,12 @@ from hypothesis import strategies as st
 
 from subc.compiler.driver import compile_rules
 from subc.compiler.rules import parse_rules
-from subc.compiler.spec import parse_spec
 from subc.compiler.targets import target_files
 from subc.errors import SubcError
 
 from ebpf_util import DIFF_SPEC
-from spec_model import spec_models
-from test_delivery_differential import RENDER, rule_sets
-from test_p4info import SINGLE_RULES
+from test_delivery_differential import RENDER
+from test_p4info import SINGLE_RULES, random_program_files
 
 
 def _int(b: bytes) -> int:
@@ -112,12 +110,9 @@ def _check(files: dict) -> None:
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(data=st.data(), form=st.sampled_from(sorted(RENDER)))
 def test_updates_of_random_specs_encode_every_entry(data, form):
-    model = data.draw(spec_models())
-    if not model.query_fields:
+    files = random_program_files(data, form, "bmv2")
+    if files is None:
         return
-    spec = parse_spec(RENDER[form](model), "m.p4")
-    res = compile_rules(parse_rules(data.draw(rule_sets(model)), spec, "r.sub"), spec, "bmv2")
-    files, _ = target_files(res, "r.sub", max_messages=data.draw(st.integers(1, 4)))
     _check(files)
 
 
