@@ -39,7 +39,8 @@ def limit_options(f):
                         help="rules allowed per rule file")(f)
 
 
-def _compile(rules_path: str, spec_path: str, target: str, field_order: str | None, progress=None, limits=None):
+def _compile(rules_path: str, spec_path: str, target: str, field_order: str | None, progress=None, limits=None,
+             capacity_factor: float = 2.0):
     from .compiler.driver import compile_rules
     from .compiler.limits import DEFAULT_LIMITS
     from .compiler.rules import load_rules
@@ -53,7 +54,7 @@ def _compile(rules_path: str, spec_path: str, target: str, field_order: str | No
     if progress:
         progress.next()
     order = [f.strip() for f in field_order.split(",") if f.strip()] if field_order else None
-    res = compile_rules(rules, spec, target, order, limits=limits)
+    res = compile_rules(rules, spec, target, order, limits=limits, capacity_factor=capacity_factor)
     res.phases = {"parse": t_parse, **res.phases}
     if progress:
         progress.next()
@@ -86,10 +87,13 @@ def main() -> None:
               help="bmv2/tofino: messages of a MoldUDP64 datagram classified per pass (more: to --overflow-port)")
 @click.option("--overflow-port", type=int, default=None,
               help="bmv2/tofino: switch port of datagrams the switch cannot split (default: dropped, counted)")
+@click.option("--capacity-factor", type=click.FloatRange(1.0), default=2.0, show_default=True,
+              help="bmv2/tofino: declared table sizes as a multiple of the entries (2: room for an update "
+                   "over P4Runtime, which writes new entries before it deletes old ones)")
 @limit_options
 def compile_cmd(rules: str, spec_path: str, target: str, out_dir: str, field_order: str | None, dot: bool,
-                timings: str | None, max_messages: int, overflow_port: int | None, max_rules: int,
-                max_states: int) -> None:
+                timings: str | None, max_messages: int, overflow_port: int | None, capacity_factor: float,
+                max_rules: int, max_states: int) -> None:
     """Compile RULES into a P4 program and control-plane entries in OUTPUT (written atomically)."""
     from .compiler.targets import target_files
     from .compiler.targets.output import write_directory
@@ -99,7 +103,8 @@ def compile_cmd(rules: str, spec_path: str, target: str, out_dir: str, field_ord
 
     try:
         with paused_gc(), PhaseProgress(["parsing", "compiling", "generating", "writing"]) as progress:
-            res = _compile(rules, spec_path, target, field_order, progress, _limits(max_rules, max_states))
+            res = _compile(rules, spec_path, target, field_order, progress, _limits(max_rules, max_states),
+                           capacity_factor)
             files, phases = target_files(res, rules, dot, max_messages, overflow_port)
             progress.next()
             t = time.perf_counter()
@@ -236,9 +241,51 @@ def _endpoint(text: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port)
 
 
+def _election_id(_ctx, _param, value: str) -> tuple[int, int]:
+    try:
+        hi, lo = (int(x, 0) for x in value.split(","))
+        if hi < 0 or lo < 0 or (hi, lo) == (0, 0):
+            raise ValueError
+    except ValueError:
+        raise click.BadParameter(f"'{value}' is not HIGH,LOW (two integers, not both 0)") from None
+    return hi, lo
+
+
+def p4runtime_options(fn):
+    """--p4runtime HOST:PORT, --device-id, --election-id (P4Runtime spec v1.3 section 5)."""
+    fn = click.option("--election-id", default="0,1", show_default=True, callback=_election_id,
+                      help="P4Runtime election id HIGH,LOW (the highest is the primary controller)")(fn)
+    fn = click.option("--device-id", type=click.IntRange(0), default=0, show_default=True,
+                      help="P4Runtime device id (simple_switch_grpc: --device-id, default 0)")(fn)
+    return click.option("--p4runtime", "p4rt", metavar="HOST:PORT",
+                        help="a switch's P4Runtime server (bmv2/tofino outputs) instead of --iface")(fn)
+
+
+def _one_of(iface: str | None, p4rt: str | None) -> None:
+    if bool(iface) == bool(p4rt):
+        raise click.UsageError("give one of --iface (the eBPF data path) and --p4runtime (a switch)")
+
+
+def _p4rt_load(out_dir: str, p4rt: str, device_id: int, election_id: tuple[int, int], config: str | None) -> None:
+    from .runtime.p4rt.control import load
+
+    t = time.perf_counter()
+    try:
+        w = load(out_dir, p4rt, device_id, election_id, config)
+    except SubcError as e:
+        _fail(e)
+    click.echo(f"loaded {out_dir} on {p4rt} (device {device_id}){' with its pipeline' if config else ''}: "
+               f"{w.phases['groups']} multicast groups, {w.phases['entries']} entries, root last; "
+               f"{time.perf_counter() - t:.2f} s")
+
+
 @main.command("load")
 @click.argument("out_dir", type=click.Path(file_okay=False, exists=True))
-@click.option("--iface", required=True, help="interface the market data arrives on")
+@click.option("--iface", help="interface the market data arrives on (eBPF)")
+@p4runtime_options
+@click.option("--config", type=click.Path(dir_okay=False, exists=True),
+              help="--p4runtime: set the forwarding pipeline first, with OUT_DIR/p4info.txtpb and this device "
+                   "config (BMv2: the JSON p4c-bm2-ss writes for subc.p4)")
 @click.option("--subscribers", type=click.Path(dir_okay=False, exists=True), help="subscribers file (TOML)")
 @click.option("--xdp-mode", type=click.Choice(["auto", "native", "generic"]), default="auto", show_default=True)
 @click.option("--capacity-factor", type=float, default=2.0, show_default=True,
@@ -252,11 +299,19 @@ def _endpoint(text: str) -> tuple[str, int]:
                    "clones of non-recipients) when the endpoints are at most this many times its recipients; "
                    "above 1, faster, but a bulk of dropped clones loses the kernel's flush and can delay "
                    "copies (README, XDP fan-out)")
-def load_cmd(out_dir: str, iface: str, subscribers: str | None, xdp_mode: str, capacity_factor: float,
+def load_cmd(out_dir: str, iface: str | None, p4rt: str | None, device_id: int, election_id: tuple[int, int],
+             config: str | None, subscribers: str | None, xdp_mode: str, capacity_factor: float,
              fix_links: bool, fanout: bool, fan_ratio: int) -> None:
     """Load an eBPF output directory on IFACE: XDP + TC ingress, maps filled and pinned.  The
     subscribers' interfaces are checked first (missing, down, MTU below IFACE's, veth peers that
-    drop XDP-redirected frames); findings are printed on stderr."""
+    drop XDP-redirected frames); findings are printed on stderr.
+
+    With --p4runtime, load a bmv2/tofino output directory on a switch: its multicast groups and
+    entries, then the root state (README, "Loading a switch over P4Runtime")."""
+    _one_of(iface, p4rt)
+    if p4rt:
+        _p4rt_load(out_dir, p4rt, device_id, election_id, config)
+        return
     from .runtime.broker import load
 
     try:
@@ -292,9 +347,31 @@ def unload_cmd(iface: str) -> None:
 
 @main.command("update")
 @click.argument("out_dir", type=click.Path(file_okay=False, exists=True))
-@click.option("--iface", required=True)
-def update_cmd(out_dir: str, iface: str) -> None:
-    """Swap in a recompiled rule set on IFACE under traffic (generation switch)."""
+@click.option("--iface")
+@p4runtime_options
+@click.option("--grace", type=click.FloatRange(0.0), default=0.05, show_default=True,
+              help="--p4runtime: seconds between the root switch and deleting the old entries")
+def update_cmd(out_dir: str, iface: str | None, p4rt: str | None, device_id: int, election_id: tuple[int, int],
+               grace: float) -> None:
+    """Swap in a recompiled rule set on IFACE under traffic (generation switch).
+
+    With --p4runtime, on a switch: only the entries of states the switch lacks are written, the
+    root is switched in one write, then the entries only the old rule set used are deleted."""
+    _one_of(iface, p4rt)
+    if p4rt:
+        from .runtime.p4rt.control import update as p4rt_update
+
+        t = time.perf_counter()
+        try:
+            w = p4rt_update(out_dir, p4rt, device_id, election_id, grace)
+        except SubcError as e:
+            _fail(e)
+        p = w.plan
+        click.echo(f"{p4rt}: {out_dir} live; {'root switched, ' if p.root is not None else 'no change to the root, '}"
+                   f"{w.phases['inserts']} entries and {w.phases['groups']} multicast groups written, "
+                   f"{w.phases['deletes']} entries and {w.phases['group_deletes']} groups deleted; "
+                   f"{p.kept_states} states kept, {p.new_states} new; {time.perf_counter() - t:.2f} s")
+        return
     from .runtime.broker import update
 
     try:
@@ -328,11 +405,55 @@ def fanout_cmd(iface: str, interval: float, once: bool, idle: float) -> None:
     click.echo(json.dumps(res))
 
 
+@main.command("verify")
+@click.argument("out_dir", type=click.Path(file_okay=False, exists=True))
+@p4runtime_options
+def verify_cmd(out_dir: str, p4rt: str | None, device_id: int, election_id: tuple[int, int]) -> None:
+    """Read every entry of the switch back and compare it with OUT_DIR/entries.json (up to the
+    numbering of states and multicast groups that updates choose).  Exit status 1 when they
+    differ, each difference on a line."""
+    from .runtime.p4rt.control import verify
+
+    if not p4rt:
+        raise click.UsageError("verify needs --p4runtime HOST:PORT")
+    try:
+        diff = verify(out_dir, p4rt, device_id, election_id)
+    except SubcError as e:
+        _fail(e)
+    for line in diff:
+        click.echo(line)
+    if diff:
+        sys.exit(1)
+    click.echo(f"{p4rt}: every entry of {out_dir} is on the switch, and nothing else")
+
+
 @main.command("stats")
-@click.option("--iface", required=True)
+@click.option("--iface")
+@p4runtime_options
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def stats_cmd(iface: str, as_json: bool) -> None:
-    """Print the broker's counters on IFACE: global, per subscriber, per leaf."""
+def stats_cmd(iface: str | None, p4rt: str | None, device_id: int, election_id: tuple[int, int],
+              as_json: bool) -> None:
+    """Print the broker's counters on IFACE: global, per subscriber, per leaf.  With --p4runtime,
+    a switch's entries per table and its counters."""
+    _one_of(iface, p4rt)
+    if p4rt:
+        from .runtime.p4rt.control import stats as p4rt_stats
+
+        try:
+            doc = p4rt_stats(p4rt, device_id, election_id)
+        except SubcError as e:
+            _fail(e)
+        if as_json:
+            click.echo(json.dumps(doc, indent=1))
+            return
+        click.echo(f"{p4rt} (device {device_id})")
+        for name, n in doc["tables"].items():
+            click.echo(f"  {n:>10}  {name}")
+        for name, cells in doc["counters"].items():
+            for idx, pk, by in cells:
+                if pk or by:
+                    click.echo(f"  {name}[{idx}]: {pk} packets, {by} bytes")
+        return
     from .runtime.broker import stats
 
     try:

@@ -107,7 +107,8 @@ def program_view(src: str) -> dict:
             view["actions"][f"{control}.{name}"] = ps
         for name, _, tbody in _blocks(body, "table"):
             keys = []
-            kb = re.search(r"key\s*=\s*\{(.*?)\}", tbody, re.S).group(1)
+            km_ = re.search(r"key\s*=\s*\{(.*?)\}", tbody, re.S)
+            kb = km_.group(1) if km_ else ""  # a keyless table (subc_root) has no key block
             for km in re.finditer(r"([\w.]+)\s*:\s*(\w+)\s*(?:@name\(\"(\w+)\"\))?\s*;", kb):
                 keys.append((km.group(3) or km.group(1), _expr_width(km.group(1), params, types), km.group(2)))
             ab = re.search(r"actions\s*=\s*\{(.*?)\}", tbody, re.S).group(1)

@@ -46,13 +46,15 @@ class CompileResult:
     phases: dict[str, float] = field(default_factory=dict)
     orders_tried: int = 1
     range_form: str = "auto"
+    #: declared P4 table sizes as a multiple of the entries
+    capacity_factor: float = 2.0
 
     @cached_property
     def pipeline(self) -> Pipeline:
         """The P4 match-action pipeline of the IR (:func:`~.tables.build_pipeline`) for the target
         ('bmv2' for the eBPF target, whose table view the table simulator and ``simulate`` use)."""
         p4_target = self.target if self.target in ("bmv2", "tofino") else "bmv2"
-        return build_pipeline(self.ir, self.spec, p4_target, self.range_form)
+        return build_pipeline(self.ir, self.spec, p4_target, self.range_form, self.capacity_factor)
 
     @cached_property
     def rbdd(self) -> RuleBDD:
@@ -123,6 +125,7 @@ def compile_rules(
     field_order: Sequence[str] | None = None,
     range_form: str = "auto",
     limits: Limits = DEFAULT_LIMITS,
+    capacity_factor: float = 2.0,
 ) -> CompileResult:
     """Compile ``rules`` for ``target`` ('bmv2', 'tofino' or 'ebpf').
 
@@ -131,7 +134,8 @@ def compile_rules(
     entries, or BPF map entries then lookup steps; ties: first candidate; a candidate
     whose slicing costs :data:`ORDER_SEARCH_WORK_FACTOR` times the best one's is abandoned);
     above :data:`ORDER_SEARCH_MAX_RULES` rules, the first (heuristic) candidate only.
-    ``range_form`` is passed to :func:`~subc.compiler.tables.build_pipeline`.  Raises
+    ``range_form`` and ``capacity_factor`` (declared P4 table sizes per entry) are passed to
+    :func:`~subc.compiler.tables.build_pipeline`.  Raises
     :class:`SubcError` for conflicting actions, a bad field order, or a field the spec's parser never
     extracts or extracts past a construct the decoder cannot follow
     (:func:`~subc.compiler.parse_graph.check_parsed`), and
@@ -169,7 +173,9 @@ def compile_rules(
     ir, _, pipe, phases = best
     # the order search is the time spent on the candidates that were not kept
     phases = {"order_search": time.perf_counter() - t0 - sum(phases.values()), **phases}
-    res = CompileResult(ir, rules, spec, target, phases, len(orders), range_form)
+    res = CompileResult(ir, rules, spec, target, phases, len(orders), range_form, capacity_factor)
     if pipe is not None:
+        for t in pipe.tables:
+            t.capacity_factor = capacity_factor
         res.__dict__["pipeline"] = pipe  # the winner's lowering, as the cached property would build it
     return res

@@ -24,12 +24,16 @@ dead path.  Match kinds and their entries:
 
 from __future__ import annotations
 
+import math
+
 from collections import Counter
 from dataclasses import dataclass, field as dc_field
 
 from .intervals import prefix_cover_count
 from .ir import FieldStage, SubscriptionIR, fallback_target
 from .spec import Spec
+
+MIN_ROOM = 16  # entries: the least size of a table declared with room for updates
 
 NO_ACTION = ("NoAction", ())
 FALLBACK_PRIORITY = 1
@@ -74,11 +78,17 @@ class Table:
     field: str | None = None
     actions: list[str] = dc_field(default_factory=list)
     tcam_words: int = 0
+    capacity_factor: float = 1.0
 
     @property
     def size(self) -> int:
-        """Declared table size: the number of entries (at least 1)."""
-        return max(1, len(self.entries))
+        """Declared table size: the entries (at least 1) at a ``capacity_factor`` of 1, else that
+        factor times the entries, rounded up, and at least :data:`MIN_ROOM` (room for the
+        entries an update writes before it deletes the old ones)."""
+        n = len(self.entries)
+        if self.capacity_factor <= 1:
+            return max(1, n)
+        return max(MIN_ROOM, math.ceil(n * self.capacity_factor))
 
     @property
     def entry_count(self) -> int:
@@ -206,8 +216,13 @@ def build_pipeline(
     spec: Spec,
     target: str = "bmv2",
     range_form: str = "auto",
+    capacity_factor: float = 1.0,
 ) -> Pipeline:
     """Lower ``ir`` to the P4 match-action tables of ``target`` (see the module docstring).
+
+    ``capacity_factor`` scales the declared table sizes (:attr:`Table.size`).  The state width
+    has one bit more than the states need: an update over P4Runtime numbers its new states in
+    the free half (:mod:`subc.runtime.p4rt.plan`).
 
     ``target`` 'tofino' enables the interval-code form of range fields where it needs fewer
     TCAM words; ``range_form`` 'direct' or 'code' forces one form of range fields on every
@@ -219,7 +234,7 @@ def build_pipeline(
     meta = spec.parser.meta if spec.parser and spec.parser.meta else "meta"
     # states are written by every stage but the last, which applies the packets' actions
     max_state = max([1] + [s.n_next for s in ir.stages[:-1]])
-    state_width = max(1, max_state.bit_length())
+    state_width = max(1, max_state.bit_length()) + 1
     state_key = Key(f"{meta}.subc_state", "exact", state_width)
     to_dead = ("subc_set_state", (("next_state", 0),))
     tables: list[Table] = []
@@ -303,6 +318,8 @@ def build_pipeline(
         actions = sorted({a for a, _ in leaf_actions.values()} | {default_action[0]})
         tables.append(Table("subc_leaf", [state_key], leaf_entries, default_action, "leaf", None, actions))
         steps.append(Step("subc_leaf"))
+    for t in tables:
+        t.capacity_factor = capacity_factor
     return Pipeline(
         tables=tables,
         steps=steps,

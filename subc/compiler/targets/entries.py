@@ -4,7 +4,8 @@
 entry and multicast group (see docs in README.md, "Outputs")::
 
     {"format": "subc-entries", "version": 2, "target": "bmv2", "control": "SubcIngress",
-     "state_width": 2, "code_width": 1, "initial_state": 1, "state_key": "meta.subc_state",
+     "state_width": 3, "code_width": 1, "initial_state": 1, "state_key": "meta.subc_state",
+     "root": {"table": "SubcIngress.subc_root", "action": "subc_set_root", "param": "root"},
      "default_action": {"action": "subc_drop", "params": {}}, "headers": ["add_order"],
      "pipeline": [{"table": "SubcIngress.subc_add_order_stock", "on_miss": "...miss"}, ...],
      "tables": [{"name": "SubcIngress.subc_add_order_shares", "role": "stage",
@@ -18,7 +19,11 @@ entry and multicast group (see docs in README.md, "Outputs")::
 The last stage's entries (and its ``_miss`` table's) apply the packet's action: ``subc_fwd``
 (``port``), ``subc_mcast`` (``group``), ``subc_drop``, ``subc_nop`` or a spec action;
 ``default_action`` is what a packet that matches no rule gets (also when a header the tables
-key on is invalid).  Version 1 had a separate leaf table keyed by the final state.
+key on is invalid).  ``root`` names the keyless table whose default action holds the root state
+(``initial_state`` as compiled): a P4Runtime update writes new states next to the old ones and
+switches this one default action last (:mod:`subc.runtime.p4rt.plan`).  The state width has one
+bit more than the states need, and ``size`` is the entries times ``subc compile
+--capacity-factor``: room for both.  Version 1 had a separate leaf table keyed by the final state.
 
 Match elements are ``{"exact": v}``, ``{"range": [lo, hi]}``, ``{"lpm": [value, prefix_len]}``;
 integers are exact (arbitrary precision).  Priorities follow P4Runtime (larger wins); BMv2
@@ -86,6 +91,7 @@ def entries_json(pipe: Pipeline, target: str, plan=None) -> dict:
             "state_width": pipe.state_width,
             "code_width": pipe.code_width,
             "initial_state": pipe.root_state,
+            "root": {"table": f"{CONTROL}.subc_root", "action": "subc_set_root", "param": "root"},
             "state_key": f"{pipe.meta}.subc_state",
             "default_action": {"action": pipe.default_action[0], "params": dict(pipe.default_action[1])},
             "headers": pipe.headers,

@@ -193,6 +193,10 @@ def control_plane(res: CompileResult, plan: SlotPlan | None) -> ControlPlane:
         else:
             externs.append(P4Extern("counter", q("subc_held"), n_held, unit="PACKETS"))
             externs.append(P4Extern("register", f"{EGRESS}.subc_seq", 512, width=64))
+    # subc_set_root and subc_root are declared right after subc_set_state (templates/p4)
+    at = next(i for i, a in enumerate(actions) if a.name == q("subc_set_state")) + 1
+    actions.insert(at, P4Action(q("subc_set_root"), [("root", pipe.state_width)]))
+    tables.insert(0, P4Table(q("subc_root"), [], [(q("subc_set_root"), False)], 1))
     # p4c's front end drops the actions no table lists and no apply block calls
     used = {a for t in tables for a, _ in t.actions} | called
     noaction = [P4Action("NoAction", [], ('@noWarn("unused")',))] if "NoAction" in used else []

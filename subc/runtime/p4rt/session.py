@@ -1,0 +1,188 @@
+"""A P4Runtime session with one switch, through ``p4runtime-shell`` (``p4runtime_sh.shell``).
+
+:class:`Session` opens the shell's client (arbitration on the stream channel with an election
+id, P4Runtime specification v1.3 section 5), optionally sets the forwarding pipeline (P4Info and
+the target's device config, ``VERIFY_AND_COMMIT``), and keeps the switch's P4Info.  Writes go in
+``WriteRequest`` batches of :data:`BATCH` updates; the updates of one request may be applied in
+any order (section 12), so callers send what must come first in an earlier call of
+:meth:`Session.write`.  Every failure is a :class:`~subc.errors.SubcError` that says what
+happened: no server at the address, another controller is primary (or took over mid-write),
+an entry the switch rejected (its table, match and the server's status).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+
+from ...errors import SubcError
+from .requests import P4InfoIndex
+
+BATCH = 500  # updates per WriteRequest
+CONNECT_HINT = "is the switch running with its P4Runtime server on that address (simple_switch_grpc)?"
+
+
+@contextlib.contextmanager
+def _quiet():
+    """p4runtime-shell reports failures with ``logging.critical``, ``print`` and ``sys.exit``:
+    keep them off the user's terminal, turn the exit into an exception for the caller."""
+    out = io.StringIO()
+    logging.disable(logging.CRITICAL)
+    try:
+        with contextlib.redirect_stdout(out):
+            yield out
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def _describe(update, index: P4InfoIndex) -> str:
+    e = update.entity
+    if e.HasField("table_entry"):
+        te = e.table_entry
+        name = index.table_names.get(te.table_id, f"table id {te.table_id}")
+        what = "default action" if te.is_default_action else f"entry {[str(m).replace(chr(10), ' ') for m in te.match]}"
+        return f"{name} {what}"
+    if e.HasField("packet_replication_engine_entry"):
+        return f"multicast group {e.packet_replication_engine_entry.multicast_group_entry.multicast_group_id}"
+    return "an entity"
+
+
+class Session:
+    """A primary-controller session with the switch at ``addr`` (``HOST:PORT``), device
+    ``device_id``, election id ``election_id`` ((high, low)); with ``config`` ((P4Info text
+    path, device config path), e.g. BMv2's JSON) the forwarding pipeline is set first;
+    ``read_only`` accepts a backup (not primary) session.
+
+    Attributes: ``index`` (:class:`~.requests.P4InfoIndex` of the switch's P4Info), ``p4info``.
+    SubcError when no server answers, the session is not primary, or the pipeline is refused."""
+
+    def __init__(self, addr: str, device_id: int = 0, election_id: tuple[int, int] = (0, 1),
+                 config: tuple[str, str] | None = None, read_only: bool = False):
+        import p4runtime_sh.shell as sh
+
+        self.sh, self.addr, self.device_id = sh, addr, device_id
+        cfg = sh.FwdPipeConfig(config[0], config[1]) if config else None
+        with _quiet() as out:
+            try:
+                sh.setup(device_id=device_id, grpc_addr=addr, election_id=election_id, config=cfg, verbose=False)
+            except SystemExit:
+                said = out.getvalue().strip()
+                if sh.client is not None:
+                    with contextlib.suppress(Exception):
+                        sh.teardown()
+                if config:
+                    raise SubcError(f"{addr}: could not set the forwarding pipeline (device {device_id}) from "
+                                    f"{config[0]} and {config[1]}{': ' + said if said else ''}; {CONNECT_HINT}") from None
+                raise SubcError(f"{addr}: no P4Runtime session with device {device_id}: the server did not answer "
+                                f"the arbitration or has no pipeline; {CONNECT_HINT}") from None
+            except Exception as e:  # noqa: BLE001 - grpc and protobuf errors alike
+                with contextlib.suppress(Exception):
+                    sh.teardown()
+                raise SubcError(f"{addr}: P4Runtime setup failed: {e}") from None
+        if "not the primary" in out.getvalue() and not read_only:
+            self.close()
+            raise SubcError(f"{addr}: another controller is primary for device {device_id} (a higher election id "
+                            f"than {election_id[0]},{election_id[1]}): pass a higher --election-id")
+        self.p4info = sh.context.p4info
+        self.index = P4InfoIndex(self.p4info)
+
+    def close(self) -> None:
+        """End the session (the stream channel and the gRPC channel)."""
+        if self.sh.client is not None:
+            with _quiet(), contextlib.suppress(Exception):
+                self.sh.teardown()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def write(self, updates: list) -> int:
+        """Send ``updates`` (``p4.v1.Update``) in WriteRequests of :data:`BATCH`, each acknowledged
+        before the next is sent.  Returns the updates written.  SubcError for a rejected update
+        (which one, the server's status), a lost primary role or a broken connection."""
+        from p4.v1 import p4runtime_pb2 as pr
+        from p4runtime_sh.p4runtime import P4RuntimeException, P4RuntimeWriteException
+
+        for i in range(0, len(updates), BATCH):
+            batch = updates[i:i + BATCH]
+            req = pr.WriteRequest()
+            req.updates.extend(batch)
+            try:
+                self.sh.client.write(req)
+            except P4RuntimeWriteException as e:
+                lines = []
+                for idx, err in e.errors[:5]:
+                    from google.rpc import code_pb2
+
+                    code = code_pb2.Code.Name(err.canonical_code)
+                    kind = pr.Update.Type.Name(batch[idx].type)
+                    lines.append(f"{kind} of {_describe(batch[idx], self.index)}: {code} {err.message!r}")
+                more = f" (and {len(e.errors) - 5} more)" if len(e.errors) > 5 else ""
+                raise SubcError(f"{self.addr}: the switch rejected {len(e.errors)} of {len(batch)} updates{more} after "
+                                f"{i} were written: " + "; ".join(lines)) from None
+            except P4RuntimeException as e:
+                raise SubcError(self._rpc_error(e.grpc_error, f"after {i} of {len(updates)} updates")) from None
+        return len(updates)
+
+    def _rpc_error(self, err, when: str) -> str:
+        import grpc
+
+        code = err.code()
+        if code == grpc.StatusCode.PERMISSION_DENIED:
+            return (f"{self.addr}: this session is no longer the primary controller of device {self.device_id} "
+                    f"(another took over: {err.details()}); {when}")
+        if code == grpc.StatusCode.UNAVAILABLE:
+            return f"{self.addr}: the P4Runtime server went away ({err.details()}); {when}"
+        return f"{self.addr}: P4Runtime error {code.name}: {err.details()}; {when}"
+
+    def read(self, entities: list) -> list:
+        """Every entity a ReadRequest for ``entities`` (``p4.v1.Entity``, wildcards allowed)
+        returns.  SubcError when the read fails."""
+        import grpc
+        from p4.v1 import p4runtime_pb2 as pr
+
+        req = pr.ReadRequest(device_id=self.device_id)
+        req.entities.extend(entities)
+        out = []
+        try:
+            for rep in self.sh.client.stub.Read(req):
+                out.extend(rep.entities)
+        except grpc.RpcError as e:
+            raise SubcError(self._rpc_error(e, "while reading")) from None
+        return out
+
+    def table_entries(self) -> list:
+        """Every table entry of the switch (``TableEntry``; default entries not included)."""
+        from p4.v1 import p4runtime_pb2 as pr
+
+        return [e.table_entry for e in self.read([pr.Entity(table_entry=pr.TableEntry())])]
+
+    def default_entry(self, table: str):
+        """The default entry (``TableEntry``) of ``table``."""
+        from p4.v1 import p4runtime_pb2 as pr
+
+        te = pr.TableEntry(table_id=self.index.table(table).id, is_default_action=True)
+        got = self.read([pr.Entity(table_entry=te)])
+        if not got:
+            raise SubcError(f"{self.addr}: the switch returned no default entry of {table}")
+        return got[0].table_entry
+
+    def multicast_groups(self) -> list:
+        """Every multicast group of the switch (``MulticastGroupEntry``)."""
+        from p4.v1 import p4runtime_pb2 as pr
+
+        e = pr.Entity()
+        e.packet_replication_engine_entry.multicast_group_entry.multicast_group_id = 0
+        return [x.packet_replication_engine_entry.multicast_group_entry for x in self.read([e])]
+
+    def counters(self) -> list:
+        """Every indirect counter cell of the switch (``CounterEntry``), one read per counter."""
+        from p4.v1 import p4runtime_pb2 as pr
+
+        out = []
+        for c in self.p4info.counters:
+            out += [e.counter_entry for e in self.read([pr.Entity(counter_entry=pr.CounterEntry(counter_id=c.preamble.id))])]
+        return out
