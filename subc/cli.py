@@ -40,7 +40,7 @@ def limit_options(f):
 
 
 def _compile(rules_path: str, spec_path: str, target: str, field_order: str | None, progress=None, limits=None,
-             capacity_factor: float = 2.0):
+             capacity_factor: float = 2.0, state_bits: int = 0):
     from .compiler.driver import compile_rules
     from .compiler.limits import DEFAULT_LIMITS
     from .compiler.rules import load_rules
@@ -54,7 +54,8 @@ def _compile(rules_path: str, spec_path: str, target: str, field_order: str | No
     if progress:
         progress.next()
     order = [f.strip() for f in field_order.split(",") if f.strip()] if field_order else None
-    res = compile_rules(rules, spec, target, order, limits=limits, capacity_factor=capacity_factor)
+    res = compile_rules(rules, spec, target, order, limits=limits, capacity_factor=capacity_factor,
+                        state_bits=state_bits)
     res.phases = {"parse": t_parse, **res.phases}
     if progress:
         progress.next()
@@ -90,10 +91,13 @@ def main() -> None:
 @click.option("--capacity-factor", type=click.FloatRange(1.0), default=2.0, show_default=True,
               help="bmv2/tofino: declared table sizes as a multiple of the entries (2: room for an update "
                    "over P4Runtime, which writes new entries before it deletes old ones)")
+@click.option("--state-bits", type=click.IntRange(0, 32), default=0,
+              help="bmv2/tofino: the least width of the state field, so that updates over P4Runtime can load "
+                   "rule sets with more states into this program (default: one bit more than it needs)")
 @limit_options
 def compile_cmd(rules: str, spec_path: str, target: str, out_dir: str, field_order: str | None, dot: bool,
                 timings: str | None, max_messages: int, overflow_port: int | None, capacity_factor: float,
-                max_rules: int, max_states: int) -> None:
+                state_bits: int, max_rules: int, max_states: int) -> None:
     """Compile RULES into a P4 program and control-plane entries in OUTPUT (written atomically)."""
     from .compiler.targets import target_files
     from .compiler.targets.output import write_directory
@@ -104,7 +108,7 @@ def compile_cmd(rules: str, spec_path: str, target: str, out_dir: str, field_ord
     try:
         with paused_gc(), PhaseProgress(["parsing", "compiling", "generating", "writing"]) as progress:
             res = _compile(rules, spec_path, target, field_order, progress, _limits(max_rules, max_states),
-                           capacity_factor)
+                           capacity_factor, state_bits)
             files, phases = target_files(res, rules, dot, max_messages, overflow_port)
             progress.next()
             t = time.perf_counter()

@@ -48,13 +48,16 @@ class CompileResult:
     range_form: str = "auto"
     #: declared P4 table sizes as a multiple of the entries
     capacity_factor: float = 2.0
+    #: the least width of the P4 state field (bits)
+    state_bits: int = 0
 
     @cached_property
     def pipeline(self) -> Pipeline:
         """The P4 match-action pipeline of the IR (:func:`~.tables.build_pipeline`) for the target
         ('bmv2' for the eBPF target, whose table view the table simulator and ``simulate`` use)."""
         p4_target = self.target if self.target in ("bmv2", "tofino") else "bmv2"
-        return build_pipeline(self.ir, self.spec, p4_target, self.range_form, self.capacity_factor)
+        return build_pipeline(self.ir, self.spec, p4_target, self.range_form, self.capacity_factor,
+                              self.state_bits)
 
     @cached_property
     def rbdd(self) -> RuleBDD:
@@ -126,6 +129,7 @@ def compile_rules(
     range_form: str = "auto",
     limits: Limits = DEFAULT_LIMITS,
     capacity_factor: float = 2.0,
+    state_bits: int = 0,
 ) -> CompileResult:
     """Compile ``rules`` for ``target`` ('bmv2', 'tofino' or 'ebpf').
 
@@ -134,7 +138,8 @@ def compile_rules(
     entries, or BPF map entries then lookup steps; ties: first candidate; a candidate
     whose slicing costs :data:`ORDER_SEARCH_WORK_FACTOR` times the best one's is abandoned);
     above :data:`ORDER_SEARCH_MAX_RULES` rules, the first (heuristic) candidate only.
-    ``range_form`` and ``capacity_factor`` (declared P4 table sizes per entry) are passed to
+    ``range_form``, ``capacity_factor`` (declared P4 table sizes per entry) and ``state_bits``
+    (the least width of the state field) are passed to
     :func:`~subc.compiler.tables.build_pipeline`.  Raises
     :class:`SubcError` for conflicting actions, a bad field order, or a field the spec's parser never
     extracts or extracts past a construct the decoder cannot follow
@@ -173,8 +178,8 @@ def compile_rules(
     ir, _, pipe, phases = best
     # the order search is the time spent on the candidates that were not kept
     phases = {"order_search": time.perf_counter() - t0 - sum(phases.values()), **phases}
-    res = CompileResult(ir, rules, spec, target, phases, len(orders), range_form, capacity_factor)
-    if pipe is not None:
+    res = CompileResult(ir, rules, spec, target, phases, len(orders), range_form, capacity_factor, state_bits)
+    if pipe is not None and pipe.state_width >= state_bits:
         for t in pipe.tables:
             t.capacity_factor = capacity_factor
         res.__dict__["pipeline"] = pipe  # the winner's lowering, as the cached property would build it

@@ -217,12 +217,14 @@ def build_pipeline(
     target: str = "bmv2",
     range_form: str = "auto",
     capacity_factor: float = 1.0,
+    state_bits: int = 0,
 ) -> Pipeline:
     """Lower ``ir`` to the P4 match-action tables of ``target`` (see the module docstring).
 
     ``capacity_factor`` scales the declared table sizes (:attr:`Table.size`).  The state width
     has one bit more than the states need: an update over P4Runtime numbers its new states in
-    the free half (:mod:`subc.runtime.p4rt.plan`).
+    the free half (:mod:`subc.runtime.p4rt.plan`); ``state_bits`` widens it further (a program
+    that rule sets with more states can be loaded into by updates).
 
     ``target`` 'tofino' enables the interval-code form of range fields where it needs fewer
     TCAM words; ``range_form`` 'direct' or 'code' forces one form of range fields on every
@@ -234,7 +236,7 @@ def build_pipeline(
     meta = spec.parser.meta if spec.parser and spec.parser.meta else "meta"
     # states are written by every stage but the last, which applies the packets' actions
     max_state = max([1] + [s.n_next for s in ir.stages[:-1]])
-    state_width = max(1, max_state.bit_length()) + 1
+    state_width = max(max(1, max_state.bit_length()) + 1, state_bits)
     state_key = Key(f"{meta}.subc_state", "exact", state_width)
     to_dead = ("subc_set_state", (("next_state", 0),))
     tables: list[Table] = []

@@ -57,6 +57,8 @@ def program_differences(switch_info, compiled_info) -> list[str]:
     out = []
     for name in sorted(set(ct) - set(st)):
         out.append(f"table {name} is not on the switch")
+    for name in sorted(set(st) - set(ct)):
+        out.append(f"table {name} of the switch is not in the compiled program")
     for name in sorted(set(st) & set(ct)):
         if st[name][0] != ct[name][0]:
             out.append(f"table {name} has keys {st[name][0]} on the switch, {ct[name][0]} compiled")

@@ -233,7 +233,15 @@ class UpdatePlan:
 
 
 def _check_same_program(old: dict, new: dict) -> None:
+    if old["field_order"] != new["field_order"]:
+        raise SubcError(f"the new rule set's field order {', '.join(new['field_order'])} is not the loaded program's "
+                        f"({', '.join(old['field_order'])}): compile it with --field-order "
+                        f"{','.join(old['field_order'])}, or reload the switch with the new program (subc load --config)")
     ot, nt = {t["name"]: t for t in old["tables"]}, {t["name"]: t for t in new["tables"]}
+    for name in ot:
+        if name not in nt:
+            raise SubcError(f"table {name} of the loaded program is not in the new rule set's: reload the switch "
+                            "with the new program (subc load --config)")
     for name in nt:
         if name not in ot:
             raise SubcError(f"table {name} of the new rule set is not in the loaded program: "

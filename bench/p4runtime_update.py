@@ -1,0 +1,97 @@
+"""Benchmark: loading a switch over P4Runtime, and the writes of a one-rule update.
+
+Generates ``subc gen itch --rules N`` (price form, --symbols symbols, --ports ports) and the same
+set with one rule more (a new symbol and price bound: ``stock == "ZZZZ" and price > 10 : fwd(1)``),
+compiles both for bmv2 with the same field order and state width (24 bits) and table sizes 3
+ times the entries (the root state's table holds its old and new entries side by side), then, with
+``simple_switch_grpc`` (BMv2 with its P4Runtime server, on 127.0.0.1, when on PATH):
+
+* ``subc load A --p4runtime --config``: seconds (pipeline set, entries written, root last);
+* ``subc update B --p4runtime``: updates written (inserts, root, deletes) and seconds;
+* ``subc verify B --p4runtime``: must find no difference.
+
+Without the switch it still reports the update's plan (updates it would write) from the two
+entries.json files.  ``python3 bench/p4runtime_update.py [--rules 100000] [--max-messages 1]``
+prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC = ROOT / "examples" / "itch" / "spec.p4"
+SUBC = [sys.executable, "-m", "subc.cli"]
+ADDR = "127.0.0.1:9559"
+
+
+def run(*args: str) -> str:
+    r = subprocess.run(list(args), capture_output=True, text=True)
+    if r.returncode:
+        raise SystemExit(f"{' '.join(args)}: {r.stdout}{r.stderr}")
+    return r.stdout
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rules", type=int, default=100_000)
+    ap.add_argument("--symbols", type=int, default=2000)
+    ap.add_argument("--ports", type=int, default=32)
+    ap.add_argument("--max-messages", type=int, default=1, help="message slots of the program (1: smallest)")
+    args = ap.parse_args()
+    from subc.runtime.p4rt.plan import plan_update
+
+    out: dict = {"rules": args.rules, "max_messages": args.max_messages}
+    with tempfile.TemporaryDirectory() as d:
+        w = Path(d)
+        run(*SUBC, "gen", "itch", "--rules", str(args.rules), "--symbols", str(args.symbols), "--ports",
+            str(args.ports), "-o", str(w / "a.sub"))
+        (w / "b.sub").write_text((w / "a.sub").read_text() + '\nadd_order.stock == "ZZZZ" and add_order.price > 10 : fwd(1);\n')
+        order = None
+        for name in ("a", "b"):
+            t = time.perf_counter()
+            cmd = [*SUBC, "compile", str(w / f"{name}.sub"), "--spec", str(SPEC), "-o", str(w / name),
+                   "--max-messages", str(args.max_messages), "--state-bits", "24", "--capacity-factor", "3"]
+            if order:
+                cmd += ["--field-order", order]
+            run(*cmd)
+            out[f"compile_{name}_s"] = round(time.perf_counter() - t, 2)
+            order = ",".join(json.loads((w / name / "entries.json").read_text())["field_order"])
+        a = json.loads((w / "a" / "entries.json").read_text())
+        b = json.loads((w / "b" / "entries.json").read_text())
+        out["entries"] = sum(len(t["entries"]) for t in a["tables"])
+        t = time.perf_counter()
+        plan = plan_update(a, b)
+        out["plan_s"] = round(time.perf_counter() - t, 2)
+        out["plan"] = {"inserts": len(plan.inserts), "root": plan.root is not None, "deletes": len(plan.deletes),
+                       "group_inserts": len(plan.group_inserts), "group_deletes": len(plan.group_deletes),
+                       "kept_states": plan.kept_states, "new_states": plan.new_states}
+        if shutil.which("simple_switch_grpc") and shutil.which("p4c-bm2-ss"):
+            run("p4c-bm2-ss", "-o", str(w / "a.json"), str(w / "a" / "subc.p4"))
+            sw = subprocess.Popen(["simple_switch_grpc", "--no-p4", "--", "--grpc-server-addr", ADDR],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                time.sleep(2)
+                t = time.perf_counter()
+                out["load_output"] = run(*SUBC, "load", str(w / "a"), "--p4runtime", ADDR, "--config",
+                                         str(w / "a.json")).strip()
+                out["load_s"] = round(time.perf_counter() - t, 2)
+                t = time.perf_counter()
+                out["update_output"] = run(*SUBC, "update", str(w / "b"), "--p4runtime", ADDR).strip()
+                out["update_s"] = round(time.perf_counter() - t, 2)
+                out["verify_output"] = run(*SUBC, "verify", str(w / "b"), "--p4runtime", ADDR).strip()
+            finally:
+                sw.terminate()
+                sw.wait()
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
