@@ -440,16 +440,17 @@ def stats_cmd(iface: str | None, p4rt: str | None, device_id: int, election_id: 
     """Print the broker's counters on IFACE: global, per subscriber, per leaf.  With --p4runtime,
     a switch's entries per table and its counters."""
     _one_of(iface, p4rt)
-    if p4rt:
-        from .runtime.p4rt.control import stats as p4rt_stats
+    from .runtime.broker import stats
+    from .runtime.p4rt.control import stats as p4rt_stats
 
-        try:
-            doc = p4rt_stats(p4rt, device_id, election_id)
-        except SubcError as e:
-            _fail(e)
-        if as_json:
-            click.echo(json.dumps(doc, indent=1))
-            return
+    try:
+        doc = p4rt_stats(p4rt, device_id, election_id) if p4rt else stats(iface)
+    except SubcError as e:
+        _fail(e)
+    if as_json:
+        click.echo(json.dumps(doc, indent=1))
+        return
+    if p4rt:
         click.echo(f"{p4rt} (device {device_id})")
         for name, n in doc["tables"].items():
             click.echo(f"  {n:>10}  {name}")
@@ -457,15 +458,6 @@ def stats_cmd(iface: str | None, p4rt: str | None, device_id: int, election_id: 
             for idx, pk, by in cells:
                 if pk or by:
                     click.echo(f"  {name}[{idx}]: {pk} packets, {by} bytes")
-        return
-    from .runtime.broker import stats
-
-    try:
-        doc = stats(iface)
-    except SubcError as e:
-        _fail(e)
-    if as_json:
-        click.echo(json.dumps(doc, indent=1))
         return
     click.echo(f"{iface}: generation {doc['generation']}")
     for k, v in doc["stats"].items():

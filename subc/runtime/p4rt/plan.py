@@ -333,9 +333,6 @@ def plan_update(old: dict, new: dict) -> UpdatePlan:
         if k not in new_rows:
             plan.deletes.append((r.table, r.entry(od.tables[r.table]["keys"])))
     plan.root = renum["initial_state"] if renum["initial_state"] != old["initial_state"] else None
-    if plan.root is None and (plan.inserts or plan.deletes):
-        # the same root signature: the extra rows are unreachable leftovers, dropped after no switch
-        plan.inserts = [(t, e) for t, e in plan.inserts if od.state_at.get(t) is None]
     return plan
 
 

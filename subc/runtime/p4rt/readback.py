@@ -54,23 +54,18 @@ def decode_entry(index: P4InfoIndex, te) -> tuple[str, dict]:
             raise SubcError(f"{table}: field {name} has a {which} match, which subc does not write")
     if given:
         raise SubcError(f"{table}: the switch returned match fields {sorted(given)} that the P4Info lacks")
-    if te.action.WhichOneof("type") != "action":
-        raise SubcError(f"{table}: the switch returned an indirect action, which subc does not write")
-    act = te.action.action
-    full = index.action_names.get(act.action_id)
-    if full is None:
-        raise SubcError(f"{table}: the switch returned action id {act.action_id}, which its P4Info lacks")
-    names = {pid: pname for pname, (pid, _) in index.actions[full].params.items()}
     out = {"match": match}
     if any(k in ("range", "ternary", "optional") for *_, k in info.fields):
         out["priority"] = te.priority
-    out["action"] = _action_name(table, full)
-    out["params"] = {names[p.param_id]: decode_value(p.value) for p in act.params}
+    out["action"], out["params"] = decode_action(index, table, te)
     return table, out
 
 
 def decode_action(index: P4InfoIndex, table: str, te) -> tuple[str, dict]:
-    """(action name, params) of a default entry ``te`` of ``table`` (entries.json names)."""
+    """(action name, params) of entry ``te`` of ``table`` (entries.json names).  SubcError for an
+    indirect action or an action the P4Info lacks."""
+    if te.action.WhichOneof("type") != "action":
+        raise SubcError(f"{table}: the switch returned an indirect action, which subc does not write")
     act = te.action.action
     full = index.action_names.get(act.action_id)
     if full is None:
