@@ -1,5 +1,8 @@
 """Generation-safe P4Runtime updates (subc.runtime.p4rt.plan, .control) without a switch.
 
+(Also on multi-message programs of random P4_14 and P4_16 specs: each message slot's tables,
+checked every few updates, classify as A until the root switch and as B after it.)
+
 * The plan: for hypothesis-drawn rule sets A and B (B shares A's fields and field order), the
   updates that take a switch holding A to B are applied one at a time, in an order shuffled
   within each phase (a WriteRequest may apply its updates in any order); after every single
@@ -378,3 +381,88 @@ def test_unreachable_server_is_a_clear_error(tmp_path):
         port = s.getsockname()[1]
     with pytest.raises(SubcError, match="did not answer"):
         load(str(out), f"127.0.0.1:{port}")
+
+
+# -- multi-message programs of random specs ----------------------------------------------------
+
+
+def _slot_views(doc: dict, tables: dict, root: int, groups: dict) -> list[dict]:
+    """One document per message slot: slot ``i``'s held entries in slot 0's table definitions
+    (the table simulator runs slot 0's pipeline)."""
+    def base(t):
+        return t["name"].split(".", 1)[1][len(f"subc_s{t['slot']}_"):]
+    slot0 = {base(t): t for t in doc["tables"] if t.get("slot") == 0}
+    views = []
+    for i in sorted({t["slot"] for t in doc["tables"] if "slot" in t}):
+        mine = {base(t): t["name"] for t in doc["tables"] if t.get("slot") == i}
+        ts = [{**t0, "entries": list(tables[mine[b]].values())} for b, t0 in slot0.items()]
+        views.append({**doc, "initial_state": root, "tables": ts,
+                      "multicast_groups": [{"group": g, "ports": p} for g, p in sorted(groups.items())]})
+    return views
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                                                   HealthCheck.filter_too_much])
+@given(data=st.data(), form=st.sampled_from(["p4_14", "p4_16"]))
+def test_updates_of_multi_message_programs_of_random_specs(data, form):
+    """Random specs (P4_14 and P4_16 forms, other field names and layouts) framed by MoldUDP64,
+    programs of 1 to 4 message slots: every message slot classifies as A, then as B."""
+    from spec_model import spec_models
+    from test_delivery_differential import RENDER, rule_sets
+
+    from subc.compiler.spec import parse_spec
+    from subc.runtime.p4rt.plan import plan_update
+
+    model = data.draw(spec_models())
+    assume(model.query_fields)
+    spec = parse_spec(RENDER[form](model), "m.p4")
+    lines_a = data.draw(rule_sets(model)).splitlines()
+    lines_b = [line for line in lines_a if data.draw(st.booleans())] + data.draw(rule_sets(model)).splitlines()[:1]
+    rules_a, rules_b = parse_rules("\n".join(lines_a), spec, "a.sub"), parse_rules("\n".join(lines_b), spec, "b.sub")
+    try:
+        res_a = compile_rules(rules_a, spec, "bmv2", state_bits=8)
+        res_b = compile_rules(rules_b, spec, "bmv2", field_order=res_a.ir.field_order, state_bits=8)
+    except SubcError:  # conflicting actions, or B uses a field A's order lacks
+        event("not compiled")
+        assume(False)
+    slots = data.draw(st.integers(1, 4))
+    doc_a = json.loads(target_files(res_a, "a.sub", max_messages=slots)[0]["entries.json"])
+    doc_b = json.loads(target_files(res_b, "b.sub", max_messages=slots)[0]["entries.json"])
+    assume("messages" in doc_a and "messages" in doc_b)
+    try:
+        plan = plan_update(doc_a, doc_b)
+    except SubcError as e:
+        assert "reload the switch" in e.message, e.render()
+        event("refused: another program")
+        return
+    event(f"applied: {slots} slots")
+    qs = {q.name: q for q in spec.query_fields.values()}
+    packets = list(boundary_packets(rules_a + rules_b, qs, data.draw))[:20]
+    want = {False: [reference_decision(rules_a, spec, p) for p in packets],
+            True: [reference_decision(rules_b, spec, p) for p in packets]}
+    tables = {t["name"]: {_key(e): e for e in t["entries"]} for t in doc_a["tables"]}
+    groups = {g["group"]: g["ports"] for g in doc_a["multicast_groups"]}
+    root, switched = doc_a["initial_state"], plan.root is None
+    rnd = random.Random(data.draw(st.integers(0, 2**32 - 1)))
+    inserts, deletes = list(plan.inserts), list(plan.deletes)
+    rnd.shuffle(inserts)
+    rnd.shuffle(deletes)
+    steps = [("insert", x) for x in inserts] + [("root", plan.root)] + [("delete", x) for x in deletes]
+
+    def check():
+        for view in _slot_views(doc_a, tables, root, groups):
+            sim = TableSimulator(view)
+            for pkt, w in zip(packets, want[switched]):
+                assert sim.process(pkt) == w, (lines_a, lines_b, pkt, switched)
+
+    check()
+    for i, (kind, x) in enumerate(steps):
+        if kind == "insert":
+            tables[x[0]][_key(x[1])] = x[1]
+        elif kind == "delete":
+            del tables[x[0]][_key(x[1])]
+        elif x is not None:
+            root, switched = x, True
+        if i % 7 == 0 or kind == "root":  # every few steps: the slots' simulators are the cost
+            check()
+    check()
