@@ -21,7 +21,8 @@ of the keyless table ``subc_root`` (entries.json ``root``).  The update:
    grace period, the entries only the old states had and the groups no longer used (DELETE).
 
 A packet reads the root once, so it sees either the old diagram, all of whose entries stay until
-after the switch, or the new one, all of whose entries are written before it.  Tables not keyed
+after the switch, or the new one, all of whose entries are written before it.  The multi-message
+program's subscriber ports, withheld actions and slots must be the loaded ones.  Tables not keyed
 by state (the multi-message program's ``subc_deliver`` and ``subc_port_bit``, Tofino's interval
 code tables) are shared by both: the update may add entries to them but not change or remove
 one the old rule set uses; :class:`~subc.errors.SubcError` says so (that rule set needs the
@@ -237,6 +238,12 @@ def _check_same_program(old: dict, new: dict) -> None:
         raise SubcError(f"the new rule set's field order {', '.join(new['field_order'])} is not the loaded program's "
                         f"({', '.join(old['field_order'])}): compile it with --field-order "
                         f"{','.join(old['field_order'])}, or reload the switch with the new program (subc load --config)")
+    om, nm = old.get("messages") or {}, new.get("messages") or {}
+    for what, key in (("subscriber ports (the port bitmap's bits)", "ports"), ("withheld actions' codes", "held"),
+                      ("message slots", "max_messages")):
+        if om.get(key) != nm.get(key):
+            raise SubcError(f"the new rule set's {what} {nm.get(key)} differ from the loaded program's {om.get(key)}: "
+                            "reload the switch with the new program (subc load --config)")
     ot, nt = {t["name"]: t for t in old["tables"]}, {t["name"]: t for t in new["tables"]}
     for name in ot:
         if name not in nt:
