@@ -471,10 +471,69 @@ def stats_cmd(iface: str | None, p4rt: str | None, device_id: int, election_id: 
         click.echo(f"  {st:>8} {c['messages']:>12} {c['bytes']:>12}  {c['action']}")
 
 
+@main.command("serve-program")
+@click.option("--spec", "spec_path", required=True, type=click.Path(dir_okay=False, exists=True),
+              help="message-format spec (P4_16)")
+@click.option("--ports", required=True, help="switch ports subscribers may be behind: 1,2,5-8")
+@click.option("--target", type=click.Choice(["bmv2", "tofino"]), default="bmv2", show_default=True)
+@click.option("--field-order", help="comma-separated fields (default: every query field, exact ones first, "
+                                    "then lpm, then range)")
+@click.option("--capacity", type=click.IntRange(1), default=10_000, show_default=True,
+              help="live subscriptions the tables are sized for")
+@click.option("--max-messages", type=click.IntRange(1), default=8, show_default=True,
+              help="MoldUDP64 specs: messages per datagram the program classifies")
+@click.option("-o", "--output", "out_dir", default="serve-program", show_default=True,
+              type=click.Path(file_okay=False))
+def serve_program_cmd(spec_path: str, ports: str, target: str, field_order: str | None, capacity: int,
+                      max_messages: int, out_dir: str) -> None:
+    """Write the P4 program that subc serve --p4runtime fills with live subscriptions: a table
+    per query field of the field order, every port of --ports, tables sized for --capacity
+    (README, "Live subscriptions on a switch").  Compile subc.p4 with the target's compiler."""
+    from .compiler.spec import load_spec
+    from .compiler.targets.output import write_directory
+    from .compiler.targets.serve_program import serve_program
+    from .runtime.serve.dataplane import default_field_order
+
+    try:
+        port_list = _port_list(ports)
+        spec = load_spec(spec_path)
+        order = [f.strip() for f in field_order.split(",") if f.strip()] if field_order else default_field_order(spec)
+        files = serve_program(spec, order, port_list, capacity, target, max_messages)
+        write_directory(out_dir, files)
+    except SubcError as e:
+        _fail(e)
+    click.echo(f"wrote {out_dir}: {len(order)} field tables ({', '.join(order)}), ports {ports}, "
+               f"room for {capacity} subscriptions")
+
+
+def _port_list(text: str) -> list[int]:
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            if "-" in part:
+                a, b = part.split("-", 1)
+                out += list(range(int(a), int(b) + 1))
+            elif part:
+                out.append(int(part))
+        except ValueError:
+            raise SubcError(f"--ports: {part!r} is not a port or a range of ports") from None
+    return out
+
+
 @main.command("serve")
 @click.option("--spec", "spec_path", required=True, type=click.Path(dir_okay=False, exists=True),
               help="message-format spec (P4_16)")
-@click.option("--iface", required=True, help="interface the publishers' datagrams arrive on")
+@click.option("--iface", help="interface the publishers' datagrams arrive on (the eBPF data path)")
+@p4runtime_options
+@click.option("--program", type=click.Path(file_okay=False, exists=True),
+              help="--p4runtime: the directory of subc serve-program the switch runs")
+@click.option("--config", type=click.Path(dir_okay=False, exists=True),
+              help="--p4runtime: set the switch's pipeline from this device config (BMv2: p4c-bm2-ss's JSON)")
+@click.option("--port-map", type=click.Path(dir_okay=False, exists=True),
+              help="--p4runtime: '<network>/<len> <port>' lines: the switch port of each subscriber address")
+@click.option("--grace", type=click.FloatRange(0.0), default=0.05, show_default=True,
+              help="--p4runtime: seconds between a root switch and deleting the entries only the old root used")
 @click.option("--listen", required=True, help="ADDR:PORT for requests (UDP and TCP)")
 @click.option("--rules", type=click.Path(dir_okay=False, exists=True),
               help="subscriptions made at every start: '<condition> TO <ip>:<port>' per line")
@@ -490,32 +549,52 @@ def stats_cmd(iface: str | None, p4rt: str | None, device_id: int, election_id: 
 @click.option("--xdp-mode", type=click.Choice(["auto", "native", "generic"]), default="auto", show_default=True)
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info", show_default=True)
 @limit_options
-def serve_cmd(spec_path: str, iface: str, listen: str, rules: str | None, state_dir: str | None, lease: float | None,
+def serve_cmd(spec_path: str, iface: str | None, p4rt: str | None, device_id: int, election_id: tuple[int, int],
+              program: str | None, config: str | None, port_map: str | None, grace: float, listen: str,
+              rules: str | None, state_dir: str | None, lease: float | None,
               acl: str | None, metrics: str | None, field_order: str | None, capacity: int, xdp_mode: str,
               log_level: str, max_rules: int, max_states: int) -> None:
     """Run the live broker on IFACE: subscribers come and go with SUBSCRIBE/UNSUBSCRIBE requests
     (README, "Live subscriptions"); the data path stays loaded when the daemon stops, and a
-    restarted daemon takes it over.  Logs are JSON lines on stderr."""
+    restarted daemon takes it over.  Logs are JSON lines on stderr.
+
+    With --p4runtime, the subscriptions are entries of a switch running a program of subc
+    serve-program (README, "Live subscriptions on a switch")."""
     import logging
     import signal
 
     from .compiler.spec import load_spec
     from .runtime.bpf import require_root
     from .runtime.serve.acl import load_acl
-    from .runtime.serve.daemon import Daemon, JsonFormatter, ServeConfig
+    from .runtime.serve.daemon import Daemon, JsonFormatter, ServeConfig, SwitchOptions
     from .runtime.serve.dataplane import default_field_order
+
+    _one_of(iface, p4rt)
+    switch = None
+    if p4rt:
+        if not program or not port_map:
+            raise click.UsageError("--p4runtime needs --program (subc serve-program) and --port-map")
+        switch = SwitchOptions(p4rt, program, port_map, config, device_id, election_id, grace)
 
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter())
     logging.getLogger("subc.serve").addHandler(handler)
     logging.getLogger("subc.serve").setLevel(log_level.upper())
     try:
-        require_root("subc serve")
+        if not p4rt:
+            require_root("subc serve")
         spec = load_spec(spec_path)
-        order = [f.strip() for f in field_order.split(",") if f.strip()] if field_order else default_field_order(spec)
-        cfg = ServeConfig(spec, iface, _endpoint(listen), order, state_dir, rules, lease, load_acl(acl),
+        if field_order:
+            order = [f.strip() for f in field_order.split(",") if f.strip()]
+        elif program:
+            from pathlib import Path
+
+            order = json.loads((Path(program) / "serve.json").read_text())["field_order"]
+        else:
+            order = default_field_order(spec)
+        cfg = ServeConfig(spec, iface or "", _endpoint(listen), order, state_dir, rules, lease, load_acl(acl),
                           _endpoint(metrics) if metrics else None, capacity, _limits(max_rules, max_states),
-                          xdp_mode)
+                          xdp_mode, switch=switch)
         daemon = Daemon(cfg)
         daemon.start()
     except SubcError as e:

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import json
 import random
-import threading
-from concurrent import futures
 
 import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
@@ -39,6 +37,7 @@ from subc.runtime.simulator import TableSimulator
 from ebpf_util import DIFF_SPEC
 from strategies import boundary_packets, condition
 from test_differential import FIELDS, SPEC
+from p4rt_fake import FakeSwitch
 from test_p4rt_requests import decode
 
 
@@ -167,117 +166,6 @@ def test_another_program_is_refused():
 
 
 # -- a P4Runtime server in the test ----------------------------------------------------------
-
-
-class FakeSwitch:
-    """The P4Runtime service of one device (grpcio, loopback): arbitration (every client is
-    primary), pipeline config, Write (INSERT/MODIFY/DELETE of table entries, default entries and
-    multicast groups; every request recorded) and Read (wildcard tables and groups, default
-    entries).  An update that is not valid for what it holds fails the test."""
-
-    def __init__(self):
-        import grpc
-        from p4.v1 import p4runtime_pb2_grpc
-
-        self.requests: list = []
-        self.entries: dict = {}  # (table id, match bytes, priority) -> TableEntry
-        self.defaults: dict = {}  # table id -> TableEntry
-        self.groups: dict = {}
-        self.p4info = None
-        self.errors: list[str] = []
-        self.lock = threading.Lock()
-        outer = self
-
-        class Servicer(p4runtime_pb2_grpc.P4RuntimeServicer):
-            def StreamChannel(self, request_iterator, context):
-                from p4.v1 import p4runtime_pb2 as pr
-
-                for req in request_iterator:
-                    if req.HasField("arbitration"):
-                        rep = pr.StreamMessageResponse()
-                        rep.arbitration.CopyFrom(req.arbitration)
-                        rep.arbitration.status.code = 0
-                        yield rep
-
-            def SetForwardingPipelineConfig(self, request, context):
-                from p4.v1 import p4runtime_pb2 as pr
-
-                outer.p4info = request.config.p4info
-                return pr.SetForwardingPipelineConfigResponse()
-
-            def GetForwardingPipelineConfig(self, request, context):
-                from p4.v1 import p4runtime_pb2 as pr
-
-                rep = pr.GetForwardingPipelineConfigResponse()
-                if outer.p4info is not None:
-                    rep.config.p4info.CopyFrom(outer.p4info)
-                return rep
-
-            def Write(self, request, context):
-                from p4.v1 import p4runtime_pb2 as pr
-
-                with outer.lock:
-                    outer.requests.append(request)
-                    for u in request.updates:
-                        outer.apply(u)
-                return pr.WriteResponse()
-
-            def Read(self, request, context):
-                from p4.v1 import p4runtime_pb2 as pr
-
-                rep = pr.ReadResponse()
-                with outer.lock:
-                    for ent in request.entities:
-                        if ent.HasField("table_entry") and ent.table_entry.is_default_action:
-                            rep.entities.add().table_entry.CopyFrom(outer.defaults[ent.table_entry.table_id])
-                        elif ent.HasField("table_entry"):
-                            for te in outer.entries.values():
-                                rep.entities.add().table_entry.CopyFrom(te)
-                        elif ent.HasField("packet_replication_engine_entry"):
-                            for g in outer.groups.values():
-                                rep.entities.add().packet_replication_engine_entry.multicast_group_entry.CopyFrom(g)
-                yield rep
-
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(Servicer(), self.server)
-        self.port = self.server.add_insecure_port("127.0.0.1:0")
-        self.server.start()
-
-    @property
-    def addr(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def apply(self, u) -> None:
-        from p4.v1 import p4runtime_pb2 as pr
-
-        e = u.entity
-        if e.HasField("packet_replication_engine_entry"):
-            g = e.packet_replication_engine_entry.multicast_group_entry
-            have = g.multicast_group_id in self.groups
-            if (u.type == pr.Update.INSERT) == have:
-                self.errors.append(f"{pr.Update.Type.Name(u.type)} of group {g.multicast_group_id}")
-            if u.type == pr.Update.DELETE:
-                self.groups.pop(g.multicast_group_id, None)
-            else:
-                self.groups[g.multicast_group_id] = g
-            return
-        te = e.table_entry
-        if te.is_default_action:
-            if u.type != pr.Update.MODIFY:
-                self.errors.append("a default entry written other than by MODIFY")
-            self.defaults[te.table_id] = te
-            return
-        key = (te.table_id, b"".join(m.SerializeToString() for m in te.match), te.priority)
-        have = key in self.entries
-        if (u.type == pr.Update.INSERT) == have or (u.type != pr.Update.INSERT and not have):
-            self.errors.append(f"{pr.Update.Type.Name(u.type)} of an entry {'held' if have else 'not held'}")
-        if u.type == pr.Update.DELETE:
-            self.entries.pop(key, None)
-        else:
-            self.entries[key] = te
-
-    def stop(self) -> None:
-        self.server.stop(0)
 
 
 def _write_out(tmp_path, name: str, files: dict):

@@ -79,16 +79,18 @@ class Table:
     actions: list[str] = dc_field(default_factory=list)
     tcam_words: int = 0
     capacity_factor: float = 1.0
+    min_size: int = 0
 
     @property
     def size(self) -> int:
         """Declared table size: the entries (at least 1) at a ``capacity_factor`` of 1, else that
         factor times the entries, rounded up, and at least :data:`MIN_ROOM` (room for the
-        entries an update writes before it deletes the old ones)."""
+        entries an update writes before it deletes the old ones); at least ``min_size`` (a
+        program whose entries ``subc serve`` writes: :mod:`.targets.serve_program`)."""
         n = len(self.entries)
         if self.capacity_factor <= 1:
-            return max(1, n)
-        return max(MIN_ROOM, math.ceil(n * self.capacity_factor))
+            return max(1, n, self.min_size)
+        return max(MIN_ROOM, math.ceil(n * self.capacity_factor), self.min_size)
 
     @property
     def entry_count(self) -> int:

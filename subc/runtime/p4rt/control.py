@@ -70,7 +70,8 @@ def program_differences(switch_info, compiled_info) -> list[str]:
     return out
 
 
-def _same_program(s: Session, info, out_dir: str) -> None:
+def same_program(s: Session, info, out_dir: str) -> None:
+    """SubcError unless the switch of ``s`` runs the program of P4Info ``info`` (sizes aside)."""
     diff = program_differences(s.p4info, info)
     if diff:
         raise SubcError(f"{s.addr} runs another program than {out_dir}: " + "; ".join(diff[:5])
@@ -78,7 +79,8 @@ def _same_program(s: Session, info, out_dir: str) -> None:
                         + ": set it with --config (BMv2: the JSON p4c-bm2-ss writes for subc.p4)")
 
 
-def _root_update(index: P4InfoIndex, doc: dict, root: int):
+def root_update(index: P4InfoIndex, doc: dict, root: int):
+    """The MODIFY of the root table's default action that makes ``root`` the root state."""
     from p4.v1 import p4runtime_pb2 as pr
 
     r = doc["root"]
@@ -114,7 +116,7 @@ def load(out_dir: str, addr: str, device_id: int = 0, election_id: tuple[int, in
     doc, info = read_output(out_dir)
     cfg = (str(Path(out_dir) / "p4info.txtpb"), config) if config else None
     with Session(addr, device_id, election_id, cfg) as s:
-        _same_program(s, info, out_dir)
+        same_program(s, info, out_dir)
         ours = {t["name"] for t in doc["tables"]}
         held = sum(1 for te in s.table_entries() if s.index.table_names.get(te.table_id) in ours)
         if held:
@@ -126,7 +128,7 @@ def load(out_dir: str, addr: str, device_id: int = 0, election_id: tuple[int, in
         w = Written()
         _phase(w, s, "groups", ups[:n_groups])
         _phase(w, s, "entries", ups[n_groups:])
-        _phase(w, s, "root", [_root_update(s.index, doc, doc["initial_state"])])
+        _phase(w, s, "root", [root_update(s.index, doc, doc["initial_state"])])
         return w
 
 
@@ -156,7 +158,7 @@ def update(out_dir: str, addr: str, device_id: int = 0, election_id: tuple[int, 
 
     doc, info = read_output(out_dir)
     with Session(addr, device_id, election_id) as s:
-        _same_program(s, info, out_dir)
+        same_program(s, info, out_dir)
         old = read_switch(s, doc)
         plan = plan_update(old, doc)
         _check_room(s, old, plan)
@@ -166,7 +168,7 @@ def update(out_dir: str, addr: str, device_id: int = 0, election_id: tuple[int, 
             g["group"], g["ports"]))) for g in plan.group_inserts])
         _phase(w, s, "inserts", [pr.Update(type=ins, entity=pr.Entity(table_entry=table_entry(s.index, t, e)))
                                  for t, e in plan.inserts])
-        _phase(w, s, "root", [] if plan.root is None else [_root_update(s.index, doc, plan.root)])
+        _phase(w, s, "root", [] if plan.root is None else [root_update(s.index, doc, plan.root)])
         if plan.deletes or plan.group_deletes:
             time.sleep(grace)
         dele = pr.Update.DELETE

@@ -80,6 +80,21 @@ def _event(level: int, event: str, **fields) -> None:
 
 
 @dataclass
+class SwitchOptions:
+    """``subc serve --p4runtime``: the switch's ``addr`` (HOST:PORT), ``program`` (a ``subc
+    serve-program`` directory), device ``config`` (BMv2 JSON; sets the pipeline), ``port_map``
+    file, ``grace`` in s between a root switch and freeing the old entries."""
+
+    addr: str
+    program: str
+    port_map: str
+    config: str | None = None
+    device_id: int = 0
+    election_id: tuple[int, int] = (0, 1)
+    grace: float = 0.05
+
+
+@dataclass
 class ServeConfig:
     """``subc serve``'s options: ``listen`` and ``metrics`` as (address, port), ``lease`` in s
     (None: subscriptions do not expire), ``capacity`` in subscriptions."""
@@ -97,6 +112,7 @@ class ServeConfig:
     limits: Limits = DEFAULT_LIMITS
     xdp_mode: str = "auto"
     resolver: Callable = resolve
+    switch: SwitchOptions | None = None  # deliver through a P4 switch over P4Runtime instead of on iface
 
 
 @dataclass
@@ -160,44 +176,102 @@ class Daemon:
 
     # -- start and stop -----------------------------------------------------------------------
 
-    def start(self) -> None:
+    def _topics(self) -> None:
         cfg = self.cfg
-        self.dp: DataPlane = open_dataplane(cfg.spec, cfg.iface, cfg.field_order, cfg.capacity, cfg.state_dir,
-                                            cfg.xdp_mode)
-        self.store = Store(cfg.state_dir)
         self.topics: TopicBook | None = None
         if cfg.spec.topic is not None:
             known, next_label = self.store.labels()
             self.topics = TopicBook(cfg.spec, known, next_label, cfg.limits)
         self.depth = self.topics.schema.depth if self.topics else None
+
+    def _open_switch(self):
+        """Open the switch (:mod:`subc.runtime.p4rt.live_switch`); (inherited root slot or None,
+        the function that frees the inherited entries)."""
+        from ..p4rt.live_switch import open_switch
+        from .port_map import PortEndpoints, load_port_map
+
+        cfg, sw = self.cfg, self.cfg.switch
+        self.sw = open_switch(sw.program, sw.addr, sw.device_id, sw.election_id, sw.config, sw.grace)
+        try:
+            if list(cfg.field_order) != self.sw.doc["field_order"]:
+                raise SubcError(f"{sw.program} tests {', '.join(self.sw.doc['field_order'])}; --field-order gives "
+                                f"{', '.join(cfg.field_order)}")
+            port_map = load_port_map(sw.port_map, self.sw.ports)
+            self.store = Store(cfg.state_dir)
+        except BaseException:
+            self.sw.close()
+            raise
+        self._topics()
+        fields = [cfg.spec.query_fields[f] for f in cfg.field_order]
+        self.diagram = LiveDiagram(fields, self.sw.stage_caps())
+        self.writer = self.sw.writer
+        self.broker = LiveBroker(self.diagram, self.writer, self.sw.grace)
+        self.endpoints = PortEndpoints(port_map)
+        self.adopted = self.sw.adopted
+        self._held = []
+        if not self.sw.adopted:
+            return None, None
+        inh = self.sw.inherit()
+        for lv, states in inh.states.items():
+            if lv:
+                self.diagram.reserve(lv, states)
+
+        def release() -> None:
+            self.sw.release_inherited(inh)
+            for lv, states in inh.states.items():
+                if lv:
+                    self.diagram.unreserve(lv, states)
+
+        return inh.live_slot, release
+
+    def _open_dataplane(self):
+        """Load or adopt the eBPF data path on the interface; (inherited root slot or None, the
+        function that frees the inherited entries)."""
+        cfg = self.cfg
+        self.sw = None
+        self.dp: DataPlane = open_dataplane(cfg.spec, cfg.iface, cfg.field_order, cfg.capacity, cfg.state_dir,
+                                            cfg.xdp_mode)
+        self.store = Store(cfg.state_dir)
+        self._topics()
         fields = [cfg.spec.query_fields[f] for f in cfg.field_order]
         self.diagram = LiveDiagram(fields, self.dp.stage_caps())
         self.writer = LiveMaps(self.dp.maps, self.dp.doc["stages"], self.dp.caps, ROOT_SLOTS)
         self.broker = LiveBroker(self.diagram, self.writer, grace_waiter(self.dp.maps))
         known = self.store.endpoints()
         self.endpoints = EndpointTable(self.dp.maps, known, cfg.resolver)
-        held: list[int] = []
-        if self.dp.adopted:
-            inh = self.writer.inherit()
+        self._held = []
+        self.adopted = self.dp.adopted
+        if not self.dp.adopted:
+            return None, None
+        inh = self.writer.inherit()
+        for lv, states in inh.states.items():
+            if lv:
+                self.diagram.reserve(lv, states)
+        # numbers the inherited leaves may deliver to, beyond the stored endpoints'
+        in_use = {s for s in range(L.MAX_SUBSCRIBERS)
+                  if L.sub_struct(1).unpack(self.dp.maps["subc_subs"].lookup(L.U32.pack(v=s)))["count"]}
+        held = self._held = self.endpoints.hold(in_use - set(known.values()))
+
+        def release() -> None:
+            self.writer.release_inherited(inh)
             for lv, states in inh.states.items():
                 if lv:
-                    self.diagram.reserve(lv, states)
-            # numbers the inherited leaves may deliver to, beyond the stored endpoints'
-            in_use = {s for s in range(L.MAX_SUBSCRIBERS)
-                      if L.sub_struct(1).unpack(self.dp.maps["subc_subs"].lookup(L.U32.pack(v=s)))["count"]}
-            held = self.endpoints.hold(in_use - set(known.values()))
+                    self.diagram.unreserve(lv, states)
+            self.endpoints.free_sids(held)
 
-            def release() -> None:
-                self.writer.release_inherited(inh)
-                for lv, states in inh.states.items():
-                    if lv:
-                        self.diagram.unreserve(lv, states)
-                self.endpoints.free_sids(held)
+        return inh.live_slot, release
 
+    def start(self) -> None:
+        cfg = self.cfg
+        if cfg.switch is not None:
+            inherited, release = self._open_switch()
+        else:
+            inherited, release = self._open_dataplane()
+        held: list[int] = self._held
         self.next_id = self.store.next_free_id()
-        unused = self._restore(inh.live_slot if self.dp.adopted else None, release if self.dp.adopted else None)
+        unused = self._restore(inherited, release)
         held += [sid for _, sid in unused]  # freed with the inherited entries (or at once: nothing inherited)
-        if not self.dp.adopted:
+        if not self.adopted:
             self.endpoints.free_sids(held)
         restored = len(self.subs)
         self._open_sockets()
@@ -213,8 +287,8 @@ class Daemon:
         # time.  What a batch leaves alive is frozen after it (see _updater).
         gc.set_threshold(GC_YOUNG, 10, 10)
         self.metrics.subscriptions.set(len(self.subs))
-        _event(logging.INFO, "serving", iface=cfg.iface, listen=f"{cfg.listen[0]}:{self.port}",
-               adopted=self.dp.adopted, restored=restored, field_order=cfg.field_order)
+        _event(logging.INFO, "serving", iface=cfg.iface, switch=cfg.switch and cfg.switch.addr,
+               listen=f"{cfg.listen[0]}:{self.port}", adopted=self.adopted, restored=restored, field_order=cfg.field_order)
         self.started.set()
 
     def _restore(self, inherited_slot: int | None, release) -> list:
@@ -271,6 +345,8 @@ class Daemon:
         unused = self.endpoints.forget_known()
         eps: dict = {ep: e.sid for ep, e in self.endpoints.by_ep.items()}
         eps.update({ep: None for ep, _ in unused})
+        if self.sw is not None:
+            eps = {}  # a switch port is no endpoint's own number: nothing to keep
         self.store.commit([], dropped, eps, next_id=self.next_id, topics=topics)
         return unused
 
@@ -321,6 +397,8 @@ class Daemon:
             s.close()
         self.metrics.close()
         self.store.close()
+        if self.sw is not None:
+            self.sw.close()
 
     # -- the network thread -------------------------------------------------------------------
 
@@ -638,6 +716,8 @@ class Daemon:
             if self.endpoints.release(lv.ep):
                 eps[lv.ep] = None
         self.work.set()
+        if self.sw is not None:
+            eps = {}
         self.store.commit([lv.stored() for _, lv in ok_subs], [lv.id for _, lv in ok_unsubs], eps,
                           next_id=self.next_id, topics=self.topics.changes() if self.topics is not None else None)
         done = time.perf_counter()
@@ -700,7 +780,7 @@ class Daemon:
             # freeing for several changes, not one per change next to every request's own work
             # (they share the interpreter), unless root slots run short
             until = time.monotonic() + RECLAIM_LINGER
-            while not self.stopping.is_set() and self.broker.free_slot_count() > ROOT_SLOTS * 3 // 4:
+            while not self.stopping.is_set() and self.broker.free_slot_count() > self.writer.root_slots * 3 // 4:
                 left = until - time.monotonic()
                 if left <= 0:
                     break

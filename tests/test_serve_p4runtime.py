@@ -1,0 +1,154 @@
+"""``subc serve --p4runtime``: live subscriptions written to a switch, checked without one.
+
+The daemon runs in the test process against a P4Runtime server written for the tests
+(tests/p4rt_fake.py: grpcio on loopback, it applies every write and fails the test on an
+invalid one).  Subscribers send requests over UDP from loopback addresses that the port map
+puts behind switch ports 1, 2 and 3.  After every reply, the entries the server holds are
+decoded from their protobuf fields and run by the table simulator (each message slot of the
+multi-message program): for packets on every operand's boundaries, the decision must be the
+reference interpreter's on the live subscriptions as rules ``condition : fwd(port)``.  A
+restarted daemon takes the switch over with its entries and the store, and the same holds.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import EXAMPLE
+from p4rt_fake import FakeSwitch
+from strategies import boundary_packets
+
+from subc.compiler.rules import parse_rules
+from subc.compiler.spec import load_spec
+from subc.compiler.targets.serve_program import serve_program
+from subc.runtime.p4rt.readback import switch_document
+from subc.runtime.p4rt.requests import P4InfoIndex
+from subc.runtime.reference import reference_decision
+from subc.runtime.serve.daemon import Daemon, ServeConfig, SwitchOptions
+from subc.runtime.simulator import TableSimulator
+
+SPEC = load_spec(EXAMPLE / "spec.p4")
+ORDER = ["add_order.stock", "add_order.buy_sell_indicator", "add_order.shares", "add_order.price"]
+SOURCES = {"127.0.0.1": 1, "127.0.0.2": 2, "127.0.0.3": 3}
+PORT_MAP = "127.0.0.2/32 2\n127.0.0.3/32 3\n127.0.0.0/8 1\n"
+
+atoms = st.one_of(
+    st.sampled_from(['add_order.stock == "BOB"', 'add_order.stock == "ALC"', 'add_order.stock in {"CHAR", "BOB"}',
+                     'add_order.buy_sell_indicator == "B"', 'add_order.buy_sell_indicator == "S"']),
+    st.builds(lambda op, v: f"add_order.shares {op} {v}", st.sampled_from(["<", ">", "==", ">="]),
+              st.sampled_from([100, 500, 1000])),
+    st.builds(lambda op, v: f"add_order.price {op} {v}", st.sampled_from(["<", ">", "<="]),
+              st.sampled_from([10, 20, 25])),
+)
+conditions = st.one_of(atoms, st.builds(lambda a, b: f"{a} and {b}", atoms, atoms),
+                       st.builds(lambda a, b: f"{a} or not {b}", atoms, atoms))
+ops = st.lists(st.one_of(st.tuples(st.just("sub"), st.sampled_from(sorted(SOURCES)), conditions),
+                         st.tuples(st.just("unsub"), st.integers(0, 30))), min_size=1, max_size=14)
+
+
+class Client:
+    """A subscriber on loopback address ``ip`` (UDP requests, one reply each)."""
+
+    def __init__(self, ip: str, server: tuple[str, int]):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind((ip, 0))
+        self.sock.settimeout(60)
+        self.server = server
+
+    def ask(self, line: str) -> str:
+        self.sock.sendto(line.encode(), self.server)
+        return self.sock.recv(4096).decode().strip()
+
+
+def _program(tmp):
+    files = serve_program(SPEC, ORDER, [1, 2, 3], 200, max_messages=2)
+    d = tmp / "prog"
+    d.mkdir(exist_ok=True)
+    for name, text in files.items():
+        (d / name).write_text(text)
+    (d / "device.json").write_text("{}")
+    (tmp / "ports.txt").write_text(PORT_MAP)
+    return d
+
+
+def _start(tmp, prog, sw: FakeSwitch, config: bool) -> Daemon:
+    opts = SwitchOptions(sw.addr, str(prog), str(tmp / "ports.txt"), str(prog / "device.json") if config else None,
+                         grace=0.0)
+    d = Daemon(ServeConfig(SPEC, "", ("127.0.0.1", 0), ORDER, str(tmp / "state"), switch=opts))
+    d.start()
+    return d
+
+
+def _check(sw: FakeSwitch, skeleton: dict, live: dict, packets) -> None:
+    assert not sw.errors, sw.errors
+    index = P4InfoIndex(sw.p4info)
+    root_id = index.table(skeleton["root"]["table"]).id
+    with sw.lock:
+        doc = switch_document(skeleton, index, list(sw.entries.values()), sw.defaults[root_id],
+                              list(sw.groups.values()))
+    text = "".join(f"{cond} : fwd({port});\n" for cond, port in live.values())
+    rules = parse_rules(text, SPEC, "live.sub") if text else []
+    want = [reference_decision(rules, SPEC, p) for p in packets]
+
+    def base(t):
+        return t["name"].split(".", 1)[1][len(f"subc_s{t['slot']}_"):]
+    slot0 = [t for t in doc["tables"] if t.get("slot") == 0]
+    slots = sorted({t["slot"] for t in doc["tables"] if "slot" in t})
+    for i in slots:
+        mine = {base(t): t for t in doc["tables"] if t.get("slot") == i}
+        view = {**doc, "tables": [{**t0, "entries": mine[base(t0)]["entries"]} for t0 in slot0]
+                + [t for t in doc["tables"] if "slot" not in t]}
+        sim = TableSimulator(view)
+        for p, w in zip(packets, want):
+            assert sim.process(p) == w, (text, p, i)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(steps=ops, data=st.data())
+def test_live_subscriptions_on_a_switch_deliver_as_the_reference_says(tmp_path_factory, steps, data):
+    tmp = tmp_path_factory.mktemp("serve")
+    prog = _program(tmp)
+    skeleton = json.loads((prog / "entries.json").read_text())
+    qs = {n: SPEC.query_fields[n] for n in ORDER}
+    sw = FakeSwitch()
+    daemon = None
+    try:
+        daemon = _start(tmp, prog, sw, config=True)
+        clients = {ip: Client(ip, ("127.0.0.1", daemon.port)) for ip in SOURCES}
+        live: dict[int, tuple[str, int]] = {}
+        ids: list[tuple[int, str]] = []
+        all_conds = []
+        for k, step in enumerate(steps):
+            if step[0] == "sub":
+                _, ip, cond = step
+                reply = clients[ip].ask(f"SUBSCRIBE {cond}")
+                if reply.endswith("the condition accepts no message"):
+                    continue
+                assert reply.startswith("SUBACK "), reply
+                sid = int(reply.split()[1])
+                live[sid] = (cond, SOURCES[ip])
+                ids.append((sid, ip))
+                all_conds.append(cond)
+            elif ids:
+                sid, ip = ids.pop(step[1] % len(ids))
+                reply = clients[ip].ask(f"UNSUBSCRIBE {sid}")
+                assert reply == f"UNSUBACK {sid}", reply
+                del live[sid]
+            if k == len(steps) // 2:  # the daemon restarts mid-way: the switch keeps its entries
+                daemon.stop()
+                daemon = _start(tmp, prog, sw, config=False)
+                assert (daemon.adopted or not live) and len(daemon.subs) == len(live)
+                for c in clients.values():
+                    c.server = ("127.0.0.1", daemon.port)
+            rules = parse_rules("".join(f"{c} : fwd(1);\n" for c in all_conds), SPEC, "all.sub") if all_conds else []
+            packets = list(boundary_packets(rules, qs, data.draw))[:24]
+            _check(sw, skeleton, live, packets)
+    finally:
+        if daemon is not None:
+            daemon.stop()
+        sw.stop()
