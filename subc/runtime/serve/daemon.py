@@ -18,6 +18,10 @@ Threads (the data structures of each are owned by one thread, or by the broker's
 A restarted daemon adopts the pinned data path (which kept forwarding), keeps every state the
 maps hold, rebuilds its diagram from the store and switches to it in one change, then frees the
 previous daemon's entries after a grace period (:meth:`~subc.runtime.live_maps.LiveMaps.inherit`).
+
+With :class:`SwitchOptions` (``--p4runtime``) the same broker writes a P4 switch's entries instead
+(:mod:`subc.runtime.p4rt.live_switch`, :mod:`subc.runtime.p4rt.live_entries`), endpoints being
+the switch ports of :mod:`.port_map`; a restarted daemon takes the switch over the same way.
 """
 
 from __future__ import annotations
