@@ -216,17 +216,22 @@ class Daemon:
         if not self.sw.adopted:
             return None, None
         inh = self.sw.inherit()
-        for lv, states in inh.states.items():
+        return inh.live_slot, self._reserve_inherited(inh.states, lambda: self.sw.release_inherited(inh))
+
+    def _reserve_inherited(self, states: dict[int, set[int]], free: Callable[[], None]) -> Callable[[], None]:
+        """Keep the inherited ``states`` (level -> states) out of the diagram's use; returns the
+        function that ``free()``s the inherited entries and gives the states back."""
+        for lv, ss in states.items():
             if lv:
-                self.diagram.reserve(lv, states)
+                self.diagram.reserve(lv, ss)
 
         def release() -> None:
-            self.sw.release_inherited(inh)
-            for lv, states in inh.states.items():
+            free()
+            for lv, ss in states.items():
                 if lv:
-                    self.diagram.unreserve(lv, states)
+                    self.diagram.unreserve(lv, ss)
 
-        return inh.live_slot, release
+        return release
 
     def _open_dataplane(self):
         """Load or adopt the eBPF data path on the interface; (inherited root slot or None, the
@@ -248,22 +253,16 @@ class Daemon:
         if not self.dp.adopted:
             return None, None
         inh = self.writer.inherit()
-        for lv, states in inh.states.items():
-            if lv:
-                self.diagram.reserve(lv, states)
         # numbers the inherited leaves may deliver to, beyond the stored endpoints'
         in_use = {s for s in range(L.MAX_SUBSCRIBERS)
                   if L.sub_struct(1).unpack(self.dp.maps["subc_subs"].lookup(L.U32.pack(v=s)))["count"]}
         held = self._held = self.endpoints.hold(in_use - set(known.values()))
 
-        def release() -> None:
+        def free() -> None:
             self.writer.release_inherited(inh)
-            for lv, states in inh.states.items():
-                if lv:
-                    self.diagram.unreserve(lv, states)
             self.endpoints.free_sids(held)
 
-        return inh.live_slot, release
+        return inh.live_slot, self._reserve_inherited(inh.states, free)
 
     def start(self) -> None:
         cfg = self.cfg
