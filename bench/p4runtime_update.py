@@ -6,9 +6,12 @@ compiles both for bmv2 with the same field order and state width (24 bits) and t
  times the entries (the root state's table holds its old and new entries side by side), then, with
 ``simple_switch_grpc`` (BMv2 with its P4Runtime server, on 127.0.0.1, when on PATH):
 
-* ``subc load A --p4runtime --config``: seconds (pipeline set, entries written, root last);
-* ``subc update B --p4runtime``: updates written (inserts, root, deletes) and seconds;
-* ``subc verify B --p4runtime``: must find no difference.
+* ``subc load A --p4runtime --config``: seconds (pipeline set, entries written with the spare
+  root's copy, root last);
+* ``subc update B --p4runtime`` (one rule added) and then ``subc update A`` (that rule removed):
+  updates written (inserts, modifies, root, deletes) and seconds of each; the new root is written
+  into the spare root by difference;
+* ``subc verify B`` after the first and ``subc verify A`` after the second: must find no difference.
 
 Without the switch it still reports the update's plan (updates it would write) from the two
 entries.json files.  ``python3 bench/p4runtime_update.py [--rules 100000] [--max-messages 1]``
@@ -46,7 +49,7 @@ def main() -> None:
     ap.add_argument("--ports", type=int, default=32)
     ap.add_argument("--max-messages", type=int, default=1, help="message slots of the program (1: smallest)")
     args = ap.parse_args()
-    from subc.runtime.p4rt.plan import plan_update
+    from subc.runtime.p4rt.plan import plan_update, with_spare_root
 
     out: dict = {"rules": args.rules, "max_messages": args.max_messages}
     with tempfile.TemporaryDirectory() as d:
@@ -68,9 +71,11 @@ def main() -> None:
         b = json.loads((w / "b" / "entries.json").read_text())
         out["entries"] = sum(len(t["entries"]) for t in a["tables"])
         t = time.perf_counter()
-        plan = plan_update(a, b)
+        plan = plan_update(with_spare_root(a), b)
         out["plan_s"] = round(time.perf_counter() - t, 2)
-        out["plan"] = {"inserts": len(plan.inserts), "root": plan.root is not None, "deletes": len(plan.deletes),
+        out["plan"] = {"inserts": len(plan.inserts), "modifies": len(plan.modifies),
+                       "spare_deletes": len(plan.spare_deletes), "root": plan.root is not None,
+                       "deletes": len(plan.deletes),
                        "group_inserts": len(plan.group_inserts), "group_deletes": len(plan.group_deletes),
                        "kept_states": plan.kept_states, "new_states": plan.new_states}
         if shutil.which("simple_switch_grpc") and shutil.which("p4c-bm2-ss"):
@@ -83,10 +88,11 @@ def main() -> None:
                 out["load_output"] = run(*SUBC, "load", str(w / "a"), "--p4runtime", ADDR, "--config",
                                          str(w / "a.json")).strip()
                 out["load_s"] = round(time.perf_counter() - t, 2)
-                t = time.perf_counter()
-                out["update_output"] = run(*SUBC, "update", str(w / "b"), "--p4runtime", ADDR).strip()
-                out["update_s"] = round(time.perf_counter() - t, 2)
-                out["verify_output"] = run(*SUBC, "verify", str(w / "b"), "--p4runtime", ADDR).strip()
+                for name in ("b", "a"):
+                    t = time.perf_counter()
+                    out[f"update_{name}_output"] = run(*SUBC, "update", str(w / name), "--p4runtime", ADDR).strip()
+                    out[f"update_{name}_s"] = round(time.perf_counter() - t, 2)
+                    out[f"verify_{name}_output"] = run(*SUBC, "verify", str(w / name), "--p4runtime", ADDR).strip()
             finally:
                 sw.terminate()
                 sw.wait()

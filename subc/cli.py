@@ -372,8 +372,9 @@ def update_cmd(out_dir: str, iface: str | None, p4rt: str | None, device_id: int
             _fail(e)
         p = w.plan
         click.echo(f"{p4rt}: {out_dir} live; {'root switched, ' if p.root is not None else 'no change to the root, '}"
-                   f"{w.phases['inserts']} entries and {w.phases['groups']} multicast groups written, "
-                   f"{w.phases['deletes']} entries and {w.phases['group_deletes']} groups deleted; "
+                   f"{len(p.inserts)} entries inserted, {len(p.modifies)} modified and "
+                   f"{w.phases['spare_deletes'] + w.phases['deletes']} deleted, {w.phases['groups']} multicast groups "
+                   f"written and {w.phases['group_deletes']} deleted; "
                    f"{p.kept_states} states kept, {p.new_states} new; {time.perf_counter() - t:.2f} s")
         return
     from .runtime.broker import update

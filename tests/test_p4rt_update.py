@@ -3,18 +3,21 @@
 (Also on multi-message programs of random P4_14 and P4_16 specs: each message slot's tables,
 checked every few updates, classify as A until the root switch and as B after it.)
 
-* The plan: for hypothesis-drawn rule sets A and B (B shares A's fields and field order), the
-  updates that take a switch holding A to B are applied one at a time, in an order shuffled
-  within each phase (a WriteRequest may apply its updates in any order); after every single
-  update, packets on every rule operand's boundaries are classified by the tables the switch
-  would hold: exactly as A's rules say (evaluated on the values by the reference interpreter)
-  until the root switch, exactly as B's after it.  Nothing of A is left at the end.
+* The plan: for hypothesis-drawn rule sets A, B and C (each sharing the fields and field order of
+  the one before), a switch loaded with A (with or without the spare root) is updated to B, then
+  to C (whose root is written into the spare by difference); each update is applied one write at
+  a time, in an order shuffled within each phase (a WriteRequest may apply its updates in any
+  order); after every single write, packets on every rule operand's boundaries are classified by
+  the tables the switch would hold: exactly as the earlier rule set's rules say (evaluated on the
+  values by the reference interpreter) until the root switch, exactly as the later one's after
+  it.  Nothing of the earlier rule set is left at the end but its root's entries (the spare).
 * The client: a P4Runtime server written here (grpcio on loopback, the ``p4runtime`` service)
   records every WriteRequest of ``subc load`` and ``subc update`` and applies them to its own
-  tables; the load's requests decode (from protobuf fields alone) to exactly entries.json, the
-  root written alone in the last request; the update's requests are inserts, then one request
-  holding only the root's MODIFY, then deletes; the tables the server holds afterwards
-  classify as B's rules say.
+  tables; the load's requests decode (from protobuf fields alone) to exactly entries.json and a
+  copy of the root's entries under one other state, the root written alone in the last request;
+  the update's requests are new groups, the spare's deletions, inserts and modifications, then
+  one request holding only the root's MODIFY, then deletes; the tables the server holds
+  afterwards classify as B's rules say.
 """
 
 from __future__ import annotations
@@ -42,8 +45,9 @@ from test_p4rt_requests import decode
 
 
 @st.composite
-def rule_pair(draw, qs=FIELDS):
-    """(fields, rules A, rules B): B keeps some of A's rules and adds others over the same fields."""
+def rule_chain(draw, qs=FIELDS, n: int = 3):
+    """(fields, [rules A, B, ...]): each rule set keeps some of the previous one's rules and adds
+    others over the same fields."""
     fields = draw(st.lists(st.sampled_from(sorted(qs)), min_size=2, max_size=4, unique=True))
 
     def rules(n):
@@ -52,10 +56,11 @@ def rule_pair(draw, qs=FIELDS):
             ports = draw(st.lists(st.integers(1, 5), min_size=1, max_size=3, unique=True))
             out.append(f"{draw(condition(fields, qs))} : fwd({', '.join(map(str, ports))});")
         return out
-    a = rules(draw(st.integers(1, 7)))
-    kept = [r for r in a if draw(st.booleans())]
-    b = kept + rules(draw(st.integers(0 if kept else 1, 3)))
-    return fields, "\n".join(a), "\n".join(b)
+    chain = [rules(draw(st.integers(1, 7)))]
+    while len(chain) < n:
+        kept = [r for r in chain[-1] if draw(st.booleans())]
+        chain.append(kept + rules(draw(st.integers(0 if kept else 1, 3))))
+    return fields, ["\n".join(r) for r in chain]
 
 
 def _compile(text: str, fields: list[str], spec=SPEC, target="bmv2"):
@@ -83,67 +88,106 @@ def _expect(rules, pkt):
     return reference_decision(rules, SPEC, pkt)
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(rule_pair(), st.data())
-def test_every_step_of_an_update_classifies_as_one_rule_set(pair, data):
-    from subc.runtime.p4rt.plan import plan_update
+def _root_rows(doc: dict, tables: dict, root: int) -> dict:
+    """{table: {key: entry}} of the entries under state ``root`` in the first stage's tables
+    (read here from the keys' names: the state key is ``...subc_state``/``...subc_sN_state``)."""
+    out = {}
+    first = doc["field_order"][0] if doc["field_order"] else None
+    for t in doc["tables"]:
+        i = next((j for j, k in enumerate(t["keys"]) if k["name"].endswith("_state")), None)
+        if i is None or t.get("field") not in (None, first):
+            continue
+        out[t["name"]] = {k: e for k, e in tables[t["name"]].items() if e["match"][i]["exact"] == root}
+    return out
 
-    fields, text_a, text_b = pair
-    rules_a, res_a = _compile(text_a, fields)
-    rules_b, res_b = _compile(text_b, fields)
-    doc_a, doc_b = entries_json(res_a.pipeline, "bmv2"), entries_json(res_b.pipeline, "bmv2")
-    try:
-        plan = plan_update(doc_a, doc_b)
-    except SubcError as e:
-        # B needs another program (a field A does not use, another last stage) or more states
-        assert "reload the switch" in e.message, e.render()
-        event("refused: another program")
-        return
-    event(f"applied: root {'switched' if plan.root is not None else 'kept'}")
-    packets = list(boundary_packets(rules_a + rules_b, FIELDS, data.draw))
-    want_a = [_expect(rules_a, p) for p in packets]
-    want_b = [_expect(rules_b, p) for p in packets]
-    tables = {t["name"]: {_key(e): e for e in t["entries"]} for t in doc_a["tables"]}
-    root = doc_a["initial_state"]
-    rnd = random.Random(data.draw(st.integers(0, 2**32 - 1)))
-    inserts, deletes = list(plan.inserts), list(plan.deletes)
-    rnd.shuffle(inserts)
-    rnd.shuffle(deletes)
-    groups = {g["group"]: g["ports"] for g in doc_a["multicast_groups"]}
-    steps = [("group", g) for g in plan.group_inserts] + [("insert", x) for x in inserts] + ([("root", plan.root)] if plan.root is not None else []) + \
-        [("delete", x) for x in deletes] + [("ungroup", g) for g in plan.group_deletes]
 
-    def check(switched: bool):
-        sim = TableSimulator(_held(doc_a, tables, root, groups))
-        want = want_b if switched else want_a
-        for pkt, w in zip(packets, want):
-            assert sim.process(pkt) == w, (f"A:\n{text_a}\nB:\n{text_b}\npacket {pkt}: "
-                                           f"{'after' if switched else 'before'} the root switch")
-
-    check(False)
+def _apply_steps(doc, tables, root, groups, plan, check, rnd):
+    """Apply ``plan`` to the switch held in ``tables``/``root``/``groups`` one update at a time,
+    each phase shuffled, ``check(switched, root)`` after every update; returns the new root."""
+    phases = [[("group", g) for g in plan.group_inserts], [("delete", x) for x in plan.spare_deletes],
+              [("insert", x) for x in plan.inserts] + [("modify", x) for x in plan.modifies],
+              [("root", plan.root)] if plan.root is not None else [],
+              [("delete", x) for x in plan.deletes], [("ungroup", g) for g in plan.group_deletes]]
+    check(False, root)
     switched = plan.root is None
-    for kind, x in steps:
-        if kind == "insert":
-            t, e = x
-            assert _key(e) not in tables[t], f"INSERT of an entry {t} already holds"
-            tables[t][_key(e)] = e
-        elif kind == "delete":
-            t, e = x
-            assert tables[t].pop(_key(e)) == e
-        elif kind == "group":
-            assert x["group"] not in groups
-            groups[x["group"]] = x["ports"]
-        elif kind == "ungroup":
-            del groups[x]
+    steps = 0
+    for phase in phases:
+        rnd.shuffle(phase)
+        for kind, x in phase:
+            steps += 1
+            if kind == "insert":
+                t, e = x
+                assert _key(e) not in tables[t], f"INSERT of an entry {t} already holds"
+                tables[t][_key(e)] = e
+            elif kind == "modify":
+                t, e = x
+                assert _key(e) in tables[t] and tables[t][_key(e)] != e, f"MODIFY of {t}: not held or unchanged"
+                tables[t][_key(e)] = e
+            elif kind == "delete":
+                t, e = x
+                assert tables[t].pop(_key(e)) == e
+            elif kind == "group":
+                assert x["group"] not in groups
+                groups[x["group"]] = x["ports"]
+            elif kind == "ungroup":
+                del groups[x]
+            else:
+                root, switched = x, True
+            check(switched, root)
+    assert switched and plan.writes == steps
+    return root
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(rule_chain(), st.booleans(), st.data())
+def test_every_step_of_an_update_classifies_as_one_rule_set(chain, spare, data):
+    """Two updates in a row (A to B, B to C) from a switch loaded with or without the spare root:
+    every update of each, applied one at a time, classifies as the rule set before until the root
+    switch and as the next one after it."""
+    from subc.runtime.p4rt.plan import plan_update, with_spare_root
+
+    fields, texts = chain
+    compiled = [_compile(t, fields) for t in texts]
+    docs = [entries_json(res.pipeline, "bmv2") for _, res in compiled]
+    packets = list(boundary_packets([r for rs, _ in compiled for r in rs], FIELDS, data.draw))
+    wants = [[_expect(rs, p) for p in packets] for rs, _ in compiled]
+    held = with_spare_root(docs[0]) if spare else docs[0]
+    tables = {t["name"]: {_key(e): e for e in t["entries"]} for t in held["tables"]}
+    root = held["initial_state"]
+    groups = {g["group"]: g["ports"] for g in held["multicast_groups"]}
+    rnd = random.Random(data.draw(st.integers(0, 2**32 - 1)))
+    for hop in (1, 2):
+        before = _held(docs[0], tables, root, groups)
+        try:
+            plan = plan_update(before, docs[hop])
+        except SubcError as e:
+            # the next rule set needs another program (a field unused so far, another last stage) or more states
+            assert "reload the switch" in e.message, e.render()
+            event(f"update {hop}: refused (another program)")
+            return
+        event(f"update {hop}: root {'switched' if plan.root is not None else 'kept'}"
+              f"{', written into the spare' if plan.modifies or plan.spare_deletes else ''}")
+
+        def check(switched: bool, root: int, hop=hop):
+            sim = TableSimulator(_held(docs[0], tables, root, groups))
+            want = wants[hop if switched else hop - 1]
+            for pkt, w in zip(packets, want):
+                assert sim.process(pkt) == w, ("rule sets:\n" + "\n--\n".join(texts) + f"\npacket {pkt}: "
+                                               f"update {hop}, {'after' if switched else 'before'} the root switch")
+
+        spare_rows = _root_rows(docs[0], tables, root) if plan.root is not None else None
+        root = _apply_steps(docs[0], tables, root, groups, plan, check, rnd)
+        # nothing of the rule set before is left but the old root's entries (the next spare)
+        final = {t["name"]: {_key(e): e for e in t["entries"]} for t in plan.doc["tables"]}
+        if spare_rows is not None:
+            assert plan.spare is not None and plan.spare != root
+            for t, rows in spare_rows.items():
+                final[t].update(rows)
         else:
-            root, switched = x, True
-        check(switched)
-    assert switched
-    # nothing of A left: every entry held is one of B's (as the plan renumbered it)
-    final = {t["name"]: {_key(e): e for e in t["entries"]} for t in plan.doc["tables"]}
-    assert tables == final and root == plan.doc["initial_state"]
-    assert groups == {g["group"]: g["ports"] for g in plan.doc["multicast_groups"]}
-    assert plan.writes == len(steps)
+            for t, rows in _root_rows(docs[0], tables, plan.spare).items() if plan.spare is not None else ():
+                final[t].update(rows)
+        assert tables == final and root == plan.doc["initial_state"]
+        assert groups == {g["group"]: g["ports"] for g in plan.doc["multicast_groups"]}
 
 
 def test_an_unchanged_rule_set_writes_nothing():
@@ -216,7 +260,28 @@ def _load_and_update(tmp_path, fields, text_a, text_b, data):
         *inserts, last = sw.requests
         got, groups = decode([u for r in inserts for u in r.updates], info)
         dump = lambda e: json.dumps(e, sort_keys=True)  # noqa: E731
-        want = {t["name"]: sorted(map(dump, t["entries"])) for t in doc_a["tables"] if t["entries"]}
+        # entries.json, and a copy of the root's entries under one other state (the spare root)
+        spare_of = {}
+        for t in doc_a["tables"]:
+            i = next((j for j, k in enumerate(t["keys"]) if k["name"].endswith("subc_state")), None)
+            if i is None or t.get("field") not in (None, fields[0]):
+                continue
+            for e in got.get(t["name"], []):
+                s = e["match"][i]["exact"]
+                if all(dump(e) != dump(x) for x in t["entries"]):
+                    spare_of.setdefault(s, []).append((t["name"], e))
+        assert len(spare_of) == 1
+        ((spare, copies),) = spare_of.items()
+        assert spare not in (0, doc_a["initial_state"])
+        spared = {t["name"]: list(t["entries"]) for t in doc_a["tables"]}
+        for t in doc_a["tables"]:
+            i = next((j for j, k in enumerate(t["keys"]) if k["name"].endswith("subc_state")), None)
+            for e in t["entries"]:
+                if (i is not None and t.get("field") in (None, fields[0])
+                        and e["match"][i]["exact"] == doc_a["initial_state"]):
+                    spared[t["name"]].append({**e, "match": [{"exact": spare} if j == i else m
+                                                             for j, m in enumerate(e["match"])]})
+        want = {n: sorted(map(dump, es)) for n, es in spared.items() if es}
         assert {n: sorted(map(dump, es)) for n, es in got.items()} == want
         assert groups == {g["group"]: g["ports"] for g in doc_a["multicast_groups"]}
         assert len(last.updates) == 1 and last.updates[0].type == pr.Update.MODIFY
@@ -230,8 +295,15 @@ def _load_and_update(tmp_path, fields, text_a, text_b, data):
         kinds = [{u.type for u in r.updates} for r in reqs]
         roots = [i for i, r in enumerate(reqs) if any(u.entity.table_entry.is_default_action for u in r.updates)]
         assert len(roots) == 1 and len(reqs[roots[0]].updates) == 1
-        assert all(k == {pr.Update.INSERT} for k in kinds[:roots[0]])
+        # new groups, the spare's deletions, then inserts and the spare's modifications, the root, deletions
+        order = [("group" if r.updates[0].entity.HasField("packet_replication_engine_entry") else "table", k)
+                 for r, k in zip(reqs[:roots[0]], kinds)]
+        phase = [0 if o == ("group", {pr.Update.INSERT}) else 1 if o == ("table", {pr.Update.DELETE})
+                 else 2 if o[0] == "table" and o[1] <= {pr.Update.INSERT, pr.Update.MODIFY} else -1 for o in order]
+        assert -1 not in phase and phase == sorted(phase), order
         assert all(k == {pr.Update.DELETE} for k in kinds[roots[0] + 1:])
+        # the new root was written into the spare: fewer first-stage writes than the root has entries
+        assert w.plan.root == spare
         assert sum(len(r.updates) for r in reqs) == w.total == w.plan.writes
         assert sw.errors == []
         assert verify(str(outs["b"]), sw.addr) == []
@@ -299,7 +371,7 @@ def test_updates_of_multi_message_programs_of_random_specs(data, form):
     from test_delivery_differential import RENDER, rule_sets
 
     from subc.compiler.spec import parse_spec
-    from subc.runtime.p4rt.plan import plan_update
+    from subc.runtime.p4rt.plan import plan_update, with_spare_root
 
     model = data.draw(spec_models())
     assume(model.query_fields)
@@ -328,29 +400,23 @@ def test_updates_of_multi_message_programs_of_random_specs(data, form):
     packets = list(boundary_packets(rules_a + rules_b, qs, data.draw))[:20]
     want = {False: [reference_decision(rules_a, spec, p) for p in packets],
             True: [reference_decision(rules_b, spec, p) for p in packets]}
-    tables = {t["name"]: {_key(e): e for e in t["entries"]} for t in doc_a["tables"]}
-    groups = {g["group"]: g["ports"] for g in doc_a["multicast_groups"]}
-    root, switched = doc_a["initial_state"], plan.root is None
+    held = with_spare_root(doc_a) if data.draw(st.booleans(), label="spare root") else doc_a
+    plan = plan_update(held, doc_b)
+    tables = {t["name"]: {_key(e): e for e in t["entries"]} for t in held["tables"]}
+    groups = {g["group"]: g["ports"] for g in held["multicast_groups"]}
     rnd = random.Random(data.draw(st.integers(0, 2**32 - 1)))
-    inserts, deletes = list(plan.inserts), list(plan.deletes)
-    rnd.shuffle(inserts)
-    rnd.shuffle(deletes)
-    steps = [("insert", x) for x in inserts] + [("root", plan.root)] + [("delete", x) for x in deletes]
+    calls = [0, None]  # checks, the last check's switched
 
-    def check():
+    def check(switched: bool, root: int):
+        calls[0] += 1
+        if calls[0] % 7 != 1 and switched == calls[1]:
+            return  # every few steps and at the root switch: the slots' simulators are the cost
+        calls[1] = switched
         for view in _slot_views(doc_a, tables, root, groups):
             sim = TableSimulator(view)
             for pkt, w in zip(packets, want[switched]):
                 assert sim.process(pkt) == w, (lines_a, lines_b, pkt, switched)
 
-    check()
-    for i, (kind, x) in enumerate(steps):
-        if kind == "insert":
-            tables[x[0]][_key(x[1])] = x[1]
-        elif kind == "delete":
-            del tables[x[0]][_key(x[1])]
-        elif x is not None:
-            root, switched = x, True
-        if i % 7 == 0 or kind == "root":  # every few steps: the slots' simulators are the cost
-            check()
-    check()
+    root = _apply_steps(doc_a, tables, held["initial_state"], groups, plan, check, rnd)
+    calls[0] = 0
+    check(True, root)

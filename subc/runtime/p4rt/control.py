@@ -1,8 +1,9 @@
 """``subc load|update|verify|stats --p4runtime``: a compiled output directory on a switch.
 
 * :func:`load`: set the pipeline when asked (``p4info.txtpb`` and the target's device config),
-  then write the multicast groups, every entry, and last the root (the default action of
-  ``subc_root``, entries.json ``root``).
+  then write the multicast groups, every entry with a copy of the root's under a spare state
+  (:func:`~.plan.with_spare_root`), and last the root (the default action of ``subc_root``,
+  entries.json ``root``).
 * :func:`update`: read what the switch holds, plan the generation-safe difference
   (:func:`~.plan.plan_update`) and write it phase by phase, the root switch alone in its request,
   the deletions after ``grace`` seconds (P4Runtime says nothing of when the packets that read the
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import SubcError
-from .plan import UpdatePlan, compare, plan_update
+from .plan import UpdatePlan, compare, plan_update, with_spare_root
 from .readback import switch_document
 from .requests import P4InfoIndex, generation_entities, insert_updates, multicast_entry, read_p4info, table_entry
 from .session import Session
@@ -110,8 +111,9 @@ def _phase(w: Written, s: Session, name: str, updates: list) -> None:
 
 def load(out_dir: str, addr: str, device_id: int = 0, election_id: tuple[int, int] = (0, 1),
          config: str | None = None) -> Written:
-    """Load ``out_dir`` on the switch at ``addr``; with ``config`` (the device config, BMv2's JSON)
-    set the forwarding pipeline from it and ``p4info.txtpb`` first.  SubcError when the switch
+    """Load ``out_dir`` on the switch at ``addr`` (with the spare root, room permitting); with
+    ``config`` (the device config, BMv2's JSON) set the forwarding pipeline from it and
+    ``p4info.txtpb`` first.  SubcError when the switch
     runs another program or already holds entries of its tables (use :func:`update`)."""
     doc, info = read_output(out_dir)
     cfg = (str(Path(out_dir) / "p4info.txtpb"), config) if config else None
@@ -122,7 +124,7 @@ def load(out_dir: str, addr: str, device_id: int = 0, election_id: tuple[int, in
         if held:
             raise SubcError(f"{addr} already holds {held} entries of this program's tables: use subc update "
                             "--p4runtime, or --config to start from an empty pipeline")
-        ents = generation_entities(doc, s.index)
+        ents = generation_entities(_spared(s, doc), s.index)
         ups = insert_updates(ents)
         n_groups = len(doc.get("multicast_groups", []))
         w = Written()
@@ -130,6 +132,17 @@ def load(out_dir: str, addr: str, device_id: int = 0, election_id: tuple[int, in
         _phase(w, s, "entries", ups[n_groups:])
         _phase(w, s, "root", [root_update(s.index, doc, doc["initial_state"])])
         return w
+
+
+def _spared(s: Session, doc: dict) -> dict:
+    """``doc`` with the spare root's copy (:func:`~.plan.with_spare_root`) when the switch's tables
+    have room for it (``--capacity-factor`` 2 and more); else ``doc`` (the first update then
+    writes its whole root)."""
+    sizes = {t.preamble.name: t.size for t in s.p4info.tables}
+    spared = with_spare_root(doc)
+    if all(not sizes.get(t["name"]) or len(t["entries"]) <= sizes[t["name"]] for t in spared["tables"]):
+        return spared
+    return doc
 
 
 def read_switch(s: Session, skeleton: dict) -> dict:
@@ -144,6 +157,8 @@ def _check_room(s: Session, old: dict, plan: UpdatePlan) -> None:
     adds: dict[str, int] = {}
     for t, _ in plan.inserts:
         adds[t] = adds.get(t, 0) + 1
+    for t, _ in plan.spare_deletes:  # acknowledged before the inserts
+        have[t] -= 1
     for t, n in adds.items():
         if sizes.get(t) and have.get(t, 0) + n > sizes[t]:
             raise SubcError(f"table {t} holds {sizes[t]} entries: the update needs {have.get(t, 0)} loaded and {n} new "
@@ -166,12 +181,14 @@ def update(out_dir: str, addr: str, device_id: int = 0, election_id: tuple[int, 
         ins = pr.Update.INSERT
         _phase(w, s, "groups", [pr.Update(type=ins, entity=pr.Entity(packet_replication_engine_entry=multicast_entry(
             g["group"], g["ports"]))) for g in plan.group_inserts])
-        _phase(w, s, "inserts", [pr.Update(type=ins, entity=pr.Entity(table_entry=table_entry(s.index, t, e)))
-                                 for t, e in plan.inserts])
+        dele, mod = pr.Update.DELETE, pr.Update.MODIFY
+        _phase(w, s, "spare_deletes", [pr.Update(type=dele, entity=pr.Entity(table_entry=table_entry(s.index, t, e)))
+                                       for t, e in plan.spare_deletes])
+        _phase(w, s, "inserts", [pr.Update(type=kind, entity=pr.Entity(table_entry=table_entry(s.index, t, e)))
+                                 for kind, ups in ((ins, plan.inserts), (mod, plan.modifies)) for t, e in ups])
         _phase(w, s, "root", [] if plan.root is None else [root_update(s.index, doc, plan.root)])
         if plan.deletes or plan.group_deletes:
             time.sleep(grace)
-        dele = pr.Update.DELETE
         _phase(w, s, "deletes", [pr.Update(type=dele, entity=pr.Entity(table_entry=table_entry(s.index, t, e)))
                                  for t, e in plan.deletes])
         gd = []

@@ -13,15 +13,24 @@ of the keyless table ``subc_root`` (entries.json ``root``).  The update:
 2. numbers the new rule set's states: a state whose signature the switch already holds keeps the
    switch's number (its entries are already there, nothing is written), any other state takes a
    number no loaded state uses (the state field has a spare bit, ``subc compile``);
-3. writes, in this order, each phase acknowledged before the next starts (a P4Runtime
+3. writes the new root into the *spare root*: a root state no packet reaches, holding an earlier
+   root's entries (``subc load`` writes a copy of the root there; every update keeps the root it
+   replaces as the next spare).  Roots of consecutive rule sets share most entries, so the new
+   root costs only the entries that differ (DELETE, INSERT, MODIFY under the spare state), not
+   the whole root table (the first field's table: one entry per value of it, thousands);
+4. writes, in this order, each phase acknowledged before the next starts (a P4Runtime
    ``WriteRequest`` may apply its updates in any order, section 12):
-   the new multicast groups (INSERT); the new states' entries and new entries of the tables not
-   keyed by state (INSERT: no packet reaches them yet); the root (MODIFY of ``subc_root``'s
-   default action, one update: packets that start after it use the new states only); after a
-   grace period, the entries only the old states had and the groups no longer used (DELETE).
+   the new multicast groups (INSERT); the spare's entries the new root lacks (DELETE); the new
+   states' entries, new entries of the tables not keyed by state and the spare's changed entries
+   (INSERT, MODIFY: no packet reaches them yet); the root (MODIFY of ``subc_root``'s default
+   action, one update: packets that start after it use the new states only); after a grace
+   period, the entries only the old states had (the old root's aside: the next spare) and the
+   groups no longer used (DELETE).
 
 A packet reads the root once, so it sees either the old diagram, all of whose entries stay until
-after the switch, or the new one, all of whose entries are written before it.  The multi-message
+after the switch, or the new one, all of whose entries are written before it.  The spare's
+entries may name states and groups that were deleted since: no packet reaches them, and each of
+them is rewritten, deleted or found equal to the new root's before the spare becomes the root.  The multi-message
 program's subscriber ports, withheld actions and slots must be the loaded ones.  Tables not keyed
 by state (the multi-message program's ``subc_deliver`` and ``subc_port_bit``, Tofino's interval
 code tables) are shared by both: the update may add entries to them but not change or remove
@@ -148,6 +157,16 @@ class Diagram:
         """Every node with entries, and the root."""
         return set(self.by_state) | {(0, self.root)}
 
+    def node_of(self, r: Row) -> Node | None:
+        """The node whose entry ``r`` is (None: a table not keyed by state)."""
+        i = self.state_at[r.table]
+        return None if i is None else (self.stage[r.table], r.key[0][i][1])
+
+    def spare_roots(self) -> list[Node]:
+        """The nodes of the first stage with entries, the root aside: earlier roots, one of which an
+        update rewrites into the next root (see the module docstring)."""
+        return sorted(n for n in self.by_state if n[0] == 0 and n[1] != self.root)
+
     def _children(self, node: Node) -> list[Node]:
         k = node[0]
         return [(k + 1, v) for r in self.by_state.get(node, ()) for p, v in r.params if p == "next_state"]
@@ -213,24 +232,28 @@ class Diagram:
 @dataclass
 class UpdatePlan:
     """The phases of an update (see the module docstring), entries.json forms:
-    ``group_inserts`` ({"group", "ports"}), ``inserts`` and ``deletes`` ((table, entry)),
-    ``root`` (the new root state, or None when it stays), ``group_deletes`` (group ids);
-    ``doc`` is the new rule set as the switch will hold it (renumbered states and groups)."""
+    ``group_inserts`` ({"group", "ports"}); ``spare_deletes``, ``inserts``, ``modifies`` (before
+    the root switch) and ``deletes`` (after it) as (table, entry); ``root`` (the new root state,
+    or None when it stays), ``group_deletes`` (group ids); ``doc`` is the new rule set as the
+    switch will hold it (renumbered states and groups), beside the ``spare`` root's entries."""
 
     group_inserts: list[dict] = field(default_factory=list)
+    spare_deletes: list[tuple[str, dict]] = field(default_factory=list)
     inserts: list[tuple[str, dict]] = field(default_factory=list)
+    modifies: list[tuple[str, dict]] = field(default_factory=list)
     root: int | None = None
     deletes: list[tuple[str, dict]] = field(default_factory=list)
     group_deletes: list[int] = field(default_factory=list)
     doc: dict = field(default_factory=dict)
     kept_states: int = 0
     new_states: int = 0
+    spare: int | None = None  # the spare root state after the update (its entries stay on the switch)
 
     @property
     def writes(self) -> int:
         """Updates the plan sends."""
-        return (len(self.group_inserts) + len(self.inserts) + (self.root is not None) + len(self.deletes)
-                + len(self.group_deletes))
+        return (len(self.group_inserts) + len(self.spare_deletes) + len(self.inserts) + len(self.modifies)
+                + (self.root is not None) + len(self.deletes) + len(self.group_deletes))
 
 
 def _check_same_program(old: dict, new: dict) -> None:
@@ -272,7 +295,11 @@ def plan_update(old: dict, new: dict) -> UpdatePlan:
     _check_same_program(old, new)
     width = old["state_width"]
     od = Diagram(old)
-    live = od.reachable() | od.states()
+    spares = od.spare_roots()
+    # the spare: the earlier root with the most entries (their children may be gone: no signature)
+    spare = max(spares, key=lambda n: (len(od.by_state[n]), -n[1]), default=None)
+    every = od.reachable() | od.states()
+    live = every - set(spares)
     by_sig = {(n[0], od.signature(n)): n[1] for n in sorted(live)}
     # multicast groups: the loaded ids of port sets the switch has, free ids for the others
     old_ids = {ports: gid for gid, ports in od.groups.items()}
@@ -300,9 +327,10 @@ def plan_update(old: dict, new: dict) -> UpdatePlan:
     # state numbers: kept where the signature is loaded, else free ones
     number: dict[Node, int] = {}
     taken: dict[int, set[int]] = {}
-    for k, s in live:
+    for k, s in every:
         taken.setdefault(k, set()).add(s)
     free: dict[int, object] = {}
+    target = None  # the spare, when the new root is written into it
     for node in sorted(nd.reachable() | nd.states()):
         k, s = node
         if s == DEAD:
@@ -311,6 +339,10 @@ def plan_update(old: dict, new: dict) -> UpdatePlan:
         if sig in by_sig:
             number[node] = by_sig[sig]
             plan.kept_states += 1
+            continue
+        if node == (0, nd.root) and spare is not None:
+            number[node], target = spare[1], spare
+            plan.new_states += 1
             continue
         if k not in free:
             used = taken.get(k, set())
@@ -327,20 +359,56 @@ def plan_update(old: dict, new: dict) -> UpdatePlan:
     # differences, table by table
     old_rows = {(r.table, r.key): r for r in rows(old)}
     new_rows = {(r.table, r.key): r for r in rows(renum)}
+    switching = renum["initial_state"] != old["initial_state"]
+    old_root = (0, od.root)
     for k, r in new_rows.items():
         o = old_rows.get(k)
         if o is None:
             plan.inserts.append((r.table, r.entry(nd.tables[r.table]["keys"])))
         elif (o.action, o.params) != (r.action, r.params):
+            if target is not None and od.node_of(o) == target:
+                plan.modifies.append((r.table, r.entry(nd.tables[r.table]["keys"])))
+                continue
             kind = "is keyed by state" if od.state_at.get(r.table) is not None else "is shared by both rule sets"
             raise SubcError(f"table {r.table} {kind} and the update changes its entry {list(o.key[0])} "
                             f"from {o.action}{dict(o.params)} to {r.action}{dict(r.params)}: that cannot be switched "
                             "atomically; reload the switch (subc load --config)")
     for k, r in old_rows.items():
-        if k not in new_rows:
+        if k in new_rows:
+            continue
+        node = od.node_of(r)
+        if node is not None and node == target:
+            plan.spare_deletes.append((r.table, r.entry(od.tables[r.table]["keys"])))
+        elif node is not None and (node == old_root if switching else node == spare):
+            continue  # the next spare
+        else:
             plan.deletes.append((r.table, r.entry(od.tables[r.table]["keys"])))
-    plan.root = renum["initial_state"] if renum["initial_state"] != old["initial_state"] else None
+    plan.root = renum["initial_state"] if switching else None
+    plan.spare = od.root if switching else (spare[1] if spare else None)
     return plan
+
+
+def with_spare_root(doc: dict) -> dict:
+    """``doc`` (entries.json) with a copy of the root's entries under the smallest state number the
+    first stage does not use: the spare root a first update writes its root into by difference
+    (see the module docstring).  No packet reaches it."""
+    d = Diagram(doc)
+    used = {n[1] for n in d.states() if n[0] == 0}
+    spare = next(n for n in range(1, 1 << doc["state_width"]) if n not in used)
+    out = dict(doc)
+    tables = []
+    for t in doc["tables"]:
+        i = state_key_index(t)
+        extra = []
+        if i is not None and stage_of(doc, t) == 0:
+            for e in t["entries"]:
+                if e["match"][i].get("exact") == d.root:
+                    m = list(e["match"])
+                    m[i] = {"exact": spare}
+                    extra.append({**e, "match": m})
+        tables.append({**t, "entries": t["entries"] + extra})
+    out["tables"] = tables
+    return out
 
 
 def _map_groups(e: dict, group_map: dict[int, int]) -> dict:
@@ -393,7 +461,10 @@ def compare(switch: dict, compiled: dict) -> list[str]:
     ga, gb = sorted(a.groups.values()), sorted(b.groups.values())
     if ga != gb:
         out.append(f"multicast groups: the switch has port sets {ga}, the rule set {gb}")
-    leftover = len(a.states() - a.reachable() - {(0, a.root)})
+    spares = a.spare_roots()
+    leftover = len(a.states() - a.reachable() - {(0, a.root)} - set(spares))
     if leftover:
         out.append(f"{leftover} states on the switch are not reachable from its root (left over)")
+    if len(spares) > 1:
+        out.append(f"{len(spares)} earlier roots are on the switch where one (the next update's spare) is kept")
     return out
