@@ -8,6 +8,8 @@ decoded from their protobuf fields and run by the table simulator (each message 
 multi-message program): for packets on every operand's boundaries, the decision must be the
 reference interpreter's on the live subscriptions as rules ``condition : fwd(port)``.  A
 restarted daemon takes the switch over with its entries and the store, and the same holds.
+On the ITCH example, and on random specs (P4_14 and P4_16 forms, other field names, widths,
+match kinds and layouts; MoldUDP64-framed or not) with random conditions over all their fields.
 """
 
 from __future__ import annotations
@@ -15,15 +17,17 @@ from __future__ import annotations
 import json
 import socket
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from conftest import EXAMPLE
 from p4rt_fake import FakeSwitch
-from strategies import boundary_packets
+from spec_model import spec_models
+from strategies import boundary_packets, condition
+from test_delivery_differential import RENDER
 
 from subc.compiler.rules import parse_rules
-from subc.compiler.spec import load_spec
+from subc.compiler.spec import load_spec, parse_spec
 from subc.compiler.targets.serve_program import serve_program
 from subc.runtime.p4rt.readback import switch_document
 from subc.runtime.p4rt.requests import P4InfoIndex
@@ -64,8 +68,8 @@ class Client:
         return self.sock.recv(4096).decode().strip()
 
 
-def _program(tmp):
-    files = serve_program(SPEC, ORDER, [1, 2, 3], 200, max_messages=2)
+def _program(tmp, spec, order):
+    files = serve_program(spec, order, [1, 2, 3], 200, max_messages=2)
     d = tmp / "prog"
     d.mkdir(exist_ok=True)
     for name, text in files.items():
@@ -75,15 +79,15 @@ def _program(tmp):
     return d
 
 
-def _start(tmp, prog, sw: FakeSwitch, config: bool) -> Daemon:
+def _start(tmp, spec, order, prog, sw: FakeSwitch, config: bool) -> Daemon:
     opts = SwitchOptions(sw.addr, str(prog), str(tmp / "ports.txt"), str(prog / "device.json") if config else None,
                          grace=0.0)
-    d = Daemon(ServeConfig(SPEC, "", ("127.0.0.1", 0), ORDER, str(tmp / "state"), switch=opts))
+    d = Daemon(ServeConfig(spec, "", ("127.0.0.1", 0), order, str(tmp / "state"), switch=opts))
     d.start()
     return d
 
 
-def _check(sw: FakeSwitch, skeleton: dict, live: dict, packets) -> None:
+def _check(sw: FakeSwitch, spec, skeleton: dict, live: dict, packets) -> None:
     assert not sw.errors, sw.errors
     index = P4InfoIndex(sw.p4info)
     root_id = index.table(skeleton["root"]["table"]).id
@@ -91,34 +95,35 @@ def _check(sw: FakeSwitch, skeleton: dict, live: dict, packets) -> None:
         doc = switch_document(skeleton, index, list(sw.entries.values()), sw.defaults[root_id],
                               list(sw.groups.values()))
     text = "".join(f"{cond} : fwd({port});\n" for cond, port in live.values())
-    rules = parse_rules(text, SPEC, "live.sub") if text else []
-    want = [reference_decision(rules, SPEC, p) for p in packets]
+    rules = parse_rules(text, spec, "live.sub") if text else []
+    want = [reference_decision(rules, spec, p) for p in packets]
 
     def base(t):
         return t["name"].split(".", 1)[1][len(f"subc_s{t['slot']}_"):]
     slot0 = [t for t in doc["tables"] if t.get("slot") == 0]
     slots = sorted({t["slot"] for t in doc["tables"] if "slot" in t})
+    views = []
     for i in slots:
         mine = {base(t): t for t in doc["tables"] if t.get("slot") == i}
-        view = {**doc, "tables": [{**t0, "entries": mine[base(t0)]["entries"]} for t0 in slot0]
-                + [t for t in doc["tables"] if "slot" not in t]}
+        views.append({**doc, "tables": [{**t0, "entries": mine[base(t0)]["entries"]} for t0 in slot0]
+                      + [t for t in doc["tables"] if "slot" not in t]})
+    event(f"{len(slots)} message slots" if slots else "single-message program")
+    for view in views or [doc]:  # the single-message program: the tables as they are
         sim = TableSimulator(view)
         for p, w in zip(packets, want):
-            assert sim.process(p) == w, (text, p, i)
+            assert sim.process(p) == w, (text, p)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                   HealthCheck.function_scoped_fixture])
-@given(steps=ops, data=st.data())
-def test_live_subscriptions_on_a_switch_deliver_as_the_reference_says(tmp_path_factory, steps, data):
-    tmp = tmp_path_factory.mktemp("serve")
-    prog = _program(tmp)
+def _session(tmp, spec, order: list[str], steps, data) -> None:
+    """Run ``steps`` (("sub", source, condition) / ("unsub", k)) against a daemon on a fake
+    switch, restarting it mid-way, with :func:`_check` after every reply."""
+    prog = _program(tmp, spec, order)
     skeleton = json.loads((prog / "entries.json").read_text())
-    qs = {n: SPEC.query_fields[n] for n in ORDER}
+    qs = {n: spec.query_fields[n] for n in order}
     sw = FakeSwitch()
     daemon = None
     try:
-        daemon = _start(tmp, prog, sw, config=True)
+        daemon = _start(tmp, spec, order, prog, sw, config=True)
         clients = {ip: Client(ip, ("127.0.0.1", daemon.port)) for ip in SOURCES}
         live: dict[int, tuple[str, int]] = {}
         ids: list[tuple[int, str]] = []
@@ -141,14 +146,36 @@ def test_live_subscriptions_on_a_switch_deliver_as_the_reference_says(tmp_path_f
                 del live[sid]
             if k == len(steps) // 2:  # the daemon restarts mid-way: the switch keeps its entries
                 daemon.stop()
-                daemon = _start(tmp, prog, sw, config=False)
+                daemon = _start(tmp, spec, order, prog, sw, config=False)
                 assert (daemon.adopted or not live) and len(daemon.subs) == len(live)
                 for c in clients.values():
                     c.server = ("127.0.0.1", daemon.port)
-            rules = parse_rules("".join(f"{c} : fwd(1);\n" for c in all_conds), SPEC, "all.sub") if all_conds else []
+            rules = parse_rules("".join(f"{c} : fwd(1);\n" for c in all_conds), spec, "all.sub") if all_conds else []
             packets = list(boundary_packets(rules, qs, data.draw))[:24]
-            _check(sw, skeleton, live, packets)
+            _check(sw, spec, skeleton, live, packets)
     finally:
         if daemon is not None:
             daemon.stop()
         sw.stop()
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(steps=ops, data=st.data())
+def test_live_subscriptions_on_a_switch_deliver_as_the_reference_says(tmp_path_factory, steps, data):
+    _session(tmp_path_factory.mktemp("serve"), SPEC, ORDER, steps, data)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(form=st.sampled_from(sorted(RENDER)), data=st.data())
+def test_live_subscriptions_of_random_specs(tmp_path_factory, form, data):
+    model = data.draw(spec_models())
+    assume(model.query_fields)
+    spec = parse_spec(RENDER[form](model), "m.p4")
+    qs = {q.name: q for q in spec.query_fields.values()}
+    order = data.draw(st.permutations(sorted(qs)))
+    conds = condition(order, qs)
+    steps = data.draw(st.lists(st.one_of(st.tuples(st.just("sub"), st.sampled_from(sorted(SOURCES)), conds),
+                                         st.tuples(st.just("unsub"), st.integers(0, 30))), min_size=1, max_size=10))
+    _session(tmp_path_factory.mktemp("serve"), spec, list(order), steps, data)
