@@ -173,3 +173,93 @@ def test_load_and_update_under_traffic_deliver_as_the_reference_says(tmp_path, n
     assert not got, f"copies of sends never made: {sorted(got)[:10]}"
     assert phases["A"] >= len(frames) and phases["B"] >= len(frames) and delivered > 100
     print(f"sends per phase {dict(phases)}, copies {delivered}; {res['update']}")
+
+
+SENTINEL_CONDITION = 'add_order.stock == "ZZZZ"'
+SERVE_OPS = [  # [source, condition] subscribes; [k] unsubscribes the k-th live one (mod their number)
+    ["127.0.0.1", 'add_order.stock == "ALC" and add_order.price < 20'],
+    ["127.0.0.2", "add_order.shares >= 500"],
+    ["127.0.0.3", 'add_order.buy_sell_indicator == "S" and add_order.stock in {"CHAR", "BOB"}'],
+    ["127.0.0.1", 'add_order.stock == "BOB" or add_order.shares < 100'],
+    [1],
+    ["127.0.0.2", "add_order.price > 25 and not add_order.stock == \"ALC\""],
+    [0],
+    ["127.0.0.3", "add_order.shares < 300"],
+]
+
+
+def test_serve_on_a_switch_delivers_as_the_reference_says(tmp_path, namespace):
+    """``subc serve --p4runtime`` on BMv2 under traffic (tests/bmv2_serve_driver.py): a packet
+    sent after a reply reaches exactly the ports of the live subscriptions' reference decision; one
+    sent while a request is applied, exactly the decision before or after it."""
+    from subc.compiler.rules import parse_rules
+    from subc.compiler.spec import load_spec
+    from subc.runtime.reference import reference_decision
+    from subc.workloads.itch_codec import decode_add_order
+
+    spec = load_spec(EXAMPLE / "spec.p4")
+    prog = tmp_path / "prog"
+    subprocess.run([sys.executable, "-m", "subc.cli", "serve-program", "--spec", str(EXAMPLE / "spec.p4"),
+                    "--ports", "1-3", "--capacity", "200", "-o", str(prog)], check=True, capture_output=True)
+    subprocess.run([P4C, "--std", "p4-16", str(prog / "subc.p4"), "-o", str(tmp_path / "prog.json")],
+                   check=True, capture_output=True)
+    (tmp_path / "ports.txt").write_text("127.0.0.2/32 2\n127.0.0.3/32 3\n127.0.0.0/8 1\n")
+    frames, fields = _packets(100)
+    # the sentinel: a real Add Order with its stock (8 bytes at message offset 24) set to ZZZZ
+    i = next(k for k, f in enumerate(fields) if f is not None)
+    at = 14 + 20 + 8 + 20 + 2  # the message in the frame
+    sentinel = bytearray(frames[i])
+    sentinel[at + 24:at + 32] = b"ZZZZ    "
+    frames.append(bytes(sentinel))
+    fields.append(decode_add_order(bytes(sentinel[at:])))
+    assert fields[-1]["add_order.stock"] != fields[i]["add_order.stock"]
+    (tmp_path / "packets.json").write_text(json.dumps({
+        "frames": [f.hex() for f in frames], "sentinel": len(frames) - 1,
+        "sentinel_condition": SENTINEL_CONDITION, "ops": SERVE_OPS}))
+
+    log = open(tmp_path / "switch.log", "w")
+    ifaces = [a for p in range(PORTS + 1) for a in ("-i", f"{p}@s{p}")]
+    sw = subprocess.Popen(["ip", "netns", "exec", namespace, SWITCH, "--no-p4", *ifaces, "--",
+                           "--grpc-server-addr", GRPC], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        r = subprocess.run(["ip", "netns", "exec", namespace, sys.executable, str(HERE / "bmv2_serve_driver.py"),
+                            "--grpc", GRPC, "--spec", str(EXAMPLE / "spec.p4"), "--program", str(prog),
+                            "--config", str(tmp_path / "prog.json"), "--port-map", str(tmp_path / "ports.txt"),
+                            "--state", str(tmp_path / "state"), "--packets", str(tmp_path / "packets.json"),
+                            "--udp-port", str(UDP_PORT), "--id-at", str(ID_AT), "--result", str(tmp_path / "result.json")],
+                           capture_output=True, text=True, cwd=HERE.parent)
+        assert r.returncode == 0, r.stdout + r.stderr
+    finally:
+        sw.terminate()
+        sw.wait(timeout=30)
+        log.close()
+    res = json.loads((tmp_path / "result.json").read_text())
+    want: list[list[frozenset]] = []  # after op k: per frame, the ports
+    for live in res["live"]:
+        rules = parse_rules("".join(f"{c} : fwd({p});\n" for c, p in live), spec, "live.sub")
+        row = []
+        for f in fields:
+            if f is None:
+                row.append(frozenset())
+                continue
+            packet = {q: 0 for q in spec.query_fields}
+            packet.update(f)
+            row.append(frozenset(reference_decision(rules, spec, packet).ports))
+        want.append(row)
+    assert len({tuple(w) for w in want}) > 3, "the requests must change deliveries of the sample"
+    got: dict[int, set[int]] = defaultdict(set)
+    for port, seen in res["arrivals"].items():
+        for n in seen:
+            assert int(port) not in got[n], f"send {n} arrived twice on port {port}"
+            got[n].add(int(port))
+    phases, delivered = defaultdict(int), 0
+    for n, i, phase, op in res["sends"]:
+        ports = frozenset(got.pop(n, ()))
+        allowed = [want[op - 1][i], want[op][i]] if phase == "during" else [want[op][i]]
+        assert ports in allowed, (f"send {n} (packet {i}, {phase} op {op}: {SERVE_OPS[op - 1]}) reached ports "
+                                  f"{sorted(ports)}; the reference says {' or '.join(str(sorted(a)) for a in allowed)}")
+        phases[phase] += 1
+        delivered += len(ports)
+    assert not got, f"copies of sends never made: {sorted(got)[:10]}"
+    assert phases["after"] == len(SERVE_OPS) * len(frames) + len(SERVE_OPS) * -(-len(frames) // 12)
+    print(f"sends per phase {dict(phases)}, copies {delivered}")
