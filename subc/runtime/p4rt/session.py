@@ -48,6 +48,34 @@ def _describe(update, index: P4InfoIndex) -> str:
     return "an entity"
 
 
+class WriteRejected(SubcError):
+    """The switch rejected updates of a :meth:`Session.write`; ``applied``: the indexes of the
+    updates it applied (every earlier request's, and those of the rejected request with an OK
+    status), None when the server did not say."""
+
+    def __init__(self, message: str, applied: list[int] | None):
+        super().__init__(message)
+        self.applied = applied
+
+
+def _update_statuses(err) -> list | None:
+    """The per-update ``p4.v1.Error`` list of a rejected WriteRequest's gRPC error ``err`` (from
+    its ``grpc-status-details-bin`` trailer), or None when it carries none."""
+    from google.rpc import status_pb2
+    from p4.v1 import p4runtime_pb2 as pr
+
+    for key, value in err.trailing_metadata() or ():
+        if key == "grpc-status-details-bin":
+            status = status_pb2.Status()
+            status.ParseFromString(value)
+            out = []
+            for any_ in status.details:
+                e = pr.Error()
+                out.append(e if any_.Unpack(e) else None)
+            return out or None
+    return None
+
+
 class Session:
     """A primary-controller session with the switch at ``addr`` (``HOST:PORT``), device
     ``device_id``, election id ``election_id`` ((high, low)); with ``config`` ((P4Info text
@@ -101,31 +129,53 @@ class Session:
 
     def write(self, updates: list) -> int:
         """Send ``updates`` (``p4.v1.Update``) in WriteRequests of :data:`BATCH`, each acknowledged
-        before the next is sent.  Returns the updates written.  SubcError for a rejected update
-        (which one, the server's status), a lost primary role or a broken connection."""
-        from p4.v1 import p4runtime_pb2 as pr
-        from p4runtime_sh.p4runtime import P4RuntimeException, P4RuntimeWriteException
+        before the next is sent.  Returns the updates written.  :class:`WriteRejected` when the
+        switch rejects updates (which ones, the server's status; its ``applied`` lists the
+        indexes in ``updates`` the switch did apply), SubcError for a lost primary role or a
+        broken connection (what was applied is then unknown).
 
+        The request goes to the gRPC stub, and a rejection's per-update statuses (section 12.3:
+        ``google.rpc.Status`` details of one ``p4.v1.Error`` per update, in order, OK for the
+        applied ones) are read here: p4runtime-shell 0.0.6's parser loops forever on a status
+        list that holds an OK before an error, as BMv2 returns for a partly applied request."""
+        import grpc
+        from p4.v1 import p4runtime_pb2 as pr
+
+        client = self.sh.client
         for i in range(0, len(updates), BATCH):
             batch = updates[i:i + BATCH]
-            req = pr.WriteRequest()
+            req = pr.WriteRequest(device_id=self.device_id)
+            req.election_id.high, req.election_id.low = client.election_id
+            if client.role_name is not None:
+                req.role = client.role_name
             req.updates.extend(batch)
             try:
-                self.sh.client.write(req)
-            except P4RuntimeWriteException as e:
-                lines = []
-                for idx, err in e.errors[:5]:
-                    from google.rpc import code_pb2
-
-                    code = code_pb2.Code.Name(err.canonical_code)
-                    kind = pr.Update.Type.Name(batch[idx].type)
-                    lines.append(f"{kind} of {_describe(batch[idx], self.index)}: {code} {err.message!r}")
-                more = f" (and {len(e.errors) - 5} more)" if len(e.errors) > 5 else ""
-                raise SubcError(f"{self.addr}: the switch rejected {len(e.errors)} of {len(batch)} updates{more} after "
-                                f"{i} were written: " + "; ".join(lines)) from None
-            except P4RuntimeException as e:
-                raise SubcError(self._rpc_error(e.grpc_error, f"after {i} of {len(updates)} updates")) from None
+                client.stub.Write(req)
+            except grpc.RpcError as e:
+                statuses = _update_statuses(e) if e.code() == grpc.StatusCode.UNKNOWN else None
+                if statuses is None:
+                    raise SubcError(self._rpc_error(e, f"after {i} of {len(updates)} updates")) from None
+                raise self._rejected(updates, i, batch, statuses) from None
         return len(updates)
+
+    def _rejected(self, updates: list, i: int, batch: list, statuses: list) -> "WriteRejected":
+        from google.rpc import code_pb2
+        from p4.v1 import p4runtime_pb2 as pr
+
+        failed = [(k, err) for k, err in enumerate(statuses) if err is None or err.canonical_code != code_pb2.OK]
+        known = len(statuses) == len(batch)
+        if not known:  # not one status per update: which ones were applied is unknown
+            failed = [(k, None) for k in range(len(batch))]
+        bad = {k for k, _ in failed}
+        lines = []
+        for k, err in failed[:5]:
+            kind = pr.Update.Type.Name(batch[k].type)
+            said = f"{code_pb2.Code.Name(err.canonical_code)} {err.message!r}" if err is not None else "no status"
+            lines.append(f"{kind} of {_describe(batch[k], self.index)}: {said}")
+        more = f" (and {len(failed) - 5} more)" if len(failed) > 5 else ""
+        applied = list(range(i)) + [i + k for k in range(len(batch)) if k not in bad] if known else None
+        return WriteRejected(f"{self.addr}: the switch rejected {len(failed)} of {len(batch)} updates{more} after {i} "
+                             "were written: " + "; ".join(lines), applied)
 
     def _rpc_error(self, err, when: str) -> str:
         import grpc
