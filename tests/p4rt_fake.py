@@ -10,7 +10,8 @@ from concurrent import futures
 class FakeSwitch:
     """The P4Runtime service of one device (grpcio, loopback): arbitration (every client is
     primary), pipeline config, Write (INSERT/MODIFY/DELETE of table entries, default entries and
-    multicast groups; every request recorded) and Read (wildcard tables and groups, default
+    multicast groups; every request recorded; the updates ``reject`` picks are refused with a
+    status per update, as BMv2 does) and Read (wildcard tables and groups, default
     entries).  An update that is not valid for what it holds fails the test."""
 
     def __init__(self):
@@ -23,6 +24,7 @@ class FakeSwitch:
         self.groups: dict = {}
         self.p4info = None
         self.errors: list[str] = []
+        self.reject = None  # update -> True to reject it (RESOURCE_EXHAUSTED), the others applied
         self.lock = threading.Lock()
         outer = self
 
@@ -52,12 +54,27 @@ class FakeSwitch:
                 return rep
 
             def Write(self, request, context):
+                import grpc
+                from google.rpc import code_pb2, status_pb2
                 from p4.v1 import p4runtime_pb2 as pr
 
+                statuses = []
                 with outer.lock:
                     outer.requests.append(request)
                     for u in request.updates:
+                        if outer.reject is not None and outer.reject(u):
+                            statuses.append(pr.Error(canonical_code=code_pb2.RESOURCE_EXHAUSTED,
+                                                     message="rejected by the test"))
+                            continue
                         outer.apply(u)
+                        statuses.append(pr.Error(canonical_code=code_pb2.OK))
+                if any(e.canonical_code != code_pb2.OK for e in statuses):
+                    # as BMv2's server: each update applied or not on its own, one status per update
+                    st = status_pb2.Status(code=code_pb2.UNKNOWN, message="write failure")
+                    for e in statuses:
+                        st.details.add().Pack(e)
+                    context.set_trailing_metadata((("grpc-status-details-bin", st.SerializeToString()),))
+                    context.abort(grpc.StatusCode.UNKNOWN, "write failure")
                 return pr.WriteResponse()
 
             def Read(self, request, context):

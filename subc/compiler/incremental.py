@@ -252,6 +252,46 @@ class Change:
     base: Node | None = None  # the delivery root before the change
 
 
+class _StatePool:
+    """The free states 1..``capacity`` of one level, in O(states handed out) memory (a switch's
+    level may have 2**24 of them): a counter of states never handed out, a stack of those given
+    back, and reserved states the counter skips."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.next = 1  # the lowest state never handed out
+        self.back: list[int] = []
+        self.reserved: set[int] = set()  # states >= next not to hand out
+
+    def pop(self) -> int | None:
+        """A free state, or None."""
+        if self.back:
+            return self.back.pop()
+        while self.next <= self.capacity:
+            s, self.next = self.next, self.next + 1
+            if s not in self.reserved:
+                return s
+            self.reserved.discard(s)
+        return None
+
+    def push(self, state: int) -> None:
+        self.back.append(state)
+
+    def reserve(self, states: set[int]) -> None:
+        self.back = [s for s in self.back if s not in states]
+        self.reserved.update(s for s in states if s >= self.next)
+
+    def unreserve(self, states: Iterable[int]) -> None:
+        for s in states:
+            if s in self.reserved:
+                self.reserved.discard(s)
+            else:
+                self.back.append(s)
+
+    def free(self) -> int:
+        return self.capacity - (self.next - 1) + len(self.back) - len(self.reserved)
+
+
 class LiveDiagram:
     """The counting and delivery diagrams of the live subscriptions (module docstring).
 
@@ -277,7 +317,7 @@ class LiveDiagram:
         if len(self.capacity) != n:
             raise ValueError("capacity: one figure per level below 0 (levels 1..n)")
         # free states per level 1..n (index level - 1); state 0 is dead / the default leaf
-        self._free: list[list[int]] = [list(range(c, 0, -1)) for c in self.capacity]
+        self._free: list[_StatePool] = [_StatePool(c) for c in self.capacity]
         self.dead = self._chain(self.counting, ((), ()))
         self.qdead = self._chain(self.delivery, ())
         for node in self.qdead:
@@ -478,12 +518,12 @@ class LiveDiagram:
                 q, created = self.delivery.intern(lv, tuple(out))
         if created:
             if lv > 0:
-                free = self._free[lv - 1]
-                if not free:
+                state = self._free[lv - 1].pop()
+                if state is None:
                     new.append(q)  # rolled back by the caller
                     raise CapacityError(f"level {lv} ({self._level_name(lv)}) has no free state left "
                                         f"({self.capacity[lv - 1]} in all)")
-                q.state = free.pop()
+                q.state = state
             new.append(q)
         n.q = q
         return q
@@ -611,7 +651,7 @@ class LiveDiagram:
         """Make the states of freed ``nodes`` (from :meth:`release_root`) reusable."""
         for n in nodes:
             if n.state:
-                self._free[n.level - 1].append(n.state)
+                self._free[n.level - 1].push(n.state)
                 n.state = 0
 
     def reserve(self, level: int, states: Iterable[int]) -> None:
@@ -621,11 +661,11 @@ class LiveDiagram:
         taken = set(states)
         if taken and max(taken) > self.capacity[level - 1]:
             raise ValueError(f"level {level}: state {max(taken)} beyond the capacity {self.capacity[level - 1]}")
-        self._free[level - 1] = [s for s in self._free[level - 1] if s not in taken]
+        self._free[level - 1].reserve(taken)
 
     def unreserve(self, level: int, states: Iterable[int]) -> None:
         """Give reserved ``states`` of ``level`` back to the free list."""
-        self._free[level - 1].extend(states)
+        self._free[level - 1].unreserve(states)
 
     # -- queries ------------------------------------------------------------------------------
 
@@ -640,4 +680,4 @@ class LiveDiagram:
 
     def states_used(self) -> list[int]:
         """States in use per level 1..n (delivery nodes alive, including retired roots' nodes)."""
-        return [self.capacity[i] - len(self._free[i]) for i in range(self.n)]
+        return [self.capacity[i] - self._free[i].free() for i in range(self.n)]

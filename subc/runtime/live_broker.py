@@ -72,6 +72,7 @@ class LiveBroker:
                 for node in ch.new:
                     self.writer.write(node)
                 self.writer.flush()
+                self._publish(ch, owned=True)
             except BaseException:
                 freed = self.diagram.revert(ch, ops)
                 for node in freed:
@@ -79,7 +80,6 @@ class LiveBroker:
                 self.writer.flush()
                 self.diagram.recycle(freed)
                 raise
-            self._publish(ch, owned=True)
             return ch
 
     def _publish(self, ch: Change, owned: bool) -> None:
@@ -95,9 +95,14 @@ class LiveBroker:
         spans = self.dirty[slot]
         if spans is not None:
             spans = merge_spans(spans + ch.spans)
-        self.writer.write_root(slot, ch.root, spans)
+        try:
+            self.writer.write_root(slot, ch.root, spans)
+            self.writer.switch(slot)
+        except BaseException:  # the root did not switch: the slot is free again, its content unknown here
+            self.dirty[slot] = None
+            self.free_slots.append(slot)
+            raise
         self.dirty[slot] = []
-        self.writer.switch(slot)
         if self.live_root is not None or self._inherited is not None or self._unowned:
             self.retired.append((self.live_slot, self.live_root))
             self.lock.notify_all()

@@ -110,6 +110,7 @@ class LiveEntries:
         self._ops: list[tuple] = []
         self.written: set[tuple[int, int]] = set()  # (level, state) of the nodes below the root on the switch
         self.writes = 0
+        self._slots_before: dict[int, dict] = {}  # root slot -> its entries before the buffered writes
 
     # -- actions ------------------------------------------------------------------------------
 
@@ -209,6 +210,7 @@ class LiveEntries:
         """Make root slot ``slot`` hold ``root``'s entries: the difference with what it holds
         (``spans`` unused: the whole root is compared)."""
         old = self.slot_entries.get(slot, {})
+        self._slots_before.setdefault(slot, old)
         new = self.entries_of(root)
         for k, a in new.items():
             b = old.get(k)
@@ -237,10 +239,13 @@ class LiveEntries:
 
     def flush(self) -> None:
         """Write the buffered changes (see the module docstring).  SubcError when a table would
-        overflow (nothing written, nothing kept) or the switch rejects an update."""
+        overflow (nothing written, nothing kept) or the switch rejects an update: then the
+        updates it did apply are undone (:meth:`_undo`), so the switch and this writer hold what
+        they held before the call."""
         from p4.v1 import p4runtime_pb2 as pr
 
         ops, self._ops = self._ops, []
+        slots_before, self._slots_before = self._slots_before, {}
         if not ops:
             return
         delta: Counter = Counter()
@@ -251,39 +256,91 @@ class LiveEntries:
                 delta[name] += d
         for name, d in delta.items():
             if self.held[name] + d > self.sizes.get(name, 0):
+                self.slot_entries.update(slots_before)
                 raise SubcError(f"table {name} has room for {self.sizes.get(name, 0)} entries; the change needs "
                                 f"{self.held[name] + d}")
+        saved = (dict(self.groups), Counter(self.group_refs), list(self.free_groups), self.next_group)
+        old_group = {ports: g for ports, g in self.groups.items()}  # how the old actions name their groups
         new_groups: list = []
         dead: list = []
         kinds = {"INSERT": pr.Update.INSERT, "MODIFY": pr.Update.MODIFY, "DELETE": pr.Update.DELETE}
-        entries = []
+        undo_kind = {"INSERT": "DELETE", "MODIFY": "MODIFY", "DELETE": "INSERT"}
+        entries, inverse, marked = [], [], []
         for op, lv, state, role, key, a, b in ops:
             L = self.levels[lv]
             if a is not None:
                 a = self._resolve(a, new_groups)
             if b is not None:
                 self._unref(b, dead)
-            e = self._entry(role, state, key, a or ("NoAction", ()))
-            for name in (L.stage if role == "stage" else L.miss):
-                te = table_entry(self.s.index, name, e)
-                if op == "DELETE":
-                    te.ClearField("action")
-                entries.append(pr.Update(type=kinds[op], entity=pr.Entity(table_entry=te)))
-            if lv:
-                if op == "INSERT":
-                    self.written.add((lv, state))
-                elif op == "DELETE":
-                    self.written.discard((lv, state))
+                b = self._named(b, old_group)
+            names = L.stage if role == "stage" else L.miss
+            # a DELETE names no action: the entry's other one stands in (one the table lists)
+            entries += self._updates(kinds[op], names, self._entry(role, state, key, a or b))
+            inverse += self._updates(kinds[undo_kind[op]], names, self._entry(role, state, key, b or a))
+            if lv and op != "MODIFY":
+                mark = (lv, state) not in self.written if op == "INSERT" else (lv, state) in self.written
+                if mark:
+                    marked.append((lv, state))
+                    (self.written.add if op == "INSERT" else self.written.discard)((lv, state))
+        old_ports = {g: ports for ports, g in saved[0].items()}
         updates = [pr.Update(type=pr.Update.INSERT, entity=pr.Entity(
             packet_replication_engine_entry=multicast_entry(g, list(ports)))) for g, ports in new_groups]
+        inverse = [pr.Update(type=pr.Update.DELETE, entity=pr.Entity(
+            packet_replication_engine_entry=multicast_entry(g, []))) for g, _ in new_groups] + inverse
         updates += entries
         updates += [pr.Update(type=pr.Update.DELETE, entity=pr.Entity(
             packet_replication_engine_entry=multicast_entry(g, []))) for g in dead]
-        self.s.write(updates)
+        inverse += [pr.Update(type=pr.Update.INSERT, entity=pr.Entity(
+            packet_replication_engine_entry=multicast_entry(g, list(old_ports[g])))) for g in dead]
+        try:
+            self.s.write(updates)
+        except SubcError as e:
+            self.groups, self.group_refs, self.free_groups, self.next_group = saved
+            for lv_state in marked:  # toggled back
+                if lv_state in self.written:
+                    self.written.discard(lv_state)
+                else:
+                    self.written.add(lv_state)
+            self.slot_entries.update(slots_before)
+            self._undo(e, inverse)
+            raise
         self.writes += len(updates)
         for name, d in delta.items():
             self.held[name] += d
         self.free_groups.extend(dead)
+
+    def _updates(self, kind, names: list[str], e: dict) -> list:
+        """One update of ``kind`` of entry ``e`` per table of ``names`` (DELETEs without action)."""
+        from p4.v1 import p4runtime_pb2 as pr
+
+        out = []
+        for name in names:
+            te = table_entry(self.s.index, name, e)
+            if kind == pr.Update.DELETE:
+                te.ClearField("action")
+            out.append(pr.Update(type=kind, entity=pr.Entity(table_entry=te)))
+        return out
+
+    @staticmethod
+    def _named(action: tuple, group_of: dict) -> tuple:
+        """``action`` with a port set named by the group ``group_of`` gives it."""
+        if action[0] != "subc_mcast":
+            return action
+        return "subc_mcast", (("group", group_of[action[1][0][1]]),)
+
+    def _undo(self, e: SubcError, inverse: list) -> None:
+        """Write the inverses of the updates the switch applied before rejecting ``e``'s (last
+        applied first).  SubcError when the switch did not say which it applied or rejects an
+        inverse: the switch then holds part of a change until a restarted daemon adopts it."""
+        applied = getattr(e, "applied", None)
+        if applied is None:
+            raise SubcError(f"{e.message}; the switch did not say which updates it applied: restart the daemon to "
+                            "take the switch over again") from None
+        try:
+            self.s.write([inverse[k] for k in reversed(applied)])
+        except SubcError as again:
+            raise SubcError(f"{e.message}; undoing the {len(applied)} applied updates failed too ({again.message}): "
+                            "restart the daemon to take the switch over again") from None
 
     def switch(self, slot: int) -> None:
         """Publish root slot ``slot`` (after the buffered writes): one MODIFY of the root's
