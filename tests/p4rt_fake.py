@@ -25,6 +25,7 @@ class FakeSwitch:
         self.p4info = None
         self.errors: list[str] = []
         self.reject = None  # update -> True to reject it (RESOURCE_EXHAUSTED), the others applied
+        self.streams = 0  # stream channels opened (arbitration)
         self.lock = threading.Lock()
         outer = self
 
@@ -32,6 +33,7 @@ class FakeSwitch:
             def StreamChannel(self, request_iterator, context):
                 from p4.v1 import p4runtime_pb2 as pr
 
+                outer.streams += 1
                 for req in request_iterator:
                     if req.HasField("arbitration"):
                         rep = pr.StreamMessageResponse()

@@ -307,7 +307,9 @@ def _load_and_update(tmp_path, fields, text_a, text_b, data):
         assert sum(len(r.updates) for r in reqs) == w.total == w.plan.writes
         assert sw.errors == []
         assert verify(str(outs["b"]), sw.addr) == []
+        streams = sw.streams
         assert sum(stats(sw.addr)["tables"].values()) == len(sw.entries)
+        assert sw.streams == streams  # reading takes no part in arbitration (beside a primary)
         # what the server holds classifies as B's rules say (decoded by this test)
         doc_b = json.loads((outs["b"] / "entries.json").read_text())
         held, groups = decode([pr.Update(type=pr.Update.INSERT, entity=pr.Entity(table_entry=te))

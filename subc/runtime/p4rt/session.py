@@ -80,7 +80,9 @@ class Session:
     """A primary-controller session with the switch at ``addr`` (``HOST:PORT``), device
     ``device_id``, election id ``election_id`` ((high, low)); with ``config`` ((P4Info text
     path, device config path), e.g. BMv2's JSON) the forwarding pipeline is set first;
-    ``read_only`` accepts a backup (not primary) session.
+    ``read_only`` opens no stream channel and takes part in no arbitration (Read and
+    GetForwardingPipelineConfig need none, section 5): it reads beside a primary controller such
+    as ``subc serve --p4runtime`` without disturbing it; ``election_id`` is then unused.
 
     Attributes: ``index`` (:class:`~.requests.P4InfoIndex` of the switch's P4Info), ``p4info``.
     SubcError when no server answers, the session is not primary, or the pipeline is refused."""
@@ -90,6 +92,10 @@ class Session:
         import p4runtime_sh.shell as sh
 
         self.sh, self.addr, self.device_id = sh, addr, device_id
+        self.channel = None
+        if read_only and not config:
+            self._open_reader()
+            return
         cfg = sh.FwdPipeConfig(config[0], config[1]) if config else None
         with _quiet() as out:
             try:
@@ -114,9 +120,37 @@ class Session:
                             f"than {election_id[0]},{election_id[1]}): pass a higher --election-id")
         self.p4info = sh.context.p4info
         self.index = P4InfoIndex(self.p4info)
+        self.stub = sh.client.stub
+
+    def _open_reader(self) -> None:
+        """A gRPC channel and the P4Info of the device's pipeline, no arbitration."""
+        import grpc
+        from p4.v1 import p4runtime_pb2 as pr
+        from p4.v1 import p4runtime_pb2_grpc
+
+        self.channel = grpc.insecure_channel(self.addr)
+        self.stub = p4runtime_pb2_grpc.P4RuntimeStub(self.channel)
+        req = pr.GetForwardingPipelineConfigRequest(
+            device_id=self.device_id, response_type=pr.GetForwardingPipelineConfigRequest.P4INFO_AND_COOKIE)
+        try:
+            rep = self.stub.GetForwardingPipelineConfig(req, timeout=10)
+        except grpc.RpcError as e:
+            self.close()
+            raise SubcError(f"{self.addr}: no P4Runtime answer for device {self.device_id} ({e.code().name}: "
+                            f"{e.details()}); {CONNECT_HINT}") from None
+        if not rep.config.HasField("p4info") or not rep.config.p4info.tables:
+            self.close()
+            raise SubcError(f"{self.addr}: device {self.device_id} has no forwarding pipeline (set one with subc load "
+                            "--config)")
+        self.p4info = rep.config.p4info
+        self.index = P4InfoIndex(self.p4info)
 
     def close(self) -> None:
         """End the session (the stream channel and the gRPC channel)."""
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
+            return
         if self.sh.client is not None:
             with _quiet(), contextlib.suppress(Exception):
                 self.sh.teardown()
@@ -198,7 +232,7 @@ class Session:
         req.entities.extend(entities)
         out = []
         try:
-            for rep in self.sh.client.stub.Read(req):
+            for rep in self.stub.Read(req):
                 out.extend(rep.entities)
         except grpc.RpcError as e:
             raise SubcError(self._rpc_error(e, "while reading")) from None
