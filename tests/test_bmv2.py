@@ -124,7 +124,7 @@ def _run_switch(out, tmp_path, wait: int) -> bool:
         stop_switch(sw)
 
 
-@pytest.mark.skipif(None in (P4C, SWITCH, CLI), reason="p4c-bm2-ss, simple_switch or simple_switch_CLI not on PATH")
+@pytest.mark.skipif(None in (P4C, SWITCH, CLI), reason="p4c-bm2-ss, simple_switch or a runnable simple_switch_CLI not on PATH")
 def test_bmv2_forwards_real_itch_as_the_rules_say(tmp_path):
     from scapy.all import rdpcap, wrpcap
 

@@ -29,7 +29,7 @@ from conftest import EXAMPLE
 
 P4C = shutil.which("p4c-bm2-ss")
 P4TEST = shutil.which("p4test")
-NEEDS_BMV2 = pytest.mark.skipif(None in (P4C, SWITCH, CLI), reason="p4c-bm2-ss, simple_switch or simple_switch_CLI not on PATH")
+NEEDS_BMV2 = pytest.mark.skipif(None in (P4C, SWITCH, CLI), reason="p4c-bm2-ss, simple_switch or a runnable simple_switch_CLI not on PATH")
 
 SPEC = EXAMPLE / "spec.p4"
 K = 4
