@@ -149,8 +149,9 @@ def main() -> None:
         ifaces = [x for p in range(4) for x in ("-i", f"{p}@s{p}")]
         sw = subprocess.Popen(["ip", "netns", "exec", NS, "simple_switch_grpc", "--no-p4", *ifaces, "--",
                                "--grpc-server-addr", GRPC], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        host, port = GRPC.rsplit(":", 1)
         probe = ("import socket, sys, time\nfor _ in range(600):\n    with socket.socket() as s:\n"
-                 "        if s.connect_ex(('127.0.0.1', 9559)) == 0: sys.exit(0)\n    time.sleep(0.1)\nsys.exit(1)")
+                 f"        if s.connect_ex(({host!r}, {port})) == 0: sys.exit(0)\n    time.sleep(0.1)\nsys.exit(1)")
         sh("ip", "netns", "exec", NS, sys.executable, "-c", probe)  # the switch's P4Runtime server is up
         daemon = subprocess.Popen(["ip", "netns", "exec", NS, *SUBC, "serve", "--spec", str(SPEC), "--p4runtime", GRPC,
                                    "--program", str(prog), "--config", str(tmp / "prog.json"), "--port-map",
