@@ -20,15 +20,13 @@ one JSON object per level.
 from __future__ import annotations
 
 import argparse
-import json
-import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+import serve_subscribe  # bench/ is on sys.path: this script runs from there
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "examples" / "itch" / "spec.p4"
@@ -45,75 +43,15 @@ def sh(*args: str, check: bool = True) -> str:
     return r.stdout
 
 
-class Client:
-    """Requests over UDP from 127.0.0.1 in the namespace (this process runs there with --client)."""
+class Client(serve_subscribe.Client):
+    """bench/serve_subscribe.py's client from 127.0.0.1 in the namespace (this process runs there
+    with --client); subscriptions without TO: the port map puts the source behind port 1."""
 
     def __init__(self):
-        self.s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-        self.s.bind(("127.0.0.1", 0))
-        self.s.settimeout(120)  # a lost datagram fails the run instead of hanging it
-        self.rng = random.Random(1)
-        self.syms = ["".join(self.rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ") for _ in range(4)) for _ in range(2000)]
-        self.live: list[int] = []
+        super().__init__("127.0.0.1", ("127.0.0.1", PORT), timeout=120)
 
     def line(self) -> str:
         return f'SUBSCRIBE add_order.stock == "{self.rng.choice(self.syms)}" and add_order.price > {self.rng.randint(1, 500)}'
-
-    def reply(self) -> str:
-        return self.s.recv(65536).decode().strip()
-
-    def pipelined(self, n: int, window: int = 64) -> float:
-        t0 = time.perf_counter()
-        sent = done = 0
-        while done < n:
-            while sent < n and sent - done < window:
-                self.s.sendto(self.line().encode(), ("127.0.0.1", PORT))
-                sent += 1
-            r = self.reply()
-            if not r.startswith("SUBACK "):
-                raise SystemExit(f"unexpected reply: {r}")
-            self.live.append(int(r.split()[1]))
-            done += 1
-        return n / (time.perf_counter() - t0)
-
-    def latency(self, n: int) -> list[float]:
-        out = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            self.s.sendto(self.line().encode(), ("127.0.0.1", PORT))
-            r = self.reply()
-            out.append(time.perf_counter() - t0)
-            sid = int(r.split()[1])
-            self.s.sendto(f"UNSUBSCRIBE {sid}".encode(), ("127.0.0.1", PORT))
-            assert self.reply() == f"UNSUBACK {sid}"
-        return out
-
-    def unsubscribe(self, n: int, window: int = 64) -> None:
-        ids, sent, done = self.live[-n:], 0, 0
-        del self.live[-n:]
-        while done < len(ids):
-            while sent < len(ids) and sent - done < window:
-                self.s.sendto(f"UNSUBSCRIBE {ids[sent]}".encode(), ("127.0.0.1", PORT))
-                sent += 1
-            self.reply()
-            done += 1
-
-
-def client(levels: list[int], samples: int, burst: int) -> None:
-    c = Client()
-    for level in levels:
-        fill = level - len(c.live)
-        t_fill = c.pipelined(fill) if fill > 0 else None
-        print(f"level {level}: filled, measuring latency", file=sys.stderr, flush=True)
-        lat = sorted(c.latency(samples))
-        print(f"level {level}: measuring throughput", file=sys.stderr, flush=True)
-        rate = c.pipelined(burst)
-        c.unsubscribe(burst)
-        print(json.dumps({"live_subscriptions": level, "fill_requests_per_s": t_fill and round(t_fill),
-                          "suback_p50_ms": round(lat[len(lat) // 2] * 1e3, 2),
-                          "suback_p99_ms": round(lat[int(len(lat) * 0.99)] * 1e3, 2),
-                          "subscribe_requests_per_s": round(rate)}), flush=True)
 
 
 def main() -> None:
@@ -125,7 +63,7 @@ def main() -> None:
     a = ap.parse_args()
     levels = [int(x) for x in a.levels.split(",")]
     if a.client:
-        client(levels, a.samples, a.burst)
+        serve_subscribe.client(levels, Client(), a.samples, a.burst)
         return
     for tool in ("simple_switch_grpc", "p4c-bm2-ss"):
         if not shutil.which(tool):

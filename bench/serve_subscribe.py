@@ -62,13 +62,16 @@ def teardown() -> None:
 
 
 class Client:
-    """Requests over UDP from the client namespace (this process runs there with --client)."""
+    """Requests over UDP from ``bind`` to the daemon at ``server`` (address, port); a reply may
+    take ``timeout`` s (a lost datagram fails the run instead of hanging it).  Also used by
+    bench/serve_p4runtime.py."""
 
-    def __init__(self):
+    def __init__(self, bind: str = CLIENT, server: tuple[str, int] = (DAEMON, PORT), timeout: float = 30):
+        self.server = server
         self.s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 20)
-        self.s.bind((CLIENT, 0))
-        self.s.settimeout(30)  # a lost datagram fails the run instead of hanging it
+        self.s.bind((bind, 0))
+        self.s.settimeout(timeout)
         self.rng = random.Random(1)
         self.syms = ["".join(self.rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ") for _ in range(4)) for _ in range(2000)]
         self.live: list[int] = []
@@ -88,7 +91,7 @@ class Client:
         sent = done = 0
         while done < n:
             while sent < n and sent - done < window:
-                self.s.sendto(self.line().encode(), (DAEMON, PORT))
+                self.s.sendto(self.line().encode(), self.server)
                 sent += 1
             r = self.reply()
             if not r.startswith("SUBACK "):
@@ -101,11 +104,11 @@ class Client:
         out = []
         for _ in range(n):
             t0 = time.perf_counter()
-            self.s.sendto(self.line().encode(), (DAEMON, PORT))
+            self.s.sendto(self.line().encode(), self.server)
             r = self.reply()
             out.append(time.perf_counter() - t0)
             sid = int(r.split()[1])
-            self.s.sendto(f"UNSUBSCRIBE {sid}".encode(), (DAEMON, PORT))
+            self.s.sendto(f"UNSUBSCRIBE {sid}".encode(), self.server)
             assert self.reply() == f"UNSUBACK {sid}"
         return out
 
@@ -114,22 +117,24 @@ class Client:
         del self.live[-n:]
         while done < len(ids):
             while sent < len(ids) and sent - done < window:
-                self.s.sendto(f"UNSUBSCRIBE {ids[sent]}".encode(), (DAEMON, PORT))
+                self.s.sendto(f"UNSUBSCRIBE {ids[sent]}".encode(), self.server)
                 sent += 1
             self.reply()
             done += 1
 
 
-def client(levels: list[int]) -> None:
-    c = Client()
+def client(levels: list[int], c: Client | None = None, samples: int = 1000, burst: int = 5000) -> None:
+    """At each level: fill ``c`` up to it, ``samples`` latencies, a ``burst`` of pipelined
+    SUBSCRIBEs (then removed); one JSON line per level on standard output."""
+    c = c or Client()
     for level in levels:
         fill = level - len(c.live)
         t_fill = c.pipelined(fill) if fill > 0 else None
         print(f"level {level}: filled, measuring latency", file=sys.stderr, flush=True)
-        lat = sorted(c.latency())
+        lat = sorted(c.latency(samples))
         print(f"level {level}: measuring throughput", file=sys.stderr, flush=True)
-        rate = c.pipelined(5000)
-        c.unsubscribe(5000)
+        rate = c.pipelined(burst)
+        c.unsubscribe(burst)
         print(json.dumps({"live_subscriptions": level, "fill_requests_per_s": t_fill and round(t_fill),
                           "suback_p50_ms": round(lat[len(lat) // 2] * 1e3, 3),
                           "suback_p99_ms": round(lat[int(len(lat) * 0.99)] * 1e3, 3),

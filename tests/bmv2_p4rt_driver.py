@@ -68,6 +68,37 @@ class Receiver:
             return self.cond.wait_for(lambda: send in self.seen_set, timeout)
 
 
+class Sender:
+    """Sends frames (hex) on ``iface``, each with its send number written at ``id_at``; ``sends``
+    records [send, frame index, *tags] per send."""
+
+    def __init__(self, frames: list[str], iface: str, id_at: int):
+        self.frames = [bytearray(bytes.fromhex(h)) for h in frames]
+        self.id_at = id_at
+        self.tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+        self.tx.bind((iface, 0))
+        self.sends: list[list] = []
+
+    def send(self, index: int, *tags) -> int:
+        n = len(self.sends) + 1
+        f = self.frames[index]
+        f[self.id_at:self.id_at + ID_LEN] = n.to_bytes(ID_LEN, "big")
+        self.tx.send(bytes(f))
+        self.sends.append([n, index, *tags])
+        return n
+
+
+def finish(rx: dict, tx: Sender, out: dict, path: str) -> None:
+    """Stop the receivers and write ``out`` with the sends and arrivals to ``path`` (JSON)."""
+    for r in rx.values():
+        r.stop = True
+        r.thread.join()
+    out["sends"] = tx.sends
+    out["arrivals"] = {p: r.seen for p, r in rx.items()}
+    with open(path, "w") as f:
+        json.dump(out, f)
+
+
 def subc(*args: str) -> str:
     r = subprocess.run([sys.executable, "-m", "subc.cli", *args], capture_output=True, text=True)
     if r.returncode:
@@ -101,21 +132,11 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds a sentinel may take (a stuck switch)")
     args = ap.parse_args()
     spec = json.loads(open(args.packets).read())
-    frames = [bytearray(bytes.fromhex(h)) for h in spec["frames"]]
     sentinels = {ph: {int(p): i for p, i in s.items()} for ph, s in spec["sentinels"].items()}
     rx = {p: Receiver(f"h{p}", p, args.udp_port, args.id_at) for p in range(1, args.ports + 1)}
-    tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
-    tx.bind(("h0", 0))
-    sends: list[list] = []
+    tx = Sender(spec["frames"], "h0", args.id_at)
+    frames, send = tx.frames, tx.send
     out: dict = {}
-
-    def send(index: int, phase: str) -> int:
-        n = len(sends) + 1
-        f = frames[index]
-        f[args.id_at:args.id_at + ID_LEN] = n.to_bytes(ID_LEN, "big")
-        tx.send(bytes(f))
-        sends.append([n, index, phase])
-        return n
 
     def batch(indices: list[int], phase: str) -> None:
         for i in indices:
@@ -144,13 +165,7 @@ def main() -> None:
     out["update"] = stdout.strip()
     all_once("B")
     out["verify"] = subc("verify", args.b, "--p4runtime", args.grpc)
-    for r in rx.values():
-        r.stop = True
-        r.thread.join()
-    out["sends"] = sends
-    out["arrivals"] = {p: r.seen for p, r in rx.items()}
-    with open(args.result, "w") as f:
-        json.dump(out, f)
+    finish(rx, tx, out, args.result)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import socket
 import subprocess
 import sys
 
-from bmv2_p4rt_driver import BATCH, ID_LEN, Receiver, wait_for_server
+from bmv2_p4rt_driver import BATCH, Receiver, Sender, finish, wait_for_server
 
 SOURCES = {"127.0.0.1": 1, "127.0.0.2": 2, "127.0.0.3": 3}
 LISTEN = ("127.0.0.1", 7300)
@@ -44,20 +44,10 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds a sentinel or reply may take")
     args = ap.parse_args()
     spec = json.loads(open(args.packets).read())
-    frames = [bytearray(bytes.fromhex(h)) for h in spec["frames"]]
     rx = {p: Receiver(f"h{p}", p, args.udp_port, args.id_at) for p in sorted(set(SOURCES.values()))}
-    tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
-    tx.bind(("h0", 0))
-    sends: list[list] = []
+    tx = Sender(spec["frames"], "h0", args.id_at)
+    frames, send = tx.frames, tx.send
     out: dict = {"replies": [], "live": []}
-
-    def send(index: int, phase: str, op: int) -> int:
-        n = len(sends) + 1
-        f = frames[index]
-        f[args.id_at:args.id_at + ID_LEN] = n.to_bytes(ID_LEN, "big")
-        tx.send(bytes(f))
-        sends.append([n, index, phase, op])
-        return n
 
     def sentinel(phase: str, op: int) -> None:
         n = send(spec["sentinel"], phase, op)
@@ -129,13 +119,7 @@ def main() -> None:
     finally:
         daemon.terminate()
         daemon.wait(timeout=30)
-    for r in rx.values():
-        r.stop = True
-        r.thread.join()
-    out["sends"] = sends
-    out["arrivals"] = {p: r.seen for p, r in rx.items()}
-    with open(args.result, "w") as f:
-        json.dump(out, f)
+    finish(rx, tx, out, args.result)
 
 
 if __name__ == "__main__":

@@ -84,6 +84,52 @@ def _compile(rules: Path, out: Path, order: str | None = None) -> None:
     subprocess.run(cmd, check=True, capture_output=True)
 
 
+def _reference_ports(rules, spec, fields) -> list[frozenset]:
+    """Per frame, the ports the reference interpreter gives on its decoded fields (none for a
+    frame without an Add Order)."""
+    from subc.runtime.reference import reference_decision
+
+    out = []
+    for f in fields:
+        if f is None:
+            out.append(frozenset())
+            continue
+        packet = {q: 0 for q in spec.query_fields}
+        packet.update(f)
+        out.append(frozenset(reference_decision(rules, spec, packet).ports))
+    return out
+
+
+def _run_driver(namespace: str, tmp_path: Path, driver: str, args: list[str]) -> dict:
+    """Run ``simple_switch_grpc`` in ``namespace`` and ``driver`` (with ``args``) there; the
+    driver's result JSON."""
+    log = open(tmp_path / "switch.log", "w")
+    ifaces = [a for p in range(PORTS + 1) for a in ("-i", f"{p}@s{p}")]
+    sw = subprocess.Popen(["ip", "netns", "exec", namespace, SWITCH, "--no-p4", *ifaces, "--",
+                           "--grpc-server-addr", GRPC], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        r = subprocess.run(["ip", "netns", "exec", namespace, sys.executable, str(HERE / driver), "--grpc", GRPC,
+                            *args, "--udp-port", str(UDP_PORT), "--id-at", str(ID_AT),
+                            "--result", str(tmp_path / "result.json")],
+                           capture_output=True, text=True, cwd=HERE.parent)
+        assert r.returncode == 0, r.stdout + r.stderr
+    finally:
+        sw.terminate()
+        sw.wait(timeout=30)
+        log.close()
+    return json.loads((tmp_path / "result.json").read_text())
+
+
+def _copies(res: dict) -> dict[int, set[int]]:
+    """Send number -> the ports its copies arrived on (each port at most once)."""
+    got: dict[int, set[int]] = defaultdict(set)
+    for port, seen in res["arrivals"].items():
+        for n in seen:
+            assert int(port) not in got[n], f"send {n} arrived twice on port {port}"
+            got[n].add(int(port))
+    return got
+
+
 @pytest.fixture
 def namespace():
     need_root_and_netns()
@@ -105,7 +151,6 @@ def namespace():
 def test_load_and_update_under_traffic_deliver_as_the_reference_says(tmp_path, namespace):
     from subc.compiler.rules import load_rules
     from subc.compiler.spec import load_spec
-    from subc.runtime.reference import reference_decision
 
     spec = load_spec(EXAMPLE / "spec.p4")
     (tmp_path / "b.sub").write_text(RULES_B)
@@ -116,17 +161,8 @@ def test_load_and_update_under_traffic_deliver_as_the_reference_says(tmp_path, n
                    check=True, capture_output=True)
 
     frames, fields = _packets(150)
-    want: dict[str, list[frozenset]] = {}
-    for name, path in (("A", EXAMPLE / "rules.sub"), ("B", tmp_path / "b.sub")):
-        rules = load_rules(path, spec)
-        want[name] = []
-        for f in fields:
-            if f is None:
-                want[name].append(frozenset())
-                continue
-            packet = {q: 0 for q in spec.query_fields}
-            packet.update(f)
-            want[name].append(frozenset(reference_decision(rules, spec, packet).ports))
+    want = {name: _reference_ports(load_rules(path, spec), spec, fields)
+            for name, path in (("A", EXAMPLE / "rules.sub"), ("B", tmp_path / "b.sub"))}
     assert want["A"] != want["B"], "the update must change deliveries of the sample"
     sentinels: dict[str, dict[int, int]] = {"A": {}, "B": {}, "during": {}}
     for i in range(len(frames)):
@@ -139,28 +175,11 @@ def test_load_and_update_under_traffic_deliver_as_the_reference_says(tmp_path, n
     assert sentinels["A"] and sentinels["B"] and sentinels["during"]
     (tmp_path / "packets.json").write_text(json.dumps({"frames": [f.hex() for f in frames], "sentinels": sentinels}))
 
-    log = open(tmp_path / "switch.log", "w")
-    ifaces = [a for p in range(PORTS + 1) for a in ("-i", f"{p}@s{p}")]
-    sw = subprocess.Popen(["ip", "netns", "exec", namespace, SWITCH, "--no-p4", *ifaces, "--",
-                           "--grpc-server-addr", GRPC], stdout=log, stderr=subprocess.STDOUT)
-    try:
-        r = subprocess.run(["ip", "netns", "exec", namespace, sys.executable, str(HERE / "bmv2_p4rt_driver.py"),
-                            "--grpc", GRPC, "--a", str(tmp_path / "a"), "--b", str(tmp_path / "b"),
-                            "--config", str(tmp_path / "a.json"), "--packets", str(tmp_path / "packets.json"),
-                            "--ports", str(PORTS), "--udp-port", str(UDP_PORT), "--id-at", str(ID_AT), "--result", str(tmp_path / "result.json")],
-                           capture_output=True, text=True, cwd=HERE.parent)
-        assert r.returncode == 0, r.stdout + r.stderr
-    finally:
-        sw.terminate()
-        sw.wait(timeout=30)
-        log.close()
-    res = json.loads((tmp_path / "result.json").read_text())
+    res = _run_driver(namespace, tmp_path, "bmv2_p4rt_driver.py", [
+        "--a", str(tmp_path / "a"), "--b", str(tmp_path / "b"), "--config", str(tmp_path / "a.json"),
+        "--packets", str(tmp_path / "packets.json"), "--ports", str(PORTS)])
     assert "every entry" in res["verify"]
-    got: dict[int, set[int]] = defaultdict(set)
-    for port, seen in res["arrivals"].items():
-        for n in seen:
-            assert int(port) not in got[n], f"send {n} arrived twice on port {port}"
-            got[n].add(int(port))
+    got = _copies(res)
     phases = defaultdict(int)
     delivered = 0
     for n, i, phase in res["sends"]:
@@ -194,7 +213,6 @@ def test_serve_on_a_switch_delivers_as_the_reference_says(tmp_path, namespace):
     sent while a request is applied, exactly the decision before or after it."""
     from subc.compiler.rules import parse_rules
     from subc.compiler.spec import load_spec
-    from subc.runtime.reference import reference_decision
     from subc.workloads.itch_codec import decode_add_order
 
     spec = load_spec(EXAMPLE / "spec.p4")
@@ -217,41 +235,14 @@ def test_serve_on_a_switch_delivers_as_the_reference_says(tmp_path, namespace):
         "frames": [f.hex() for f in frames], "sentinel": len(frames) - 1,
         "sentinel_condition": SENTINEL_CONDITION, "ops": SERVE_OPS}))
 
-    log = open(tmp_path / "switch.log", "w")
-    ifaces = [a for p in range(PORTS + 1) for a in ("-i", f"{p}@s{p}")]
-    sw = subprocess.Popen(["ip", "netns", "exec", namespace, SWITCH, "--no-p4", *ifaces, "--",
-                           "--grpc-server-addr", GRPC], stdout=log, stderr=subprocess.STDOUT)
-    try:
-        r = subprocess.run(["ip", "netns", "exec", namespace, sys.executable, str(HERE / "bmv2_serve_driver.py"),
-                            "--grpc", GRPC, "--spec", str(EXAMPLE / "spec.p4"), "--program", str(prog),
-                            "--config", str(tmp_path / "prog.json"), "--port-map", str(tmp_path / "ports.txt"),
-                            "--state", str(tmp_path / "state"), "--packets", str(tmp_path / "packets.json"),
-                            "--udp-port", str(UDP_PORT), "--id-at", str(ID_AT), "--result", str(tmp_path / "result.json")],
-                           capture_output=True, text=True, cwd=HERE.parent)
-        assert r.returncode == 0, r.stdout + r.stderr
-    finally:
-        sw.terminate()
-        sw.wait(timeout=30)
-        log.close()
-    res = json.loads((tmp_path / "result.json").read_text())
-    want: list[list[frozenset]] = []  # after op k: per frame, the ports
-    for live in res["live"]:
-        rules = parse_rules("".join(f"{c} : fwd({p});\n" for c, p in live), spec, "live.sub")
-        row = []
-        for f in fields:
-            if f is None:
-                row.append(frozenset())
-                continue
-            packet = {q: 0 for q in spec.query_fields}
-            packet.update(f)
-            row.append(frozenset(reference_decision(rules, spec, packet).ports))
-        want.append(row)
+    res = _run_driver(namespace, tmp_path, "bmv2_serve_driver.py", [
+        "--spec", str(EXAMPLE / "spec.p4"), "--program", str(prog), "--config", str(tmp_path / "prog.json"),
+        "--port-map", str(tmp_path / "ports.txt"), "--state", str(tmp_path / "state"),
+        "--packets", str(tmp_path / "packets.json")])
+    want = [_reference_ports(parse_rules("".join(f"{c} : fwd({p});\n" for c, p in live), spec, "live.sub"),
+                             spec, fields) for live in res["live"]]  # after op k: per frame, the ports
     assert len({tuple(w) for w in want}) > 3, "the requests must change deliveries of the sample"
-    got: dict[int, set[int]] = defaultdict(set)
-    for port, seen in res["arrivals"].items():
-        for n in seen:
-            assert int(port) not in got[n], f"send {n} arrived twice on port {port}"
-            got[n].add(int(port))
+    got = _copies(res)
     phases, delivered = defaultdict(int), 0
     for n, i, phase, op in res["sends"]:
         ports = frozenset(got.pop(n, ()))

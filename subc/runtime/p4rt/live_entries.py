@@ -260,7 +260,7 @@ class LiveEntries:
                 raise SubcError(f"table {name} has room for {self.sizes.get(name, 0)} entries; the change needs "
                                 f"{self.held[name] + d}")
         saved = (dict(self.groups), Counter(self.group_refs), list(self.free_groups), self.next_group)
-        old_group = {ports: g for ports, g in self.groups.items()}  # how the old actions name their groups
+        old_group = saved[0]  # how the old actions name their groups
         new_groups: list = []
         dead: list = []
         kinds = {"INSERT": pr.Update.INSERT, "MODIFY": pr.Update.MODIFY, "DELETE": pr.Update.DELETE}
