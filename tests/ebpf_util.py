@@ -52,6 +52,19 @@ parser P(packet_in pkt, out headers hdr, inout metadata meta, inout standard_met
 }
 """
 DIFF_SPEC = parse_spec(DIFF_SPEC_TEXT, "ebpf_diff.p4")
+MSG_LAYOUT = [("a", 8), ("b", 16), ("c", 8), ("x", 3), ("h", 13), ("f", 2), ("pad", 6), ("e", 32), ("g", 64), ("d", 8)]
+
+
+def diff_frame(pkt: dict[str, int], kind: int = 1) -> bytes:
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Ether
+    from scapy.packet import Raw
+
+    bits = "".join(format(pkt.get(f"m.{n}", 0), f"0{w}b") for n, w in MSG_LAYOUT)
+    msg = int(bits, 2).to_bytes(len(bits) // 8, "big")
+    dst = ".".join(str(b) for b in pkt["ip.dstAddr"].to_bytes(4, "big"))
+    return bytes(Ether(src="02:00:00:00:00:aa", dst="02:00:00:00:00:bb") / IP(src="10.0.0.1", dst=dst)
+                 / UDP(sport=1234, dport=7000) / Raw(bytes([kind]) + msg))
 
 
 def compile_ebpf(text: str, spec, order=None):

@@ -85,3 +85,73 @@ def boundary_packets(rules, qs, draw):
     for _ in range(5):
         pkts.append({f: draw(st.integers(0, qs[f].max_value)) for f in qs})
     return pkts
+
+
+# -- comparisons on state (README "Stateful subscriptions") ------------------------------------
+
+
+@st.composite
+def aggregate_comparison(draw, agg_fields, values):
+    """A comparison on an aggregate of one of ``agg_fields`` (range fields of at most 32 bits)
+    with a window of none, 0, 1 or 5 us, every operator, thresholds near ``values``."""
+    kind = draw(st.sampled_from(["count", "sum", "avg", "min", "max"]))
+    field = draw(st.sampled_from(agg_fields))
+    args = [] if kind == "count" else [field]
+    window = draw(st.sampled_from([None, 0, 1, 5]))
+    if window is not None:
+        args.append(f"window={window}")
+    call = f"{kind}({', '.join(args)})"
+    op = draw(st.sampled_from(["==", "!=", "<", "<=", ">", ">="] + ([] if kind == "avg" else ["in", "not in"])))
+    if kind == "count":
+        vals = st.integers(0, 6)
+    elif kind == "sum":
+        vals = st.sampled_from([0, 1, 5, 7, 10, 107, 200, 65535, 4294967295, 8589934590])
+    else:
+        vals = st.sampled_from(sorted(set(values[field]) | {3, 4}))
+    if op in ("in", "not in"):
+        return f"{call} {op} {{{', '.join(str(v) for v in draw(st.lists(vals, min_size=1, max_size=3)))}}}"
+    v = draw(vals)
+    if draw(st.booleans()):
+        flipped = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}.get(op, op)
+        return f"{v} {flipped} {call}"
+    return f"{call} {op} {v}"
+
+
+@st.composite
+def stateful_condition(draw, fields, agg_fields, values, depth=0):
+    if depth >= 2 or draw(st.integers(0, 2)) == 0:
+        if draw(st.integers(0, 2)) == 0:
+            return draw(predicate(sorted(fields), fields))
+        return draw(aggregate_comparison(agg_fields, values))
+    kind = draw(st.sampled_from(["and", "and", "or", "not"]))
+    if kind == "not":
+        return f"not ({draw(stateful_condition(fields, agg_fields, values, depth + 1))})"
+    parts = draw(st.lists(stateful_condition(fields, agg_fields, values, depth + 1), min_size=2, max_size=3))
+    return "(" + f" {kind} ".join(parts) + ")"
+
+
+@st.composite
+def stateful_rules(draw, fields, agg_fields, values, max_rules=5):
+    """1 to ``max_rules`` rules mixing predicates on ``fields`` with comparisons on aggregates."""
+    rules = []
+    for _ in range(draw(st.integers(1, max_rules))):
+        cond = draw(stateful_condition(fields, agg_fields, values))
+        if draw(st.booleans()):  # the paper's shape: a header predicate and an aggregate
+            cond = f"{draw(predicate(sorted(fields), fields))} and {draw(aggregate_comparison(agg_fields, values))}"
+        ports = draw(st.lists(st.integers(1, 6), min_size=1, max_size=2, unique=True))
+        rules.append(f"{cond} : fwd({', '.join(map(str, ports))});")
+    return "\n".join(rules)
+
+
+@st.composite
+def timed_messages(draw, values, time_field, max_messages=40):
+    """(time in ns, message) pairs with fields from ``values`` and the time in ``time_field``: steps
+    onto, before and after window boundaries (1 and 5 us, 2 us), sometimes back in time."""
+    t = draw(st.integers(0, 3000))
+    out = []
+    for _ in range(draw(st.integers(1, max_messages))):
+        t = max(0, t + draw(st.sampled_from([0, 1, 999, 1000, 1001, 2000, 4999, 5000, -1, -1000])))
+        msg = {f: draw(st.sampled_from(vs)) for f, vs in values.items()}
+        msg[time_field] = t
+        out.append((t, msg))
+    return out

@@ -23,28 +23,15 @@ from subc.runtime.reference import reference_decision
 
 from conftest import EXAMPLE, real_sample
 from ebpf_util import (DIFF_SPEC, DIFF_SPEC_TEXT, NET_HEADERS, XDP_DROP, XDP_PASS, XDP_REDIRECT, Runner, check_rewrite,
-                       compile_ebpf, expected_xdp, fake_subscribers, need_root, stat_totals)
+                       compile_ebpf, diff_frame, expected_xdp, fake_subscribers, need_root, stat_totals)
 from strategies import boundary_packets, rule_set
 from test_delivery_differential import draw_case
 
 QS = dict(DIFF_SPEC.query_fields)
 ORDERS = [sorted(QS), sorted(QS, reverse=True)]
-MSG_LAYOUT = [("a", 8), ("b", 16), ("c", 8), ("x", 3), ("h", 13), ("f", 2), ("pad", 6), ("e", 32), ("g", 64), ("d", 8)]
 # One rule that tests every field, so that every rule set has the same stages (one program).
 ALL_FIELDS_RULE = ("m.a == 7 and m.b == 9 and m.c == 1 and m.h == 5 and m.f == 1 and m.e == 3 and m.g == 11 "
                    "and m.d == 3 and ip.dstAddr == 1.2.3.4 : fwd(6);")
-
-
-def diff_frame(pkt: dict[str, int], kind: int = 1) -> bytes:
-    from scapy.layers.inet import IP, UDP
-    from scapy.layers.l2 import Ether
-    from scapy.packet import Raw
-
-    bits = "".join(format(pkt.get(f"m.{n}", 0), f"0{w}b") for n, w in MSG_LAYOUT)
-    msg = int(bits, 2).to_bytes(len(bits) // 8, "big")
-    dst = ".".join(str(b) for b in pkt["ip.dstAddr"].to_bytes(4, "big"))
-    return bytes(Ether(src="02:00:00:00:00:aa", dst="02:00:00:00:00:bb") / IP(src="10.0.0.1", dst=dst)
-                 / UDP(sport=1234, dport=7000) / Raw(bytes([kind]) + msg))
 
 
 # -- compile-time checks (no root needed) ------------------------------------------------------

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from ebpf_util import DIFF_SPEC, fake_subscribers, need_root
 from strategies import boundary_packets, condition
-from test_ebpf import diff_frame
+from ebpf_util import diff_frame
 
 from subc.compiler.ast import evaluate
 from subc.compiler.incremental import LiveDiagram

@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 from scapy.fields import BitField, ByteField, IntField, LongField, ShortField, StrFixedLenField
 from scapy.packet import Packet
 from strategies import boundary_packets, rule_set
-from test_ebpf import DIFF_SPEC_TEXT, MSG_LAYOUT
+from ebpf_util import DIFF_SPEC_TEXT, MSG_LAYOUT
 
 from subc.compiler.driver import compile_rules
 from subc.compiler.rules import parse_rules

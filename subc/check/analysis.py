@@ -42,10 +42,12 @@ MAX_CONFLICTS_PER_PAIR = 10
 #: Covering rules named in one diagnostic (the rest are counted).
 MAX_NAMED = 5
 
+#: A field, or an aggregate call (``avg(h.f, window=5)``).
+_OPERAND = r"""(?:[A-Za-z_]\w*\s*\([^)]*\)|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?)"""
 _PRED_TEXT = re.compile(
-    r"""(?:[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)?\s*(?:not\s+in|in)\s*\{[^}]*\}"""
-    r"""|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?\s*(?:==|=|!=|<=|>=|<|>)\s*(?:"(?:[^"\\]|\\.)*"|[^\s;:(),]+(?:/\d+)?)"""
-    r"""|(?:"(?:[^"\\]|\\.)*"|[^\s;:(),]+)\s*(?:==|=|!=|<=|>=|<|>)\s*[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?)"""
+    rf"""(?:{_OPERAND}\s*(?:not\s+in|in)\s*\{{[^}}]*\}}"""
+    rf"""|{_OPERAND}\s*(?:==|=|!=|<=|>=|<|>)\s*(?:"(?:[^"\\]|\\.)*"|[^\s;:(),]+(?:/\d+)?)"""
+    rf"""|(?:"(?:[^"\\]|\\.)*"|[^\s;:(),]+)\s*(?:==|=|!=|<=|>=|<|>)\s*{_OPERAND})"""
 )
 
 
@@ -72,17 +74,19 @@ def _conjuncts(e: Expr) -> list[Expr]:
 
 
 class RuleSpace:
-    """The BDDs of a rule set: one manager over the used fields (declared in first-use order).
+    """The BDDs of a rule set: one manager over the used fields (declared in first-use order;
+    ``fields``: the query fields with the state values of :func:`~subc.compiler.aggregates.plan_state`
+    when the rules are its rewritten rules, whose comparisons on state are predicates on them).
 
     ``cond[i]`` is rule i's condition AND the validity constraint; ``box[i]`` its bounding box
     (per field a (first, last) elementary-interval index, None for any), ``None`` when empty.
     """
 
-    def __init__(self, rules: Sequence[Rule], spec: Spec):
+    def __init__(self, rules: Sequence[Rule], spec: Spec, fields: dict | None = None):
         self.rules = list(rules)
         self.order = fields_used(self.rules)
-        self.domains = field_domains(self.rules, spec.query_fields, self.order)
-        self.fields = spec.query_fields
+        self.fields = fields if fields is not None else spec.query_fields
+        self.domains = field_domains(self.rules, self.fields, self.order)
         self.bdd = cudd.BDD()
         self.bdd.configure(reordering=False)
         for d in self.domains:

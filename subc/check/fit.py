@@ -259,3 +259,24 @@ def _instruction_counts(doc: dict, src: str, caps: dict[str, int]) -> dict:
         return {"subc_xdp": prog_info(prog.xdp.fd), "subc_tc": prog_info(prog.tc.fd)}
     finally:
         prog.bpf.cleanup()
+
+
+def state_fit(res: CompileResult) -> dict:
+    """What comparisons on state need (README "Stateful subscriptions"): the aggregate instances
+    (function, field, window in us, avg thresholds, the rules sharing it), the state values the
+    pipeline matches, and per target the registers: eBPF, ``subc_agg`` entries (two generations per
+    instance) and their bytes."""
+    from ..compiler.targets import ebpf_layout as L
+
+    st = res.ir.state
+    size = L.agg_struct(max([len(i.thresholds) for i in st.instances], default=1)).size
+    return {
+        "instances": [{"index": i.index, "kind": i.kind, "field": i.field.name if i.field else None,
+                       "window_us": i.window_ns / 1000, "thresholds": list(i.thresholds), "rules": list(i.rules)}
+                      for i in st.instances],
+        "state_values": len(st.values),
+        "update_states": len(st.updates),
+        "time": st.time_field.name if st.time_field else "arrival",
+        "ebpf": {"map": "subc_agg", "entries": 2 * len(st.instances), "bytes": 2 * len(st.instances) * size,
+                 "lock": "bpf_spin_lock per instance"},
+    }

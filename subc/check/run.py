@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from ..compiler.aggregates import is_state_field, plan_state
 from ..compiler.gcpause import paused_gc
+from ..compiler.targets import STATEFUL_TARGETS
 from ..compiler.limits import DEFAULT_LIMITS, LimitError, Limits
 from ..compiler.rules import parse_rules
 from ..compiler.spec import Spec, load_spec
@@ -87,7 +89,9 @@ def check(paths: Sequence[str], spec_path: str, target: str = "bmv2", limits: Li
     with paused_gc():
         rules, rep.diagnostics = parse_all(paths, spec, limits)
         rep.rules = len(rules)
-        space = RuleSpace(rules, spec)
+        # comparisons on state are analysed as predicates on the state values (free variables)
+        rewritten, plan, fields = plan_state(rules, spec)
+        space = RuleSpace(rewritten[:len(rules)], spec, fields) if plan is not None else RuleSpace(rules, spec)
         rep.diagnostics += unsatisfiable(space)
         rep.diagnostics += changes_nothing(space)
         found = conflicts(space)
@@ -107,6 +111,14 @@ def check(paths: Sequence[str], spec_path: str, target: str = "bmv2", limits: Li
                 else:
                     rep.target_fit, more = fit.bmv2_fit(res)
                 rep.diagnostics += more
+                if res.ir.state is not None:
+                    rep.target_fit["state"] = fit.state_fit(res)
+                    if target not in STATEFUL_TARGETS:
+                        first = next(r for r in res.rules if r.index == res.ir.state.instances[0].rules[0])
+                        rep.diagnostics.append(Diagnostic(
+                            "error", "target-fit",
+                            f"the rules compare state (aggregates), which the {target} target does not support yet "
+                            f"(supported: {', '.join(STATEFUL_TARGETS)})", first.location))
     rep.diagnostics.sort(key=Diagnostic.sort_key)
     return rep
 
@@ -125,7 +137,7 @@ def _example_messages(spec: Spec, diagnostics: list[Diagnostic]) -> None:
         return  # a pragma-only spec, or no MoldUDP64 feed: the field values are the example
     for d in diagnostics:
         if d.example:
-            msg = encoder.encode(d.example)
+            msg = encoder.encode({k: v for k, v in d.example.items() if not is_state_field(k)})
             if msg is not None:
                 d.example_message = msg.hex()
                 d.notes.append(f"example message (hex, as the spec frames it): {d.example_message}")

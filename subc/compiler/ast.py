@@ -8,8 +8,9 @@ interval sets that the compiler derives from it (:meth:`Pred.values`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import lru_cache
-from typing import Union
+from typing import Callable, Union
 
 from ..errors import Location
 from .intervals import IntervalSet
@@ -78,6 +79,66 @@ def _pred_values(width: int, op: str, operands: tuple[Operand, ...]) -> Interval
     return IntervalSet(top, [lo_hi])
 
 
+#: Aggregate functions of stateful predicates (README "Stateful subscriptions").
+AGGREGATES = ("count", "sum", "avg", "min", "max")
+#: Aggregates whose value over an empty window is undefined: every comparison on it is false.
+UNDEFINED_WHEN_EMPTY = ("avg", "min", "max")
+#: Most comparisons on state one rule may hold (its stateless part is found over every truth
+#: assignment of them: 2**n).
+MAX_STATE_PREDICATES = 10
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """An aggregate over a tumbling window: ``kind`` (one of :data:`AGGREGATES`), the aggregated
+    ``field`` ('header.field', None for ``count()``) of ``width`` bits (0 without a field), and
+    ``window_ns``, the window's length in ns (0: one window that never ends).
+
+    Its value over a window (README "Stateful subscriptions"): ``count`` the messages, ``sum``
+    their field values (saturating at 2**64 - 1), ``avg`` the exact mean (a
+    :class:`~fractions.Fraction`), ``min``/``max`` the extremes; ``avg``, ``min`` and ``max`` of
+    an empty window are None."""
+
+    kind: str
+    field: str | None
+    width: int
+    window_ns: int
+
+    def __str__(self) -> str:
+        args = [self.field] if self.field else []
+        return f"{self.kind}({', '.join(args)})"
+
+
+@dataclass(frozen=True)
+class StatePred:
+    """A comparison on state: ``agg op operand(s)`` (the operators of :data:`OPS`, operands whole
+    values converted as for the aggregated field: its scale applies).  ``location`` as for
+    :class:`Pred`."""
+
+    agg: Aggregate
+    op: str
+    operands: tuple[Operand, ...]
+    location: Location | None
+
+    @property
+    def key(self) -> tuple:
+        """The comparison without its location: two comparisons with one key are one unknown of
+        a rule's stateless part (:func:`state_predicates`)."""
+        return (self.agg, self.op, self.operands)
+
+    def holds(self, value: "int | Fraction | None") -> bool:
+        """The comparison on the aggregate's ``value`` (None, an empty window's ``avg``, ``min`` or
+        ``max``: false for every operator)."""
+        if value is None:
+            return False
+        op = self.op
+        if op in ("in", "==", "!=", "not in"):
+            hit = any(value == o.value for o in self.operands)
+            return hit if op in ("in", "==") else not hit
+        c = self.operands[0].value
+        return {"<": value < c, "<=": value <= c, ">": value > c, ">=": value >= c}[op]
+
+
 @dataclass(frozen=True)
 class And:
     items: tuple["Expr", ...]
@@ -93,7 +154,7 @@ class Not:
     item: "Expr"
 
 
-Expr = Union[Pred, And, Or, Not]
+Expr = Union[Pred, StatePred, And, Or, Not]
 
 
 @dataclass(frozen=True)
@@ -195,21 +256,45 @@ class Rule:
         return (Rule, (self.index, *self._full()))
 
 
-def evaluate(expr: Expr, packet: dict[str, int]) -> bool:
-    """Evaluate a condition on a packet given as {'header.field': value} (reference semantics)."""
+def evaluate(expr: Expr, packet: dict[str, int], state: Callable[[StatePred], bool] | None = None) -> bool:
+    """Evaluate a condition on a packet given as {'header.field': value} (reference semantics);
+    ``state`` gives the truth of each comparison on state (a condition with one and no ``state``
+    raises TypeError)."""
     if isinstance(expr, Pred):
         return expr.holds(packet[expr.field])
+    if isinstance(expr, StatePred):
+        if state is None:
+            raise TypeError(f"a comparison on state ({expr.agg}) needs the state to be evaluated")
+        return state(expr)
     if isinstance(expr, And):
-        return all(evaluate(e, packet) for e in expr.items)
+        return all(evaluate(e, packet, state) for e in expr.items)
     if isinstance(expr, Or):
-        return any(evaluate(e, packet) for e in expr.items)
-    return not evaluate(expr.item, packet)
+        return any(evaluate(e, packet, state) for e in expr.items)
+    return not evaluate(expr.item, packet, state)
+
+
+def state_predicates(expr: Expr) -> list[StatePred]:
+    """The distinct comparisons on state of ``expr`` (by :attr:`StatePred.key`), in order of
+    first use."""
+    out: dict[tuple, StatePred] = {}
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, StatePred):
+            out.setdefault(e.key, e)
+        elif isinstance(e, Not):
+            stack.append(e.item)
+        elif isinstance(e, (And, Or)):
+            stack.extend(reversed(e.items))
+    return list(out.values())
 
 
 def predicates(expr: Expr):
-    """All predicates of ``expr``, depth first."""
+    """All predicates on header fields of ``expr`` (not those on state), depth first."""
     if isinstance(expr, Pred):
         yield expr
+    elif isinstance(expr, StatePred):
+        return
     elif isinstance(expr, Not):
         yield from predicates(expr.item)
     else:

@@ -124,9 +124,9 @@ class ConditionBuilder:
             return self.index_set(self.domains[e.field], e.values())
         if isinstance(e, Not):
             return ~self.expr(e.item)
-        parts = [self.expr(x) for x in e.items]
-        u = parts[0]
-        for p in parts[1:]:
+        u = self.bdd.true if isinstance(e, And) else self.bdd.false  # And(()) is true, Or(()) false
+        for x in e.items:
+            p = self.expr(x)
             u = (u & p) if isinstance(e, And) else (u | p)
         return u
 

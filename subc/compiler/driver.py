@@ -15,6 +15,7 @@ from functools import cached_property
 from typing import Sequence
 
 from ..errors import SubcError
+from .aggregates import is_state_field, plan_state
 from .ast import Rule
 from .bdd import RuleBDD, build_bdd, fields_used
 from .costs import ebpf_cost, p4_cost
@@ -50,6 +51,10 @@ class CompileResult:
     capacity_factor: float = 2.0
     #: the least width of the P4 state field (bits)
     state_bits: int = 0
+    #: the rules as sliced (comparisons on state rewritten, update rules added:
+    #: :func:`~.aggregates.plan_state`) and the fields they test, when the rules compare state
+    sliced_rules: list[Rule] | None = None
+    fields: dict | None = None
 
     @cached_property
     def pipeline(self) -> Pipeline:
@@ -63,6 +68,8 @@ class CompileResult:
     def rbdd(self) -> RuleBDD:
         """The global BDD of the rules in the chosen field order, built on first use (``--dot``):
         the compiler slices without it (:mod:`.layered`), to the same stages."""
+        if self.sliced_rules is not None:
+            return build_bdd(self.sliced_rules, self.fields, self.ir.field_order)
         return build_bdd(self.rules, self.spec.query_fields, self.ir.field_order)
 
     @property
@@ -87,16 +94,17 @@ def resolve_order(names: Sequence[str], spec: Spec, used: Sequence[str]) -> list
     return [f for f in out if f in used]
 
 
-def _build(rules, spec, order, target, range_form="auto", max_work=None, limits=DEFAULT_LIMITS):
-    """One candidate field order: (IR, cost, P4 pipeline or None, phase times in s).
+def _build(rules, spec, order, target, range_form="auto", max_work=None, limits=DEFAULT_LIMITS, plan=None, fields=None):
+    """One candidate field order: (IR, cost, P4 pipeline or None, phase times in s); ``plan`` and
+    ``fields`` those of :func:`~.aggregates.plan_state` when the rules compare state.
 
     Raises :class:`~.layered.SliceBudgetExceeded` past ``max_work``,
     :class:`~.layered.StateLimitExceeded` past ``limits`` (see :func:`slice_rules`), and
     :class:`SubcError` for conflicting actions (:func:`~.ir.build_ir`)."""
     t0 = time.perf_counter()
-    sliced = slice_rules(rules, spec.query_fields, order, max_work, limits)
+    sliced = slice_rules(rules, fields or spec.query_fields, order, max_work, limits)
     t1 = time.perf_counter()
-    ir = build_ir(sliced, rules, spec)
+    ir = build_ir(sliced, rules, spec, plan)
     if target == "ebpf":
         cost, pipe = ebpf_cost(ir), None
     else:
@@ -148,8 +156,15 @@ def compile_rules(
     ``limits`` allow (a candidate over the limit is skipped when another fits).
     """
     rules = list(rules)
-    used = fields_used(rules)
-    check_parsed(spec, list(used))
+    sliced_rules, plan, fields = plan_state(rules, spec)
+    used = [f for f in fields_used(sliced_rules) if not is_state_field(f)]
+    after: list[str] = []  # the state values' stages come after every header field's
+    needed = list(used)
+    if plan is not None:
+        after = [v.field.name for v in plan.values]
+        needed += [i.field.name for i in plan.instances if i.field is not None]
+        needed += [plan.time_field.name] if plan.time_field is not None else []
+    check_parsed(spec, list(dict.fromkeys(needed)))
     t0 = time.perf_counter()
     if field_order is not None:
         orders = [resolve_order(field_order, spec, used)]
@@ -157,6 +172,7 @@ def compile_rules(
         orders = candidate_orders(used, spec)
         if len(rules) > ORDER_SEARCH_MAX_RULES:
             orders = orders[:1]
+    orders = [o + after for o in orders]
     best = None
     too_big: StateLimitExceeded | None = None
     with paused_gc():
@@ -165,7 +181,8 @@ def compile_rules(
             # candidate's work: a heuristic cut (such an order has far larger states)
             budget = None if best is None else ORDER_SEARCH_WORK_FACTOR * best[0].work + 10_000
             try:
-                built = _build(rules, spec, order, target, range_form, budget, limits)
+                built = _build(sliced_rules, spec, order, target, range_form, budget, limits, plan,
+                               fields if plan is not None else None)
             except SliceBudgetExceeded:
                 continue
             except StateLimitExceeded as e:
@@ -179,6 +196,8 @@ def compile_rules(
     # the order search is the time spent on the candidates that were not kept
     phases = {"order_search": time.perf_counter() - t0 - sum(phases.values()), **phases}
     res = CompileResult(ir, rules, spec, target, phases, len(orders), range_form, capacity_factor, state_bits)
+    if plan is not None:
+        res.sliced_rules, res.fields = sliced_rules, fields
     if pipe is not None and pipe.state_width >= state_bits:
         for t in pipe.tables:
             t.capacity_factor = capacity_factor

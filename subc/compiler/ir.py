@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from ..errors import SubcError
+from .aggregates import UPDATE_ATOM, StatePlan, boundary_updates, is_state_field
 from .ast import Rule, evaluate
 from .decisions import FWD, Decision, conflict_message, conflicting_pair, decide, default_decision_of
 from .slicing import Sliced
@@ -185,6 +186,9 @@ class SubscriptionIR:
     actions: tuple[ActionSignature, ...]
     headers: tuple[str, ...]
     work: int = field(default=0, compare=False)
+    #: the registers and state values of comparisons on state (None: a stateless rule set); its
+    #: state-value stages come after every header-field stage
+    state: StatePlan | None = None
 
     @property
     def field_order(self) -> list[str]:
@@ -218,9 +222,11 @@ def _conflict_error(pair: tuple[tuple, tuple], example: dict[str, int], rules: S
     return err
 
 
-def build_ir(sliced: Sliced, rules: Sequence[Rule], spec: Spec) -> SubscriptionIR:
+def build_ir(sliced: Sliced, rules: Sequence[Rule], spec: Spec, plan: StatePlan | None = None) -> SubscriptionIR:
     """Freeze ``sliced`` (from :func:`~.layered.slice_rules`) with its decisions into the IR.
 
+    With ``plan`` (:func:`~.aggregates.plan_state`; ``rules`` are then the rules it returned),
+    the update atoms are taken off the leaves and become the plan's per-state update masks.
     Raises :class:`SubcError` when a leaf's atoms conflict (:mod:`.decisions`), pointing at one
     of the two rules, naming the other, with an example packet."""
     stages = tuple(
@@ -232,11 +238,12 @@ def build_ir(sliced: Sliced, rules: Sequence[Rule], spec: Spec) -> SubscriptionI
     leaves = []
     used: dict[str, ActionSignature] = {}
     for leaf in sliced.leaves:
-        pair = conflicting_pair(leaf.atoms)
+        atoms = leaf.atoms if plan is None else frozenset(a for a in leaf.atoms if a[0] != UPDATE_ATOM)
+        pair = conflicting_pair(atoms)
         if pair is not None:
             raise _conflict_error(pair, leaf.example, rules)
-        d = decide(leaf.atoms, default)
-        leaves.append(LeafDecision(leaf.state, d, leaf.atoms, leaf.example))
+        d = decide(atoms, default)
+        leaves.append(LeafDecision(leaf.state, d, atoms, leaf.example))
         if d.ports:
             used.setdefault(FWD, ActionSignature(FWD, (("port", PORT_WIDTH),)))
         elif d.action[0] in spec.actions:
@@ -246,6 +253,14 @@ def build_ir(sliced: Sliced, rules: Sequence[Rule], spec: Spec) -> SubscriptionI
     da = spec.default_action
     if da not in used:
         used[da] = ActionSignature(da, tuple(spec.actions[da].params) if da in spec.actions else ())
-    headers = tuple(dict.fromkeys(s.field.header for s in stages))
+    headers = tuple(dict.fromkeys(s.field.header for s in stages if not is_state_field(s.field.name)))
+    if plan is not None:
+        boundary = sum(1 for s in stages if not is_state_field(s.field.name))
+        plan = StatePlan(plan.instances, plan.values, plan.time_field, plan.time_unit_ns, boundary,
+                         boundary_updates(sliced, boundary))
+        extra = [i.field.header for i in plan.instances if i.field is not None]
+        if plan.time_field is not None:
+            extra.append(plan.time_field.header)
+        headers = tuple(dict.fromkeys([*headers, *extra]))
     return SubscriptionIR(stages, tuple(leaves), sliced.root_state, default, tuple(sorted(used.values(), key=lambda a: a.name)),
-                          headers, sliced.work)
+                          headers, sliced.work, plan)

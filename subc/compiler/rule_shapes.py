@@ -389,9 +389,10 @@ class ShapeParser:
     @staticmethod
     def _safe(tree: Tree, parts: list[str]) -> bool:
         """True when every Lark literal token of the piece is one of the splitter's literals (which
-        may also find some in comments), with no IPv4/IPv6/MAC literal and no prefix."""
-        if any(t.data == "prefix" for t in tree.iter_subtrees()):
-            return False
+        may also find some in comments), with no IPv4/IPv6/MAC literal, no prefix and no
+        aggregate."""
+        if any(t.data in ("prefix", "aggregate") for t in tree.iter_subtrees()):
+            return False  # prefixes, and comparisons on state (resolved piece by piece)
         bounds = list(accumulate(map(len, parts)))
         lit_at = {bounds[i - 1]: parts[i] for i in range(1, len(parts), 2)}
         for tok in tree_tokens(tree):

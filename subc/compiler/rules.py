@@ -14,12 +14,16 @@ from lark import Token, Tree
 from lark.exceptions import UnexpectedInput
 
 from ..errors import SubcError
-from .ast import And, Action, Not, Operand, Or, Pred, Rule
+from .ast import AGGREGATES, MAX_STATE_PREDICATES, Aggregate, And, Action, Not, Operand, Or, Pred, Rule, StatePred, state_predicates
 from .grammar_parser import SourceText, comparison_parts, rule_parser, syntax_error
 from .limits import DEFAULT_LIMITS, Limits
 from .literals import arg_value, literal_value
 from .rule_shapes import ShapeCache, ShapeParser
 from .spec import QueryField, Spec
+
+#: Widest field each aggregate takes (bits): a sum is kept in 64 bits, an average's excess over a
+#: threshold in 64 signed bits, a min or max with one more bit for the empty window.
+AGGREGATE_MAX_WIDTH = {"sum": 64, "avg": 32, "min": 63, "max": 63}
 
 MAX_PORT = 511  # 9-bit port numbers (v1model egress_spec, TNA PortId_t)
 
@@ -52,6 +56,10 @@ class RuleResolver:
         """The rule of a ``rule`` tree, with ``index``."""
         cond_tree, actions_tree = tree.children
         cond = self.expr(cond_tree)
+        preds = state_predicates(cond)
+        if len(preds) > MAX_STATE_PREDICATES:
+            raise SubcError(f"a rule may compare state at most {MAX_STATE_PREDICATES} ways; this one has {len(preds)}",
+                            preds[MAX_STATE_PREDICATES].location)
         actions = tuple(self.action(a) for a in actions_tree.children)
         text = self.source.text[self.base + tree.meta.start_pos : self.base + tree.meta.end_pos]
         return Rule(index, cond, actions, self.loc(tree), text)
@@ -105,8 +113,72 @@ class RuleResolver:
             return Operand(value, plen)
         return Operand(literal_value(v.type, str(v), q, self.loc(v)))
 
-    def comparison(self, t: Tree) -> Pred:
-        """The predicate of a ``cmp``, ``cmp_rev``, ``member`` or ``not_member`` tree."""
+    def aggregate(self, t: Tree) -> tuple[Aggregate, QueryField]:
+        """The :class:`Aggregate` of an ``aggregate`` tree, and the field its comparison values
+        are converted with (the aggregated field, as wide as the aggregate's values)."""
+        name_tok, *args = t.children
+        kind = str(name_tok)
+        if kind not in AGGREGATES:
+            raise SubcError(f"unknown aggregate '{kind}' (known: {', '.join(sorted(AGGREGATES))})", self.loc(name_tok))
+        q, window, seen_kw = None, None, False
+        for a in args:
+            if a.data == "field":
+                if q is not None or seen_kw:
+                    raise SubcError(f"{kind}() takes one field, before its keyword arguments", self.loc(a))
+                q = self.field(a)
+            else:
+                key, op, value = a.children
+                if str(key) != "window" or str(op) != "=":
+                    raise SubcError(f"unknown keyword argument '{key}' (known: window=<us>)", self.loc(key))
+                if window is not None:
+                    raise SubcError("window= is given twice", self.loc(key))
+                window, seen_kw = int(value) * 1000, True
+        if q is None and kind != "count":
+            raise SubcError(f"{kind}() needs a field: {kind}(header.field)", self.loc(name_tok))
+        if q is not None:
+            if q.alpha:
+                raise SubcError(f"cannot aggregate text field '{q.name}' (alpha)", self.loc(name_tok))
+            limit = AGGREGATE_MAX_WIDTH.get(kind)
+            if limit is not None and q.width > limit:
+                raise SubcError(f"{kind}() takes fields of at most {limit} bits; '{q.name}' has {q.width}", self.loc(name_tok))
+        if window is None:
+            window = self.spec.field_windows.get(q.name, self.spec.window_ns) if q is not None else self.spec.window_ns
+        agg = Aggregate(kind, q.name if q is not None else None, q.width if q is not None else 0, window)
+        if kind in ("count", "sum"):  # values of 64 bits; a sum keeps the field's scale
+            scale = q.scale if (q is not None and kind == "sum") else None
+            values_field = QueryField(f"{kind}()", 64, "range", self.loc(t), scale)
+        else:
+            values_field = q
+        return agg, values_field
+
+    def state_comparison(self, t: Tree) -> StatePred:
+        """The comparison on state of an ``agg_cmp``, ``agg_cmp_rev``, ``agg_member`` or
+        ``agg_not_member`` tree."""
+        if t.data in ("agg_member", "agg_not_member"):
+            agg, q = self.aggregate(t.children[0])
+            if agg.kind == "avg":
+                raise SubcError("avg() is compared with ==, !=, <, <=, > or >=, not a set", self.loc(t))
+            ops = tuple(self.operand(v, q) for v in t.children[1:])
+            op = "in" if t.data == "agg_member" else "not in"
+        else:
+            if t.data == "agg_cmp":
+                atree, op_tok, value = t.children
+                op = str(op_tok)
+            else:
+                value, op_tok, atree = t.children
+                op = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}.get(str(op_tok), str(op_tok))
+            op = "==" if op == "=" else op
+            agg, q = self.aggregate(atree)
+            ops = (self.operand(value, q),)
+        if any(o.prefix_len is not None for o in ops):
+            raise SubcError("an aggregate is compared with whole values, not prefixes", self.loc(t))
+        return StatePred(agg, op, ops, self.loc(t))
+
+    def comparison(self, t: Tree) -> Pred | StatePred:
+        """The predicate of a ``cmp``, ``cmp_rev``, ``member`` or ``not_member`` tree, or the
+        comparison on state of an aggregate's (:meth:`state_comparison`)."""
+        if t.data.startswith("agg_"):
+            return self.state_comparison(t)
         if t.data in ("member", "not_member"):
             q = self.field(t.children[0])
             values = t.children[1:]

@@ -12,6 +12,11 @@ constants, typedefs and a ``parser``) and names the fields that rules may use:
 ``@pragma query_field_alpha(h.f)``                      subc: ASCII text field (ITCH Alpha); strings only
 ``@pragma query_payload(h)``                            subc: a message with header ``h`` has a payload
 ``@pragma query_topic(h.n, h.l0, h.l1, ...)``           subc: topic levels (count, then one label field each)
+``@pragma query_field_counter(h.f[, window_us])``       Camus: ``h.f`` may be aggregated (a range query field),
+                                                        over tumbling windows of ``window_us`` us
+``@pragma query_window(window_us)``                     subc: the aggregates' default window (0: never ends)
+``@pragma query_time(h.f[, unit])``                     subc: a message's time is field ``h.f`` in ``unit``
+                                                        (ns, us, ms, s) instead of its arrival time
 =====================================================  ===========================================
 
 ``query_payload``: a message whose parse extracts instance ``h`` may be longer than its headers
@@ -177,6 +182,14 @@ class Spec:
     payload_instances: set[str] = field(default_factory=set)
     #: ``@pragma query_topic``: the topic levels' fields, or None
     topic: TopicFields | None = None
+    #: ``@pragma query_window``: the aggregates' default tumbling window in ns (0: never ends)
+    window_ns: int = 0
+    #: ``@pragma query_field_counter(h.f, window_us)``: a field's aggregates' window in ns
+    field_windows: dict[str, int] = field(default_factory=dict)
+    #: ``@pragma query_time``: the query field that gives a message's time, or None (arrival time)
+    time_field: str | None = None
+    #: ns per unit of :attr:`time_field`
+    time_unit_ns: int = 1
 
     @property
     def infers_actions(self) -> bool:
@@ -623,14 +636,16 @@ class _SpecParser(P414Declarations):
         for p in self.pragmas:
             if p.name in kinds:
                 self.query_field_pragma(p, kinds[p.name], instances)
+            elif p.name == "query_field_counter":
+                self.field_counter_pragma(p, instances)
             elif p.name in ("query_field_scale", "query_field_alpha", "query_default_action", "query_payload",
-                            "query_topic"):
+                            "query_topic", "query_window", "query_time"):
                 extra.append(p)
             elif p.name == "query_control":
                 continue  # Camus: where its generated control goes; subc generates the whole pipeline
-            elif p.name == "query_field_counter":
-                raise SubcError("query_field_counter (a stateful subscription) is not supported yet",
-                                self.loc(p.offset))
+            elif p.name == "query_counter":
+                raise SubcError("query_counter (a named counter that actions increment) is not supported yet; "
+                                "aggregates (count(), sum(f), avg(f), min(f), max(f)) are", self.loc(p.offset))
             elif p.name.startswith("query_"):
                 raise SubcError(f"unknown pragma '{p.name}'", self.loc(p.offset))
         for p in extra:
@@ -645,6 +660,14 @@ class _SpecParser(P414Declarations):
                 continue
             if p.name == "query_topic":
                 self.topic_pragma(p)
+                continue
+            if p.name == "query_window":
+                if len(p.args) != 1:
+                    raise SubcError("query_window takes one window length in us", self.loc(p.offset))
+                spec.window_ns = self.window_arg(p, 0)
+                continue
+            if p.name == "query_time":
+                self.time_pragma(p)
                 continue
             want = 2 if p.name == "query_field_scale" else 1
             if len(p.args) != want:
@@ -672,6 +695,43 @@ class _SpecParser(P414Declarations):
                 f"default action '{da}' must be drop, nop, or a spec action without parameters",
                 spec.default_action_location or self.loc(0),
             )
+
+    def window_arg(self, p: Pragma, i: int) -> int:
+        """Argument ``i`` of ``p`` as a window length in us, returned in ns (0: never ends)."""
+        us = parse_p4_int(p.args[i])
+        if us is None or not 0 <= us < 1 << 40:
+            raise SubcError(f"bad window '{p.args[i]}' (a whole number of us, 0 for a window that never ends)",
+                            self.loc(p.arg_offsets[i]))
+        return us * 1000
+
+    def field_counter_pragma(self, p: Pragma, instances: dict[str, str]) -> None:
+        """``query_field_counter(h.f[, window_us])`` (Camus): ``h.f`` is a range query field (unless
+        declared already) whose aggregates use tumbling windows of ``window_us`` us."""
+        if not 1 <= len(p.args) <= 2:
+            raise SubcError("query_field_counter takes a field and an optional window in us", self.loc(p.offset))
+        if p.args[0] not in self.spec.query_fields:
+            self.query_field_pragma(Pragma("query_field", p.args[:1], p.arg_offsets[:1], p.offset), "range", instances)
+        if len(p.args) == 2:
+            self.spec.field_windows[p.args[0]] = self.window_arg(p, 1)
+
+    def time_pragma(self, p: Pragma) -> None:
+        """``query_time(h.f[, unit])``: a message's time for windows is query field ``h.f``."""
+        spec = self.spec
+        units = {"ns": 1, "us": 1000, "ms": 1_000_000, "s": 1_000_000_000}
+        if not 1 <= len(p.args) <= 2:
+            raise SubcError("query_time takes a field and an optional unit (ns, us, ms, s)", self.loc(p.offset))
+        if spec.time_field is not None:
+            raise SubcError("query_time is given twice", self.loc(p.offset))
+        q = spec.query_fields.get(p.args[0])
+        if q is None:
+            raise SubcError(f"'{p.args[0]}' is not a query field (declare it with @pragma query_field first)",
+                            self.loc(p.arg_offsets[0]))
+        if q.alpha or q.width > 64:
+            raise SubcError(f"time field '{q.name}' must be an integer field of at most 64 bits", self.loc(p.arg_offsets[0]))
+        unit = p.args[1] if len(p.args) == 2 else "ns"
+        if unit not in units:
+            raise SubcError(f"unknown time unit '{unit}' (ns, us, ms, s)", self.loc(p.arg_offsets[1]))
+        spec.time_field, spec.time_unit_ns = q.name, units[unit]
 
     def payload_pragma(self, p: Pragma, instances: dict[str, str]) -> None:
         if len(p.args) != 1 or not IDENT_RE.match(p.args[0]):

@@ -29,6 +29,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field as dc_field
 
+from .aggregates import UPDATE_ATOM, StatePlan, is_state_field
 from .intervals import prefix_cover_count
 from .ir import FieldStage, SubscriptionIR, fallback_target
 from .spec import Spec
@@ -124,6 +125,8 @@ class Pipeline:
     leaf_atoms: dict[int, frozenset]
     meta: str = "meta"
     hdr: str = "hdr"
+    #: the registers and state values of comparisons on state (the IR's), or None
+    state: StatePlan | None = None
 
     def table(self, name: str) -> Table:
         for t in self.tables:
@@ -138,7 +141,24 @@ class Pipeline:
 
 
 def _table_base(field_name: str) -> str:
+    if is_state_field(field_name):
+        return "subc_" + field_name.split(".", 1)[1]
     return "subc_" + field_name.replace(".", "_")
+
+
+def field_key_name(field_name: str, hdr: str, meta: str) -> str:
+    """The P4 expression a stage matches for a field: ``hdr.h.f``, or ``meta.subc_vN`` for a
+    state value (:mod:`.aggregates`)."""
+    if is_state_field(field_name):
+        return f"{meta}.subc_{field_name.split('.', 1)[1]}"
+    return f"{hdr}.{field_name}"
+
+
+def update_table(plan: StatePlan, state_key: Key) -> Table:
+    """The table applied before the first state-value stage: the diagram's state there ->
+    ``subc_update(mask)``, the aggregate instances the message updates (default: none)."""
+    entries = [Entry((s,), UPDATE_ATOM, (("mask", m),)) for s, m in plan.updates]
+    return Table(UPDATE_ATOM, [state_key], entries, (UPDATE_ATOM, (("mask", 0),)), "update", None, [UPDATE_ATOM])
 
 
 def _state_entry(state: int, match, target: int, priority=None) -> Entry:
@@ -245,10 +265,13 @@ def build_pipeline(
     steps: list[Step] = []
     forms: dict[str, str] = {}
     code_width = 1
-    for stage in ir.stages:
+    for i, stage in enumerate(ir.stages):
         q = stage.field
         base = _table_base(q.name)
-        fkey = lambda kind: Key(f"{hdr}.{q.name}", kind, q.width, q.name)  # noqa: E731
+        fkey = lambda kind: Key(field_key_name(q.name, hdr, meta), kind, q.width, q.name)  # noqa: E731
+        if ir.state is not None and i == ir.state.boundary:
+            tables.append(update_table(ir.state, state_key))
+            steps.append(Step(UPDATE_ATOM))
         if q.match_kind == "range":
             direct: list[Entry] = []
             for st in stage.states:
@@ -338,4 +361,5 @@ def build_pipeline(
         leaf_atoms={leaf.state: leaf.atoms for leaf in ir.leaves},
         meta=meta,
         hdr=hdr,
+        state=ir.state,
     )

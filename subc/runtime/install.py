@@ -15,6 +15,11 @@ endpoint of each); ``nop`` (and, without a subscribers file, ``fwd``: filter mod
 message to the local stack; ``drop`` sends it nowhere.  The subscribers' endpoints
 (``subc_subs``) and sequence numbers (``subc_seq``) do not depend on the rule set: they are
 written once, at load (:func:`install_subscribers`).
+
+Comparisons on state (README "Stateful subscriptions"): ``subc_upd`` (update masks) is an array
+indexed by state like ``stN_info``; ``subc_agg`` holds instance k of generation 0 at slot k and of
+generation 1 at capacity - 1 - k, and a generation's registers are written empty when it is
+installed (a new rule set starts its aggregates afresh).
 """
 
 from __future__ import annotations
@@ -110,6 +115,14 @@ def plan_generation(doc: dict, gen: int, subs: Subscribers | None, caps: dict[st
                                 value=(e["value"] << (64 - width)) & ((1 << 64) - 1)), L.U32.pack(v=e["next"]))
                 for e in lpm["entries"]
             ]
+    if "subc_upd" in maps:  # comparisons on state: update masks by state, this generation's registers emptied
+        upd, agg = maps["subc_upd"], maps["subc_agg"]
+        _state_region(plan, upd, caps)
+        w["subc_upd"] = [(_slot_key(e["state"], gen, caps["subc_upd"]), L.U64.pack(v=e["mask"])) for e in upd["entries"]]
+        n, cap = len(doc["state"]["instances"]), caps["subc_agg"]
+        empty = bytes(agg["value"]["size"])
+        w["subc_agg"] = [(L.U32.pack(v=k if gen == 0 else cap - 1 - k), empty) for k in range(n)]
+        plan.regions["subc_agg"] = n
     leaves, counters, sets = [], [], []
     local = False
     leaf_cap = caps["subc_leaf"]
@@ -204,7 +217,7 @@ def capacities(doc: dict, factor: float, subs: Subscribers | None) -> dict[str, 
     leaf = _maps_by_name(doc)["subc_leaf"]
     for m in doc["maps"]:
         n = len(m["entries"])
-        if m["role"] in ("state_info", "leaf"):
+        if m["role"] in ("state_info", "leaf", "update_masks"):
             out[m["name"]] = max(16, math.ceil(state_count(m) * factor))
         elif m["role"] in ("bounds", "exact", "lpm"):
             out[m["name"]] = max(16, math.ceil(n * factor))

@@ -37,6 +37,7 @@ from .delivery import Copy
 from .moldudp64 import END_OF_SESSION, HEARTBEAT
 from .reference import combine, default_decision
 from .simulator import TableSimulator
+from .stateful_reference import StatefulReference
 
 #: Problem examples kept per kind.
 MAX_EXAMPLES = 10
@@ -104,6 +105,8 @@ class TraceMessage:
     count: int = 1
     network: tuple | None = None
     datagram: int | None = None
+    #: the capture time of its datagram in ns (None: a BinaryFILE message)
+    time_ns: int | None = None
 
 
 def binaryfile_messages(data: bytes, path: str, decoder: MessageDecoder, out: SimulationResult) -> Iterator[TraceMessage]:
@@ -135,7 +138,8 @@ def capture_messages(path: str, decoder: MessageDecoder, out: SimulationResult, 
         network = decoder.network(frame) if frame is not None else (frozenset(), {})
         session = pkt.session_bytes
         for i, msg in enumerate(pkt.messages):
-            yield TraceMessage(f"frame {dg.frame} message {i}", msg, session, pkt.seq + i, pkt.count, network, dg.frame)
+            yield TraceMessage(f"frame {dg.frame} message {i}", msg, session, pkt.seq + i, pkt.count, network, dg.frame,
+                               dg.time_ns)
     out.capture = stats.as_json()
 
 
@@ -198,6 +202,7 @@ def simulate_trace(res: CompileResult, trace: str | Path, strict: bool = False,
     problem message or foreign frame."""
     decoder = MessageDecoder(res.spec)
     sim = TableSimulator(entries_json(res.pipeline, res.target))
+    stateful = StatefulReference(res.rules, res.spec) if res.ir.state is not None else None
     out = SimulationResult()
     headers = set(res.pipeline.headers)
     default = default_decision(res.spec)
@@ -232,14 +237,19 @@ def simulate_trace(res: CompileResult, trace: str | Path, strict: bool = False,
             out.problem(d.status, m.where, text)
             continue
         out.by_type[label] += 1
+        time_ns = None
         if headers <= d.valid:
             out.classified += 1
-            matched = [r for r in res.rules if evaluate(r.condition, d.values)]
+            if stateful is not None:  # the trace's own times: a time field, else capture times
+                time_ns = stateful.message_time(d.values, m.time_ns, f"{path}: {m.where}: ")
+                matched = stateful.matched(d.values, time_ns)
+            else:
+                matched = [r for r in res.rules if evaluate(r.condition, d.values)]
             out.rule_hits.update(r.index for r in matched)
             ref = combine(matched, res.spec)
         else:
             matched, ref = [], default
-        got = sim.process(d.values, d.valid)
+        got = sim.process(d.values, d.valid, arrival_ns=time_ns)
         if got != ref:
             out.disagreements += 1
             if len(out.examples) < 10:

@@ -26,6 +26,7 @@ from typing import Callable
 from .delivery import Delivery, recipients_of, split_payload
 from .moldudp64 import END_OF_SESSION, HEARTBEAT
 from .reference import Decision
+from .state_model import StateModel
 
 _BUILTIN = {"subc_drop": ("drop",), "subc_nop": ("nop",)}
 
@@ -118,6 +119,7 @@ class TableSimulator:
         self.state_key = doc["state_key"]
         self.code_key = doc.get("code_key", self.state_key.rsplit(".", 1)[0] + ".subc_code")
         self.trace: list[tuple[str, bool, str]] = []
+        self.state = StateModel(doc["state"]) if "state" in doc else None
         self.messages = doc.get("messages")
         if self.messages is not None:
             self.ports = list(self.messages["ports"])
@@ -155,12 +157,18 @@ class TableSimulator:
                 return leaf_decision(name, args, self.groups)
         return leaf_decision(action, params, self.groups)
 
-    def process(self, packet: dict[str, int], valid: set[str] | None = None, trace: bool = False) -> Decision:
-        """The decision for ``packet`` (see the class docstring)."""
+    def process(self, packet: dict[str, int], valid: set[str] | None = None, trace: bool = False,
+                arrival_ns: int | None = None) -> Decision:
+        """The decision for ``packet`` (see the class docstring).  With comparisons on state (the
+        document's ``state`` section), the registers (:class:`~.state_model.StateModel`) are
+        updated between the update table and the state-value stages, at the message's time: its
+        time field's, else ``arrival_ns`` (ValueError when neither is known)."""
         if valid is not None and not all(h in valid for h in self.headers):
             return self._decision(*self.default_action)
         state_key = self.state_key
         meta = {state_key: self.doc["initial_state"], self.code_key: 0}
+        model = self.state
+        time_ns = model.message_time(packet, arrival_ns) if model is not None else 0
         if trace:
             self.trace = []
         result = None
@@ -176,6 +184,8 @@ class TableSimulator:
                     meta[state_key] = params["next_state"]
                 elif action == "subc_set_code":
                     meta[self.code_key] = params["code"]
+                elif model is not None and name == model.update_table:
+                    model.step(params["mask"], packet, time_ns, meta)
                 elif action != "NoAction":
                     result = self._decision(action, params)
                 if hit or name == on_miss:

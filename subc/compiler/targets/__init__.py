@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+from ...errors import SubcError
 from ..bdd import to_dot
 from ..driver import CompileResult
 from .entries import bfrt_setup, bmv2_commands, dumps, entries_json, report_json
@@ -17,6 +18,8 @@ from .p4slots import DEFAULT_MAX_MESSAGES, check_options, slot_plan
 
 P4_TARGETS = ("bmv2", "tofino")
 TARGETS = P4_TARGETS + ("ebpf",)
+#: The targets whose programs keep the registers of comparisons on state.
+STATEFUL_TARGETS: tuple[str, ...] = ("ebpf",)
 
 
 def target_files(res: CompileResult, rules_path: str, dot: bool = False, max_messages: int = DEFAULT_MAX_MESSAGES,
@@ -34,6 +37,9 @@ def target_files(res: CompileResult, rules_path: str, dot: bool = False, max_mes
     spec cannot be expressed on the target.
     """
     check_options(max_messages, overflow_port)
+    if res.ir.state is not None and res.target not in STATEFUL_TARGETS:
+        raise SubcError(f"the rules compare state (aggregates), which the {res.target} target does not support yet "
+                        f"(supported: {', '.join(STATEFUL_TARGETS) or 'none'}; `subc simulate` runs them on the tables)")
     t0 = time.perf_counter()
     files: dict[str, str] = {}
     if res.target == "ebpf":

@@ -31,6 +31,7 @@ import math
 
 from ... import __version__
 from ...errors import SubcError
+from ..aggregates import is_state_field
 from ..driver import CompileResult
 from ..decisions import default_decision_of
 from ..ir import FieldStage, SubscriptionIR
@@ -131,6 +132,12 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
             add(f"{base}_lpm", "lpm_trie", L.LPM_KEY, L.U32, lpm, "lpm", q.name)
             stages.append({"field": q.name, "kind": "lpm", "maps": [f"{base}_lpm"]})
         stages[-1].update({"width": q.width, "states": len(stage.states), "next_states": stage.n_next})
+    if ir.state is not None:
+        st = ir.state
+        upd = [{"state": s, "mask": m} for s, m in st.updates]
+        add("subc_upd", "array", L.U32, L.U64, upd, "update_masks", cap=state_capacity(upd))
+        agg = L.agg_struct(max([len(i.thresholds) for i in st.instances], default=1))
+        add("subc_agg", "array", L.U32, agg, [], "registers", cap=2 * len(st.instances))
     leaves = [{"state": 0, "action": default}]
     leaves += [_leaf_entry(leaf.state, leaf.decision) for leaf in ir.leaves]
     add("subc_leaf", "array", L.U32, L.LEAF, leaves, "leaf", cap=state_capacity(leaves))
@@ -167,6 +174,24 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
         "stages": stages,
         "subscribers": sorted({s for e in leaves for s in e.get("subscribers", ())}),
         "maps": maps,
+        **({"state": state_doc(ir)} if ir.state is not None else {}),
+    }
+
+
+def state_doc(ir: SubscriptionIR) -> dict:
+    """The ``state`` section of ``maps.json`` (README "Stateful subscriptions"): ``time``
+    (``field`` giving a message's time in ``unit_ns``, or null: ``bpf_ktime_get_ns`` when the
+    datagram is taken), ``instances`` (``index``, ``kind``, ``field``, ``window_ns``,
+    ``thresholds``; instance k of generation g is slot k, or capacity - 1 - k, of ``subc_agg``)
+    and ``values`` (``stage`` index, ``instance``, ``threshold``)."""
+    st = ir.state
+    return {
+        "time": {"field": st.time_field.name if st.time_field else None, "unit_ns": st.time_unit_ns},
+        "lock": "bpf_spin_lock per instance",
+        "instances": [{"index": i.index, "kind": i.kind, "field": i.field.name if i.field else None,
+                       "window_ns": i.window_ns, "thresholds": list(i.thresholds)} for i in st.instances],
+        "values": [{"stage": st.boundary + j, "instance": v.instance, "threshold": v.threshold}
+                   for j, v in enumerate(st.values)],
     }
 
 
@@ -196,10 +221,14 @@ def render_filter(res: CompileResult, plan: ParsePlan, doc: dict, rules_path: st
         states.append({"name": s.name, "extracts": extracts, "select": sel, "cases": cases,
                        "fix": plan.mold_header.get(s.name, [])})
     stage_ctx = []
+    sp = res.ir.state
     for i, st in enumerate(doc["stages"]):
-        fl = plan.field(st["field"])
-        ctx = {"field": st["field"], "kind": st["kind"], "width": st["width"], "inst": fl.instance,
-               "byte_offset": fl.byte_offset, "n_bytes": fl.n_bytes, "expr": _load_expr(fl)}
+        if sp is not None and i >= sp.boundary:  # a state value, computed by the aggregates' code
+            ctx = {"field": st["field"], "kind": st["kind"], "width": st["width"], "state_value": i - sp.boundary}
+        else:
+            fl = plan.field(st["field"])
+            ctx = {"field": st["field"], "kind": st["kind"], "width": st["width"], "inst": fl.instance,
+                   "byte_offset": fl.byte_offset, "n_bytes": fl.n_bytes, "expr": _load_expr(fl), "state_value": None}
         for m in st["maps"]:
             ctx[m.split("_", 1)[1].replace("bnd", "bounds").replace("ex", "exact")] = m
         stage_ctx.append(ctx)
@@ -209,6 +238,7 @@ def render_filter(res: CompileResult, plan: ParsePlan, doc: dict, rules_path: st
     net = (1 << plan.bit[plan.eth]) | (1 << plan.bit[plan.ipv4]) | (1 << plan.bit[plan.udp])
     message_insts = [i for i in plan.header_bytes if i not in (plan.eth, plan.ipv4, plan.udp)]
     structs = [s.c_decl() for s in L.STRUCTS]
+    agg = _aggregates_context(res, plan) if sp is not None else None
     tmpl = environment().get_template("ebpf/subc_filter.bpf.c.j2")
     return tmpl.render(
         version=__version__,
@@ -243,13 +273,43 @@ def render_filter(res: CompileResult, plan: ParsePlan, doc: dict, rules_path: st
         offset_vars=message_insts,
         net_valid=hex(net) + "u",
         need_valid=hex(need),
+        agg=agg,
     )
+
+
+def _load_ctx(plan: ParsePlan, name: str) -> dict:
+    fl = plan.field(name)
+    return {"inst": fl.instance, "byte_offset": fl.byte_offset, "n_bytes": fl.n_bytes, "expr": _load_expr(fl)}
+
+
+def _aggregates_context(res: CompileResult, plan: ParsePlan) -> dict:
+    """The template's view of the aggregates' code (README "Stateful subscriptions"): where the
+    time and each instance's field are loaded from, and which state value each instance writes."""
+    sp = res.ir.state
+    instances = []
+    for inst in sp.instances:
+        values = [{"index": j, "slot": inst.thresholds.index(v.threshold) if v.threshold is not None else None,
+                   "threshold": v.threshold}
+                  for j, v in enumerate(sp.values) if v.instance == inst.index]
+        instances.append({"index": inst.index, "kind": inst.kind, "window_ns": inst.window_ns,
+                          "load": _load_ctx(plan, inst.field.name) if inst.field is not None else None,
+                          "thresholds": list(inst.thresholds), "outs": values})
+    time = None
+    if sp.time_field is not None:
+        time = {**_load_ctx(plan, sp.time_field.name), "unit_ns": sp.time_unit_ns}
+    return {"boundary": sp.boundary, "n_values": len(sp.values), "instances": instances, "time": time,
+            "n_thresholds": max([len(i.thresholds) for i in sp.instances], default=1) or 1}
 
 
 def ebpf_plan(res: CompileResult) -> ParsePlan:
     """The parse plan of ``res``'s spec, with its fields checked (SubcError when unsupported)."""
     plan = plan_parser(res.spec)
-    check_fields(res.spec, plan, res.ir.field_order)
+    fields = [f for f in res.ir.field_order if not is_state_field(f)]
+    sp = res.ir.state
+    if sp is not None:
+        fields += [i.field.name for i in sp.instances if i.field is not None]
+        fields += [sp.time_field.name] if sp.time_field is not None else []
+    check_fields(res.spec, plan, list(dict.fromkeys(fields)))
     return plan
 
 

@@ -257,4 +257,13 @@ def sub_struct(max_endpoints: int) -> Struct:
     return Struct("subc_sub", (("count", "u32", 1), ("ep", "u32", max_endpoints)))
 
 
+def agg_struct(n_thresholds: int) -> Struct:
+    """``struct subc_agg``: one aggregate instance's registers (README "Stateful subscriptions"):
+    a ``struct bpf_spin_lock`` (4 bytes, written here as ``lock``), the window id, count, sum
+    (saturating), extreme (min or max) and one signed excess per ``avg`` threshold (at least 1).
+    The C declaration is the template's (with the lock's type)."""
+    return Struct("subc_agg", (("lock", "u32", 1), ("pad", "u32", 1), ("wid", "u64", 1), ("count", "u64", 1),
+                               ("total", "u64", 1), ("extreme", "u64", 1), ("excess", "u64", max(1, n_thresholds))))
+
+
 STRUCTS = [INFO, BOUND, EXACT_KEY, LPM_KEY, LEAF, SUBSET, ENDPOINT, COUNTER, SUB_COUNTER, META, FAN_CFG]

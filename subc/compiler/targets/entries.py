@@ -35,8 +35,10 @@ from __future__ import annotations
 
 import json
 
+from ...errors import SubcError
+from ..aggregates import UPDATE_ATOM
 from ..driver import CompileResult
-from ..tables import Pipeline, Table
+from ..tables import Pipeline, Table, field_key_name
 from .safety import check_pipeline, identifier
 
 CONTROL = "SubcIngress"
@@ -83,7 +85,7 @@ def entries_json(pipe: Pipeline, target: str, plan=None) -> dict:
     and ``subc_port_bit`` (egress) are added, and ``multicast_groups`` is the one group of all
     subscriber ports."""
     if plan is None:
-        return {
+        doc = {
             "format": "subc-entries",
             "version": 2,
             "target": target,
@@ -103,6 +105,11 @@ def entries_json(pipe: Pipeline, target: str, plan=None) -> dict:
             "tables": [_table_json(t) for t in pipe.tables],
             "multicast_groups": [{"group": g, "ports": list(p)} for g, p in sorted(pipe.mcast_groups.items())],
         }
+        if pipe.state is not None:
+            doc["state"] = state_json(pipe)
+        return doc
+    if pipe.state is not None:
+        raise SubcError("comparisons on state are not supported by the multi-message program yet")
     from .p4slots import ALL_PORTS_GROUP, COUNTERS, message_action, slot_table_name
 
     doc = entries_json(pipe, target)
@@ -140,6 +147,33 @@ def entries_json(pipe: Pipeline, target: str, plan=None) -> dict:
         "sequence_register": "SubcEgress.subc_seq",
     }
     return doc
+
+
+def state_json(pipe: Pipeline) -> dict:
+    """The ``state`` section of ``entries.json``: what a target keeps and computes for comparisons
+    on state (:mod:`subc.compiler.aggregates`), for a simulator or a control plane to read.
+
+    ``update_table`` (applied before the first state-value stage; its ``mask`` parameter, bit k
+    for instance k, goes to ``mask_key``), ``time`` (``field``: the query field giving a message's
+    time in ``unit_ns``, or null for the arrival time), ``instances`` (``index``, ``kind``,
+    ``field``, ``window_ns``, ``thresholds``) and ``values`` (``key``: the metadata a stage
+    matches, ``field``, ``instance``, ``threshold``, ``width`` in bits)."""
+    st = pipe.state
+    return {
+        "update_table": f"{CONTROL}.{UPDATE_ATOM}",
+        "mask_key": f"{pipe.meta}.{UPDATE_ATOM}",
+        "time": {"field": st.time_field.name if st.time_field else None, "unit_ns": st.time_unit_ns},
+        "instances": [
+            {"index": i.index, "kind": i.kind, "field": i.field.name if i.field else None, "window_ns": i.window_ns,
+             "thresholds": list(i.thresholds)}
+            for i in st.instances
+        ],
+        "values": [
+            {"key": field_key_name(v.field.name, pipe.hdr, pipe.meta), "field": v.field.name, "instance": v.instance,
+             "threshold": v.threshold, "width": v.field.width}
+            for v in st.values
+        ],
+    }
 
 
 def slot_key(name: str, i: int, plan, pipe: Pipeline) -> str:

@@ -1,0 +1,91 @@
+"""A model of a target's registers for comparisons on state, read from ``entries.json`` alone.
+
+The table simulator (:mod:`.simulator`) runs it between the update table and the first
+state-value stage, as the generated programs do (README "Stateful subscriptions"): for every
+classified message, every aggregate instance of the document's ``state`` section is moved to the
+message's window (emptied when its window id differs), updated when the update mask has its bit,
+and its state values are written to the metadata the stages match:
+
+* ``count``: the count; ``sum``: the sum, saturating at 2**64 - 1;
+* ``min``/``max``: 0 for an empty window, else the extreme + 1;
+* ``avg`` against threshold X: the *excess* ``sum(v - X)`` kept per threshold (no division), as
+  0 for an empty window, 1 below (excess < 0), 2 equal, 3 above.
+"""
+
+from __future__ import annotations
+
+SUM_MAX = (1 << 64) - 1
+
+
+class _Instance:
+    __slots__ = ("kind", "field", "window_ns", "thresholds", "wid", "count", "total", "extreme", "excess")
+
+    def __init__(self, doc: dict):
+        self.kind, self.field, self.window_ns = doc["kind"], doc["field"], doc["window_ns"]
+        self.thresholds = list(doc["thresholds"])
+        self.wid = 0
+        self.clear()
+
+    def clear(self) -> None:
+        self.count = self.total = self.extreme = 0
+        self.excess = {x: 0 for x in self.thresholds}
+
+    def step(self, time_ns: int, update: bool, packet: dict[str, int]) -> None:
+        wid = time_ns // self.window_ns if self.window_ns else 0
+        if wid != self.wid:
+            self.wid = wid
+            self.clear()
+        if not update:
+            return
+        v = packet[self.field] if self.field is not None else 0
+        if self.kind == "min":
+            self.extreme = v if self.count == 0 else min(self.extreme, v)
+        elif self.kind == "max":
+            self.extreme = v if self.count == 0 else max(self.extreme, v)
+        self.count = min(self.count + 1, SUM_MAX)
+        self.total = min(self.total + v, SUM_MAX)
+        for x in self.thresholds:
+            self.excess[x] += v - x
+
+    def value(self, threshold: int | None) -> int:
+        kind = self.kind
+        if kind == "count":
+            return self.count
+        if kind == "sum":
+            return self.total
+        if self.count == 0:
+            return 0
+        if kind in ("min", "max"):
+            return self.extreme + 1
+        e = self.excess[threshold]
+        return 1 if e < 0 else 2 if e == 0 else 3
+
+
+class StateModel:
+    """The registers of one ``entries.json`` ``state`` section (``doc``), all empty at first."""
+
+    def __init__(self, doc: dict):
+        self.doc = doc
+        self.update_table = doc["update_table"]
+        self.mask_key = doc["mask_key"]
+        self.time_field = doc["time"]["field"]
+        self.unit_ns = doc["time"]["unit_ns"]
+        self.instances = [_Instance(i) for i in doc["instances"]]
+        self.values = [(v["key"], v["instance"], v["threshold"]) for v in doc["values"]]
+
+    def message_time(self, packet: dict[str, int], arrival_ns: int | None) -> int:
+        """A message's time in ns: its time field's value (times the unit) when the document names
+        one, else ``arrival_ns`` (ValueError when that is None)."""
+        if self.time_field is not None:
+            return packet[self.time_field] * self.unit_ns
+        if arrival_ns is None:
+            raise ValueError("the rules compare state over windows of arrival time; give each message's time")
+        return arrival_ns
+
+    def step(self, mask: int, packet: dict[str, int], time_ns: int, meta: dict[str, int]) -> None:
+        """Move every instance to ``time_ns``'s window, update those whose bit is set in ``mask``
+        with ``packet``, and write the state values into ``meta``."""
+        for k, inst in enumerate(self.instances):
+            inst.step(time_ns, bool(mask >> k & 1), packet)
+        for key, k, x in self.values:
+            meta[key] = self.instances[k].value(x)

@@ -1,0 +1,137 @@
+"""Reference semantics of comparisons on state: the rules evaluated on a timed message sequence.
+
+This is the definition the compiled targets are checked against (README "Stateful
+subscriptions"); it shares nothing with the compiler's encoding (no update rules, no state
+values, no excess registers): it keeps every rule's aggregates as plain Python numbers and
+evaluates the rules' own conditions.
+
+For each message that carries every header the rules test (a *classified* message; the others
+get the default action and touch no state), at time ``t`` ns:
+
+1. every aggregate of every rule is moved to the window ``t // window_ns`` (a window of length 0
+   never ends): one it held in another window (earlier or later) is emptied first;
+2. a rule's aggregates are updated with the message when the message matches the rule's
+   *stateless part*: its condition holds for some truth values of its comparisons on state
+   (each distinct comparison one unknown);
+3. the rules are evaluated with their comparisons on the aggregates' new values: ``count`` and
+   ``sum`` (saturating at 2**64 - 1) of an empty window are 0; ``avg`` (exact, a fraction),
+   ``min`` and ``max`` of an empty window make every comparison false;
+4. the matched rules' actions combine as for stateless rules (:mod:`subc.compiler.decisions`).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from itertools import product
+from typing import Sequence
+
+from ..compiler.ast import Aggregate, Rule, StatePred, evaluate, state_predicates
+from ..compiler.decisions import Decision
+from ..compiler.spec import Spec
+from ..errors import SubcError
+from .reference import combine
+
+SUM_MAX = (1 << 64) - 1
+
+
+class _Window:
+    """One aggregate's current window: its id and the values seen in it."""
+
+    __slots__ = ("wid", "count", "total", "lo", "hi")
+
+    def __init__(self, wid: int):
+        self.wid, self.count, self.total, self.lo, self.hi = wid, 0, 0, None, None
+
+    def add(self, v: int) -> None:
+        self.count += 1
+        self.total += v
+        self.lo = v if self.lo is None else min(self.lo, v)
+        self.hi = v if self.hi is None else max(self.hi, v)
+
+    def value(self, kind: str) -> int | Fraction | None:
+        if kind == "count":
+            return self.count
+        if kind == "sum":
+            return min(self.total, SUM_MAX)
+        if self.count == 0:
+            return None
+        if kind == "avg":
+            return Fraction(self.total, self.count)
+        return self.lo if kind == "min" else self.hi
+
+
+class StatefulReference:
+    """The rules ``rules`` of ``spec`` evaluated message by message with their state (see the
+    module docstring).  :meth:`decide` takes messages in arrival order."""
+
+    def __init__(self, rules: Sequence[Rule], spec: Spec):
+        self.spec = spec
+        #: the longest window of the rules' aggregates, in ns (0: none ends)
+        self.longest_window = 0
+        self.rules = list(rules)
+        self.preds = {r.index: state_predicates(r.condition) for r in self.rules}
+        self.aggs = {i: list(dict.fromkeys(p.agg for p in ps)) for i, ps in self.preds.items()}
+        self.windows: dict[tuple[int, Aggregate], _Window] = {}
+        self.longest_window = max([a.window_ns for aggs in self.aggs.values() for a in aggs], default=0)
+
+    def message_time(self, packet: dict[str, int], arrival_ns: int | None, where: str = "") -> int:
+        """A message's time in ns: the spec's time field (``query_time``) times its unit, else
+        ``arrival_ns``; 0 when neither is known and no window ends.  Raises SubcError when a
+        window ends and the time is unknown (a BinaryFILE has no arrival times)."""
+        spec = self.spec
+        if spec.time_field is not None:
+            return packet[spec.time_field] * spec.time_unit_ns
+        if arrival_ns is not None:
+            return arrival_ns
+        if self.longest_window:
+            raise SubcError(f"{where}the rules' aggregates have windows of arrival time, and this message has none "
+                            "(a BinaryFILE has no arrival times): declare the time field with @pragma query_time")
+        return 0
+
+    def relevant(self, rule: Rule, packet: dict[str, int]) -> bool:
+        """True when ``packet`` matches ``rule``'s stateless part: its condition holds for some
+        truth values of its distinct comparisons on state."""
+        preds = self.preds[rule.index]
+        for bits in product((False, True), repeat=len(preds)):
+            truth = {p.key: b for p, b in zip(preds, bits)}
+            if evaluate(rule.condition, packet, lambda p: truth[p.key]):
+                return True
+        return False
+
+    def decide(self, packet: dict[str, int], time_ns: int) -> Decision:
+        """The decision for the next classified message, ``packet`` ({'header.field': value}) at
+        ``time_ns``; updates the state.  Raises
+        :class:`~subc.compiler.decisions.ConflictingActions` as the stateless reference does."""
+        return combine(self.matched(packet, time_ns), self.spec)
+
+    def matched(self, packet: dict[str, int], time_ns: int) -> list[Rule]:
+        """The rules the next classified message matches (see :meth:`decide`); updates the state."""
+        matched = []
+        for r in self.rules:
+            aggs = self.aggs[r.index]
+            if not aggs:
+                if evaluate(r.condition, packet):
+                    matched.append(r)
+                continue
+            wins = {}
+            for a in aggs:
+                wid = time_ns // a.window_ns if a.window_ns else 0
+                w = self.windows.get((r.index, a))
+                if w is None or w.wid != wid:
+                    w = self.windows[(r.index, a)] = _Window(wid)
+                wins[a] = w
+            if self.relevant(r, packet):
+                for a, w in wins.items():
+                    w.add(packet[a.field] if a.field is not None else 0)
+
+            def state(p: StatePred) -> bool:
+                return p.holds(wins[p.agg].value(p.agg.kind))
+
+            if evaluate(r.condition, packet, state):
+                matched.append(r)
+        return matched
+
+    def value(self, rule: Rule, agg: Aggregate) -> int | Fraction | None:
+        """The current value of ``rule``'s aggregate ``agg`` (its window as last moved)."""
+        w = self.windows.get((rule.index, agg))
+        return _Window(0).value(agg.kind) if w is None else w.value(agg.kind)

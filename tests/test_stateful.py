@@ -1,0 +1,247 @@
+"""Comparisons on state (README "Stateful subscriptions"): language, spec pragmas, and the
+differential test of the compiled tables with their register model against the reference.
+
+Hypothesis draws rule sets that mix predicates on header fields with comparisons on aggregates
+(``count``, ``sum``, ``avg``, ``min``, ``max``, windows of 0 to 5 us, every operator, under
+``and``/``or``/``not``), and timed message sequences whose times step onto, just before and just
+after window boundaries (sometimes backwards).  The table simulator over the emitted entries
+(:mod:`subc.runtime.state_model` updating registers between the update table and the state-value
+stages) must decide every message as :class:`~subc.runtime.stateful_reference.StatefulReference`
+does, which keeps the aggregates as plain numbers (exact fractions for ``avg``).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from subc.compiler.aggregates import stateless_part
+from subc.compiler.driver import compile_rules
+from subc.compiler.rules import parse_rules
+from subc.compiler.spec import parse_spec
+from subc.compiler.targets.entries import entries_json
+from subc.errors import SubcError
+from subc.runtime.simulator import TableSimulator
+from subc.runtime.stateful_reference import StatefulReference
+
+from strategies import stateful_rules, timed_messages
+
+HEADER_FIELDS = """
+@pragma query_field(h.a, 8)
+@pragma query_field(h.b, 16)
+@pragma query_field_exact(h.c, 8)
+@pragma query_field(h.e, 32)
+@pragma query_field(h.t, 32)
+"""
+SPEC_TIMED = parse_spec(HEADER_FIELDS + "@pragma query_time(h.t, ns)\n", "timed.p4")
+SPEC_ARRIVAL = parse_spec(HEADER_FIELDS + "@pragma query_window(2)\n", "arrival.p4")
+FIELDS = {q.name: q for q in SPEC_TIMED.query_fields.values() if q.name != "h.t"}
+#: small value sets, so that aggregates cross the rules' thresholds
+VALUES = {"h.a": [0, 1, 2, 5, 255], "h.b": [0, 3, 7, 100, 65535], "h.c": [0, 1, 2], "h.e": [0, 10, 20, 4294967295]}
+AGG_FIELDS = ["h.a", "h.b", "h.e"]
+
+
+def run(spec, text, messages, timed: bool):
+    rules = parse_rules(text, spec, "gen.sub")
+    res = compile_rules(rules, spec, "bmv2")
+    sim = TableSimulator(entries_json(res.pipeline, "bmv2"))
+    ref = StatefulReference(rules, spec)
+    decisions = []
+    for i, (t, msg) in enumerate(messages):
+        want = ref.decide(msg, t)
+        got = sim.process(msg) if timed else sim.process(msg, arrival_ns=t)
+        assert got == want, f"{text}\nmessage {i} at {t} ns {msg}: reference {want}, tables {got}"
+        decisions.append(got)
+    return res, decisions
+
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@SETTINGS
+@given(stateful_rules(FIELDS, AGG_FIELDS, VALUES), timed_messages(VALUES, "h.t"))
+def test_tables_agree_with_reference_on_time_field(text, messages):
+    run(SPEC_TIMED, text, messages, timed=True)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stateful_rules(FIELDS, AGG_FIELDS, VALUES), timed_messages(VALUES, "h.t"))
+def test_tables_agree_with_reference_on_arrival_time(text, messages):
+    run(SPEC_ARRIVAL, text, messages, timed=False)
+
+
+def msgs(*rows):
+    """(time, message) pairs from (time, a, e) rows."""
+    return [(t, {"h.a": a, "h.b": 0, "h.c": 0, "h.e": e, "h.t": t}) for t, a, e in rows]
+
+
+def test_avg_sees_its_own_message_and_windows_reset():
+    """``h.a == 1 and avg(h.e) > 15``: the average of the window's h.a == 1 messages, this one
+    included; a message in the next window (1 us) starts afresh; other messages do not count."""
+    text = "h.a == 1 and avg(h.e, window=1) > 15 : fwd(1);"
+    seq = msgs((0, 1, 10), (10, 1, 20), (20, 2, 0), (30, 1, 20), (999, 1, 0), (1000, 1, 20), (1001, 1, 0), (1002, 1, 10))
+    # averages: 10, 15, -, 16.67, 12.5 | 20, 10, 10
+    _, got = run(SPEC_TIMED, text, seq, timed=True)
+    assert [bool(d.ports) for d in got] == [False, False, False, True, False, True, False, False]
+
+
+def test_count_window_boundaries_and_time_going_back():
+    text = "count(window=1) >= 2 : fwd(1);"
+    seq = msgs((999, 0, 0), (1000, 0, 0), (1999, 0, 0), (2000, 0, 0), (1500, 0, 0), (1501, 0, 0))
+    _, got = run(SPEC_TIMED, text, seq, timed=True)
+    assert [bool(d.ports) for d in got] == [False, False, True, False, False, True]
+
+
+def test_empty_window_makes_min_comparisons_false_and_count_zero_true():
+    text = "h.a == 1 or min(h.e) < 5 or min(h.e) >= 5 : fwd(1);\nh.a == 3 or count() == 0 : fwd(2);"
+    seq = msgs((0, 2, 0), (1, 1, 7), (2, 2, 0))
+    _, got = run(SPEC_TIMED, text, seq, timed=True)
+    # message 0: min's stateless part (true) matches, so min = 0 < 5; count() also updated: 1
+    assert [d.ports for d in got] == [(1,), (1,), (1,)]
+
+
+def test_rules_with_one_stateless_part_share_registers():
+    text = ("h.a == 1 and avg(h.e) > 5 : fwd(1);\nh.a == 1 and avg(h.e) < 9 : fwd(2);\n"
+            "h.a == 2 and avg(h.e) > 5 : fwd(3);")
+    res = compile_rules(parse_rules(text, SPEC_TIMED), SPEC_TIMED, "bmv2")
+    insts = res.ir.state.instances
+    assert [(i.kind, i.thresholds, i.rules) for i in insts] == [("avg", (5, 9), (0, 1)), ("avg", (5,), (2,))]
+    assert len(res.ir.state.values) == 3
+
+
+def test_stateless_part():
+    spec = SPEC_TIMED
+    (r,) = parse_rules("(h.a == 1 and count() > 3) or (h.b == 2 and not count() > 3) : fwd(1);", spec)
+    part = stateless_part(r.condition)
+    # the packets that match for some truth of count() > 3: h.a == 1 or h.b == 2
+    from subc.compiler.ast import evaluate
+    for a in (0, 1):
+        for b in (0, 2):
+            assert evaluate(part, {"h.a": a, "h.b": b}) == (a == 1 or b == 2)
+    (r,) = parse_rules("count() > 3 or h.a == 1 : fwd(1);", spec)
+    assert stateless_part(r.condition) is True
+
+
+def test_reference_avg_is_exact():
+    (r,) = parse_rules("avg(h.e) == 10 : fwd(1);", SPEC_TIMED)
+    ref = StatefulReference([r], SPEC_TIMED)
+    for e in (9, 11, 10):
+        ref.decide({"h.a": 0, "h.b": 0, "h.c": 0, "h.e": e, "h.t": 0}, 0)
+    assert ref.value(r, r.condition.agg) == Fraction(10)
+
+
+@pytest.mark.parametrize("text, where, message", [
+    ("avg() > 3 : fwd(1);", (1, 1), "avg() needs a field"),
+    ("mean(h.a) > 3 : fwd(1);", (1, 1), "unknown aggregate 'mean'"),
+    ("avg(h.a) in {1, 2} : fwd(1);", (1, 1), "not a set"),
+    ("count(span=3) > 1 : fwd(1);", (1, 7), "unknown keyword argument 'span'"),
+    ("count(window=1, window=2) > 1 : fwd(1);", (1, 17), "window= is given twice"),
+    ("max(h.a) > 256 : fwd(1);", (1, 12), "does not fit"),
+    ("count() > 1.5 : fwd(1);", (1, 11), "decimal"),
+    ("sum(h.zz) > 1 : fwd(1);", (1, 5), "unknown field"),
+])
+def test_errors_point_at_the_offending_token(text, where, message):
+    with pytest.raises(SubcError) as e:
+        parse_rules(text, SPEC_TIMED, "bad.sub")
+    assert (e.value.location.line, e.value.location.column) == where
+    assert message in e.value.message
+
+
+def test_too_many_comparisons_on_state():
+    text = " and ".join(f"count() != {i}" for i in range(11)) + " : fwd(1);"
+    with pytest.raises(SubcError, match="at most 10"):
+        parse_rules(text, SPEC_TIMED)
+
+
+@pytest.mark.parametrize("pragmas, message", [
+    ("@pragma query_window(x)\n", "bad window"),
+    ("@pragma query_time(h.zz)\n", "not a query field"),
+    ("@pragma query_time(h.t, weeks)\n", "unknown time unit"),
+    ("@pragma query_time(h.t)\n@pragma query_time(h.t)\n", "given twice"),
+    ("@pragma query_counter(c, 100)\n", "not supported yet"),
+])
+def test_spec_pragma_errors(pragmas, message):
+    with pytest.raises(SubcError, match=message):
+        parse_spec(HEADER_FIELDS + pragmas, "bad.p4")
+
+
+def test_camus_field_counter_pragma_sets_a_fields_window():
+    spec = parse_spec("@pragma query_field(h.a, 8)\n@pragma query_field(h.n, 16)\n@pragma query_field_counter(h.n, 100)\n",
+                      "camus.p4")
+    assert spec.query_fields["h.n"].match_kind == "range" and spec.field_windows["h.n"] == 100_000
+    (r,) = parse_rules("h.a == 1 and count(h.n) > 5 and sum(n) > 3 : fwd(1);", spec)
+    aggs = {p.agg for p in r.condition.items[1:]}
+    assert {a.window_ns for a in aggs} == {100_000}
+
+
+PAPER_SPEC_EXTRA = "\n@pragma query_field(add_order.timestamp)\n@pragma query_time(add_order.timestamp, ns)\n"
+
+
+@pytest.mark.parametrize("window_us", [0, 60_000_000, 600_000_000])
+def test_paper_example_on_the_real_sample(tmp_path, window_us):
+    """``stock == "BOB" and avg(price) > X : fwd(1)`` for several X (HotNets 2018, section 2) on
+    the shared sample, against running averages computed straight from the messages decoded by the
+    workload codec (not the spec's decoder), windows on the ITCH timestamps."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import EXAMPLE, real_sample
+    from subc.workloads.itch_codec import ADD_ORDER_TYPES, decode_add_order, read_binaryfile, stock_symbol
+
+    trace = real_sample()
+    spec = tmp_path / "spec.p4"
+    spec.write_text((EXAMPLE / "spec.p4").read_text() + PAPER_SPEC_EXTRA)
+    thresholds = ["6.00", "6.20", "6.25", "6.50"]
+    rules = tmp_path / "rules.sub"
+    rules.write_text("".join(f'stock == "BOB" and avg(price, window={window_us}) > {x} : fwd({i});\n'
+                             for i, x in enumerate(thresholds, 1)))
+    expected = {}
+    window, total, n = None, 0, 0
+    for _, msg in read_binaryfile(trace):
+        if msg[:1] not in ADD_ORDER_TYPES:
+            continue
+        m = decode_add_order(msg)
+        if stock_symbol(m["add_order.stock"]) != "BOB":
+            continue
+        w = m["add_order.timestamp"] // (window_us * 1000) if window_us else 0
+        if w != window:
+            window, total, n = w, 0, 0
+        total, n = total + m["add_order.price"], n + 1
+        for i, x in enumerate(thresholds, 1):
+            if total > int(x.replace(".", "")) * 100 * n:  # dollars with 2 decimals -> price units of 1e-4
+                expected[str(i)] = expected.get(str(i), 0) + 1
+    p = subprocess.run([sys.executable, "-m", "subc.cli", "simulate", str(rules), "--spec", str(spec), "--trace", str(trace),
+                        "--json"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["disagreements"] == 0
+    assert doc["per_port"] == expected
+    assert 0 < expected["2"] < 2482  # the thresholds split the BOB orders
+
+
+def test_check_understands_comparisons_on_state(tmp_path):
+    """``subc check``: a contradiction between comparisons on one aggregate is unsatisfiable (with
+    the comparisons as written), the registers are reported, and a target without registers yet
+    is an error."""
+    from subc.check.run import check
+
+    from ebpf_util import DIFF_SPEC_TEXT
+
+    spec = tmp_path / "s.p4"
+    spec.write_text(DIFF_SPEC_TEXT + "@pragma query_time(m.g, us)\n")
+    rules = tmp_path / "r.sub"
+    rules.write_text("m.a == 1 and count() > 5 and count() < 3 : fwd(1);\nm.a == 2 and avg(m.e) > 7 : fwd(2);\n"
+                     "m.a == 2 and avg(m.e) < 9 : fwd(3);\n")
+    rep = check([str(rules)], str(spec), "ebpf", load_ebpf=False)
+    (d,) = [d for d in rep.diagnostics if d.code == "unsatisfiable"]
+    assert "'count() > 5' and 'count() < 3' contradict" in d.message and d.location.line == 1
+    assert not [d for d in rep.diagnostics if d.severity == "error"]
+    state = rep.target_fit["state"]
+    assert [(i["kind"], i["thresholds"], i["rules"]) for i in state["instances"]] == [
+        ("count", [], [0]), ("avg", [7, 9], [1, 2])]
+    assert state["time"] == "m.g" and state["ebpf"]["entries"] == 4
+    rep = check([str(rules)], str(spec), "bmv2")
+    assert any(d.severity == "error" and "does not support yet" in d.message for d in rep.diagnostics)

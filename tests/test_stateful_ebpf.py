@@ -1,0 +1,76 @@
+"""Comparisons on state in the eBPF program (README "Stateful subscriptions"), in the kernel.
+
+Hypothesis draws rule sets that mix header predicates with aggregates and timed message
+sequences (times in a message field the spec names with ``query_time``, so the test controls
+them, stepping onto and around window boundaries); each rule set is compiled, loaded and every
+frame run through XDP with BPF_PROG_TEST_RUN in order.  The leaf each frame reaches must carry
+the decision :class:`~subc.runtime.stateful_reference.StatefulReference` gives it.  Frames are
+built from the values with scapy.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+
+from ebpf_util import DIFF_SPEC_TEXT, Runner, compile_ebpf, diff_frame, fake_subscribers, need_root
+from strategies import stateful_rules, timed_messages
+from subc.compiler.spec import parse_spec
+from subc.runtime.stateful_reference import StatefulReference
+
+SPEC = parse_spec(DIFF_SPEC_TEXT + "@pragma query_time(m.g, ns)\n", "stateful_ebpf.p4")
+SPEC_ARRIVAL = parse_spec(DIFF_SPEC_TEXT, "stateful_ebpf_arrival.p4")
+FIELDS = {n: SPEC.query_fields[n] for n in ("m.a", "m.b", "m.c", "m.e")}
+VALUES = {"m.a": [0, 1, 2, 5, 255], "m.b": [0, 3, 7, 100, 65535], "m.c": [0, 1, 2], "m.e": [0, 10, 20, 4294967295]}
+FIXED = {"m.h": 0, "m.f": 0, "m.d": 0, "ip.dstAddr": 0x01020304}
+SUBS = fake_subscribers()
+
+
+def run_in_kernel(spec, text, messages):
+    from subc.runtime.broker import LoadedFilter
+
+    rules, doc, src = compile_ebpf(text, spec)
+    lf = LoadedFilter.build(doc, src, SUBS, max_endpoints=8)
+    try:
+        run = Runner(lf)
+        ref = StatefulReference(rules, spec)
+        out = []
+        for i, (t, msg) in enumerate(messages):
+            pkt = {**FIXED, **msg}
+            want = ref.decide(pkt, t)
+            _, _, leaf = run.run(diff_frame(pkt))
+            assert leaf is not None, f"frame {i} not classified"
+            got = run.decision(leaf)
+            assert got == want, f"{text}\nmessage {i} at {t} ns {msg}: reference {want}, XDP {got}"
+            out.append(got)
+        return out
+    finally:
+        lf.close()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stateful_rules(FIELDS, ["m.a", "m.b", "m.e"], VALUES, max_rules=4), timed_messages(VALUES, "m.g", 30))
+def test_xdp_agrees_with_reference_over_time(text, messages):
+    need_root()
+    run_in_kernel(SPEC, text, messages)
+
+
+def test_paper_rule_in_the_kernel():
+    """``m.c == 1 and avg(m.e) > 10`` with 1 us windows: the decisions follow the window's
+    average of the m.c == 1 messages, this message included."""
+    need_root()
+    text = "m.c == 1 and avg(m.e, window=1) > 10 : fwd(1);"
+    rows = [(0, 1, 5), (1, 1, 20), (2, 0, 99), (3, 1, 10), (999, 1, 0), (1000, 1, 11), (1001, 1, 9), (1002, 1, 11)]
+    msgs = [(t, {"m.a": 0, "m.b": 0, "m.c": c, "m.e": e, "m.g": t}) for t, c, e in rows]
+    got = run_in_kernel(SPEC, text, msgs)
+    # averages: 5, 12.5, -, 11.67, 8.75 | 11, 10, 10.33
+    assert [d.ports for d in got] == [(), (1,), (), (1,), (), (1,), (), (1,)]
+
+
+def test_arrival_time_with_a_window_that_never_ends():
+    """Without a time field the program reads bpf_ktime_get_ns; with window=0 the decisions do not
+    depend on it: ``count() >= 3`` holds from the third classified message on."""
+    need_root()
+    text = "m.c == 1 and count(window=0) >= 3 : fwd(2);"
+    msgs = [(0, {"m.a": 0, "m.b": 0, "m.c": c, "m.e": 0, "m.g": 0}) for c in (1, 0, 1, 1, 0, 1)]
+    got = run_in_kernel(SPEC_ARRIVAL, text, msgs)
+    assert [d.ports for d in got] == [(), (), (), (2,), (), (2,)]
