@@ -245,3 +245,27 @@ def test_check_understands_comparisons_on_state(tmp_path):
     assert state["time"] == "m.g" and state["ebpf"]["entries"] == 4
     rep = check([str(rules)], str(spec), "bmv2")
     assert any(d.severity == "error" and "does not support yet" in d.message for d in rep.diagnostics)
+
+
+def test_targets_and_paths_without_state_refuse_it_clearly(tmp_path):
+    """BMv2 and Tofino programs, `subc analyze` and live subscriptions do not keep registers yet:
+    each says so instead of deciding statelessly."""
+    from subc.compiler.targets import target_files
+    from subc.runtime.serve.protocol import ProtocolError, parse_request
+
+    text = "h.a == 1 and avg(h.e) > 5 : fwd(1);"
+    for target in ("bmv2", "tofino"):
+        res = compile_rules(parse_rules(text, SPEC_TIMED), SPEC_TIMED, target)
+        with pytest.raises(SubcError, match=f"the {target} target does not support yet"):
+            target_files(res, "r.sub")
+    from conftest import EXAMPLE
+    from subc.compiler.spec import load_spec
+
+    itch = load_spec(EXAMPLE / "spec.p4")
+    with pytest.raises(ProtocolError, match="comparisons on state"):
+        parse_request(b'SUBSCRIBE stock == "BOB" and avg(price) > 5 TO 10.0.0.1:5000', itch)
+    from subc.pipeline.analyze import analyze
+
+    res = compile_rules(parse_rules('stock == "BOB" and count() > 5 : fwd(1);', itch), itch, "bmv2")
+    with pytest.raises(SubcError, match="subc analyze does not run comparisons on state"):
+        analyze(res, [], tmp_path / "out")

@@ -147,6 +147,9 @@ def analyze(res: CompileResult, traces: list[str], out_dir: str | Path, master: 
     Raises :class:`SubcError` for unreadable or malformed traces (file and byte offset), for
     conflicting actions, or when the output directory cannot be written.
     """
+    if res.ir.state is not None:
+        raise SubcError("subc analyze does not run comparisons on state (aggregates) yet: its vectorised reference "
+                        "is stateless; `subc simulate` runs them on a trace")
     from pyspark.sql import functions as F
 
     say = log or (lambda msg: None)

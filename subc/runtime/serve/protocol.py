@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from ...compiler.limits import DEFAULT_LIMITS, Limits
 from ...compiler.rule_shapes import ShapeCache
+from ...compiler.ast import state_predicates
 from ...compiler.rules import parse_rules
 from ...compiler.spec import Spec
 from ...errors import SubcError
@@ -117,6 +118,10 @@ def _condition(text: str, col: int, spec: Spec, limits: Limits, shapes: ShapeCac
         raise ProtocolError(col + c - 1, e.message) from None
     if len(rules) != 1 or len(rules[0].actions) != 1:
         raise ProtocolError(col, "a subscription takes one condition, without actions")
+    preds = state_predicates(rules[0].condition)
+    if preds:
+        raise ProtocolError(col + preds[0].location.column - 1,
+                            "live subscriptions do not take comparisons on state (aggregates) yet")
     return rules[0].condition
 
 
