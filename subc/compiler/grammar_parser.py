@@ -113,8 +113,9 @@ def syntax_error(e: UnexpectedInput, path: str, text: str, line_offset: int = 0)
 
 def comparison_parts(t: Tree) -> tuple[Tree, Token, str, object]:
     """(field tree, operator token, operator as if the field came first with ``=`` as ``==``,
-    value) of a ``cmp`` or ``cmp_rev`` tree (``5 < price`` is ``price > 5``)."""
-    if t.data == "cmp":
+    value) of a ``cmp`` or ``cmp_rev`` tree (``5 < price`` is ``price > 5``); of an ``agg_cmp`` or
+    ``agg_cmp_rev`` tree the first item is the aggregate's tree."""
+    if t.data in ("cmp", "agg_cmp"):
         ftree, op_tok, value = t.children
         op = str(op_tok)
     else:

@@ -161,13 +161,7 @@ class RuleResolver:
             ops = tuple(self.operand(v, q) for v in t.children[1:])
             op = "in" if t.data == "agg_member" else "not in"
         else:
-            if t.data == "agg_cmp":
-                atree, op_tok, value = t.children
-                op = str(op_tok)
-            else:
-                value, op_tok, atree = t.children
-                op = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}.get(str(op_tok), str(op_tok))
-            op = "==" if op == "=" else op
+            atree, _, op, value = comparison_parts(t)
             agg, q = self.aggregate(atree)
             ops = (self.operand(value, q),)
         if any(o.prefix_len is not None for o in ops):
