@@ -209,6 +209,17 @@ def test_another_program_is_refused():
         plan_update(entries_json(ra.pipeline, "bmv2"), entries_json(rb.pipeline, "bmv2"))
 
 
+def test_a_rule_set_with_state_needs_a_reload():
+    """Registers belong to the program: an update from or to a rule set comparing state is refused."""
+    from subc.runtime.p4rt.plan import plan_update
+
+    plain = entries_json(_compile("h.a > 5 : fwd(1);", None)[1].pipeline, "bmv2")
+    stateful = entries_json(_compile("h.a > 5 and count() > 2 : fwd(1);", None)[1].pipeline, "bmv2")
+    for old, new in ((plain, stateful), (stateful, plain), (stateful, stateful)):
+        with pytest.raises(SubcError, match="compare state.*reload the switch"):
+            plan_update(old, new)
+
+
 # -- a P4Runtime server in the test ----------------------------------------------------------
 
 

@@ -243,18 +243,25 @@ def test_check_understands_comparisons_on_state(tmp_path):
     assert [(i["kind"], i["thresholds"], i["rules"]) for i in state["instances"]] == [
         ("count", [], [0]), ("avg", [7, 9], [1, 2])]
     assert state["time"] == "m.g" and state["ebpf"]["entries"] == 4
+    # count and avg: window ids and counts of 2 instances, the excess of 2 thresholds
+    assert state["bmv2"]["registers"] == [{"name": "subc_agg_wid", "cells": 2, "bits": 64},
+                                          {"name": "subc_agg_count", "cells": 2, "bits": 64},
+                                          {"name": "subc_agg_excess", "cells": 2, "bits": 64}]
+    assert state["bmv2"]["bytes"] == 48
     rep = check([str(rules)], str(spec), "bmv2")
+    assert not [d for d in rep.diagnostics if d.severity == "error"]
+    rep = check([str(rules)], str(spec), "tofino")
     assert any(d.severity == "error" and "does not support yet" in d.message for d in rep.diagnostics)
 
 
 def test_targets_and_paths_without_state_refuse_it_clearly(tmp_path):
-    """BMv2 and Tofino programs, `subc analyze` and live subscriptions do not keep registers yet:
-    each says so instead of deciding statelessly."""
+    """Tofino programs, `subc analyze` and live subscriptions do not keep registers yet: each says
+    so instead of deciding statelessly."""
     from subc.compiler.targets import target_files
     from subc.runtime.serve.protocol import ProtocolError, parse_request
 
     text = "h.a == 1 and avg(h.e) > 5 : fwd(1);"
-    for target in ("bmv2", "tofino"):
+    for target in ("tofino",):
         res = compile_rules(parse_rules(text, SPEC_TIMED), SPEC_TIMED, target)
         with pytest.raises(SubcError, match=f"the {target} target does not support yet"):
             target_files(res, "r.sub")

@@ -265,8 +265,9 @@ def state_fit(res: CompileResult) -> dict:
     """What comparisons on state need (README "Stateful subscriptions"): the aggregate instances
     (function, field, window in us, avg thresholds, the rules sharing it), the state values the
     pipeline matches, and per target the registers: eBPF, ``subc_agg`` entries (two generations per
-    instance) and their bytes."""
+    instance) and their bytes; BMv2, the v1model register arrays (64-bit cells) and their bytes."""
     from ..compiler.targets import ebpf_layout as L
+    from ..compiler.targets.p4state import registers
 
     st = res.ir.state
     size = L.agg_struct(max([len(i.thresholds) for i in st.instances], default=1)).size
@@ -279,4 +280,6 @@ def state_fit(res: CompileResult) -> dict:
         "time": st.time_field.name if st.time_field else "arrival",
         "ebpf": {"map": "subc_agg", "entries": 2 * len(st.instances), "bytes": 2 * len(st.instances) * size,
                  "lock": "bpf_spin_lock per instance"},
+        "bmv2": {"registers": [{"name": n, "cells": c, "bits": 64} for n, c in registers(st)],
+                 "bytes": 8 * sum(c for _, c in registers(st))},
     }

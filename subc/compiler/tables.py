@@ -154,11 +154,15 @@ def field_key_name(field_name: str, hdr: str, meta: str) -> str:
     return f"{hdr}.{field_name}"
 
 
+#: The table applied before the first state-value stage (its action is :data:`UPDATE_ATOM`).
+UPDATE_TABLE = "subc_state_update"
+
+
 def update_table(plan: StatePlan, state_key: Key) -> Table:
-    """The table applied before the first state-value stage: the diagram's state there ->
+    """:data:`UPDATE_TABLE`: the diagram's state before the first state-value stage ->
     ``subc_update(mask)``, the aggregate instances the message updates (default: none)."""
     entries = [Entry((s,), UPDATE_ATOM, (("mask", m),)) for s, m in plan.updates]
-    return Table(UPDATE_ATOM, [state_key], entries, (UPDATE_ATOM, (("mask", 0),)), "update", None, [UPDATE_ATOM])
+    return Table(UPDATE_TABLE, [state_key], entries, (UPDATE_ATOM, (("mask", 0),)), "update", None, [UPDATE_ATOM])
 
 
 def _state_entry(state: int, match, target: int, priority=None) -> Entry:
@@ -271,7 +275,7 @@ def build_pipeline(
         fkey = lambda kind: Key(field_key_name(q.name, hdr, meta), kind, q.width, q.name)  # noqa: E731
         if ir.state is not None and i == ir.state.boundary:
             tables.append(update_table(ir.state, state_key))
-            steps.append(Step(UPDATE_ATOM))
+            steps.append(Step(UPDATE_TABLE))
         if q.match_kind == "range":
             direct: list[Entry] = []
             for st in stage.states:

@@ -246,18 +246,21 @@ class SwitchSimulator:
             return {p: c.payload() for p, c in self.delivery.datagram(payload).items()}
         if count > self.max_messages:
             return self._whole(payload, "too_many")
-        decided: dict[bytes, set] = {}
-        for msg in msgs:
+        decoded = []
+        for msg in msgs:  # the switch frames the whole datagram before it classifies a message
             got = self.decode(msg, network)
             if got is None:
                 return self._whole(payload, "unframed")
-            values, valid = got
+            decoded.append(got)
+        recipients = []  # in message order: equal messages may be decided differently (state)
+        for values, valid in decoded:
             d = self.tables.process(values, valid)
             if not d.ports:
                 self.held[self.codes.get(self._atom(d), 0)] += 1
-            decided[msg] = recipients_of(d, broker=False)
+            recipients.append(recipients_of(d, broker=False))
         self.counters["classified"] += 1
-        self.delivery.decide = decided.__getitem__
+        nxt = iter(recipients)
+        self.delivery.decide = lambda _msg: next(nxt)
         return {p: c.payload() for p, c in self.delivery.datagram(payload).items()}
 
     @staticmethod

@@ -19,7 +19,7 @@ from .p4slots import DEFAULT_MAX_MESSAGES, check_options, slot_plan
 P4_TARGETS = ("bmv2", "tofino")
 TARGETS = P4_TARGETS + ("ebpf",)
 #: The targets whose programs keep the registers of comparisons on state.
-STATEFUL_TARGETS: tuple[str, ...] = ("ebpf",)
+STATEFUL_TARGETS: tuple[str, ...] = ("ebpf", "bmv2")
 
 
 def target_files(res: CompileResult, rules_path: str, dot: bool = False, max_messages: int = DEFAULT_MAX_MESSAGES,

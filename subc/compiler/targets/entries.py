@@ -35,10 +35,9 @@ from __future__ import annotations
 
 import json
 
-from ...errors import SubcError
 from ..aggregates import UPDATE_ATOM
 from ..driver import CompileResult
-from ..tables import Pipeline, Table, field_key_name
+from ..tables import UPDATE_TABLE, Pipeline, Table, field_key_name
 from .safety import check_pipeline, identifier
 
 CONTROL = "SubcIngress"
@@ -108,8 +107,6 @@ def entries_json(pipe: Pipeline, target: str, plan=None) -> dict:
         if pipe.state is not None:
             doc["state"] = state_json(pipe)
         return doc
-    if pipe.state is not None:
-        raise SubcError("comparisons on state are not supported by the multi-message program yet")
     from .p4slots import ALL_PORTS_GROUP, COUNTERS, message_action, slot_table_name
 
     doc = entries_json(pipe, target)
@@ -146,21 +143,24 @@ def entries_json(pipe: Pipeline, target: str, plan=None) -> dict:
                      "SubcIngress.subc_held": "messages withheld, by code (Tofino: one counter per slot, subc_held_s<i>)"},
         "sequence_register": "SubcEgress.subc_seq",
     }
+    if pipe.state is not None:  # every slot's messages update the one set of registers, in order
+        doc["state"] = state_json(pipe, slot_table_name(UPDATE_TABLE, 0))
     return doc
 
 
-def state_json(pipe: Pipeline) -> dict:
+def state_json(pipe: Pipeline, update_table: str = UPDATE_TABLE) -> dict:
     """The ``state`` section of ``entries.json``: what a target keeps and computes for comparisons
     on state (:mod:`subc.compiler.aggregates`), for a simulator or a control plane to read.
 
-    ``update_table`` (applied before the first state-value stage; its ``mask`` parameter, bit k
+    ``update_table`` (the full name of the table applied before the first state-value stage, by
+    default :data:`~subc.compiler.tables.UPDATE_TABLE`; its ``mask`` parameter, bit k
     for instance k, goes to ``mask_key``), ``time`` (``field``: the query field giving a message's
     time in ``unit_ns``, or null for the arrival time), ``instances`` (``index``, ``kind``,
     ``field``, ``window_ns``, ``thresholds``) and ``values`` (``key``: the metadata a stage
     matches, ``field``, ``instance``, ``threshold``, ``width`` in bits)."""
     st = pipe.state
     return {
-        "update_table": f"{CONTROL}.{UPDATE_ATOM}",
+        "update_table": f"{CONTROL}.{update_table}",
         "mask_key": f"{pipe.meta}.{UPDATE_ATOM}",
         "time": {"field": st.time_field.name if st.time_field else None, "unit_ns": st.time_unit_ns},
         "instances": [

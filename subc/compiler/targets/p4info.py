@@ -26,8 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..driver import CompileResult
+from ..aggregates import UPDATE_ATOM
 from ..tables import Table
 from .p4slots import COUNTERS, SlotPlan
+from .p4state import registers as state_registers
 
 #: P4Runtime resource type prefixes (P4Runtime specification section 6.3, p4info.proto P4Ids).
 PREFIX = {"action": 0x01, "table": 0x02, "counter": 0x12, "register": 0x16}
@@ -144,6 +146,20 @@ def _table(t: Table, name: str, key_names: list[str], control: str = CONTROL) ->
                    t.size)
 
 
+def _state_actions(pipe) -> list[P4Action]:
+    """``subc_update(mask)`` when the rules compare state (:mod:`.p4state`)."""
+    if pipe.state is None:
+        return []
+    return [P4Action(f"{CONTROL}.{UPDATE_ATOM}", [("mask", pipe.state.mask_width)])]
+
+
+def _state_registers(pipe) -> list[P4Extern]:
+    """The v1model registers of the comparisons on state, in declaration order (:mod:`.p4state`)."""
+    if pipe.state is None:
+        return []
+    return [P4Extern("register", f"{CONTROL}.{name}", cells, width=64) for name, cells in state_registers(pipe.state)]
+
+
 def control_plane(res: CompileResult, plan: SlotPlan | None) -> ControlPlane:
     """The controller's view of the program :func:`~.p4program.render_program` writes for
     ``res`` (bmv2 or tofino, a whole program) with the multi-message ``plan`` (or None)."""
@@ -159,7 +175,8 @@ def control_plane(res: CompileResult, plan: SlotPlan | None) -> ControlPlane:
                    P4Action(q("subc_set_state"), [("next_state", pipe.state_width)])]
         if uses_code:
             actions.append(P4Action(q("subc_set_code"), [("code", pipe.code_width)]))
-        actions += spec_actions
+        actions += _state_actions(pipe) + spec_actions
+        externs += _state_registers(pipe)
         tables = [_table(t, t.name, [_key_name(k.name, tna) for k in t.keys]) for t in pipe.tables]
         called = {q(pipe.default_action[0])} if pipe.headers else set()  # the apply block's else branch
     else:
@@ -172,7 +189,7 @@ def control_plane(res: CompileResult, plan: SlotPlan | None) -> ControlPlane:
         actions += [P4Action(q("subc_msg_fwd"), [("ports", plan.port_bits)]), P4Action(q("subc_msg_hold"), [("code", 8)]),
                     P4Action(q("subc_unicast"), [("port", 9)]), P4Action(q("subc_multicast"), []),
                     P4Action(q("subc_to_overflow"), []), P4Action(q("subc_drop_datagram"), [])]
-        actions += spec_actions
+        actions += _state_actions(pipe) + spec_actions
         tables = []
         for i in range(plan.max_messages):
             for t in message_tables(plan, pipe):
@@ -192,6 +209,7 @@ def control_plane(res: CompileResult, plan: SlotPlan | None) -> ControlPlane:
             externs.append(P4Extern("register", f"{EGRESS}.subc_seq", 512, width=32))
         else:
             externs.append(P4Extern("counter", q("subc_held"), n_held, unit="PACKETS"))
+            externs += _state_registers(pipe)
             externs.append(P4Extern("register", f"{EGRESS}.subc_seq", 512, width=64))
     # subc_set_root and subc_root are declared right after subc_set_state (templates/p4)
     at = next(i for i, a in enumerate(actions) if a.name == q("subc_set_state")) + 1

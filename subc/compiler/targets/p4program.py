@@ -15,9 +15,11 @@ import jinja2
 
 from ... import __version__
 from ..driver import CompileResult
+from ..tables import UPDATE_TABLE
 from .entries import slot_key, bfrt_key_name
 from .p4slots import (ALL_PORTS_GROUP, COUNTERS, DEFAULT_MAX_MESSAGES, KIND_DATA, KIND_HEARTBEAT, KIND_NONE, SlotPlan,
                       deliver_table, message_action, message_tables, slot_plan, slot_table_name)
+from .p4state import v1model_state
 from .safety import check_action, check_pipeline, comment_text, identifier, number
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "templates"
@@ -102,7 +104,24 @@ def program_context(res: CompileResult, rules_path: str, tna: bool) -> dict:
         ]
         ctx["decls"] = [text for kind, name, text in spec.decls if not (kind == "struct" and name == parser.meta_type)]
         ctx["meta_members"] = [raw for _, _, raw in spec.structs.get(parser.meta_type or "", [])]
+    ctx["agg"] = _state_context(res, ctx, tna)
+    if ctx["agg"] is not None:
+        ctx["meta_members"] = ctx.get("meta_members", []) + ctx["agg"]["meta_members"]
     return ctx
+
+
+def _state_context(res: CompileResult, ctx: dict, tna: bool, plan: SlotPlan | None = None) -> dict | None:
+    """The ``agg`` context of the comparisons on state (:mod:`.p4state`), or None."""
+    pipe = res.pipeline
+    if pipe.state is None or tna:
+        return None
+    if plan is None:
+        key_of = lambda b, name: f"{pipe.hdr}.{name}"  # noqa: E731
+    else:
+        key_of = lambda b, name: slot_key(f"{pipe.hdr}.{name}", b, plan, pipe)  # noqa: E731
+    agg = v1model_state(pipe, key_of, f"{ctx['std_meta']}.ingress_global_timestamp",
+                        plan.max_messages if plan is not None else 1)
+    return {**agg, "table": UPDATE_TABLE}
 
 
 def _bound(action: str, i: int, meta: str) -> str | None:
@@ -116,6 +135,20 @@ def _slot_call(action: tuple[str, tuple], i: int, meta: str) -> str:
     name, params = action
     args = ([_bound(name, i, meta)] if _bound(name, i, meta) else []) + [str(v) for _, v in params]
     return f"{name}({', '.join(args)})"
+
+
+def _slot_default(action: tuple[str, tuple], i: int, meta: str) -> str:
+    """The statement giving slot ``i`` the per-message default ``action`` when its headers are
+    invalid: an assignment to the slot's metadata, not a call.  A direct call with constant
+    arguments makes p4c emit a second action of the same name without action data, and
+    ``simple_switch_CLI`` resolves names to the last one, so ``table_add ... subc_msg_hold``
+    would then be refused."""
+    check_action(action, "default")
+    name, params = action
+    bound = _bound(name, i, meta)
+    if bound is None or len(params) != 1:
+        return _slot_call(action, i, meta)
+    return f"{bound} = {params[0][1]}"
 
 
 def _tree_sum(terms: list[str], op: str = "+") -> str:
@@ -149,8 +182,8 @@ def multi_message_context(res: CompileResult, plan: SlotPlan, tna: bool, ctx: di
     t_ctx.append({"name": d.name, "key_fields": [{"name": f"{meta}.subc_union", "match_kind": "exact",
                                                   "bfrt_name": "subc_union"}],
                   "actions": d.actions, "noaction": False, "default_call": "subc_multicast()", "size": d.size})
-    steps = [[{"table": slot_table_name(s.table, i), "on_miss": slot_table_name(s.on_miss, i) if s.on_miss else None}
-              for s in pipe.steps] for i in slots]
+    steps = [[{"table": slot_table_name(s.table, i), "on_miss": slot_table_name(s.on_miss, i) if s.on_miss else None,
+               "state": s.table == UPDATE_TABLE} for s in pipe.steps] for i in slots]
     headers = [[f"{hdr}.subc_s{i}.{h}.isValid()" if h in slot_insts else f"{hdr}.{h}.isValid()" for h in pipe.headers]
                for i in slots]
     default = message_action(plan, pipe, pipe.default_action)
@@ -213,7 +246,7 @@ def multi_message_context(res: CompileResult, plan: SlotPlan, tna: bool, ctx: di
     return {
         "K": K, "slots": slots, "slot": plan.slot, "top": plan.top, "port_bits": plan.port_bits,
         "ports": plan.ports, "group": ALL_PORTS_GROUP, "tables": t_ctx, "steps": steps, "headers": headers,
-        "default_calls": [_slot_call(default, i, meta) for i in slots],
+        "default_calls": [_slot_default(default, i, meta) for i in slots],
         "counters": COUNTERS, "n_held": n_held, "count": count, "count_held": count_held,
         "overflow": overflow, "cnt": plan.f["count"], "block_len": plan.f["block_len"], "block_len_rel": block_len_rel,
         "block_inst": block_inst, "udp_len": plan.f["udp_len"], "ip_len": plan.f["ip_len"],
@@ -262,6 +295,7 @@ def render_program(res: CompileResult, rules_path: str, max_messages: int = DEFA
         ctx["states"] = [{"name": rename(s.name), "statements": s.statements, "select": s.select,
                           "cases": [(ks, rename(t)) for ks, t in s.cases]} for s in states]
         ctx["meta_members"] = ctx["meta_members"] + _mm_meta_members(plan, res.pipeline)
+        ctx["agg"] = _state_context(res, ctx, tna, plan)  # its members are in ctx["meta_members"] already
         ctx["mm"] = multi_message_context(res, plan, tna, ctx)
         return "subc.p4", env.get_template("p4/tna_mm.p4.j2" if tna else "p4/v1model_mm.p4.j2").render(ctx)
     template = "p4/tna.p4.j2" if tna else "p4/v1model.p4.j2"

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from ...errors import SubcError
+from ..aggregates import UPDATE_ATOM
 from ..parse_graph import ACCEPT, MOLD_BOUNDARIES, REJECT, ParseGraph
 from ..tables import Entry, Pipeline, Table
 from .safety import identifier
@@ -344,7 +345,7 @@ def slot_plan(res, max_messages: int = DEFAULT_MAX_MESSAGES, overflow_port: int 
     held: dict[tuple, int] = {}
     for t in pipe.tables:
         for action, params in [(e.action, e.params) for e in t.entries] + [t.default_action]:
-            if action not in ("subc_fwd", "subc_mcast", "subc_set_state", "subc_set_code", "NoAction"):
+            if action not in ("subc_fwd", "subc_mcast") + _PASSED:
                 held.setdefault((action, tuple(params)), len(held) + 1)
     d = pipe.default_action
     held.setdefault((d[0], tuple(d[1])), len(held) + 1)
@@ -365,6 +366,10 @@ class _TooBig(Exception):
     pass
 
 
+#: Actions that are the same in per-message form (they write a slot's state, code or update mask).
+_PASSED = ("subc_set_state", "subc_set_code", UPDATE_ATOM, "NoAction")
+
+
 def message_action(plan: SlotPlan, pipe: Pipeline, action: tuple[str, tuple]) -> tuple[str, tuple]:
     """The per-message form of a leaf action: ``subc_msg_fwd(ports=bitmap)`` for ``subc_fwd`` and
     ``subc_mcast``, ``subc_msg_hold(code=c)`` for a non-forwarding action; others unchanged."""
@@ -373,7 +378,7 @@ def message_action(plan: SlotPlan, pipe: Pipeline, action: tuple[str, tuple]) ->
         return "subc_msg_fwd", (("ports", plan.bit_of(dict(params)["port"])),)
     if name == "subc_mcast":
         return "subc_msg_fwd", (("ports", plan.bitmap(pipe.mcast_groups[dict(params)["group"]])),)
-    if name in ("subc_set_state", "subc_set_code", "NoAction"):
+    if name in _PASSED:
         return action
     return "subc_msg_hold", (("code", plan.held[(name, tuple(params))]),)
 
@@ -381,7 +386,7 @@ def message_action(plan: SlotPlan, pipe: Pipeline, action: tuple[str, tuple]) ->
 def _message_action_name(name: str) -> str:
     if name in ("subc_fwd", "subc_mcast"):
         return "subc_msg_fwd"
-    if name in ("subc_set_state", "subc_set_code", "NoAction"):
+    if name in _PASSED:
         return name
     return "subc_msg_hold"
 

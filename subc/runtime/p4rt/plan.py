@@ -257,6 +257,10 @@ class UpdatePlan:
 
 
 def _check_same_program(old: dict, new: dict) -> None:
+    if "state" in old or "state" in new:
+        raise SubcError("the rules compare state (aggregates): their registers belong to the program, which an "
+                        "update over P4Runtime cannot empty or reshape together with the switch to the new rule set; "
+                        "reload the switch with the new program (subc load --config), which starts them empty")
     if old["field_order"] != new["field_order"]:
         raise SubcError(f"the new rule set's field order {', '.join(new['field_order'])} is not the loaded program's "
                         f"({', '.join(old['field_order'])}): compile it with --field-order "

@@ -1,0 +1,303 @@
+"""Comparisons on state in the BMv2 (v1model) programs (README "Stateful subscriptions").
+
+The window id ``floor(now / W)`` the P4 program computes without division is checked against
+Python's integer division.  Hypothesis draws rule sets over the ITCH example spec (with
+``query_time(add_order.timestamp, ns)``, so the test controls time) that mix header predicates
+with aggregates, and MoldUDP64 datagrams of up to K timed messages (Add Orders and other types,
+times stepping onto and around window boundaries, sometimes back), built with scapy from values.
+The copies each port must get come from :class:`~subc.runtime.stateful_reference.StatefulReference`
+evaluating the rules on those values in order; the multi-message program's table simulator
+(which needs nothing) and, when p4c and ``simple_switch`` are on PATH, BMv2 itself must send
+exactly those.  The single-message program is run through BMv2 with frames of the eBPF tests'
+spec (one message each, identified by the IPv4 identification field).
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+
+from hypothesis import HealthCheck, Phase, assume, given, settings
+from hypothesis import strategies as st
+
+from conftest import EXAMPLE
+from strategies import aggregate_comparison
+from subc.compiler.targets.p4state import reciprocal
+from subc.runtime.stateful_reference import StatefulReference
+from test_p4_multi_message import (K, NEEDS_BMV2, P4C, SYMBOLS, Feed, _done, _itch_classes, _tail, compile_p4, load,
+                                   run_bmv2, simulate, verify)
+
+TIMED_SPEC = (EXAMPLE / "spec.p4").read_text() + (
+    "\n@pragma query_field(add_order.timestamp)\n@pragma query_time(add_order.timestamp, ns)\n")
+#: message values (price in its raw units of 1/10000, `query_field_scale(add_order.price, 4)`)
+AGG_VALUES = {"add_order.shares": [0, 1, 100, 500, 1000], "add_order.price": [0, 100000, 250000, 250001, 4294967295]}
+#: rule literals near them (price in dollars)
+LITERALS = {"add_order.shares": [0, 1, 100, 500, 1000], "add_order.price": [0, 10, 25, 429496]}
+PORT = 26400
+
+
+@given(st.integers(1, 2**64 - 1), st.lists(st.integers(0, 2**64 - 1), max_size=20))
+def test_window_id_reciprocal_is_floor_division(window_ns, nows):
+    m, k = reciprocal(window_ns)
+    assert m < 2**65
+    for n in nows + [0, 1, window_ns - 1, window_ns, window_ns + 1, 2**64 - 1, (2**64 - 1) // window_ns * window_ns]:
+        if n < 2**64:
+            assert (n * m) >> k == n // window_ns, (n, window_ns)
+
+
+def test_window_id_reciprocal_on_the_windows_users_write():
+    """Windows of 1 us to 1 h (µs multiples), 100k random times each, and the worst cases."""
+    rng = random.Random(7)
+    for window_us in (1, 2, 3, 5, 7, 10, 100, 999, 1000, 1024, 60_000_000, 3_600_000_000):
+        w = window_us * 1000
+        m, k = reciprocal(w)
+        for n in [rng.getrandbits(64) for _ in range(100_000)] + [w * q - 1 for q in (1, 2, 2**20)]:
+            assert (n * m) >> k == n // w
+
+
+# ------------------------------------------------------------------------------------------
+# ITCH: rules, timed messages, the reference's copies
+# ------------------------------------------------------------------------------------------
+
+
+@st.composite
+def itch_stateful_rules(draw):
+    """1 to 4 rules: a header predicate on stock, shares or price and/or a comparison on an
+    aggregate of shares or price (windows none, 0, 1, 5 us), fwd to ports 1..5."""
+    lines = []
+    for _ in range(draw(st.integers(1, 4))):
+        parts = []
+        kind = draw(st.sampled_from(["stock", "shares", "price", "none"]))
+        if kind == "stock":
+            parts.append(f'add_order.stock == "{draw(st.sampled_from(SYMBOLS))}"')
+        elif kind != "none":
+            parts.append(f"add_order.{kind} {draw(st.sampled_from(['<', '>=']))} "
+                         f"{draw(st.sampled_from(LITERALS['add_order.' + kind][1:]))}")
+        for _ in range(draw(st.integers(1, 2))):
+            parts.append(draw(aggregate_comparison(sorted(LITERALS), LITERALS)))
+        joiner = draw(st.sampled_from([" and ", " and ", " or "]))
+        ports = draw(st.lists(st.integers(1, 5), min_size=1, max_size=2, unique=True))
+        lines.append(f"{joiner.join(parts)} : fwd({', '.join(map(str, ports))});")
+    return "\n".join(lines) + "\n"
+
+
+class Clock:
+    """Message times (ns) stepping onto, before and after 1 us and 5 us boundaries, sometimes back."""
+
+    def __init__(self, start: int):
+        self.t = start
+
+    def step(self, draw) -> int:
+        self.t = max(0, self.t + draw(st.sampled_from([0, 1, 999, 1000, 1001, 2000, 4999, 5000, -1, -1000])))
+        return self.t
+
+
+@st.composite
+def timed_itch_message(draw, clock: Clock):
+    """(message bytes, field values or None for a type the rules do not test), with its time."""
+    AddOrder, AddOrderMPID, Delete, _ = _itch_classes()
+    kind = draw(st.sampled_from("AAAFD"))
+    t = clock.step(draw)
+    if kind == "D":
+        return bytes(Delete(ref=draw(st.integers(0, 99)), timestamp=t)), None
+    stock = draw(st.sampled_from(SYMBOLS)).encode().ljust(8)
+    shares = draw(st.sampled_from(AGG_VALUES["add_order.shares"]))
+    price = draw(st.sampled_from(AGG_VALUES["add_order.price"]))
+    cls = AddOrder if kind == "A" else AddOrderMPID
+    pkt = cls(type=kind.encode(), timestamp=t, side=b"B", shares=shares, stock=stock, price=price)
+    return bytes(pkt), {"add_order.stock": int.from_bytes(stock, "big"), "add_order.shares": shares,
+                        "add_order.price": price, "add_order.buy_sell_indicator": ord("B"),
+                        "add_order.timestamp": t}
+
+
+def stateful_decide(rules, spec):
+    """values -> sorted ports, from the reference run over the classified messages in order."""
+    ref = StatefulReference(rules, spec)
+
+    def decide(values):
+        if values is None:
+            return []
+        return sorted(ref.decide(values, values["add_order.timestamp"]).ports)
+
+    return decide
+
+
+def itch_feed(data, tmp, rules_text: str):
+    """(doc, spec, feed) of a drawn datagram sequence over ``rules_text`` (compiled for BMv2)."""
+    spec_path = tmp / "spec.p4"
+    spec_path.write_text(TIMED_SPEC)
+    spec, rules, _ = load(rules_text, spec_path, tmp)
+    doc = compile_p4(tmp / "r.sub", spec_path, tmp / "out")
+    assert "state" in doc and doc["state"]["time"]["field"] == "add_order.timestamp"
+    feed = Feed(doc["messages"]["ports"], stateful_decide(rules, spec))
+    clock = Clock(data.draw(st.integers(0, 3000)))
+    for _ in range(data.draw(st.integers(2, 8))):
+        if data.draw(st.integers(0, 6)) == 0:
+            feed.heartbeat(PORT)
+        else:
+            feed.data([data.draw(timed_itch_message(clock)) for _ in range(data.draw(st.integers(1, K)))], PORT)
+    return doc, spec, feed
+
+
+SIM_SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[
+    HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@SIM_SETTINGS
+@given(rules_text=itch_stateful_rules(), data=st.data())
+def test_multi_message_tables_agree_with_reference(tmp_path_factory, rules_text, data):
+    """The multi-message program's entries in the table simulator (its register model between each
+    slot's update table and state stages): every port's copies as the reference decides."""
+    tmp = tmp_path_factory.mktemp("st")
+    doc, spec, feed = itch_feed(data, tmp, rules_text)
+    sim = simulate(doc, spec, feed)
+    for p in feed.want:
+        assert sim.get(p, []) == feed.want[p], (rules_text, p)
+
+
+def test_equal_messages_of_one_datagram_are_decided_in_order(tmp_path):
+    """``count() >= 2``: of three equal Add Orders in one datagram only the 2nd and 3rd match;
+    the next datagram's window (1 us later) starts empty again."""
+    AddOrder = _itch_classes()[0]
+    rules_text = 'add_order.stock == "BOB" and count(window=1) >= 2 : fwd(3);\n'
+    spec_path = tmp_path / "spec.p4"
+    spec_path.write_text(TIMED_SPEC)
+    spec, rules, _ = load(rules_text, spec_path, tmp_path)
+    doc = compile_p4(tmp_path / "r.sub", spec_path, tmp_path / "out")
+    feed = Feed(doc["messages"]["ports"], stateful_decide(rules, spec))
+
+    def msg(t):
+        b = bytes(AddOrder(timestamp=t, shares=1, stock=b"BOB".ljust(8), price=1))
+        return b, {"add_order.stock": int.from_bytes(b"BOB".ljust(8), "big"), "add_order.shares": 1,
+                   "add_order.price": 1, "add_order.buy_sell_indicator": ord("B"), "add_order.timestamp": t}
+
+    feed.data([msg(5), msg(5), msg(5)], PORT)
+    feed.data([msg(1005), msg(1006)], PORT)
+    assert [len(feed.want[3]), feed.want[3][0][18:20], feed.want[3][1][18:20]] == [2, b"\0\2", b"\0\1"]
+    sim = simulate(doc, spec, feed)
+    assert sim[3] == feed.want[3]
+
+
+# ------------------------------------------------------------------------------------------
+# BMv2
+# ------------------------------------------------------------------------------------------
+
+
+@NEEDS_BMV2
+@settings(max_examples=3, derandomize=True, deadline=None, phases=[Phase.explicit, Phase.generate],
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(rules_text=itch_stateful_rules(), data=st.data())
+def test_bmv2_multi_message_timed_sequence(tmp_path_factory, rules_text, data):
+    """A timed datagram sequence through simple_switch: every port's copies (bytes, counts,
+    checksums, sequence numbers) as the reference decides, and the datagram counters."""
+    tmp = tmp_path_factory.mktemp("stb")
+    doc, spec, feed = itch_feed(data, tmp, rules_text)
+    assume(any(feed.want[p] for p in feed.ports))
+    AddOrder = _itch_classes()[0]
+    _tail(feed, [(bytes(AddOrder(timestamp=0, shares=1, stock=b"ZVZZT".ljust(8), price=1)), None)], PORT)
+    subprocess.run([P4C, "--std", "p4-16", str(tmp / "out" / "subc.p4"), "-o", str(tmp / "out" / "subc.json")],
+                   check=True)
+    outs, counts = run_bmv2(tmp / "out", tmp, feed.frames, _done(feed))
+    verify(feed, outs, counts)
+
+
+
+# ------------------------------------------------------------------------------------------
+# BMv2, the single-message program: one message per frame (the eBPF tests' spec)
+# ------------------------------------------------------------------------------------------
+
+SINGLE_PORTS = range(0, 7)
+SENTINEL_RULE = "m.a == 254 : fwd(1, 2, 3, 4, 5, 6);\n"
+
+
+def _numbered(pkt: dict, i: int) -> bytes:
+    """The eBPF tests' frame of ``pkt`` with IPv4 identification ``i`` (not a query field)."""
+    from scapy.layers.inet import IP
+    from scapy.layers.l2 import Ether
+
+    from ebpf_util import diff_frame
+
+    e = Ether(diff_frame(pkt))
+    e[IP].id = i
+    del e[IP].chksum
+    return bytes(e)
+
+
+def run_single_bmv2(out, work, frames: list[bytes], want: dict[int, list[int]]) -> dict[int, list[int]]:
+    """Run ``out/subc.json`` with ``out/commands.txt`` over ``frames`` (in on port 0); per port the
+    IPv4 identifications of the frames it sent, once every port has sent the last frame (the
+    sentinel, which every port gets).  Reruns with a longer wait when loading the entries took
+    longer than the switch's start delay."""
+    import time
+
+    from scapy.layers.inet import IP
+    from scapy.layers.l2 import Ether
+    from scapy.utils import wrpcap
+
+    from bmv2_util import cli, start_switch, stop_switch
+    from test_p4_multi_message import _read_pcap
+
+    wrpcap(str(work / "p0_in.pcap"), [Ether(f) for f in frames])
+    for p in SINGLE_PORTS[1:]:
+        wrpcap(str(work / f"p{p}_in.pcap"), [])
+    last = len(frames) - 1
+    for wait in (6, 20, 60, 180):
+        for f in work.glob("p*_out.pcap"):
+            f.unlink()
+        started = time.time()
+        sw, thrift = start_switch(out / "subc.json", work, wait, SINGLE_PORTS)
+        try:
+            cli(thrift, (out / "commands.txt").read_text())
+            if time.time() - started >= wait - 1:
+                continue
+            deadline = time.time() + 600
+            while True:
+                outs = {p: _read_pcap(work / f"p{p}_out.pcap") for p in SINGLE_PORTS[1:]}
+                if all(v for v in outs.values()) and all(Ether(v[-1])[IP].id == last for v in outs.values()):
+                    return {p: [Ether(f)[IP].id for f in v] for p, v in outs.items()}
+                assert time.time() < deadline, "the sentinel did not reach every port within 600 s"
+                time.sleep(0.5)
+        finally:
+            stop_switch(sw)
+    raise AssertionError("the entries could not be loaded within 180 s")
+
+
+@NEEDS_BMV2
+@settings(max_examples=3, derandomize=True, deadline=None, phases=[Phase.explicit, Phase.generate],
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_bmv2_single_message_timed_sequence(tmp_path_factory, data):
+    """Random stateful rules over the eBPF tests' spec (time in m.g, ns), one message per frame,
+    through simple_switch: the frames each port sends are those the reference forwards to it."""
+    from ebpf_util import DIFF_SPEC_TEXT
+    from strategies import stateful_rules, timed_messages
+    from subc.compiler.rules import load_rules
+    from subc.compiler.spec import load_spec
+
+    values = {"m.a": [0, 1, 2, 5, 255], "m.b": [0, 3, 7, 100, 65535], "m.c": [0, 1, 2], "m.e": [0, 10, 20, 4294967295]}
+    tmp = tmp_path_factory.mktemp("stb1")
+    (tmp / "spec.p4").write_text(DIFF_SPEC_TEXT + "@pragma query_time(m.g, ns)\n")
+    spec = load_spec(tmp / "spec.p4")
+    fields = {n: spec.query_fields[n] for n in values}
+    text = data.draw(stateful_rules(fields, ["m.a", "m.b", "m.e"], values, max_rules=4)) + "\n" + SENTINEL_RULE
+    (tmp / "r.sub").write_text(text)
+    rules = load_rules(tmp / "r.sub", spec)
+    messages = data.draw(timed_messages(values, "m.g", 30))
+    fixed = {"m.h": 0, "m.f": 0, "m.d": 0, "ip.dstAddr": 0x01020304}
+    messages.append((messages[-1][0], {**messages[-1][1], "m.a": 254}))
+    ref = StatefulReference(rules, spec)
+    want: dict[int, list[int]] = {p: [] for p in SINGLE_PORTS[1:]}
+    frames = []
+    for i, (t, msg) in enumerate(messages):
+        pkt = {**fixed, **msg}
+        for p in ref.decide(pkt, t).ports:
+            want[p].append(i)
+        frames.append(_numbered(pkt, i))
+    p = subprocess.run([sys.executable, "-m", "subc.cli", "compile", str(tmp / "r.sub"), "--spec", str(tmp / "spec.p4"),
+                        "--target", "bmv2", "-o", str(tmp / "out")], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    subprocess.run([P4C, "--std", "p4-16", str(tmp / "out" / "subc.p4"), "-o", str(tmp / "out" / "subc.json")],
+                   check=True)
+    got = run_single_bmv2(tmp / "out", tmp, frames, want)
+    assert got == want, text
