@@ -14,7 +14,12 @@ shares uniform) through
 * XDP parse-only: the same source built with ``-DSUBC_PARSE_ONLY`` (parse every message, no lookup),
 
 each ``--repeat`` times and print the mean ns per datagram and per message (kernel-measured
-duration of BPF_PROG_TEST_RUN).  The TC copy builder needs the XDP metadata, which
+duration of BPF_PROG_TEST_RUN).
+
+``--stateful M,...`` adds, for each M, a run of the same rule set plus M rules of the paper's
+stateful shape ``add_order.stock == S and avg(add_order.price, window=1000) > X : fwd(H)``
+(README "Stateful subscriptions": M aggregate instances, each under its own bpf_spin_lock, time
+from bpf_ktime_get_ns); the row's ``stateful_rules`` says which.  The TC copy builder needs the XDP metadata, which
 BPF_PROG_TEST_RUN cannot give a TC program: ``bench/broker_throughput.py`` measures it end to
 end.  Needs root.  Writes JSON with ``--json FILE``.
 
@@ -54,6 +59,16 @@ def camus_rules(n: int, seed: int = 1) -> str:
     )
 
 
+def paper_rules(m: int, seed: int = 3) -> str:
+    """``m`` rules ``add_order.stock == S and avg(add_order.price, window=1000) > X : fwd(H)``."""
+    rng = random.Random(seed)
+    return "\n".join(
+        f'add_order.stock == "{rng.choice(SYMBOLS)}" and avg(add_order.price, window=1000) > {rng.randint(50, 150)} '
+        f": fwd({rng.randint(1, 200)});"
+        for _ in range(m)
+    )
+
+
 def frames(per_datagram: int = 1, n: int = 64, seed: int = 2) -> list[bytes]:
     """``n`` frames of ``per_datagram`` Add Orders each (one in 8 of a symbol outside the rules)."""
     from scapy.layers.inet import IP, UDP
@@ -66,7 +81,8 @@ def frames(per_datagram: int = 1, n: int = 64, seed: int = 2) -> list[bytes]:
         for j in range(per_datagram):
             sym = rng.choice(SYMBOLS) if (i * per_datagram + j) % 8 else "ZZZZ"
             msgs.append(encode_add_order({"add_order.stock": stock_value(sym), "add_order.shares": rng.randint(1, 1100),
-                                          "add_order.price": 1000000, "add_order.order_ref_number": i}))
+                                          "add_order.price": rng.randint(50, 150) * 10000,
+                                          "add_order.order_ref_number": i}))
         out.append(bytes(Ether() / IP(src="10.0.0.1", dst="10.0.0.2") / UDP(sport=4000, dport=26400)
                          / encode_packet("BENCH00001", i * per_datagram + 1, msgs)))
     return out
@@ -81,16 +97,19 @@ def main() -> None:
     ap.add_argument("--sizes", default="1000,10000,100000")
     ap.add_argument("--messages", default="1,8,32", help="messages per datagram")
     ap.add_argument("--repeat", type=int, default=100_000)
+    ap.add_argument("--stateful", default="", help="also with M paper-shaped stateful rules added, for each M")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     spec = load_spec(ROOT / "examples/itch/spec.p4")
     per = [int(x) for x in args.messages.split(",")]
     results = []
-    print(f"{'rules':>8} {'entries':>8} {'msgs':>5} {'XDP ns/dgram':>13} {'ns/msg':>7} {'parse-only ns/dgram':>20} "
-          f"{'ns/msg':>7}")
-    for n in [int(x) for x in args.sizes.split(",")]:
+    stateful = [0] + [int(x) for x in args.stateful.split(",") if x]
+    print(f"{'rules':>8} {'stateful':>8} {'entries':>8} {'msgs':>5} {'XDP ns/dgram':>13} {'ns/msg':>7} "
+          f"{'parse-only ns/dgram':>20} {'ns/msg':>7}")
+    for n, m in [(int(x), m) for x in args.sizes.split(",") for m in stateful]:
         t0 = time.perf_counter()
-        rules = parse_rules(camus_rules(n), spec, f"camus{n}.sub")
+        text = camus_rules(n) + ("\n" + paper_rules(m) if m else "")
+        rules = parse_rules(text, spec, f"camus{n}.sub")
         res = compile_rules(rules, spec, "ebpf", field_order=["add_order.stock", "add_order.shares"])
         files, _ = target_files(res, f"camus{n}.sub")
         t_compile = time.perf_counter() - t0
@@ -103,6 +122,8 @@ def main() -> None:
             pkts = frames(k)
             row = {
                 "rules": n,
+                "stateful_rules": m,
+                "aggregate_instances": len(res.ir.state.instances) if res.ir.state else 0,
                 "compile_s": round(t_compile, 2),
                 "entries": sum(len(m["entries"]) for m in doc["maps"] if m["role"] != "root"),
                 "messages_per_datagram": k,
@@ -114,7 +135,7 @@ def main() -> None:
                 "frames": len(pkts),
             }
             results.append(row)
-            print(f"{n:>8} {row['entries']:>8} {k:>5} {row['xdp_ns']:>13} {row['xdp_ns'] / k:>7.1f} "
+            print(f"{n:>8} {m:>8} {row['entries']:>8} {k:>5} {row['xdp_ns']:>13} {row['xdp_ns'] / k:>7.1f} "
                   f"{row['xdp_parse_only_ns']:>20} {row['xdp_parse_only_ns'] / k:>7.1f}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
