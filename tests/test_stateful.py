@@ -12,6 +12,7 @@ does, which keeps the aggregates as plain numbers (exact fractions for ``avg``).
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 
 import pytest
@@ -250,21 +251,19 @@ def test_check_understands_comparisons_on_state(tmp_path):
     assert state["bmv2"]["bytes"] == 48
     rep = check([str(rules)], str(spec), "bmv2")
     assert not [d for d in rep.diagnostics if d.severity == "error"]
+    # Tofino: windows that never end need no divider; one of 1000 us over a time field in us does
     rep = check([str(rules)], str(spec), "tofino")
-    assert any(d.severity == "error" and "does not support yet" in d.message for d in rep.diagnostics)
+    assert not [d for d in rep.diagnostics if d.severity == "error"] and rep.target_fit["state"]["tofino"]
+    rules.write_text("m.a == 1 and count(window=1000) > 5 : fwd(1);\n")
+    rep = check([str(rules)], str(spec), "tofino")
+    assert any(d.severity == "error" and "not a power of two" in d.message for d in rep.diagnostics)
 
 
 def test_targets_and_paths_without_state_refuse_it_clearly(tmp_path):
-    """Tofino programs, `subc analyze` and live subscriptions do not keep registers yet: each says
-    so instead of deciding statelessly."""
-    from subc.compiler.targets import target_files
+    """`subc analyze` and live subscriptions do not keep registers yet: each says so instead of
+    deciding statelessly."""
     from subc.runtime.serve.protocol import ProtocolError, parse_request
 
-    text = "h.a == 1 and avg(h.e) > 5 : fwd(1);"
-    for target in ("tofino",):
-        res = compile_rules(parse_rules(text, SPEC_TIMED), SPEC_TIMED, target)
-        with pytest.raises(SubcError, match=f"the {target} target does not support yet"):
-            target_files(res, "r.sub")
     from conftest import EXAMPLE
     from subc.compiler.spec import load_spec
 
@@ -318,3 +317,100 @@ def test_real_shaped_feed_on_other_specs(tmp_path, spec_name, rules_text):
     doc = json.loads(p.stdout)
     assert doc["messages"] == 6000 and doc["disagreements"] == 0
     assert doc["per_port"].get("1", 0) > 0 and doc["per_port"].get("2", 0) > 0
+
+
+# ------------------------------------------------------------------------------------------
+# Tofino (TNA): Register/RegisterAction, what it cannot do, what `subc check` counts
+# ------------------------------------------------------------------------------------------
+
+def _tofino_spec(tmp_path, pragmas: str):
+    from ebpf_util import DIFF_SPEC_TEXT
+
+    p = tmp_path / "tofino.p4"
+    p.write_text(DIFF_SPEC_TEXT + pragmas)
+    return p
+
+
+def test_tofino_program_keeps_state_in_register_actions(tmp_path):
+    """Windows that are powers of two of a time field in us: one Register and one RegisterAction
+    per quantity, each executed once; P4Info lists the registers; p4test (with Tofino's tna.p4,
+    when present) accepts the program."""
+    import os
+    import shutil
+    import subprocess
+
+    from subc.compiler.spec import load_spec
+    from subc.compiler.targets import target_files
+
+    spec = load_spec(_tofino_spec(tmp_path, "@pragma query_time(m.g, us)\n@pragma query_window(1024)\n"))
+    text = ("m.a == 1 and count() > 2 : fwd(1);\nm.a == 2 and avg(m.e) > 7 : fwd(2);\nm.a == 2 and avg(m.e) < 9 : fwd(3);\n"
+            "m.b < 5 and sum(m.e, window=0) > 100 or max(m.b, window=2048) >= 7 : fwd(4);\n")
+    res = compile_rules(parse_rules(text, spec), spec, "tofino")
+    files, _ = target_files(res, "r.sub")
+    src = files["subc.p4"]
+    regs = re.findall(r"Register<bit<32>, bit<1>>\(1, 0\) (\w+);", src)
+    # count: wid, count; avg (2 thresholds): wid, count, 2 x (lo, hi); sum: + lo, hi; max: + extreme
+    assert len(regs) == 2 + 6 + 4 + 3 == len(set(regs))
+    for r in regs:
+        assert src.count(f"{r}_step.execute(") == 1, r
+    assert "(bit<32>) (hdr.m.g >> 10)" in src and "(bit<32>) (hdr.m.g >> 11)" in src
+    assert "/" not in "".join(line.split("//")[0] for line in src.splitlines() if "execute" in line or ">>" in line)
+    for r in regs:
+        assert f'name: "SubcIngress.{r}"' in files["p4info.txtpb"]
+    p4test, tna = shutil.which("p4test"), os.environ.get("SUBC_TNA_INCLUDE", "/opt/tna-include")
+    if p4test and os.path.exists(os.path.join(tna, "tna.p4")):
+        (tmp_path / "subc.p4").write_text(src)
+        p = subprocess.run([p4test, "--std", "p4-16", "-D__TARGET_TOFINO__=1", "-I", tna, str(tmp_path / "subc.p4")],
+                           capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+
+
+@pytest.mark.parametrize("pragmas, text, message", [
+    ("@pragma query_time(m.g, us)\n", "m.a == 1 and count(window=1000) > 2 : fwd(1);", "not a power of two"),
+    ("@pragma query_time(m.g, ns)\n", "m.a == 1 and count(window=1) > 2 : fwd(1);", "not a power of two"),
+    ("", "m.a == 1 and count(window=1024) > 2 : fwd(1);", "arrival time"),
+    ("@pragma query_time(m.g, us)\n", "m.a == 1 and sum(m.g, window=0) > 2 : fwd(1);", "32-bit cells"),
+])
+def test_what_tofino_cannot_keep_is_refused(tmp_path, pragmas, text, message):
+    from subc.compiler.spec import load_spec
+    from subc.compiler.targets import target_files
+
+    spec = load_spec(_tofino_spec(tmp_path, pragmas))
+    res = compile_rules(parse_rules(text, spec), spec, "tofino")
+    with pytest.raises(SubcError, match=message):
+        target_files(res, "r.sub")
+
+
+def test_tofino_multi_message_state_needs_one_message_per_datagram(tmp_path):
+    """A register is read-modified-written once per packet: --max-messages 1, or an error."""
+    import subprocess
+    import sys
+
+    from conftest import EXAMPLE
+
+    spec = tmp_path / "spec.p4"
+    spec.write_text((EXAMPLE / "spec.p4").read_text() + "\n@pragma query_field(add_order.timestamp)\n"
+                    "@pragma query_time(add_order.timestamp, us)\n@pragma query_window(1024)\n")
+    (tmp_path / "r.sub").write_text('add_order.stock == "BOB" and avg(add_order.price) > 6.2 : fwd(1);\n')
+    run = lambda *a: subprocess.run([sys.executable, "-m", "subc.cli", "compile", str(tmp_path / "r.sub"), "--spec",  # noqa: E731
+                                     str(spec), "--target", "tofino", *a], capture_output=True, text=True)
+    p = run("-o", str(tmp_path / "a"))
+    assert p.returncode == 2 and "--max-messages 1" in p.stderr and not (tmp_path / "a").exists()
+    p = run("-o", str(tmp_path / "b"), "--max-messages", "1")
+    assert p.returncode == 0, p.stderr
+    assert "subc_a0_excess0_hi_step.execute(0)" in (tmp_path / "b" / "subc.p4").read_text()
+
+
+def test_check_counts_tofino_stateful_alus_and_stages(tmp_path):
+    from subc.check.run import check
+
+    spec = _tofino_spec(tmp_path, "@pragma query_time(m.g, us)\n@pragma query_window(1024)\n")
+    rules = tmp_path / "r.sub"
+    rules.write_text("m.a == 1 and count() > 2 : fwd(1);\nm.a == 2 and avg(m.e) > 7 : fwd(2);\n"
+                     "m.a == 2 and avg(m.e) < 9 : fwd(3);\n")
+    rep = check([str(rules)], str(spec), "tofino")
+    assert not [d for d in rep.diagnostics if d.severity == "error"]
+    st = rep.target_fit["state"]["tofino"]
+    # level 1: 2 window ids; level 2: 2 counts + 2 excess lows; level 3: 2 excess highs
+    assert st["stateful_alus"] == 8 and st["per_level"] == [2, 4, 2] and st["stages"] == 1 + 1 + 1 + 3
+    assert st["pipeline_stages"] == rep.target_fit["stages"]["needed"] + st["stages"]

@@ -265,9 +265,11 @@ def state_fit(res: CompileResult) -> dict:
     """What comparisons on state need (README "Stateful subscriptions"): the aggregate instances
     (function, field, window in us, avg thresholds, the rules sharing it), the state values the
     pipeline matches, and per target the registers: eBPF, ``subc_agg`` entries (two generations per
-    instance) and their bytes; BMv2, the v1model register arrays (64-bit cells) and their bytes."""
+    instance) and their bytes; BMv2, the v1model register arrays (64-bit cells) and their bytes;
+    Tofino, the registers (one 32-bit cell and one stateful ALU each) and the MAU stages they add
+    (:func:`~subc.compiler.targets.p4state.tofino_resources`)."""
     from ..compiler.targets import ebpf_layout as L
-    from ..compiler.targets.p4state import registers
+    from ..compiler.targets.p4state import registers, tofino_registers, tofino_resources
 
     st = res.ir.state
     size = L.agg_struct(max([len(i.thresholds) for i in st.instances], default=1)).size
@@ -282,4 +284,5 @@ def state_fit(res: CompileResult) -> dict:
                  "lock": "bpf_spin_lock per instance"},
         "bmv2": {"registers": [{"name": n, "cells": c, "bits": 64} for n, c in registers(st)],
                  "bytes": 8 * sum(c for _, c in registers(st))},
+        "tofino": {**tofino_resources(st), "registers": [n for n, _ in tofino_registers(st)]},
     }

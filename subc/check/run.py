@@ -14,7 +14,7 @@ from typing import Sequence
 
 from ..compiler.aggregates import is_state_field, plan_state
 from ..compiler.gcpause import paused_gc
-from ..compiler.targets import STATEFUL_TARGETS
+from ..compiler.targets import STATEFUL_TARGETS, check_tofino_state
 from ..compiler.limits import DEFAULT_LIMITS, LimitError, Limits
 from ..compiler.rules import parse_rules
 from ..compiler.spec import Spec, load_spec
@@ -119,8 +119,34 @@ def check(paths: Sequence[str], spec_path: str, target: str = "bmv2", limits: Li
                             "error", "target-fit",
                             f"the rules compare state (aggregates), which the {target} target does not support yet "
                             f"(supported: {', '.join(STATEFUL_TARGETS)})", first.location))
+                    elif target == "tofino":
+                        rep.diagnostics += _tofino_state(res, rep.target_fit, max_messages)
     rep.diagnostics.sort(key=Diagnostic.sort_key)
     return rep
+
+
+def _tofino_state(res, target_fit: dict, max_messages: int) -> list[Diagnostic]:
+    """Errors for comparisons on state Tofino cannot run (:func:`~subc.compiler.targets.check_tofino_state`)
+    and for a pipeline whose header-field and state stages together exceed Tofino 2's."""
+    first = next(r for r in res.rules if r.index == res.ir.state.instances[0].rules[0])
+    out = []
+    try:
+        check_tofino_state(res, max_messages, None)
+    except SubcError as e:
+        out.append(Diagnostic("error", "target-fit", e.message, first.location))
+    st = target_fit["state"]["tofino"]
+    total = target_fit["stages"]["needed"] + st["stages"]
+    st["pipeline_stages"] = total
+    limits = target_fit["stages"]["limits"]
+    need = (f"the field stages and the comparisons on state need about {total} MAU stages "
+            f"({st['stateful_alus']} stateful ALUs)")
+    if total > limits["Tofino 2"]:
+        out.append(Diagnostic("error", "target-fit", f"{need}: more than Tofino 2 has ({limits['Tofino 2']})",
+                              first.location))
+    elif total > limits["Tofino 1"]:
+        out.append(Diagnostic("warning", "target-fit", f"{need}: Tofino 2 only (Tofino 1 has {limits['Tofino 1']})",
+                              first.location))
+    return out
 
 
 def _example_messages(spec: Spec, diagnostics: list[Diagnostic]) -> None:
@@ -167,6 +193,10 @@ def summary_line(rep: CheckReport) -> str:
         from .fit import message_stages_text
 
         s += "; " + message_stages_text(f) if message_stages_text(f) else ""
+        st = f.get("state", {}).get("tofino")
+        if st:
+            s += (f"; comparisons on state: {st['stateful_alus']} stateful ALUs (registers), about {st['stages']} more "
+                  f"stages ({st['pipeline_stages']} in all)")
     if "multicast_groups" in f:
         s += f"; {f['multicast_groups']['used']:,} multicast groups"
     if f.get("model") == "ebpf" and f.get("instructions"):

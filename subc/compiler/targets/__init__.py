@@ -15,11 +15,28 @@ from .entries import bfrt_setup, bmv2_commands, dumps, entries_json, report_json
 from .p4info import p4info_text
 from .p4program import render_program
 from .p4slots import DEFAULT_MAX_MESSAGES, check_options, slot_plan
+from .p4state import tofino_problems
 
 P4_TARGETS = ("bmv2", "tofino")
 TARGETS = P4_TARGETS + ("ebpf",)
 #: The targets whose programs keep the registers of comparisons on state.
-STATEFUL_TARGETS: tuple[str, ...] = ("ebpf", "bmv2")
+STATEFUL_TARGETS: tuple[str, ...] = ("ebpf", "bmv2", "tofino")
+
+
+def check_tofino_state(res: CompileResult, max_messages: int, overflow_port: int | None) -> None:
+    """Raise SubcError when ``res``'s comparisons on state cannot run on Tofino: a window that is
+    not a power of two of the time unit, a field wider than a register cell
+    (:func:`~.p4state.tofino_problems`), or a multi-message program of more than one slot (each
+    register is read-modified-written once per packet: one message per datagram can update it)."""
+    problems = tofino_problems(res.ir.state)
+    if res.spec.whole_program:
+        plan, _ = slot_plan(res, max_messages, overflow_port)
+        if plan is not None and plan.max_messages > 1:
+            problems.append(f"a Tofino register is read-modified-written once per packet, so of a MoldUDP64 datagram "
+                            f"only one message can update the aggregates: compile with --max-messages 1 (datagrams "
+                            f"of more messages go to the overflow port), not {plan.max_messages}")
+    if problems:
+        raise SubcError("the rules' comparisons on state cannot run on Tofino: " + "; ".join(problems))
 
 
 def target_files(res: CompileResult, rules_path: str, dot: bool = False, max_messages: int = DEFAULT_MAX_MESSAGES,
@@ -40,6 +57,8 @@ def target_files(res: CompileResult, rules_path: str, dot: bool = False, max_mes
     if res.ir.state is not None and res.target not in STATEFUL_TARGETS:
         raise SubcError(f"the rules compare state (aggregates), which the {res.target} target does not support yet "
                         f"(supported: {', '.join(STATEFUL_TARGETS) or 'none'}; `subc simulate` runs them on the tables)")
+    if res.ir.state is not None and res.target == "tofino":
+        check_tofino_state(res, max_messages, overflow_port)
     t0 = time.perf_counter()
     files: dict[str, str] = {}
     if res.target == "ebpf":

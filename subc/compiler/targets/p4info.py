@@ -29,7 +29,7 @@ from ..driver import CompileResult
 from ..aggregates import UPDATE_ATOM
 from ..tables import Table
 from .p4slots import COUNTERS, SlotPlan
-from .p4state import registers as state_registers
+from .p4state import registers as state_registers, tofino_registers
 
 #: P4Runtime resource type prefixes (P4Runtime specification section 6.3, p4info.proto P4Ids).
 PREFIX = {"action": 0x01, "table": 0x02, "counter": 0x12, "register": 0x16}
@@ -153,10 +153,13 @@ def _state_actions(pipe) -> list[P4Action]:
     return [P4Action(f"{CONTROL}.{UPDATE_ATOM}", [("mask", pipe.state.mask_width)])]
 
 
-def _state_registers(pipe) -> list[P4Extern]:
-    """The v1model registers of the comparisons on state, in declaration order (:mod:`.p4state`)."""
+def _state_registers(pipe, tna: bool) -> list[P4Extern]:
+    """The registers of the comparisons on state, in declaration order (:mod:`.p4state`): v1model
+    arrays of 64-bit cells; TNA one 32-bit cell each."""
     if pipe.state is None:
         return []
+    if tna:
+        return [P4Extern("register", f"{CONTROL}.{name}", 1, width=32) for name, _ in tofino_registers(pipe.state)]
     return [P4Extern("register", f"{CONTROL}.{name}", cells, width=64) for name, cells in state_registers(pipe.state)]
 
 
@@ -176,7 +179,7 @@ def control_plane(res: CompileResult, plan: SlotPlan | None) -> ControlPlane:
         if uses_code:
             actions.append(P4Action(q("subc_set_code"), [("code", pipe.code_width)]))
         actions += _state_actions(pipe) + spec_actions
-        externs += _state_registers(pipe)
+        externs += _state_registers(pipe, tna)
         tables = [_table(t, t.name, [_key_name(k.name, tna) for k in t.keys]) for t in pipe.tables]
         called = {q(pipe.default_action[0])} if pipe.headers else set()  # the apply block's else branch
     else:
@@ -206,10 +209,11 @@ def control_plane(res: CompileResult, plan: SlotPlan | None) -> ControlPlane:
         if tna:
             externs += [P4Extern("counter", q(f"subc_held_s{i}"), n_held, unit="PACKETS")
                         for i in range(plan.max_messages)]
+            externs += _state_registers(pipe, tna)
             externs.append(P4Extern("register", f"{EGRESS}.subc_seq", 512, width=32))
         else:
             externs.append(P4Extern("counter", q("subc_held"), n_held, unit="PACKETS"))
-            externs += _state_registers(pipe)
+            externs += _state_registers(pipe, tna)
             externs.append(P4Extern("register", f"{EGRESS}.subc_seq", 512, width=64))
     # subc_set_root and subc_root are declared right after subc_set_state (templates/p4)
     at = next(i for i, a in enumerate(actions) if a.name == q("subc_set_state")) + 1

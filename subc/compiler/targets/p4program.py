@@ -19,7 +19,7 @@ from ..tables import UPDATE_TABLE
 from .entries import slot_key, bfrt_key_name
 from .p4slots import (ALL_PORTS_GROUP, COUNTERS, DEFAULT_MAX_MESSAGES, KIND_DATA, KIND_HEARTBEAT, KIND_NONE, SlotPlan,
                       deliver_table, message_action, message_tables, slot_plan, slot_table_name)
-from .p4state import v1model_state
+from .p4state import tna_state, v1model_state
 from .safety import check_action, check_pipeline, comment_text, identifier, number
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "templates"
@@ -113,12 +113,14 @@ def program_context(res: CompileResult, rules_path: str, tna: bool) -> dict:
 def _state_context(res: CompileResult, ctx: dict, tna: bool, plan: SlotPlan | None = None) -> dict | None:
     """The ``agg`` context of the comparisons on state (:mod:`.p4state`), or None."""
     pipe = res.pipeline
-    if pipe.state is None or tna:
+    if pipe.state is None:
         return None
     if plan is None:
         key_of = lambda b, name: f"{pipe.hdr}.{name}"  # noqa: E731
     else:
         key_of = lambda b, name: slot_key(f"{pipe.hdr}.{name}", b, plan, pipe)  # noqa: E731
+    if tna:  # one message per packet touches the registers (target_files checks)
+        return {**tna_state(pipe, lambda name: key_of(0, name), "ig_intr_md.ingress_mac_tstamp"), "table": UPDATE_TABLE}
     agg = v1model_state(pipe, key_of, f"{ctx['std_meta']}.ingress_global_timestamp",
                         plan.max_messages if plan is not None else 1)
     return {**agg, "table": UPDATE_TABLE}

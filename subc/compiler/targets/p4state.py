@@ -121,5 +121,109 @@ def v1model_state(pipe: Pipeline, key_of, arrival_us: str, n_blocks: int = 1) ->
             "instances": [{**i, "load": f"(bit<64>) {identifier(key_of(b, i['field']), 'field', dotted=True)}" if i["field"] else "64w0"}
                           for i in instances],
         })
-    return {"registers": registers(plan), "meta_members": members, "mask": f"{meta}.subc_update",
+    return {"tna": False, "registers": registers(plan), "meta_members": members, "mask": f"{meta}.subc_update",
             "mask_width": plan.mask_width, "blocks": blocks, "meta": meta}
+
+
+# ------------------------------------------------------------------------------------------
+# Tofino (TNA)
+# ------------------------------------------------------------------------------------------
+
+#: Stateful ALUs per MAU stage on Tofino (public RMT/Tofino descriptions: four per stage).
+SALUS_PER_STAGE = 4
+#: The widest value a Tofino register cell keeps and a stateful ALU adds, in bits.
+TOFINO_CELL_BITS = 32
+
+
+def tofino_problems(plan: StatePlan) -> list[str]:
+    """Why ``plan`` cannot run on Tofino as the other targets run it (empty: it can).
+
+    Tofino has no divider and no multiplier: a window's id is a shift of the time field, so the
+    window length must be a power of two of the time unit (arrival time: of 1 ns, which no µs
+    window is); its stateful ALUs add 32-bit cells, so aggregated fields are at most 32 bits."""
+    out = []
+    unit = plan.time_unit_ns if plan.time_field is not None else 1
+    for i in plan.instances:
+        q = i.window_ns // unit if i.window_ns % unit == 0 else 0
+        if i.window_ns and (q == 0 or q & (q - 1)):
+            base = (f"the time field {plan.time_field.name} ({unit} ns units)" if plan.time_field is not None
+                    else "the arrival time (ns)")
+            out.append(f"aggregate {i.index} ({i.kind}): its window of {i.window_ns / 1000:g} us is not a power of two "
+                       f"of {base}; Tofino has no divider to find the window (use window=0, or a time field whose "
+                       "unit makes the window a power of two, e.g. query_time(h.t, us) with window=1024)")
+        if i.field is not None and i.field.width > TOFINO_CELL_BITS:
+            out.append(f"aggregate {i.index} ({i.kind}({i.field.name})): the field has {i.field.width} bits; Tofino's "
+                       f"stateful ALUs keep {TOFINO_CELL_BITS}-bit cells")
+    return out
+
+
+def tofino_registers(plan: StatePlan) -> list[tuple[str, int]]:
+    """(register, access level) of every Tofino register of ``plan``, each one 32-bit cell and one
+    stateful ALU executed once per packet: level 1 the window ids; 2 the counts and the low
+    halves of sums and excesses; 3 the extremes and the high halves."""
+    out = []
+    for i in plan.instances:
+        k = i.index
+        out += [(f"subc_a{k}_wid", 1), (f"subc_a{k}_count", 2)]
+        if i.kind == "sum":
+            out += [(f"subc_a{k}_sum_lo", 2), (f"subc_a{k}_sum_hi", 3)]
+        elif i.kind in ("min", "max"):
+            out.append((f"subc_a{k}_extreme", 3))
+        elif i.kind == "avg":
+            for j in range(len(i.thresholds)):
+                out += [(f"subc_a{k}_excess{j}_lo", 2), (f"subc_a{k}_excess{j}_hi", 3)]
+    return out
+
+
+def tofino_resources(plan: StatePlan) -> dict:
+    """Stateful ALUs and MAU stages ``plan`` needs on Tofino: ``stateful_alus`` (one per
+    register), ``per_level`` (registers per access level), and ``stages``: the register levels
+    (each ``ceil(n / SALUS_PER_STAGE)`` stages) plus the three dependent steps between them
+    (inputs after the update table, carries, state values)."""
+    levels = [sum(1 for _, lv in tofino_registers(plan) if lv == n) for n in (1, 2, 3)]
+    stages = sum(-(-n // SALUS_PER_STAGE) for n in levels) + 3
+    return {"stateful_alus": sum(levels), "per_level": levels, "stages": stages,
+            "salus_per_stage": SALUS_PER_STAGE}
+
+
+def tna_state(pipe: Pipeline, key_of, arrival_ns: str) -> dict | None:
+    """The ``agg`` template context of ``pipe``'s comparisons on state for TNA, or None when the
+    rules compare no state.  ``key_of(query field name)`` gives a header field's P4 expression,
+    ``arrival_ns`` the arrival time's (``ig_intr_md.ingress_mac_tstamp``).  Assumes
+    :func:`tofino_problems` found none."""
+    plan = pipe.state
+    if plan is None:
+        return None
+    meta = identifier(pipe.meta, "metadata name")
+    unit = plan.time_unit_ns if plan.time_field is not None else 1
+    time = (identifier(key_of(plan.time_field.name), "time field", dotted=True) if plan.time_field is not None
+            else arrival_ns)
+    windows = sorted({i.window_ns for i in plan.instances})
+    wid = {}
+    for j, w in enumerate(windows):
+        shift = (w // unit).bit_length() - 1 if w else None
+        wid[w] = (f"{meta}.subc_wid{j}", "32w0" if w == 0 else f"(bit<32>) ({time} >> {shift})")
+    instances = []
+    for inst in plan.instances:
+        outs = []
+        for v in plan.values:
+            if v.instance == inst.index:
+                outs.append({"key": field_key_name(v.field.name, pipe.hdr, meta), "width": v.field.width,
+                             "threshold": v.threshold})
+        k = number(inst.index, "instance")
+        load = (f"(bit<32>) {identifier(key_of(inst.field.name), 'field', dotted=True)}" if inst.field else "32w0")
+        instances.append({"index": k, "kind": inst.kind, "window_ns": inst.window_ns, "wid": wid[inst.window_ns][0],
+                          "load": load, "p": f"{meta}.subc_a{k}_", "outs": outs,
+                          "excess": [(j, number(x, "threshold")) for j, x in enumerate(inst.thresholds)]})
+    members = [f"bit<{plan.mask_width}> subc_update;"] + [f"bit<32> {var.split('.', 1)[1]};" for var, _ in wid.values()]
+    for i in instances:
+        k = i["index"]
+        members += [f"bit<32> subc_a{k}_{n};" for n in ("x", "u", "xu", "fresh", "count", "first", "lo", "carry", "hi",
+                                                          "ext")]
+        for j, _ in i["excess"]:
+            members += [f"bit<64> subc_a{k}_d{j};", f"bit<32> subc_a{k}_e{j}_lo;", f"bit<32> subc_a{k}_e{j}_hi_in;",
+                        f"bit<32> subc_a{k}_e{j}_hi;"]
+    members += [f"bit<{v.field.width}> subc_{v.field.name.split('.', 1)[1]};" for v in plan.values]
+    return {"tna": True, "mask": f"{meta}.subc_update", "mask_width": plan.mask_width, "meta": meta,
+            "meta_members": members, "windows": list(wid.values()), "instances": instances,
+            "registers": tofino_registers(plan)}
