@@ -56,3 +56,62 @@ def cli(thrift: int, commands: str) -> str:
     p = subprocess.run([CLI, "--thrift-port", str(thrift)], input=commands, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0 and "Error" not in p.stdout, p.stdout[-3000:]
     return p.stdout
+
+
+#: Egress queue depth (packets) of the switch in :func:`run_on_pcaps`: more than any test sends.
+QUEUE_DEPTH = 100_000
+
+
+def read_pcap(path: Path) -> list[bytes] | None:
+    """The frames of a pcap file the switch writes ([] when it has none yet; None when a record is
+    being written: read again later)."""
+    from scapy.utils import rdpcap
+
+    if not path.exists() or path.stat().st_size <= 24:
+        return []
+    try:
+        return [bytes(p) for p in rdpcap(str(path))]
+    except Exception:  # noqa: BLE001 - a record being written
+        return None
+
+
+def run_on_pcaps(out: Path, work: Path, frames: list[bytes], ports, done, after=None, separate_device: bool = False):
+    """Run ``out/subc.json`` with ``out/commands.txt`` in simple_switch over pcap files in
+    ``work``: ``frames`` in on port 0, the other ``ports`` with no input.  Returns (port -> frames
+    out, ``after(thrift port)`` or None) once ``done(outputs)`` holds (the caller's last frames are
+    sentinels that every port it waits on gets last).  The switch reads its input ``wait`` s after
+    it starts; when loading the entries took longer, the run is repeated with a longer wait (a
+    slow machine makes the test longer, never red).  ``separate_device``: a device id and
+    notification socket of the run's own."""
+    from scapy.layers.l2 import Ether
+    from scapy.utils import wrpcap
+
+    wrpcap(str(work / "p0_in.pcap"), [Ether(f) for f in frames])
+    for p in ports:
+        if p:
+            wrpcap(str(work / f"p{p}_in.pcap"), [])
+    for wait in (6, 20, 60, 180):
+        for f in work.glob("p*_out.pcap"):
+            f.unlink()
+        started = time.time()
+        extra: tuple[str, ...] = ()
+        if separate_device:
+            dev = free_port()
+            extra = ("--device-id", str(dev), "--notifications-addr", f"ipc:///tmp/subc-bmv2-{dev}.ipc")
+        sw, thrift = start_switch(out / "subc.json", work, wait, ports, extra)
+        try:
+            # simple_switch drops a copy that finds its egress queue (64 packets) full, and the pcap
+            # reader sends as fast as it can: deep queues, so that no copy depends on speed
+            cli(thrift, f"set_queue_depth {QUEUE_DEPTH}\n" + (out / "commands.txt").read_text())
+            if time.time() - started >= wait - 1:
+                continue  # packets may have gone through before the entries were in: again, longer
+            deadline = time.time() + 600
+            while True:
+                outs = {p: read_pcap(work / f"p{p}_out.pcap") for p in ports}
+                if all(v is not None for v in outs.values()) and done(outs):
+                    return outs, (after(thrift) if after else None)
+                assert time.time() < deadline, "the sentinels did not arrive within 600 s"
+                time.sleep(0.5)
+        finally:
+            stop_switch(sw)
+    raise AssertionError("the entries could not be loaded within 180 s")

@@ -17,14 +17,13 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
-from bmv2_util import CLI, SWITCH, cli, free_port, start_switch, stop_switch
+from bmv2_util import CLI, SWITCH, cli, run_on_pcaps
 from conftest import EXAMPLE
 
 P4C = shutil.which("p4c-bm2-ss")
@@ -207,57 +206,19 @@ def check_copy(raw: bytes, payload: bytes) -> None:
 # ------------------------------------------------------------------------------------------
 
 
-def _read_pcap(path: Path) -> list[bytes] | None:
-    from scapy.utils import rdpcap
-
-    if not path.exists() or path.stat().st_size <= 24:
-        return []
-    try:
-        return [bytes(p) for p in rdpcap(str(path))]
-    except Exception:  # noqa: BLE001 - a record being written: read again later
-        return None
-
-
 def run_bmv2(out: Path, work: Path, frames: list[bytes], done) -> tuple[dict[int, list[bytes]], dict[str, int]]:
-    """Run ``out/subc.json`` with ``out/commands.txt`` in simple_switch over pcap files in ``work``:
-    ``frames`` in on port 0; returns (port -> frames out, datagram counters) once ``done(outputs)``
-    holds (the test's last datagrams are sentinels every receiving port gets last).  The switch
-    reads its input ``wait`` s after it starts; when loading the entries took longer, the run is
-    repeated with a longer wait (a slow machine makes the test longer, never red)."""
-    from scapy.utils import wrpcap
+    """Run ``out/subc.json`` with ``out/commands.txt`` in simple_switch over pcap files in ``work``
+    (:func:`bmv2_util.run_on_pcaps`): ``frames`` in on port 0; returns (port -> frames out,
+    datagram counters) once ``done(outputs)`` holds."""
 
-    from scapy.layers.l2 import Ether
+    def counters(thrift: int) -> dict[str, int]:
+        cmds = "".join(f"counter_read SubcIngress.subc_datagrams {i}\n" for i in range(len(COUNTER_NAMES)))
+        text = cli(thrift, cmds)
+        counts = {COUNTER_NAMES[int(i)]: int(n) for i, n in re.findall(r"subc_datagrams\[(\d+)\]=\s*\(\d+ bytes, (\d+) packets\)", text)}
+        assert len(counts) == len(COUNTER_NAMES), text
+        return counts
 
-    wrpcap(str(work / "p0_in.pcap"), [Ether(f) for f in frames])
-    for p in SWITCH_PORTS:
-        if p:
-            wrpcap(str(work / f"p{p}_in.pcap"), [])
-    for wait in (6, 20, 60, 180):
-        for f in work.glob("p*_out.pcap"):
-            f.unlink()
-        started = time.time()
-        dev = free_port()  # a device id and notification socket of this run's own
-        sw, thrift = start_switch(out / "subc.json", work, wait, SWITCH_PORTS,
-                                  ("--device-id", str(dev), "--notifications-addr", f"ipc:///tmp/subc-bmv2-{dev}.ipc"))
-        try:
-            cli(thrift, (out / "commands.txt").read_text())
-            if time.time() - started >= wait - 1:
-                continue  # packets may have gone through before the entries were in: again, longer
-            deadline = time.time() + 600
-            while True:
-                outs = {p: _read_pcap(work / f"p{p}_out.pcap") for p in SWITCH_PORTS}
-                if all(v is not None for v in outs.values()) and done(outs):
-                    break
-                assert time.time() < deadline, "the sentinels did not arrive within 600 s"
-                time.sleep(0.5)
-            cmds = "".join(f"counter_read SubcIngress.subc_datagrams {i}\n" for i in range(len(COUNTER_NAMES)))
-            text = cli(thrift, cmds)
-            counts = {COUNTER_NAMES[int(i)]: int(n) for i, n in re.findall(r"subc_datagrams\[(\d+)\]=\s*\(\d+ bytes, (\d+) packets\)", text)}
-            assert len(counts) == len(COUNTER_NAMES), text
-            return outs, counts
-        finally:
-            stop_switch(sw)
-    pytest.fail("the entries could not be loaded within 180 s")
+    return run_on_pcaps(out, work, frames, SWITCH_PORTS, done, counters, separate_device=True)
 
 
 def compile_p4(rules_path: Path, spec_path: Path, out: Path, k: int = K, overflow: int | None = OVERFLOW) -> dict:

@@ -224,43 +224,19 @@ def _numbered(pkt: dict, i: int) -> bytes:
     return bytes(e)
 
 
-def run_single_bmv2(out, work, frames: list[bytes], want: dict[int, list[int]]) -> dict[int, list[int]]:
-    """Run ``out/subc.json`` with ``out/commands.txt`` over ``frames`` (in on port 0); per port the
-    IPv4 identifications of the frames it sent, once every port has sent the last frame (the
-    sentinel, which every port gets).  Reruns with a longer wait when loading the entries took
-    longer than the switch's start delay."""
-    import time
-
+def run_single_bmv2(out, work, frames: list[bytes]) -> dict[int, list[int]]:
+    """Run the program over ``frames`` (in on port 0, :func:`bmv2_util.run_on_pcaps`); per port
+    the IPv4 identifications of the frames it sent, once every port has sent the last frame (the
+    sentinel, which every port gets)."""
     from scapy.layers.inet import IP
     from scapy.layers.l2 import Ether
-    from scapy.utils import wrpcap
 
-    from bmv2_util import cli, start_switch, stop_switch
-    from test_p4_multi_message import _read_pcap
+    from bmv2_util import run_on_pcaps
 
-    wrpcap(str(work / "p0_in.pcap"), [Ether(f) for f in frames])
-    for p in SINGLE_PORTS[1:]:
-        wrpcap(str(work / f"p{p}_in.pcap"), [])
     last = len(frames) - 1
-    for wait in (6, 20, 60, 180):
-        for f in work.glob("p*_out.pcap"):
-            f.unlink()
-        started = time.time()
-        sw, thrift = start_switch(out / "subc.json", work, wait, SINGLE_PORTS)
-        try:
-            cli(thrift, (out / "commands.txt").read_text())
-            if time.time() - started >= wait - 1:
-                continue
-            deadline = time.time() + 600
-            while True:
-                outs = {p: _read_pcap(work / f"p{p}_out.pcap") for p in SINGLE_PORTS[1:]}
-                if all(v for v in outs.values()) and all(Ether(v[-1])[IP].id == last for v in outs.values()):
-                    return {p: [Ether(f)[IP].id for f in v] for p, v in outs.items()}
-                assert time.time() < deadline, "the sentinel did not reach every port within 600 s"
-                time.sleep(0.5)
-        finally:
-            stop_switch(sw)
-    raise AssertionError("the entries could not be loaded within 180 s")
+    outs, _ = run_on_pcaps(out, work, frames, SINGLE_PORTS,
+                           lambda o: all(o[p] and Ether(o[p][-1])[IP].id == last for p in SINGLE_PORTS[1:]))
+    return {p: [Ether(f)[IP].id for f in outs[p]] for p in SINGLE_PORTS[1:]}
 
 
 @NEEDS_BMV2
@@ -299,5 +275,6 @@ def test_bmv2_single_message_timed_sequence(tmp_path_factory, data):
     assert p.returncode == 0, p.stderr
     subprocess.run([P4C, "--std", "p4-16", str(tmp / "out" / "subc.p4"), "-o", str(tmp / "out" / "subc.json")],
                    check=True)
-    got = run_single_bmv2(tmp / "out", tmp, frames, want)
+    got = run_single_bmv2(tmp / "out", tmp, frames)
     assert got == want, text
+
