@@ -18,6 +18,7 @@ import random
 import subprocess
 import sys
 
+import pytest
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
@@ -25,6 +26,7 @@ from conftest import EXAMPLE
 from strategies import aggregate_comparison
 from subc.compiler.targets.p4state import reciprocal
 from subc.runtime.stateful_reference import StatefulReference
+from bmv2_util import CLI, SWITCH
 from test_p4_multi_message import (K, NEEDS_BMV2, P4C, SYMBOLS, Feed, _done, _itch_classes, _tail, compile_p4, load,
                                    run_bmv2, simulate, verify)
 
@@ -278,3 +280,62 @@ def test_bmv2_single_message_timed_sequence(tmp_path_factory, data):
     got = run_single_bmv2(tmp / "out", tmp, frames)
     assert got == want, text
 
+
+# ------------------------------------------------------------------------------------------
+# Other specs, real messages: P4_14 and P4_16 with other names, the shared sample's Add Orders
+# ------------------------------------------------------------------------------------------
+
+OTHER_NAMES = {"add_order.stock": "ao.symbol", "add_order.shares": "ao.qty", "add_order.price": "ao.px",
+               "add_order.timestamp": "ao.ts", "add_order.buy_sell_indicator": "ao.side"}
+
+
+@pytest.mark.parametrize("spec_name, extra, port, names, rules_text", [
+    ("camus_itch_p4_14.p4", "@pragma query_field(add_order.timestamp)\n@pragma query_time(add_order.timestamp, ns)\n",
+     1234, {}, 'add_order.stock == "BOB" and avg(add_order.price, window=1000) > 56000 : fwd(1);\n'
+               'count(window=500) >= 3 or max(add_order.shares) > 5000 : fwd(2);\n'),
+    ("market_other_names.p4", "@pragma query_field(ao.ts, 48)\n@pragma query_time(ao.ts, ns)\n",
+     26400, OTHER_NAMES, 'ao.symbol == "BOB" and avg(ao.px, window=1000) > 5.60 : fwd(1);\n'
+                         'count(window=500) >= 3 or max(ao.qty) > 5000 : fwd(2);\n'),
+])
+def test_real_add_orders_on_other_specs(tmp_path, spec_name, extra, port, names, rules_text):
+    """The shared sample's first 1,200 Add Orders (real timestamps, windows of 0.5 and 1 ms) in
+    MoldUDP64 datagrams of 1 to 4 messages, over a P4_14 spec and a P4_16 spec with other names:
+    the multi-message program's copies (simulator; BMv2 too when present) are the reference's on
+    values decoded by the workload codec."""
+    from pathlib import Path
+
+    from conftest import real_sample
+    from subc.workloads.itch_codec import decode_add_order, read_binaryfile
+
+    spec_path = tmp_path / "spec.p4"
+    spec_path.write_text((Path(__file__).parent / "specs" / spec_name).read_text() + "\n" + extra)
+    spec, rules, _ = load(rules_text, spec_path, tmp_path)
+    doc = compile_p4(tmp_path / "r.sub", spec_path, tmp_path / "out")
+    assert "state" in doc
+    time_field = names.get("add_order.timestamp", "add_order.timestamp")
+    ref = StatefulReference(rules, spec)
+
+    def decide(values):
+        return sorted(ref.decide(values, values[time_field]).ports)
+
+    feed = Feed(doc["messages"]["ports"], decide)
+    adds = [m for _, m in read_binaryfile(real_sample()) if m[:1] == b"A"][:1200]
+    rng = random.Random(5)
+    i = 0
+    while i < len(adds):
+        n = rng.randint(1, K)
+        batch = adds[i:i + n]
+        feed.data([(m, {names.get(k, k): v for k, v in decode_add_order(m).items() if k != "itch.msg_type"})
+                   for m in batch], port)
+        i += n
+    assert sum(len(v) for v in feed.want.values()) > 50 and feed.want[1] and feed.want[2]
+    sim = simulate(doc, spec, feed)
+    for p in feed.want:
+        assert sim.get(p, []) == feed.want[p], p
+    if None in (P4C, SWITCH, CLI):
+        return
+    _tail(feed, [(adds[0], None)], port)
+    subprocess.run([P4C, "--std", "p4-16", str(tmp_path / "out" / "subc.p4"), "-o", str(tmp_path / "out" / "subc.json")],
+                   check=True)
+    outs, counts = run_bmv2(tmp_path / "out", tmp_path, feed.frames, _done(feed))
+    verify(feed, outs, counts)
