@@ -58,6 +58,23 @@ def _now(plan: StatePlan, key_of, arrival_us: str) -> str:
     return t if plan.time_unit_ns == 1 else f"({t} * 64w{number(plan.time_unit_ns, 'time unit')})"
 
 
+def _outs(pipe: Pipeline, meta: str, instance: int) -> list[dict]:
+    """The state values of aggregate instance ``instance``: the metadata (``key``) the stages
+    match, its ``width`` in bits and its ``avg`` ``threshold`` (None for the other kinds)."""
+    out = []
+    for v in pipe.state.values:
+        if v.instance == instance:
+            identifier(v.field.name.split(".", 1)[1], "state value")
+            out.append({"key": field_key_name(v.field.name, pipe.hdr, meta), "width": v.field.width,
+                        "threshold": None if v.threshold is None else number(v.threshold, "threshold")})
+    return out
+
+
+def _value_members(plan: StatePlan) -> list[str]:
+    """The metadata members of the state values (``bit<W> subc_v<N>;``)."""
+    return [f"bit<{v.field.width}> subc_{v.field.name.split('.', 1)[1]};" for v in plan.values]
+
+
 def registers(plan: StatePlan) -> list[tuple[str, int]]:
     """(name, cells) of the v1model registers of ``plan``, in declaration order, each cell 64
     bits: ``subc_agg_wid`` and ``subc_agg_count`` per instance, ``subc_agg_total`` (sum) and
@@ -94,16 +111,11 @@ def v1model_state(pipe: Pipeline, key_of, arrival_us: str, n_blocks: int = 1) ->
     wid_var = {w: f"{meta}.subc_wid{j}" for j, w in enumerate(windows)}
     excess_slot, instances = 0, []
     for inst in plan.instances:
-        outs = []
-        for n, v in enumerate(plan.values):
-            if v.instance != inst.index:
-                continue
-            identifier(v.field.name.split(".", 1)[1], "state value")
-            j = None
+        outs = _outs(pipe, meta, inst.index)
+        for o in outs:  # avg: its excess register cell, one per threshold
+            o["excess"] = None
             if inst.kind == "avg":
-                j, excess_slot = excess_slot, excess_slot + 1
-            outs.append({"key": field_key_name(v.field.name, pipe.hdr, meta), "width": v.field.width,
-                         "excess": j, "threshold": number(v.threshold, "threshold") if j is not None else None})
+                o["excess"], excess_slot = excess_slot, excess_slot + 1
         instances.append({"index": number(inst.index, "instance"), "kind": inst.kind, "window_ns": inst.window_ns,
                           "wid": wid_var[inst.window_ns], "field": inst.field.name if inst.field else None,
                           "outs": outs})
@@ -111,7 +123,7 @@ def v1model_state(pipe: Pipeline, key_of, arrival_us: str, n_blocks: int = 1) ->
                "bit<64> subc_t_wid;", "bit<64> subc_t_count;", "bit<64> subc_t_total;", "bit<64> subc_t_extreme;",
                "bit<64> subc_t_excess;", "bit<1> subc_t_fresh;"]
     members += [f"bit<64> subc_wid{j};" for j in range(len(windows))]
-    members += [f"bit<{v.field.width}> subc_{v.field.name.split('.', 1)[1]};" for v in plan.values]
+    members += _value_members(plan)
     blocks = []
     for b in range(n_blocks):
         now = _now(plan, lambda f: key_of(b, f), arrival_us)
@@ -205,11 +217,7 @@ def tna_state(pipe: Pipeline, key_of, arrival_ns: str) -> dict | None:
         wid[w] = (f"{meta}.subc_wid{j}", "32w0" if w == 0 else f"(bit<32>) ({time} >> {shift})")
     instances = []
     for inst in plan.instances:
-        outs = []
-        for v in plan.values:
-            if v.instance == inst.index:
-                outs.append({"key": field_key_name(v.field.name, pipe.hdr, meta), "width": v.field.width,
-                             "threshold": v.threshold})
+        outs = _outs(pipe, meta, inst.index)
         k = number(inst.index, "instance")
         load = (f"(bit<32>) {identifier(key_of(inst.field.name), 'field', dotted=True)}" if inst.field else "32w0")
         instances.append({"index": k, "kind": inst.kind, "window_ns": inst.window_ns, "wid": wid[inst.window_ns][0],
@@ -223,7 +231,7 @@ def tna_state(pipe: Pipeline, key_of, arrival_ns: str) -> dict | None:
         for j, _ in i["excess"]:
             members += [f"bit<64> subc_a{k}_d{j};", f"bit<32> subc_a{k}_e{j}_lo;", f"bit<32> subc_a{k}_e{j}_hi_in;",
                         f"bit<32> subc_a{k}_e{j}_hi;"]
-    members += [f"bit<{v.field.width}> subc_{v.field.name.split('.', 1)[1]};" for v in plan.values]
+    members += _value_members(plan)
     return {"tna": True, "mask": f"{meta}.subc_update", "mask_width": plan.mask_width, "meta": meta,
             "meta_members": members, "windows": list(wid.values()), "instances": instances,
             "registers": tofino_registers(plan)}
