@@ -155,3 +155,65 @@ def timed_messages(draw, values, time_field, max_messages=40):
         msg[time_field] = t
         out.append((t, msg))
     return out
+
+
+# -- named counters (README "Stateful subscriptions") ------------------------------------------
+
+
+@st.composite
+def counter_comparison(draw, counters):
+    """A comparison on one of the named ``counters``: by its bare name or as Camus's ``count(c)``,
+    every operator, values 0 to 6 (crossed by a few updates) or large ones (sums of fields)."""
+    name = draw(st.sampled_from(counters))
+    ref = name if draw(st.integers(0, 3)) else f"count({name})"
+    vals = st.sampled_from([0, 1, 2, 3, 4, 6, 255, 300, 65535])
+    op = draw(st.sampled_from(["==", "!=", "<", "<=", ">", ">=", "in", "not in"]))
+    if op in ("in", "not in"):
+        return f"{ref} {op} {{{', '.join(str(v) for v in draw(st.lists(vals, min_size=1, max_size=3)))}}}"
+    v = draw(vals)
+    if draw(st.booleans()):
+        flipped = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}.get(op, op)
+        return f"{v} {flipped} {ref}"
+    return f"{ref} {op} {v}"
+
+
+@st.composite
+def counter_condition(draw, fields, agg_fields, values, counters, depth=0):
+    if depth >= 2 or draw(st.integers(0, 2)) == 0:
+        pick = draw(st.integers(0, 4))
+        if pick <= 1:
+            return draw(predicate(sorted(fields), fields))
+        if pick == 2 and agg_fields:
+            return draw(aggregate_comparison(agg_fields, values))
+        return draw(counter_comparison(counters))
+    kind = draw(st.sampled_from(["and", "and", "or", "not"]))
+    if kind == "not":
+        return f"not ({draw(counter_condition(fields, agg_fields, values, counters, depth + 1))})"
+    parts = draw(st.lists(counter_condition(fields, agg_fields, values, counters, depth + 1), min_size=2, max_size=3))
+    return "(" + f" {kind} ".join(parts) + ")"
+
+
+@st.composite
+def counter_rules(draw, fields, agg_fields, values, counters, add_fields, max_rules=5):
+    """1 to ``max_rules`` rules over header ``fields``, aggregates of ``agg_fields`` and the named
+    ``counters``, whose actions forward and update counters: ``inc(c)``, ``c <- count()``,
+    ``c <- sum(f)`` of one of ``add_fields``; some rules only update (the rate-limit shape
+    ``f == x and c < n : fwd(p), inc(c)`` is drawn often)."""
+    rules = []
+    for _ in range(draw(st.integers(1, max_rules))):
+        if draw(st.integers(0, 2)) == 0:
+            c = draw(st.sampled_from(counters))
+            cond = f"{draw(predicate(sorted(fields), fields))} and {c} < {draw(st.integers(1, 4))}"
+            acts = [f"fwd({draw(st.integers(1, 6))})", f"inc({c})"]
+        else:
+            cond = draw(counter_condition(fields, agg_fields, values, counters))
+            acts = []
+            if draw(st.integers(0, 3)):
+                ports = draw(st.lists(st.integers(1, 6), min_size=1, max_size=2, unique=True))
+                acts.append(f"fwd({', '.join(map(str, ports))})")
+            for _ in range(draw(st.integers(0 if acts else 1, 2))):
+                c = draw(st.sampled_from(counters))
+                acts.append(draw(st.sampled_from([f"inc({c})", f"{c} <- count()",
+                                                  f"{c} <- sum({draw(st.sampled_from(add_fields))})"])))
+        rules.append(f"{cond} : {', '.join(acts)};")
+    return "\n".join(rules)

@@ -27,7 +27,7 @@ from subc.errors import SubcError
 from subc.runtime.simulator import TableSimulator
 from subc.runtime.stateful_reference import StatefulReference
 
-from strategies import stateful_rules, timed_messages
+from strategies import counter_rules, stateful_rules, timed_messages
 
 HEADER_FIELDS = """
 @pragma query_field(h.a, 8)
@@ -161,7 +161,12 @@ def test_too_many_comparisons_on_state():
     ("@pragma query_time(h.zz)\n", "not a query field"),
     ("@pragma query_time(h.t, weeks)\n", "unknown time unit"),
     ("@pragma query_time(h.t)\n@pragma query_time(h.t)\n", "given twice"),
-    ("@pragma query_counter(c, 100)\n", "not supported yet"),
+    ("@pragma query_counter(c, 100)\n@pragma query_counter(c, 5)\n", "declared twice"),
+    ("@pragma query_counter(a)\n", "has the name of a query field"),
+    ("@pragma query_counter(count, 1)\n", "reserved"),
+    ("@pragma query_counter(subc_x, 1)\n", "reserved"),
+    ("@pragma query_counter(c, 1, 2)\n", "takes a counter name"),
+    ("@pragma query_counter(c, -1)\n", "bad window"),
 ])
 def test_spec_pragma_errors(pragmas, message):
     with pytest.raises(SubcError, match=message):
@@ -414,3 +419,99 @@ def test_check_counts_tofino_stateful_alus_and_stages(tmp_path):
     # level 1: 2 window ids; level 2: 2 counts + 2 excess lows; level 3: 2 excess highs
     assert st["stateful_alus"] == 8 and st["per_level"] == [2, 4, 2] and st["stages"] == 1 + 1 + 1 + 3
     assert st["pipeline_stages"] == rep.target_fit["stages"]["needed"] + st["stages"]
+
+
+# -- named counters ------------------------------------------------------------------------------
+
+COUNTERS = "@pragma query_counter(c0, 1)\n@pragma query_field_counter(c1, 5)\n@pragma query_counter(c2, 0)\n"
+SPEC_COUNTERS = parse_spec(HEADER_FIELDS + "@pragma query_time(h.t, ns)\n" + COUNTERS, "counters.p4")
+SPEC_COUNTERS_ARRIVAL = parse_spec(HEADER_FIELDS + "@pragma query_window(2)\n" + COUNTERS, "counters_arrival.p4")
+
+
+@SETTINGS
+@given(counter_rules(FIELDS, AGG_FIELDS, VALUES, ["c0", "c1", "c2"], ["h.a", "h.b"]), timed_messages(VALUES, "h.t"))
+def test_counters_tables_agree_with_reference_on_time_field(text, messages):
+    run(SPEC_COUNTERS, text, messages, timed=True)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(counter_rules(FIELDS, [], VALUES, ["c0", "c1", "c2"], ["h.e"]), timed_messages(VALUES, "h.t"))
+def test_counters_tables_agree_with_reference_on_arrival_time(text, messages):
+    run(SPEC_COUNTERS_ARRIVAL, text, messages, timed=False)
+
+
+COUNTER_TEXT_ERRORS = [
+    ("h.a == 1 : inc(nope);", (1, 16), "'nope' is not a counter"),
+    ("h.a == 1 : nope <- count();", (1, 12), "'nope' is not a counter"),
+    ("h.a == 1 : c0 <- avg(h.a);", (1, 18), "a counter adds"),
+    ("h.a == 1 : c0 <- count(h.a);", (1, 24), "takes no field"),
+    ("h.a == 1 : c0 <- sum(h.a, window=3);", (1, 18), "the counter's window applies"),
+    ("h.a == 1 : fwd(c0);", (1, 16), "is not a value"),
+    ("sum(c0) > 1 : fwd(1);", (1, 1), "is a named counter"),
+    ("c0 > 1.5 : fwd(1);", (1, 6), "decimal"),
+]
+
+
+@pytest.mark.parametrize("text, where, message", COUNTER_TEXT_ERRORS)
+def test_counter_errors_point_at_the_offending_token(text, where, message):
+    with pytest.raises(SubcError) as e:
+        parse_rules(text, SPEC_COUNTERS, "bad.sub")
+    assert (e.value.location.line, e.value.location.column) == where, e.value
+    assert message in e.value.message
+
+
+def test_counter_sees_its_value_before_the_message_and_updates_apply_once():
+    """``h.a == 1 and c0 < 2 : fwd(1), inc(c0)`` forwards the first two h.a == 1 messages of each
+    1 us window; a second rule with ``inc(c0)`` matched by the same message adds nothing more;
+    ``c2 <- sum(h.e)`` (never ending) is compared by a rule that does not update it."""
+    text = ("h.a == 1 and c0 < 2 : fwd(1), inc(c0);\n"
+            "h.a == 1 and h.e == 7 : inc(c0);\n"
+            "h.a == 2 : c2 <- sum(h.e);\n"
+            "count(c2) >= 30 : fwd(3);")
+    seq = msgs((0, 1, 7), (1, 1, 0), (2, 1, 0), (3, 2, 20), (999, 2, 10), (1000, 1, 0), (1001, 1, 0), (1002, 1, 0))
+    _, got = run(SPEC_COUNTERS, text, seq, timed=True)
+    assert [d.ports for d in got] == [(1,), (1,), (), (), (), (1, 3), (1, 3), (3,)]
+
+
+def test_counter_updates_neither_conflict_nor_decide(tmp_path):
+    """Update actions are not forwarding actions: with fwd they conflict with nothing, alone they
+    leave the default action; ``subc check`` reports no conflict and lists the counters."""
+    import json
+
+    from click.testing import CliRunner
+
+    from subc.cli import main
+
+    text = "h.a == 1 : fwd(1), inc(c0);\nh.a <= 2 : c1 <- sum(h.b);\nh.a == 1 : drop();\n"
+    res, got = run(SPEC_COUNTERS, text.replace("drop()", "c0 <- count()"), msgs((0, 1, 0), (1, 2, 0), (2, 3, 0)),
+                   timed=True)
+    assert [str(d) for d in got] == ["fwd(1)", "drop()", "drop()"]
+    assert [(i.kind, i.name) for i in res.ir.state.instances] == [("counter", "c0"), ("counter", "c1")]
+    assert res.ir.state.values == ()  # updated, never compared
+    spec = tmp_path / "s.p4"
+    spec.write_text(HEADER_FIELDS + "@pragma query_time(h.t, ns)\n" + COUNTERS)
+    rules = tmp_path / "r.sub"
+    rules.write_text(text)
+    out = CliRunner().invoke(main, ["check", str(rules), "--spec", str(spec), "--format", "json"])
+    doc = json.loads(out.output)
+    msgs_ = [d["message"] for d in doc["diagnostics"]]
+    assert len(msgs_) == 1 and "drop() of this rule and fwd(1)" in msgs_[0], msgs_
+    assert not any("inc(" in m or "<- sum" in m for m in msgs_), msgs_
+    rules.write_text(text.replace("h.a == 1 : drop();\n", ""))  # no error: the targets' needs are reported
+    out = CliRunner().invoke(main, ["check", str(rules), "--spec", str(spec), "--format", "json"])
+    st = json.loads(out.output)["target_fit"]["state"]
+    assert [i.get("name") for i in st["instances"]] == ["c0", "c1"]
+    assert st["count_updates"] == [{"counter": "c0", "adds": 1}, {"counter": "c1", "adds": "h.b"}]
+
+
+def test_tofino_refuses_named_counters(tmp_path):
+    spec = _tofino_spec(tmp_path, "@pragma query_counter(hits, 0)\n")
+    (tmp_path / "r.sub").write_text("m.a == 1 and hits < 3 : fwd(1), inc(hits);\n")
+    from click.testing import CliRunner
+
+    from subc.cli import main
+
+    out = CliRunner().invoke(main, ["compile", str(tmp_path / "r.sub"), "--spec", str(spec), "--target", "tofino",
+                                    "-o", str(tmp_path / "out")])
+    assert out.exit_code == 2 and "named counter 'hits': not supported on Tofino" in out.output
+    assert not (tmp_path / "out").exists()

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
 from conftest import EXAMPLE
-from strategies import aggregate_comparison
+from strategies import aggregate_comparison, counter_comparison
 from subc.compiler.targets.p4state import reciprocal
 from subc.runtime.stateful_reference import StatefulReference
 from bmv2_util import CLI, SWITCH
@@ -125,10 +125,10 @@ def stateful_decide(rules, spec):
     return decide
 
 
-def itch_feed(data, tmp, rules_text: str):
+def itch_feed(data, tmp, rules_text: str, spec_text: str = TIMED_SPEC):
     """(doc, spec, feed) of a drawn datagram sequence over ``rules_text`` (compiled for BMv2)."""
     spec_path = tmp / "spec.p4"
-    spec_path.write_text(TIMED_SPEC)
+    spec_path.write_text(spec_text)
     spec, rules, _ = load(rules_text, spec_path, tmp)
     doc = compile_p4(tmp / "r.sub", spec_path, tmp / "out")
     assert "state" in doc and doc["state"]["time"]["field"] == "add_order.timestamp"
@@ -181,6 +181,41 @@ def test_equal_messages_of_one_datagram_are_decided_in_order(tmp_path):
     assert sim[3] == feed.want[3]
 
 
+COUNTER_SPEC = TIMED_SPEC + "@pragma query_counter(seen, 1)\n@pragma query_counter(volume, 0)\n"
+
+
+@st.composite
+def itch_counter_rules(draw):
+    """1 to 4 rules with named counters: the rate limit ``stock == S and seen < n : fwd(p),
+    inc(seen)`` (1 us windows), ``stock == S : volume <- sum(add_order.shares)`` (never ends), and
+    comparisons on either counter with a header predicate."""
+    lines = []
+    for _ in range(draw(st.integers(1, 4))):
+        shape = draw(st.sampled_from(["limit", "sum", "compare"]))
+        stock = draw(st.sampled_from(SYMBOLS))
+        port = draw(st.integers(1, 5))
+        if shape == "limit":
+            lines.append(f'add_order.stock == "{stock}" and seen < {draw(st.integers(1, 3))} : fwd({port}), inc(seen);')
+        elif shape == "sum":
+            lines.append(f'add_order.stock == "{stock}" : volume <- sum(add_order.shares);')
+        else:
+            lines.append(f"{draw(counter_comparison(['seen', 'volume']))} and add_order.shares >= "
+                         f"{draw(st.sampled_from(LITERALS['add_order.shares']))} : fwd({port});")
+    return "\n".join(lines) + "\n"
+
+
+@SIM_SETTINGS
+@given(rules_text=itch_counter_rules(), data=st.data())
+def test_multi_message_named_counters_agree_with_reference(tmp_path_factory, rules_text, data):
+    """Named counters in the multi-message program's entries: each slot reads them at its update
+    table and applies its leaf's updates at its count table, before the next slot's message."""
+    tmp = tmp_path_factory.mktemp("ct")
+    doc, spec, feed = itch_feed(data, tmp, rules_text, COUNTER_SPEC)
+    sim = simulate(doc, spec, feed)
+    for p in feed.want:
+        assert sim.get(p, []) == feed.want[p], (rules_text, p)
+
+
 # ------------------------------------------------------------------------------------------
 # BMv2
 # ------------------------------------------------------------------------------------------
@@ -195,6 +230,24 @@ def test_bmv2_multi_message_timed_sequence(tmp_path_factory, rules_text, data):
     checksums, sequence numbers) as the reference decides, and the datagram counters."""
     tmp = tmp_path_factory.mktemp("stb")
     doc, spec, feed = itch_feed(data, tmp, rules_text)
+    assume(any(feed.want[p] for p in feed.ports))
+    AddOrder = _itch_classes()[0]
+    _tail(feed, [(bytes(AddOrder(timestamp=0, shares=1, stock=b"ZVZZT".ljust(8), price=1)), None)], PORT)
+    subprocess.run([P4C, "--std", "p4-16", str(tmp / "out" / "subc.p4"), "-o", str(tmp / "out" / "subc.json")],
+                   check=True)
+    outs, counts = run_bmv2(tmp / "out", tmp, feed.frames, _done(feed))
+    verify(feed, outs, counts)
+
+
+@NEEDS_BMV2
+@settings(max_examples=3, derandomize=True, deadline=None, phases=[Phase.explicit, Phase.generate],
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(rules_text=itch_counter_rules(), data=st.data())
+def test_bmv2_named_counters_timed_sequence(tmp_path_factory, rules_text, data):
+    """Named counters through simple_switch (multi-message program): every port's copies as the
+    reference decides."""
+    tmp = tmp_path_factory.mktemp("ctb")
+    doc, spec, feed = itch_feed(data, tmp, rules_text, COUNTER_SPEC)
     assume(any(feed.want[p] for p in feed.ports))
     AddOrder = _itch_classes()[0]
     _tail(feed, [(bytes(AddOrder(timestamp=0, shares=1, stock=b"ZVZZT".ljust(8), price=1)), None)], PORT)

@@ -256,7 +256,7 @@ def conflicts(space: RuleSpace) -> list[Diagnostic]:
     groups: dict[object, cudd.Function] = {}
     members: dict[object, list[int]] = defaultdict(list)
     for i, (r, u) in enumerate(zip(rules, cond)):
-        for g in {action_class(a) for a in r.atoms()}:
+        for g in {action_class(a) for a in r.atoms()} - {None}:
             groups[g] = groups.get(g, f) | u
             members[g].append(i)
     others = sorted((g for g in groups if g != "fwd"), key=repr)

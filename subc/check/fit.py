@@ -263,8 +263,9 @@ def _instruction_counts(doc: dict, src: str, caps: dict[str, int]) -> dict:
 
 def state_fit(res: CompileResult) -> dict:
     """What comparisons on state need (README "Stateful subscriptions"): the aggregate instances
-    (function, field, window in us, avg thresholds, the rules sharing it), the state values the
-    pipeline matches, and per target the registers: eBPF, ``subc_agg`` entries (two generations per
+    (function, field, window in us, avg thresholds, the rules sharing it; a named counter's
+    name), the state values the pipeline matches, the named counters' updates (what each adds)
+    and the leaves that apply some, and per target the registers: eBPF, ``subc_agg`` entries (two generations per
     instance) and their bytes; BMv2, the v1model register arrays (64-bit cells) and their bytes;
     Tofino, the registers (one 32-bit cell and one stateful ALU each) and the MAU stages they add
     (:func:`~subc.compiler.targets.p4state.tofino_resources`)."""
@@ -275,10 +276,14 @@ def state_fit(res: CompileResult) -> dict:
     size = L.agg_struct(max([len(i.thresholds) for i in st.instances], default=1)).size
     return {
         "instances": [{"index": i.index, "kind": i.kind, "field": i.field.name if i.field else None,
-                       "window_us": i.window_ns / 1000, "thresholds": list(i.thresholds), "rules": list(i.rules)}
+                       "window_us": i.window_ns / 1000, "thresholds": list(i.thresholds), "rules": list(i.rules),
+                       **({"name": i.name} if i.name is not None else {})}
                       for i in st.instances],
         "state_values": len(st.values),
         "update_states": len(st.updates),
+        "count_updates": [{"counter": st.instances[u.instance].name, "adds": u.field.name if u.field else 1}
+                          for u in st.count_updates],
+        "count_leaves": len(st.leaf_counts),
         "time": st.time_field.name if st.time_field else "arrival",
         "ebpf": {"map": "subc_agg", "entries": 2 * len(st.instances), "bytes": 2 * len(st.instances) * size,
                  "lock": "bpf_spin_lock per instance"},

@@ -23,7 +23,14 @@ The pass rewrites the rules so that the slicer (:mod:`.layered`) sees header fie
   min, max width + 1 bits   0 for an empty window, else the extreme + 1
   avg      2 bits per       0 empty window, 1 below, 2 equal, 3 above the threshold X:
            threshold        the sign of the excess ``sum(f - X)`` (no division)
+  counter  64 bits          the named counter, before the message's own updates
   ======== ================ ==========================================================
+
+Named counters (``@pragma query_counter``) are instances of kind ``counter``, one per counter the
+rules compare or update, shared by every rule.  Their updates are actions: each distinct update
+atom ``('subc_count', counter, field)`` is a :class:`CountUpdate`; the atoms stay on the leaves
+(a rule that updates a counter may compare it), and :func:`leaf_count_masks` reads each leaf's
+set of updates, which a target applies after the last stage.
 """
 
 from __future__ import annotations
@@ -33,13 +40,12 @@ from itertools import product
 from typing import Sequence
 
 from ..errors import Location
-from .ast import And, Action, Aggregate, Expr, Not, Operand, Or, Pred, Rule, StatePred, state_predicates
+from .decisions import COUNT_ATOM, UPDATE_ATOM
+from .ast import COUNTER, And, Action, Aggregate, Expr, Not, Operand, Or, Pred, Rule, StatePred, state_predicates
 from .spec import QueryField, Spec
 
 #: The pseudo-header instance of the state values.
 STATE_HEADER = "subc_state"
-#: The action name of the update rules' atoms: ``('subc_update', instance)``.
-UPDATE_ATOM = "subc_update"
 #: A condition every message satisfies.
 TRUE: Expr = And(())
 
@@ -49,7 +55,8 @@ class AggregateInstance:
     """The registers of one aggregate: ``index`` (bit ``index`` of the update mask), ``kind``,
     the aggregated ``field`` (None for ``count()``), ``window_ns`` (0: never ends), the
     ``thresholds`` its ``avg`` comparisons use (one excess register each), the ``rules`` (indices)
-    that share it, and ``update``, its stateless part as written (located)."""
+    that share it, and ``update``, its stateless part as written (located; a condition no
+    message meets for a named counter, which actions update), and a named counter's ``name``."""
 
     index: int
     kind: str
@@ -58,6 +65,7 @@ class AggregateInstance:
     thresholds: tuple[int, ...]
     rules: tuple[int, ...]
     update: Expr
+    name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -71,13 +79,25 @@ class StateValue:
 
 
 @dataclass(frozen=True)
+class CountUpdate:
+    """Update ``index`` of the named counters (bit ``index`` of a leaf's count mask): add 1
+    (``field`` None) or the message's ``field`` to the counter of instance ``instance``."""
+
+    index: int
+    instance: int
+    field: QueryField | None
+
+
+@dataclass(frozen=True)
 class StatePlan:
     """What a target keeps and computes for the rule set's comparisons on state.
 
     ``instances`` and ``values`` as above; ``time_field`` (a query field, or None: arrival time)
     in units of ``time_unit_ns``; ``boundary``, the index of the first stage on a state value
     (the number of header-field stages); ``updates`` (input state of that stage, mask of the
-    instances it updates), sorted, for the states whose mask is not 0."""
+    instances it updates), sorted, for the states whose mask is not 0; ``count_updates``, the
+    named counters' updates, and ``leaf_counts`` (leaf state, mask of the count updates its
+    message applies), sorted, for the leaves whose mask is not 0."""
 
     instances: tuple[AggregateInstance, ...]
     values: tuple[StateValue, ...]
@@ -85,11 +105,18 @@ class StatePlan:
     time_unit_ns: int
     boundary: int = 0
     updates: tuple[tuple[int, int], ...] = ()
+    count_updates: tuple[CountUpdate, ...] = ()
+    leaf_counts: tuple[tuple[int, int], ...] = ()
 
     @property
     def mask_width(self) -> int:
         """Bits of an update mask (at least 1)."""
         return max(1, len(self.instances))
+
+    @property
+    def count_width(self) -> int:
+        """Bits of a leaf's count mask (at least 1)."""
+        return max(1, len(self.count_updates))
 
     def value_of(self, name: str) -> StateValue:
         """The state value of pseudo-field ``name`` (KeyError when none)."""
@@ -164,7 +191,7 @@ def _values_pred(q: QueryField, op: str, values: Sequence[int], location=None) -
 def _encoded(p: StatePred, q: QueryField) -> Expr:
     """``p`` as a condition on its state value ``q`` (see the module docstring's encoding)."""
     kind, op, values, at = p.agg.kind, p.op, [o.value for o in p.operands], p.location
-    if kind in ("count", "sum"):
+    if kind in ("count", "sum", COUNTER):
         return _values_pred(q, op, values, at)
     if kind == "avg":
         codes = {">": (3,), ">=": (2, 3), "<": (1,), "<=": (1, 2), "==": (2,), "!=": (1, 3)}[op]
@@ -185,9 +212,10 @@ def plan_state(rules: Sequence[Rule], spec: Spec) -> tuple[list[Rule], StatePlan
     ``boundary`` and ``updates``, which :func:`boundary_updates` fills in, or None when no rule
     compares state; the query fields with the state values' pseudo-fields added).  Rules without
     state are returned as they are."""
-    if not any(state_predicates(r.core) for r in rules if r.shape is None):
+    count_atoms = {a: None for r in rules for a in r.atoms() if a[0] == COUNT_ATOM}
+    if not count_atoms and not any(state_predicates(r.core) for r in rules if r.shape is None):
         return list(rules), None, spec.query_fields
-    keyed: dict[tuple, dict] = {}  # (aggregate, stateless part as written) -> instance
+    keyed: dict[tuple, dict] = {}  # (aggregate, stateless part as written) or counter name -> instance
     per_rule: list[tuple[Rule, list[StatePred], dict]] = []
     for r in rules:
         preds = state_predicates(r.core) if r.shape is None else []
@@ -197,13 +225,20 @@ def plan_state(rules: Sequence[Rule], spec: Spec) -> tuple[list[Rule], StatePlan
         key_part = _unlocated(part) if not isinstance(part, bool) else part
         inst_of: dict = {}
         for p in preds:
-            inst = keyed.setdefault((p.agg, key_part), {"agg": p.agg, "part": part, "rules": [], "thresholds": []})
+            counter = p.agg.kind == COUNTER  # one instance per counter, shared by every rule
+            inst = keyed.setdefault(("counter", p.agg.name) if counter else (p.agg, key_part),
+                                    {"agg": p.agg, "part": False if counter else part, "rules": [], "thresholds": []})
             if r.index not in inst["rules"]:
                 inst["rules"].append(r.index)
             if p.agg.kind == "avg" and p.operands[0].value not in inst["thresholds"]:
                 inst["thresholds"].append(p.operands[0].value)
             inst_of[p.agg] = inst
         per_rule.append((r, preds, inst_of))
+    for _, name, _ in count_atoms:  # counters that are updated and never compared
+        c = spec.counters[name]
+        keyed.setdefault(("counter", name), {"agg": Aggregate(COUNTER, None, 0, c.window_ns, name), "part": False,
+                                             "rules": [], "thresholds": []})
+    compared = {p.agg.name for _, preds, _ in per_rule for p in preds if p.agg.kind == COUNTER}
     instances: list[AggregateInstance] = []
     values: list[StateValue] = []
     fields = dict(spec.query_fields)
@@ -216,8 +251,10 @@ def plan_state(rules: Sequence[Rule], spec: Spec) -> tuple[list[Rule], StatePlan
         update = TRUE if part is True else part
         thresholds = tuple(sorted(inst["thresholds"]))
         instances.append(AggregateInstance(k, agg.kind, src, agg.window_ns, thresholds, tuple(inst["rules"]),
-                                           update if part is not False else Or(())))
-        width = {"count": 64, "sum": 64, "avg": 2}.get(agg.kind, agg.width + 1)
+                                           update if part is not False else Or(()), agg.name))
+        width = {"count": 64, "sum": 64, "avg": 2, COUNTER: 64}.get(agg.kind, agg.width + 1)
+        if agg.kind == COUNTER and agg.name not in compared:
+            continue  # updated, never compared: no state value
         for x in thresholds if agg.kind == "avg" else (None,):
             name = f"{STATE_HEADER}.v{len(values)}"
             q = QueryField(name, width, "range", src.location if src else spec_location(spec))
@@ -245,13 +282,30 @@ def plan_state(rules: Sequence[Rule], spec: Spec) -> tuple[list[Rule], StatePlan
         r0 = next(r for r in rules if r.index == inst.rules[0])
         out.append(Rule(first + inst.index, inst.update, (Action(UPDATE_ATOM, (inst.index,), r0.location),),
                         r0.location, r0.text))
+    counter_index = {i.name: i.index for i in instances if i.kind == COUNTER}
+    count_updates = tuple(CountUpdate(j, counter_index[name], spec.query_fields[f] if f else None)
+                          for j, (_, name, f) in enumerate(count_atoms))
     time_field = spec.query_fields[spec.time_field] if spec.time_field else None
-    return out, StatePlan(tuple(instances), tuple(values), time_field, spec.time_unit_ns), fields
+    return out, StatePlan(tuple(instances), tuple(values), time_field, spec.time_unit_ns,
+                          count_updates=count_updates), fields
 
 
 def spec_location(spec: Spec) -> Location:
     """The location of the spec's first line (for pseudo-fields of ``count()``)."""
     return Location(spec.path, 1, 1, spec.text.split("\n", 1)[0])
+
+
+def leaf_count_masks(plan: StatePlan, leaves) -> tuple[tuple[int, int], ...]:
+    """(leaf state, mask of the :class:`CountUpdate` s its message applies) of every leaf of
+    ``leaves`` (objects with ``state`` and ``atoms``) whose mask is not 0, sorted."""
+    index = {(COUNT_ATOM, plan.instances[u.instance].name, u.field.name if u.field else None): u.index
+             for u in plan.count_updates}
+    out = []
+    for leaf in leaves:
+        mask = sum(1 << index[a] for a in leaf.atoms if a[0] == COUNT_ATOM)
+        if mask:
+            out.append((leaf.state, mask))
+    return tuple(sorted(out))
 
 
 def boundary_updates(sliced, boundary: int) -> tuple[tuple[int, int], ...]:

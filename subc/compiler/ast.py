@@ -81,6 +81,8 @@ def _pred_values(width: int, op: str, operands: tuple[Operand, ...]) -> Interval
 
 #: Aggregate functions of stateful predicates (README "Stateful subscriptions").
 AGGREGATES = ("count", "sum", "avg", "min", "max")
+#: The kind of a named counter's :class:`Aggregate`.
+COUNTER = "counter"
 #: Aggregates whose value over an empty window is undefined: every comparison on it is false.
 UNDEFINED_WHEN_EMPTY = ("avg", "min", "max")
 #: Most comparisons on state one rule may hold (its stateless part is found over every truth
@@ -97,14 +99,21 @@ class Aggregate:
     Its value over a window (README "Stateful subscriptions"): ``count`` the messages, ``sum``
     their field values (saturating at 2**64 - 1), ``avg`` the exact mean (a
     :class:`~fractions.Fraction`), ``min``/``max`` the extremes; ``avg``, ``min`` and ``max`` of
-    an empty window are None."""
+    an empty window are None.
+
+    A *named counter* (``@pragma query_counter(name, window_us)``) is kind :data:`COUNTER` with
+    its ``name`` (field None, width 0): its value is what the rules' ``inc(name)`` and
+    ``name <- ...`` actions added in the window, before the message's own additions."""
 
     kind: str
     field: str | None
     width: int
     window_ns: int
+    name: str | None = None
 
     def __str__(self) -> str:
+        if self.kind == COUNTER:
+            return str(self.name)
         args = [self.field] if self.field else []
         return f"{self.kind}({', '.join(args)})"
 

@@ -14,6 +14,11 @@ gets the atoms of every rule it matches:
   *conflict* (an error that names both rules at compile and check time);
 * no atom (no rule matches, or the message lacks a header that the rules test) gets the spec's
   default action.
+
+*State atoms* are not part of a decision: ``('subc_update', k)`` (the stateful pass's update
+rules, :mod:`.aggregates`) and ``('subc_count', counter, field)`` (a rule's ``inc(counter)``,
+``counter <- count()`` with field None, or ``counter <- sum(field)``) change registers and never
+conflict; :func:`decide` and :func:`conflicting_pair` leave them out.
 """
 
 from __future__ import annotations
@@ -26,6 +31,12 @@ from ..errors import SubcError
 
 #: The forwarding action's name; every other atom is a non-forwarding action.
 FWD = "fwd"
+#: The atom name of an aggregate instance's update (see the module docstring).
+UPDATE_ATOM = "subc_update"
+#: The atom name of a named counter's update: ``('subc_count', counter, field or None)``.
+COUNT_ATOM = "subc_count"
+#: Atom names that change state and take no part in decisions.
+STATE_ATOMS = frozenset((UPDATE_ATOM, COUNT_ATOM))
 _ONLY_FWD = frozenset((FWD,))
 _name, _port = itemgetter(0), itemgetter(1)  # of an atom: ('fwd', port) or (name, *args)
 
@@ -55,8 +66,11 @@ class ConflictingActions(SubcError):
 
 
 def action_class(atom: tuple) -> object:
-    """The class of an atom for conflicts: every ``fwd`` atom is one class ('fwd'), any other atom
-    is its own class.  Two atoms conflict exactly when their classes differ."""
+    """The class of an atom for conflicts: every ``fwd`` atom is one class ('fwd'), a state atom
+    none (None: it conflicts with nothing), any other atom is its own class.  Two atoms with
+    classes conflict exactly when their classes differ."""
+    if atom[0] in STATE_ATOMS:
+        return None
     return FWD if atom[0] == FWD else atom
 
 
@@ -64,12 +78,13 @@ def conflicting_pair(atoms: Iterable[tuple]) -> tuple[tuple, tuple] | None:
     """The first pair of ``atoms`` that cannot apply to one message, or None.
 
     Deterministic: the pair is (a ``fwd`` atom, the first other atom by ``repr``) when there is a
-    ``fwd``, else the first two non-forwarding atoms by ``repr``."""
+    ``fwd``, else the first two non-forwarding atoms by ``repr``.  State atoms never conflict."""
     if _ONLY_FWD.issuperset(map(_name, atoms)):  # forwarding only (most leaves): nothing conflicts
         return None
+    atoms = [a for a in atoms if a[0] not in STATE_ATOMS]
     others = sorted((a for a in atoms if a[0] != FWD), key=repr)
     ports = [a for a in atoms if a[0] == FWD]
-    if not ports and len(others) == 1:
+    if not others or (not ports and len(others) == 1):
         return None
     if ports:
         return min(ports), others[0]
@@ -77,7 +92,8 @@ def conflicting_pair(atoms: Iterable[tuple]) -> tuple[tuple, tuple] | None:
 
 
 def decide(atoms: Iterable[tuple], default: Decision) -> Decision:
-    """The decision for a message whose matched rules have ``atoms`` (empty: ``default``).
+    """The decision for a message whose matched rules have ``atoms`` (none but state atoms:
+    ``default``).
 
     Raises :class:`ConflictingActions` (a :class:`SubcError`) on a conflict."""
     atoms = set(atoms)
@@ -85,6 +101,9 @@ def decide(atoms: Iterable[tuple], default: Decision) -> Decision:
         return default
     if _ONLY_FWD.issuperset(map(_name, atoms)):  # forwarding only (most leaves)
         return Decision(tuple(sorted(map(_port, atoms))), None)
+    atoms = {a for a in atoms if a[0] not in STATE_ATOMS}
+    if not atoms:
+        return default
     pair = conflicting_pair(atoms)
     if pair is not None:
         raise ConflictingActions(pair, atoms)
@@ -102,9 +121,12 @@ def default_decision_of(action_name: str) -> Decision:
 
 
 def describe_atom(atom: tuple) -> str:
-    """An atom as a rule writes it: ``fwd(3)``, ``drop()``, ``name(arg, ...)``."""
+    """An atom as a rule writes it: ``fwd(3)``, ``drop()``, ``name(arg, ...)``, ``inc(c)``,
+    ``c <- sum(h.f)``."""
     if atom[0] == FWD:
         return f"fwd({atom[1]})"
+    if atom[0] == COUNT_ATOM:
+        return f"inc({atom[1]})" if atom[2] is None else f"{atom[1]} <- sum({atom[2]})"
     return f"{atom[0]}({', '.join(str(a) for a in atom[1:])})"
 
 

@@ -163,6 +163,7 @@ def compile_rules(
     if plan is not None:
         after = [v.field.name for v in plan.values]
         needed += [i.field.name for i in plan.instances if i.field is not None]
+        needed += [u.field.name for u in plan.count_updates if u.field is not None]
         needed += [plan.time_field.name] if plan.time_field is not None else []
     check_parsed(spec, list(dict.fromkeys(needed)))
     t0 = time.perf_counter()

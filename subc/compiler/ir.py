@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from ..errors import SubcError
-from .aggregates import UPDATE_ATOM, StatePlan, boundary_updates, is_state_field
+from .aggregates import StatePlan, boundary_updates, is_state_field, leaf_count_masks
 from .ast import Rule, evaluate
-from .decisions import FWD, Decision, conflict_message, conflicting_pair, decide, default_decision_of
+from .decisions import FWD, STATE_ATOMS, Decision, conflict_message, conflicting_pair, decide, default_decision_of
 from .slicing import Sliced
 from .spec import QueryField, Spec
 
@@ -226,7 +226,8 @@ def build_ir(sliced: Sliced, rules: Sequence[Rule], spec: Spec, plan: StatePlan 
     """Freeze ``sliced`` (from :func:`~.layered.slice_rules`) with its decisions into the IR.
 
     With ``plan`` (:func:`~.aggregates.plan_state`; ``rules`` are then the rules it returned),
-    the update atoms are taken off the leaves and become the plan's per-state update masks.
+    the state atoms are taken off the leaves and become the plan's per-state update masks and
+    per-leaf count masks.
     Raises :class:`SubcError` when a leaf's atoms conflict (:mod:`.decisions`), pointing at one
     of the two rules, naming the other, with an example packet."""
     stages = tuple(
@@ -238,7 +239,7 @@ def build_ir(sliced: Sliced, rules: Sequence[Rule], spec: Spec, plan: StatePlan 
     leaves = []
     used: dict[str, ActionSignature] = {}
     for leaf in sliced.leaves:
-        atoms = leaf.atoms if plan is None else frozenset(a for a in leaf.atoms if a[0] != UPDATE_ATOM)
+        atoms = leaf.atoms if plan is None else frozenset(a for a in leaf.atoms if a[0] not in STATE_ATOMS)
         pair = conflicting_pair(atoms)
         if pair is not None:
             raise _conflict_error(pair, leaf.example, rules)
@@ -257,8 +258,10 @@ def build_ir(sliced: Sliced, rules: Sequence[Rule], spec: Spec, plan: StatePlan 
     if plan is not None:
         boundary = sum(1 for s in stages if not is_state_field(s.field.name))
         plan = StatePlan(plan.instances, plan.values, plan.time_field, plan.time_unit_ns, boundary,
-                         boundary_updates(sliced, boundary))
+                         boundary_updates(sliced, boundary), plan.count_updates,
+                         leaf_count_masks(plan, sliced.leaves))
         extra = [i.field.header for i in plan.instances if i.field is not None]
+        extra += [u.field.header for u in plan.count_updates if u.field is not None]
         if plan.time_field is not None:
             extra.append(plan.time_field.header)
         headers = tuple(dict.fromkeys([*headers, *extra]))

@@ -386,13 +386,16 @@ class ShapeParser:
             raise _Anomaly
         return tree
 
-    @staticmethod
-    def _safe(tree: Tree, parts: list[str]) -> bool:
+    def _safe(self, tree: Tree, parts: list[str]) -> bool:
         """True when every Lark literal token of the piece is one of the splitter's literals (which
-        may also find some in comments), with no IPv4/IPv6/MAC literal, no prefix and no
-        aggregate."""
-        if any(t.data in ("prefix", "aggregate") for t in tree.iter_subtrees()):
-            return False  # prefixes, and comparisons on state (resolved piece by piece)
+        may also find some in comments), with no IPv4/IPv6/MAC literal, no prefix, no aggregate
+        and no named counter (compared or updated)."""
+        counters = self.spec.counters
+        for t in tree.iter_subtrees():
+            if t.data in ("prefix", "aggregate", "counter_assign"):
+                return False  # prefixes, and comparisons on state (resolved piece by piece)
+            if counters and t.data in ("field", "action") and any(str(c) in counters for c in t.children[1 if t.data == "action" else 0:]):
+                return False
         bounds = list(accumulate(map(len, parts)))
         lit_at = {bounds[i - 1]: parts[i] for i in range(1, len(parts), 2)}
         for tok in tree_tokens(tree):

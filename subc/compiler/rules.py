@@ -14,7 +14,8 @@ from lark import Token, Tree
 from lark.exceptions import UnexpectedInput
 
 from ..errors import SubcError
-from .ast import AGGREGATES, MAX_STATE_PREDICATES, Aggregate, And, Action, Not, Operand, Or, Pred, Rule, StatePred, state_predicates
+from .decisions import COUNT_ATOM
+from .ast import AGGREGATES, COUNTER, MAX_STATE_PREDICATES, Aggregate, And, Action, Not, Operand, Or, Pred, Rule, StatePred, state_predicates
 from .grammar_parser import SourceText, comparison_parts, rule_parser, syntax_error
 from .limits import DEFAULT_LIMITS, Limits
 from .literals import arg_value, literal_value
@@ -113,11 +114,30 @@ class RuleResolver:
             return Operand(value, plen)
         return Operand(literal_value(v.type, str(v), q, self.loc(v)))
 
+    def counter_name(self, t) -> str | None:
+        """The named counter a ``field`` tree names (a bare name the spec declares with
+        ``query_counter``), or None."""
+        if isinstance(t, Tree) and t.data == "field" and len(t.children) == 1 and str(t.children[0]) in self.spec.counters:
+            return str(t.children[0])
+        return None
+
+    def counter(self, name: str, t) -> tuple[Aggregate, QueryField]:
+        """The :class:`Aggregate` of named counter ``name`` (at tree or token ``t``) and the field
+        its comparison values are converted with (64-bit integers)."""
+        c = self.spec.counters[name]
+        return Aggregate(COUNTER, None, 0, c.window_ns, name), QueryField(name, 64, "range", self.loc(t))
+
     def aggregate(self, t: Tree) -> tuple[Aggregate, QueryField]:
         """The :class:`Aggregate` of an ``aggregate`` tree, and the field its comparison values
-        are converted with (the aggregated field, as wide as the aggregate's values)."""
+        are converted with (the aggregated field, as wide as the aggregate's values).  Camus's
+        ``count(c)`` of a named counter ``c`` is the counter."""
         name_tok, *args = t.children
         kind = str(name_tok)
+        if len(args) == 1 and self.counter_name(args[0]) is not None:
+            if kind != "count":
+                raise SubcError(f"'{args[0].children[0]}' is a named counter: compare it by name or as "
+                                f"count({args[0].children[0]}), not with {kind}()", self.loc(name_tok))
+            return self.counter(self.counter_name(args[0]), t)
         if kind not in AGGREGATES:
             raise SubcError(f"unknown aggregate '{kind}' (known: {', '.join(sorted(AGGREGATES))})", self.loc(name_tok))
         q, window, seen_kw = None, None, False
@@ -156,6 +176,11 @@ class RuleResolver:
         ``agg_not_member`` tree."""
         if t.data in ("agg_member", "agg_not_member"):
             agg, q = self.aggregate(t.children[0])
+            if agg.kind == COUNTER:
+                ops = tuple(self.operand(v, q) for v in t.children[1:])
+                if any(o.prefix_len is not None for o in ops):
+                    raise SubcError("a counter is compared with whole values, not prefixes", self.loc(t))
+                return StatePred(agg, "in" if t.data == "agg_member" else "not in", ops, self.loc(t))
             if agg.kind == "avg":
                 raise SubcError("avg() is compared with ==, !=, <, <=, > or >=, not a set", self.loc(t))
             ops = tuple(self.operand(v, q) for v in t.children[1:])
@@ -174,11 +199,25 @@ class RuleResolver:
         if t.data.startswith("agg_"):
             return self.state_comparison(t)
         if t.data in ("member", "not_member"):
+            name = self.counter_name(t.children[0])
+            if name is not None:  # a named counter's bare name
+                agg, q = self.counter(name, t.children[0])
+                ops = tuple(self.operand(v, q) for v in t.children[1:])
+                if any(o.prefix_len is not None for o in ops):
+                    raise SubcError("a counter is compared with whole values, not prefixes", self.loc(t))
+                return StatePred(agg, "in" if t.data == "member" else "not in", ops, self.loc(t))
             q = self.field(t.children[0])
             values = t.children[1:]
             ops = tuple(self.operand(v, q) for v in values)
             return Pred(q.name, q.width, "in" if t.data == "member" else "not in", ops, self.loc(t))
         ftree, op_tok, op, value = comparison_parts(t)
+        name = self.counter_name(ftree)
+        if name is not None:  # a named counter's bare name
+            agg, q = self.counter(name, ftree)
+            operand = self.operand(value, q)
+            if operand.prefix_len is not None:
+                raise SubcError("a counter is compared with whole values, not prefixes", self.loc(t))
+            return StatePred(agg, op, (operand,), self.loc(t))
         q = self.field(ftree)
         if op in ("<", "<=", ">", ">=") and q.match_kind != "range":
             kind = "query_field_exact" if q.match_kind == "exact" else "query_field_lpm"
@@ -190,10 +229,48 @@ class RuleResolver:
             raise SubcError(f"a prefix can only be compared with == or !=, not '{op}'", self.loc(op_tok))
         return Pred(q.name, q.width, op, (operand,), self.loc(t))
 
+    def counter_update(self, t: Tree) -> Action:
+        """The update of a named counter of a ``counter_assign`` tree, Camus's ``c <- count()``
+        (add 1, as ``inc(c)``) or ``c <- sum(h.f)`` (add the message's ``h.f``): the action
+        ``subc_count(c, field or None)`` (:data:`~.decisions.COUNT_ATOM`)."""
+        name_tok, atree = t.children
+        name, loc = str(name_tok), self.loc(name_tok)
+        if name not in self.spec.counters:
+            raise SubcError(f"'{name}' is not a counter (declare it with @pragma query_counter({name}, window_us))", loc)
+        fn_tok, *args = atree.children
+        fn = str(fn_tok)
+        if fn not in ("count", "sum"):
+            raise SubcError(f"a counter adds: {name} <- count() or {name} <- sum(header.field), not {fn}()",
+                            self.loc(fn_tok))
+        if any(a.data != "field" for a in args):
+            raise SubcError(f"the counter's window applies: {fn}() takes no keyword arguments here", self.loc(atree))
+        if fn == "count":
+            if args:
+                raise SubcError(f"{name} <- count() takes no field", self.loc(args[0]))
+            return Action(COUNT_ATOM, (name, None), loc)
+        if len(args) != 1:
+            raise SubcError(f"{name} <- sum(header.field) takes one field", self.loc(atree))
+        q = self.field(args[0])
+        if q.alpha:
+            raise SubcError(f"cannot add text field '{q.name}' (alpha) to a counter", self.loc(args[0]))
+        return Action(COUNT_ATOM, (name, q.name), loc)
+
     def action(self, t: Tree) -> Action:
-        """The action of an ``action`` tree (name token, then argument tokens)."""
+        """The action of an ``action`` tree (name token, then argument tokens), or of a
+        ``counter_assign`` tree (:meth:`counter_update`).  ``inc(c)`` of a named counter ``c``
+        adds 1 to it."""
+        if t.data == "counter_assign":
+            return self.counter_update(t)
         name_tok, *args = t.children
         name, loc = str(name_tok), self.loc(name_tok)
+        if any(a.type == "NAME" for a in args):
+            if name != "inc" or len(args) != 1:
+                bad = next(a for a in args if a.type == "NAME")
+                raise SubcError(f"'{bad}' is not a value; only inc(counter) names a counter", self.loc(bad))
+            if str(args[0]) not in self.spec.counters:
+                raise SubcError(f"'{args[0]}' is not a counter (declare it with @pragma query_counter({args[0]}, window_us))",
+                                self.loc(args[0]))
+            return Action(COUNT_ATOM, (str(args[0]), None), loc)
         if name == "fwd":
             if not args:
                 raise SubcError("fwd() needs at least one port", loc)

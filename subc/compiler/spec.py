@@ -49,6 +49,8 @@ MAX_FIELD_WIDTH = 128
 #: anything wider is an error, never a number too big to print.
 MAX_TYPE_WIDTH = (1 << 31) - 1
 IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+#: Names a counter may not take: the aggregate functions, the update action, rule keywords.
+COUNTER_RESERVED = frozenset(("count", "sum", "avg", "min", "max", "inc", "fwd", "drop", "and", "or", "not", "in"))
 
 
 @dataclass
@@ -96,6 +98,18 @@ class QueryField:
     @property
     def max_value(self) -> int:
         return (1 << self.width) - 1
+
+
+@dataclass
+class NamedCounter:
+    """A named counter of the spec (``@pragma query_counter(name[, window_us])``, or Camus's
+    ``query_field_counter(name[, window_us])`` with a bare name): ``window_ns``, its tumbling
+    window in ns (0: never ends; the spec's ``query_window`` when the pragma gives none), and the
+    ``location`` of its name."""
+
+    name: str
+    window_ns: int
+    location: Location
 
 
 @dataclass
@@ -186,6 +200,8 @@ class Spec:
     window_ns: int = 0
     #: ``@pragma query_field_counter(h.f, window_us)``: a field's aggregates' window in ns
     field_windows: dict[str, int] = field(default_factory=dict)
+    #: ``@pragma query_counter``: the named counters, by name
+    counters: dict[str, NamedCounter] = field(default_factory=dict)
     #: ``@pragma query_time``: the query field that gives a message's time, or None (arrival time)
     time_field: str | None = None
     #: ns per unit of :attr:`time_field`
@@ -636,16 +652,17 @@ class _SpecParser(P414Declarations):
         for p in self.pragmas:
             if p.name in kinds:
                 self.query_field_pragma(p, kinds[p.name], instances)
+            elif p.name == "query_field_counter" and p.args and "." not in p.args[0]:
+                self.counter_pragma(p)  # Camus: query_field_counter(name, tumble time)
             elif p.name == "query_field_counter":
                 self.field_counter_pragma(p, instances)
+            elif p.name == "query_counter":
+                self.counter_pragma(p)
             elif p.name in ("query_field_scale", "query_field_alpha", "query_default_action", "query_payload",
                             "query_topic", "query_window", "query_time"):
                 extra.append(p)
             elif p.name == "query_control":
                 continue  # Camus: where its generated control goes; subc generates the whole pipeline
-            elif p.name == "query_counter":
-                raise SubcError("query_counter (a named counter that actions increment) is not supported yet; "
-                                "aggregates (count(), sum(f), avg(f), min(f), max(f)) are", self.loc(p.offset))
             elif p.name.startswith("query_"):
                 raise SubcError(f"unknown pragma '{p.name}'", self.loc(p.offset))
         for p in extra:
@@ -687,6 +704,11 @@ class _SpecParser(P414Declarations):
                 if digits is None or not 0 <= digits <= 18:
                     raise SubcError("scale must be a number of decimal digits from 0 to 18", self.loc(p.arg_offsets[1]))
                 q.scale = digits
+        for c in spec.counters.values():  # query_window may come after query_counter
+            if c.window_ns is None:
+                c.window_ns = spec.window_ns
+            if spec.resolve_field(c.name) is not None or spec.bare_ambiguity(c.name):
+                raise SubcError(f"counter '{c.name}' has the name of a query field; give it another name", c.location)
         da = spec.default_action
         if da not in ("drop", "nop") and da not in spec.actions and spec.infers_actions and IDENT_RE.match(da):
             spec.declare_action(da, [], spec.default_action_location)
@@ -703,6 +725,22 @@ class _SpecParser(P414Declarations):
             raise SubcError(f"bad window '{p.args[i]}' (a whole number of us, 0 for a window that never ends)",
                             self.loc(p.arg_offsets[i]))
         return us * 1000
+
+    def counter_pragma(self, p: Pragma) -> None:
+        """``query_counter(name[, window_us])``: a named counter (:class:`NamedCounter`) that the
+        rules compare by name and update with ``inc(name)`` or ``name <- count()`` /
+        ``name <- sum(h.f)``."""
+        if not 1 <= len(p.args) <= 2:
+            raise SubcError(f"{p.name} takes a counter name and an optional window in us", self.loc(p.offset))
+        name, loc = p.args[0], self.loc(p.arg_offsets[0])
+        if not IDENT_RE.match(name):
+            raise SubcError(f"bad counter name '{name}' (an identifier)", loc)
+        if name in COUNTER_RESERVED or name.startswith("subc_"):
+            raise SubcError(f"counter name '{name}' is reserved", loc)
+        if name in self.spec.counters:
+            raise SubcError(f"counter '{name}' is declared twice", loc)
+        window = self.window_arg(p, 1) if len(p.args) == 2 else None
+        self.spec.counters[name] = NamedCounter(name, window, loc)
 
     def field_counter_pragma(self, p: Pragma, instances: dict[str, str]) -> None:
         """``query_field_counter(h.f[, window_us])`` (Camus): ``h.f`` is a range query field (unless

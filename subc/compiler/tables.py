@@ -3,7 +3,9 @@
 Each field stage becomes a table keyed by ``(state: exact, field: <match kind>)`` whose actions
 set the next state, except the last stage: its entries apply the packet's actions (egress port,
 multicast group, drop, spec action) directly, so no leaf table keyed by the final state is needed
-(one entry per leaf state fewer).  State 0 is dead: every table's default action leads to state
+(one entry per leaf state fewer).  When rules update named counters the last stage sets the leaf
+state too, and two tables keyed by it follow: :data:`COUNT_TABLE` (the counters' updates) and
+``subc_leaf`` (the packet's actions).  State 0 is dead: every table's default action leads to state
 0, and the last stage's default is the spec's default action, so no entry is ever written for a
 dead path.  Match kinds and their entries:
 
@@ -30,6 +32,7 @@ from collections import Counter
 from dataclasses import dataclass, field as dc_field
 
 from .aggregates import UPDATE_ATOM, StatePlan, is_state_field
+from .decisions import COUNT_ATOM
 from .intervals import prefix_cover_count
 from .ir import FieldStage, SubscriptionIR, fallback_target
 from .spec import Spec
@@ -68,8 +71,9 @@ class Entry:
 
 @dataclass
 class Table:
-    """A match-action table: ``role`` is 'stage', 'miss', 'code' or 'leaf' (the table keyed by
-    the root state alone, only when there is no field stage)."""
+    """A match-action table: ``role`` is 'stage', 'miss', 'code', 'update' (:data:`UPDATE_TABLE`),
+    'count' (:data:`COUNT_TABLE`) or 'leaf' (keyed by the final state: when there is no field
+    stage, or rules update named counters)."""
 
     name: str
     keys: list[Key]
@@ -163,6 +167,18 @@ def update_table(plan: StatePlan, state_key: Key) -> Table:
     ``subc_update(mask)``, the aggregate instances the message updates (default: none)."""
     entries = [Entry((s,), UPDATE_ATOM, (("mask", m),)) for s, m in plan.updates]
     return Table(UPDATE_TABLE, [state_key], entries, (UPDATE_ATOM, (("mask", 0),)), "update", None, [UPDATE_ATOM])
+
+
+#: The table applied after the last stage when rules update named counters (action
+#: :data:`~.decisions.COUNT_ATOM`); the leaf table ``subc_leaf`` follows it.
+COUNT_TABLE = "subc_count_update"
+
+
+def count_table(plan: StatePlan, state_key: Key) -> Table:
+    """:data:`COUNT_TABLE`: a leaf state -> ``subc_count(mask)``, the named counters' updates
+    (:class:`~.aggregates.CountUpdate`) its message applies (default: none)."""
+    entries = [Entry((s,), COUNT_ATOM, (("mask", m),)) for s, m in plan.leaf_counts]
+    return Table(COUNT_TABLE, [state_key], entries, (COUNT_ATOM, (("mask", 0),)), "count", None, [COUNT_ATOM])
 
 
 def _state_entry(state: int, match, target: int, priority=None) -> Entry:
@@ -260,8 +276,10 @@ def build_pipeline(
     default_action = p4_default_action(spec)
     hdr = spec.parser.hdr if spec.parser else "hdr"
     meta = spec.parser.meta if spec.parser and spec.parser.meta else "meta"
-    # states are written by every stage but the last, which applies the packets' actions
-    max_state = max([1] + [s.n_next for s in ir.stages[:-1]])
+    # states are written by every stage but the last, which applies the packets' actions, unless
+    # rules update named counters: then it writes the leaf state, which the count and leaf tables match
+    counting = ir.state is not None and bool(ir.state.count_updates)
+    max_state = max([1] + [s.n_next for s in (ir.stages if counting else ir.stages[:-1])])
     state_width = max(max(1, max_state.bit_length()) + 1, state_bits)
     state_key = Key(f"{meta}.subc_state", "exact", state_width)
     to_dead = ("subc_set_state", (("next_state", 0),))
@@ -341,10 +359,13 @@ def build_pipeline(
     # widths of code keys are known only now
     for t in tables:
         t.keys = [Key(k.name, k.match_kind, code_width, k.field) if k.name.endswith(".subc_code") else k for k in t.keys]
-    if ir.stages:
+    if ir.stages and not counting:
         last = ir.stages[-1].field.name
         _apply_leaf_actions([t for t in tables if t.field == last and t.role != "code"], leaf_actions, default_action)
-    else:  # no field to match (no rules): the root state alone decides
+    else:  # no field to match (no rules: the root state alone decides), or counters to update
+        if counting:
+            tables.append(count_table(ir.state, state_key))
+            steps.append(Step(COUNT_TABLE))
         leaf_entries = [Entry((s,), a, p) for s, (a, p) in sorted(leaf_actions.items())]
         actions = sorted({a for a, _ in leaf_actions.values()} | {default_action[0]})
         tables.append(Table("subc_leaf", [state_key], leaf_entries, default_action, "leaf", None, actions))

@@ -16,8 +16,8 @@ message to the local stack; ``drop`` sends it nowhere.  The subscribers' endpoin
 (``subc_subs``) and sequence numbers (``subc_seq``) do not depend on the rule set: they are
 written once, at load (:func:`install_subscribers`).
 
-Comparisons on state (README "Stateful subscriptions"): ``subc_upd`` (update masks) is an array
-indexed by state like ``stN_info``; ``subc_agg`` holds instance k of generation 0 at slot k and of
+Comparisons on state (README "Stateful subscriptions"): ``subc_upd`` (update masks) and
+``subc_cnt`` (a leaf's named-counter updates) are arrays indexed by state like ``stN_info``; ``subc_agg`` holds instance k of generation 0 at slot k and of
 generation 1 at capacity - 1 - k, and a generation's registers are written empty when it is
 installed (a new rule set starts its aggregates afresh).
 """
@@ -123,6 +123,10 @@ def plan_generation(doc: dict, gen: int, subs: Subscribers | None, caps: dict[st
         empty = bytes(agg["value"]["size"])
         w["subc_agg"] = [(L.U32.pack(v=k if gen == 0 else cap - 1 - k), empty) for k in range(n)]
         plan.regions["subc_agg"] = n
+    if "subc_cnt" in maps:  # named counters: the updates of each leaf's message
+        cnt = maps["subc_cnt"]
+        _state_region(plan, cnt, caps)
+        w["subc_cnt"] = [(_slot_key(e["state"], gen, caps["subc_cnt"]), L.U64.pack(v=e["mask"])) for e in cnt["entries"]]
     leaves, counters, sets = [], [], []
     local = False
     leaf_cap = caps["subc_leaf"]

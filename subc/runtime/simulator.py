@@ -186,6 +186,8 @@ class TableSimulator:
                     meta[self.code_key] = params["code"]
                 elif model is not None and name == model.update_table:
                     model.step(params["mask"], packet, time_ns, meta)
+                elif model is not None and name == model.count_table:
+                    model.count(params["mask"], packet, time_ns)
                 elif action != "NoAction":
                     result = self._decision(action, params)
                 if hit or name == on_miss:

@@ -9,7 +9,12 @@ and its state values are written to the metadata the stages match:
 * ``count``: the count; ``sum``: the sum, saturating at 2**64 - 1;
 * ``min``/``max``: 0 for an empty window, else the extreme + 1;
 * ``avg`` against threshold X: the *excess* ``sum(v - X)`` kept per threshold (no division), as
-  0 for an empty window, 1 below (excess < 0), 2 equal, 3 above.
+  0 for an empty window, 1 below (excess < 0), 2 equal, 3 above;
+* ``counter`` (a named counter): its value, read before the message's updates.
+
+After the last stage, the count table's mask names the named counters' updates the message
+applies (:meth:`StateModel.count`): each moves its counter to the message's window and adds 1 or
+the message's field (saturating at 2**64 - 1).
 """
 
 from __future__ import annotations
@@ -47,9 +52,14 @@ class _Instance:
         for x in self.thresholds:
             self.excess[x] += v - x
 
+    def add(self, time_ns: int, v: int) -> None:
+        """A named counter's update: move to ``time_ns``'s window, add ``v`` (saturating)."""
+        self.step(time_ns, False, {})
+        self.count = min(self.count + v, SUM_MAX)
+
     def value(self, threshold: int | None) -> int:
         kind = self.kind
-        if kind == "count":
+        if kind in ("count", "counter"):
             return self.count
         if kind == "sum":
             return self.total
@@ -72,6 +82,8 @@ class StateModel:
         self.unit_ns = doc["time"]["unit_ns"]
         self.instances = [_Instance(i) for i in doc["instances"]]
         self.values = [(v["key"], v["instance"], v["threshold"]) for v in doc["values"]]
+        self.count_table = doc.get("count_table")
+        self.count_updates = [(u["index"], u["instance"], u["field"]) for u in doc.get("count_updates", [])]
 
     def message_time(self, packet: dict[str, int], arrival_ns: int | None) -> int:
         """A message's time in ns: its time field's value (times the unit) when the document names
@@ -89,3 +101,10 @@ class StateModel:
             inst.step(time_ns, bool(mask >> k & 1), packet)
         for key, k, x in self.values:
             meta[key] = self.instances[k].value(x)
+
+    def count(self, mask: int, packet: dict[str, int], time_ns: int) -> None:
+        """Apply the named counters' updates whose bit is set in ``mask`` (the count table's
+        parameter) for ``packet`` at ``time_ns``."""
+        for j, k, field in self.count_updates:
+            if mask >> j & 1:
+                self.instances[k].add(time_ns, packet[field] if field is not None else 1)

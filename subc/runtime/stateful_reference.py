@@ -15,8 +15,13 @@ get the default action and touch no state), at time ``t`` ns:
    (each distinct comparison one unknown);
 3. the rules are evaluated with their comparisons on the aggregates' new values: ``count`` and
    ``sum`` (saturating at 2**64 - 1) of an empty window are 0; ``avg`` (exact, a fraction),
-   ``min`` and ``max`` of an empty window make every comparison false;
-4. the matched rules' actions combine as for stateless rules (:mod:`subc.compiler.decisions`).
+   ``min`` and ``max`` of an empty window make every comparison false;  a comparison on a named
+   counter (``@pragma query_counter``, one per spec, shared by every rule) sees its value before
+   this message's updates: what earlier messages of its window added (0 in a new window);
+4. the matched rules' actions combine as for stateless rules (:mod:`subc.compiler.decisions`);
+5. then each distinct counter update among the matched rules' actions applies once: ``inc(c)``
+   and ``c <- count()`` add 1, ``c <- sum(h.f)`` adds the message's ``h.f`` (saturating at
+   2**64 - 1).
 """
 
 from __future__ import annotations
@@ -25,8 +30,8 @@ from fractions import Fraction
 from itertools import product
 from typing import Sequence
 
-from ..compiler.ast import Aggregate, Rule, StatePred, evaluate, state_predicates
-from ..compiler.decisions import Decision
+from ..compiler.ast import COUNTER, Aggregate, Rule, StatePred, evaluate, state_predicates
+from ..compiler.decisions import COUNT_ATOM, Decision
 from ..compiler.spec import Spec
 from ..errors import SubcError
 from .reference import combine
@@ -72,7 +77,13 @@ class StatefulReference:
         self.preds = {r.index: state_predicates(r.condition) for r in self.rules}
         self.aggs = {i: list(dict.fromkeys(p.agg for p in ps)) for i, ps in self.preds.items()}
         self.windows: dict[tuple[int, Aggregate], _Window] = {}
-        self.longest_window = max([a.window_ns for aggs in self.aggs.values() for a in aggs], default=0)
+        #: named counter -> [window id, value]
+        self.counters: dict[str, list[int]] = {}
+        self.counter_windows = {c.name: c.window_ns for c in spec.counters.values()}
+        windows = [a.window_ns for aggs in self.aggs.values() for a in aggs]
+        if any(a[0] == COUNT_ATOM for r in self.rules for a in r.atoms()):
+            windows += list(self.counter_windows.values())
+        self.longest_window = max(windows, default=0)
 
     def message_time(self, packet: dict[str, int], arrival_ns: int | None, where: str = "") -> int:
         """A message's time in ns: the spec's time field (``query_time``) times its unit, else
@@ -104,9 +115,19 @@ class StatefulReference:
         :class:`~subc.compiler.decisions.ConflictingActions` as the stateless reference does."""
         return combine(self.matched(packet, time_ns), self.spec)
 
+    def counter(self, name: str, time_ns: int) -> int:
+        """Named counter ``name``'s value in ``time_ns``'s window (moving it there)."""
+        w = self.counter_windows[name]
+        wid = time_ns // w if w else 0
+        cell = self.counters.setdefault(name, [wid, 0])
+        if cell[0] != wid:
+            cell[:] = [wid, 0]
+        return cell[1]
+
     def matched(self, packet: dict[str, int], time_ns: int) -> list[Rule]:
         """The rules the next classified message matches (see :meth:`decide`); updates the state."""
         matched = []
+        counts = {name: self.counter(name, time_ns) for name in self.counter_windows}
         for r in self.rules:
             aggs = self.aggs[r.index]
             if not aggs:
@@ -115,6 +136,8 @@ class StatefulReference:
                 continue
             wins = {}
             for a in aggs:
+                if a.kind == COUNTER:
+                    continue
                 wid = time_ns // a.window_ns if a.window_ns else 0
                 w = self.windows.get((r.index, a))
                 if w is None or w.wid != wid:
@@ -125,13 +148,22 @@ class StatefulReference:
                     w.add(packet[a.field] if a.field is not None else 0)
 
             def state(p: StatePred) -> bool:
+                if p.agg.kind == COUNTER:
+                    return p.holds(counts[p.agg.name])
                 return p.holds(wins[p.agg].value(p.agg.kind))
 
             if evaluate(r.condition, packet, state):
                 matched.append(r)
+        updates = {a for r in matched for a in r.atoms() if a[0] == COUNT_ATOM}
+        for _, name, field in updates:
+            cell = self.counters[name]
+            cell[1] = min(cell[1] + (packet[field] if field is not None else 1), SUM_MAX)
         return matched
 
     def value(self, rule: Rule, agg: Aggregate) -> int | Fraction | None:
-        """The current value of ``rule``'s aggregate ``agg`` (its window as last moved)."""
+        """The current value of ``rule``'s aggregate ``agg`` (its window as last moved; a named
+        counter's after the last message's updates)."""
+        if agg.kind == COUNTER:
+            return self.counters.get(agg.name, [0, 0])[1]
         w = self.windows.get((rule.index, agg))
         return _Window(0).value(agg.kind) if w is None else w.value(agg.kind)

@@ -134,7 +134,10 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
         stages[-1].update({"width": q.width, "states": len(stage.states), "next_states": stage.n_next})
     if ir.state is not None:
         st = ir.state
-        upd = [{"state": s, "mask": m} for s, m in st.updates]
+        # every state gets its mask, 0 too: a later rule set in this generation's slots finds none stale
+        masks = dict(st.updates)
+        boundary_states = [x.state for x in ir.stages[st.boundary].states] if st.boundary < len(ir.stages) else []
+        upd = [{"state": s, "mask": masks.get(s, 0)} for s in sorted(set(boundary_states) | set(masks))]
         add("subc_upd", "array", L.U32, L.U64, upd, "update_masks", cap=state_capacity(upd))
         agg = L.agg_struct(max([len(i.thresholds) for i in st.instances], default=1))
         add("subc_agg", "array", L.U32, agg, [], "registers", cap=2 * len(st.instances))
@@ -142,6 +145,10 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
     leaves += [_leaf_entry(leaf.state, leaf.decision) for leaf in ir.leaves]
     add("subc_leaf", "array", L.U32, L.LEAF, leaves, "leaf", cap=state_capacity(leaves))
     add("subc_leaf_set", "array", L.U32, L.SUBSET, [], "leaf_sets", cap=state_capacity(leaves))
+    if ir.state is not None and ir.state.count_updates:  # named counters: each leaf's updates (0 too)
+        cmask = dict(ir.state.leaf_counts)
+        add("subc_cnt", "array", L.U32, L.U64, [{"state": e["state"], "mask": cmask.get(e["state"], 0)} for e in leaves],
+            "count_masks", cap=state_capacity(leaves))
     add("subc_subs", "array", L.U32, L.sub_struct(DEFAULT_MAX_ENDPOINTS), [], "subscribers", cap=L.MAX_SUBSCRIBERS)
     add("subc_all", "array", L.U32, L.SUBSET, [], "everyone", cap=2)
     add("subc_eps", "array", L.U32, L.ENDPOINT, [], "endpoints", cap=DEFAULT_ENDPOINTS)
@@ -183,15 +190,19 @@ def state_doc(ir: SubscriptionIR) -> dict:
     (``field`` giving a message's time in ``unit_ns``, or null: ``bpf_ktime_get_ns`` when the
     datagram is taken), ``instances`` (``index``, ``kind``, ``field``, ``window_ns``,
     ``thresholds``; instance k of generation g is slot k, or capacity - 1 - k, of ``subc_agg``)
-    and ``values`` (``stage`` index, ``instance``, ``threshold``)."""
+    ``values`` (``stage`` index, ``instance``, ``threshold``) and ``count_updates`` (``index``: bit
+    of a leaf's mask in ``subc_cnt``, ``instance``, ``field`` added or null to add 1)."""
     st = ir.state
     return {
         "time": {"field": st.time_field.name if st.time_field else None, "unit_ns": st.time_unit_ns},
         "lock": "bpf_spin_lock per instance",
         "instances": [{"index": i.index, "kind": i.kind, "field": i.field.name if i.field else None,
-                       "window_ns": i.window_ns, "thresholds": list(i.thresholds)} for i in st.instances],
+                       "window_ns": i.window_ns, "thresholds": list(i.thresholds),
+                       **({"name": i.name} if i.name is not None else {})} for i in st.instances],
         "values": [{"stage": st.boundary + j, "instance": v.instance, "threshold": v.threshold}
                    for j, v in enumerate(st.values)],
+        "count_updates": [{"index": u.index, "instance": u.instance, "field": u.field.name if u.field else None}
+                          for u in st.count_updates],
     }
 
 
@@ -297,8 +308,10 @@ def _aggregates_context(res: CompileResult, plan: ParsePlan) -> dict:
     time = None
     if sp.time_field is not None:
         time = {**_load_ctx(plan, sp.time_field.name), "unit_ns": sp.time_unit_ns}
+    counts = [{"bit": u.index, "instance": u.instance, "window_ns": sp.instances[u.instance].window_ns,
+               "load": _load_ctx(plan, u.field.name) if u.field is not None else None} for u in sp.count_updates]
     return {"boundary": sp.boundary, "n_values": len(sp.values), "instances": instances, "time": time,
-            "n_thresholds": max([len(i.thresholds) for i in sp.instances], default=1) or 1}
+            "n_thresholds": max([len(i.thresholds) for i in sp.instances], default=1) or 1, "counts": counts}
 
 
 def ebpf_plan(res: CompileResult) -> ParsePlan:
@@ -308,6 +321,7 @@ def ebpf_plan(res: CompileResult) -> ParsePlan:
     sp = res.ir.state
     if sp is not None:
         fields += [i.field.name for i in sp.instances if i.field is not None]
+        fields += [u.field.name for u in sp.count_updates if u.field is not None]
         fields += [sp.time_field.name] if sp.time_field is not None else []
     check_fields(res.spec, plan, list(dict.fromkeys(fields)))
     return plan

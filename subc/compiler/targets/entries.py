@@ -36,8 +36,9 @@ from __future__ import annotations
 import json
 
 from ..aggregates import UPDATE_ATOM
+from ..decisions import COUNT_ATOM
 from ..driver import CompileResult
-from ..tables import UPDATE_TABLE, Pipeline, Table, field_key_name
+from ..tables import COUNT_TABLE, UPDATE_TABLE, Pipeline, Table, field_key_name
 from .safety import check_pipeline, identifier
 
 CONTROL = "SubcIngress"
@@ -144,20 +145,24 @@ def entries_json(pipe: Pipeline, target: str, plan=None) -> dict:
         "sequence_register": "SubcEgress.subc_seq",
     }
     if pipe.state is not None:  # every slot's messages update the one set of registers, in order
-        doc["state"] = state_json(pipe, slot_table_name(UPDATE_TABLE, 0))
+        doc["state"] = state_json(pipe, slot_table_name(UPDATE_TABLE, 0), slot_table_name(COUNT_TABLE, 0))
     return doc
 
 
-def state_json(pipe: Pipeline, update_table: str = UPDATE_TABLE) -> dict:
+def state_json(pipe: Pipeline, update_table: str = UPDATE_TABLE, count_table: str = COUNT_TABLE) -> dict:
     """The ``state`` section of ``entries.json``: what a target keeps and computes for comparisons
     on state (:mod:`subc.compiler.aggregates`), for a simulator or a control plane to read.
 
     ``update_table`` (the full name of the table applied before the first state-value stage, by
     default :data:`~subc.compiler.tables.UPDATE_TABLE`; its ``mask`` parameter, bit k
     for instance k, goes to ``mask_key``), ``time`` (``field``: the query field giving a message's
-    time in ``unit_ns``, or null for the arrival time), ``instances`` (``index``, ``kind``,
-    ``field``, ``window_ns``, ``thresholds``) and ``values`` (``key``: the metadata a stage
-    matches, ``field``, ``instance``, ``threshold``, ``width`` in bits)."""
+    time in ``unit_ns``, or null for the arrival time), ``instances`` (``index``, ``kind``
+    (``counter`` for a named counter, with its ``name``), ``field``, ``window_ns``,
+    ``thresholds``), ``values`` (``key``: the metadata a stage matches, ``field``, ``instance``,
+    ``threshold``, ``width`` in bits) and, when rules update named counters, ``count_table``
+    (the full name of the table after the last stage; its ``mask`` parameter, bit j for update
+    j, goes to ``count_key``) and ``count_updates`` (``index``, ``instance``, ``field``: added,
+    or null to add 1)."""
     st = pipe.state
     return {
         "update_table": f"{CONTROL}.{update_table}",
@@ -165,7 +170,7 @@ def state_json(pipe: Pipeline, update_table: str = UPDATE_TABLE) -> dict:
         "time": {"field": st.time_field.name if st.time_field else None, "unit_ns": st.time_unit_ns},
         "instances": [
             {"index": i.index, "kind": i.kind, "field": i.field.name if i.field else None, "window_ns": i.window_ns,
-             "thresholds": list(i.thresholds)}
+             "thresholds": list(i.thresholds), **({"name": i.name} if i.name is not None else {})}
             for i in st.instances
         ],
         "values": [
@@ -173,6 +178,10 @@ def state_json(pipe: Pipeline, update_table: str = UPDATE_TABLE) -> dict:
              "threshold": v.threshold, "width": v.field.width}
             for v in st.values
         ],
+        **({"count_table": f"{CONTROL}.{count_table}", "count_key": f"{pipe.meta}.{COUNT_ATOM}",
+            "count_updates": [{"index": u.index, "instance": u.instance, "field": u.field.name if u.field else None}
+                              for u in st.count_updates]}
+           if st.count_updates else {}),
     }
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from ..driver import CompileResult
 from ..aggregates import UPDATE_ATOM
+from ..decisions import COUNT_ATOM
 from ..tables import Table
 from .p4slots import COUNTERS, SlotPlan
 from .p4state import registers as state_registers, tofino_registers
@@ -147,10 +148,14 @@ def _table(t: Table, name: str, key_names: list[str], control: str = CONTROL) ->
 
 
 def _state_actions(pipe) -> list[P4Action]:
-    """``subc_update(mask)`` when the rules compare state (:mod:`.p4state`)."""
+    """``subc_update(mask)`` when the rules compare state, and ``subc_count(mask)`` when they
+    update named counters (:mod:`.p4state`), in declaration order."""
     if pipe.state is None:
         return []
-    return [P4Action(f"{CONTROL}.{UPDATE_ATOM}", [("mask", pipe.state.mask_width)])]
+    out = [P4Action(f"{CONTROL}.{UPDATE_ATOM}", [("mask", pipe.state.mask_width)])]
+    if pipe.state.count_updates:
+        out.append(P4Action(f"{CONTROL}.{COUNT_ATOM}", [("mask", pipe.state.count_width)]))
+    return out
 
 
 def _state_registers(pipe, tna: bool) -> list[P4Extern]:

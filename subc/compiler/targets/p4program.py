@@ -15,7 +15,7 @@ import jinja2
 
 from ... import __version__
 from ..driver import CompileResult
-from ..tables import UPDATE_TABLE
+from ..tables import COUNT_TABLE, UPDATE_TABLE
 from .entries import slot_key, bfrt_key_name
 from .p4slots import (ALL_PORTS_GROUP, COUNTERS, DEFAULT_MAX_MESSAGES, KIND_DATA, KIND_HEARTBEAT, KIND_NONE, SlotPlan,
                       deliver_table, message_action, message_tables, slot_plan, slot_table_name)
@@ -120,10 +120,11 @@ def _state_context(res: CompileResult, ctx: dict, tna: bool, plan: SlotPlan | No
     else:
         key_of = lambda b, name: slot_key(f"{pipe.hdr}.{name}", b, plan, pipe)  # noqa: E731
     if tna:  # one message per packet touches the registers (target_files checks)
-        return {**tna_state(pipe, lambda name: key_of(0, name), "ig_intr_md.ingress_mac_tstamp"), "table": UPDATE_TABLE}
+        return {**tna_state(pipe, lambda name: key_of(0, name), "ig_intr_md.ingress_mac_tstamp"), "table": UPDATE_TABLE,
+                "count_table": None}
     agg = v1model_state(pipe, key_of, f"{ctx['std_meta']}.ingress_global_timestamp",
                         plan.max_messages if plan is not None else 1)
-    return {**agg, "table": UPDATE_TABLE}
+    return {**agg, "table": UPDATE_TABLE, "count_table": COUNT_TABLE}
 
 
 def _bound(action: str, i: int, meta: str) -> str | None:
@@ -185,7 +186,7 @@ def multi_message_context(res: CompileResult, plan: SlotPlan, tna: bool, ctx: di
                                                   "bfrt_name": "subc_union"}],
                   "actions": d.actions, "noaction": False, "default_call": "subc_multicast()", "size": d.size})
     steps = [[{"table": slot_table_name(s.table, i), "on_miss": slot_table_name(s.on_miss, i) if s.on_miss else None,
-               "state": s.table == UPDATE_TABLE} for s in pipe.steps] for i in slots]
+               "state": s.table == UPDATE_TABLE, "count": s.table == COUNT_TABLE} for s in pipe.steps] for i in slots]
     headers = [[f"{hdr}.subc_s{i}.{h}.isValid()" if h in slot_insts else f"{hdr}.{h}.isValid()" for h in pipe.headers]
                for i in slots]
     default = message_action(plan, pipe, pipe.default_action)

@@ -36,6 +36,7 @@ from functools import cached_property
 
 from ...errors import SubcError
 from ..aggregates import UPDATE_ATOM
+from ..decisions import COUNT_ATOM
 from ..parse_graph import ACCEPT, MOLD_BOUNDARIES, REJECT, ParseGraph
 from ..tables import Entry, Pipeline, Table
 from .safety import identifier
@@ -366,8 +367,9 @@ class _TooBig(Exception):
     pass
 
 
-#: Actions that are the same in per-message form (they write a slot's state, code or update mask).
-_PASSED = ("subc_set_state", "subc_set_code", UPDATE_ATOM, "NoAction")
+#: Actions that are the same in per-message form (they write a slot's state, code, update mask or
+#: count mask).
+_PASSED = ("subc_set_state", "subc_set_code", UPDATE_ATOM, COUNT_ATOM, "NoAction")
 
 
 def message_action(plan: SlotPlan, pipe: Pipeline, action: tuple[str, tuple]) -> tuple[str, tuple]:
