@@ -349,12 +349,23 @@ OTHER_NAMES = {"add_order.stock": "ao.symbol", "add_order.shares": "ao.qty", "ad
     ("market_other_names.p4", "@pragma query_field(ao.ts, 48)\n@pragma query_time(ao.ts, ns)\n",
      26400, OTHER_NAMES, 'ao.symbol == "BOB" and avg(ao.px, window=1000) > 5.60 : fwd(1);\n'
                          'count(window=500) >= 3 or max(ao.qty) > 5000 : fwd(2);\n'),
+    # named counters: a rate limit per 100 us and a volume summed by one rule, compared by another
+    ("camus_itch_p4_14.p4", "@pragma query_field(add_order.timestamp)\n@pragma query_time(add_order.timestamp, ns)\n"
+     "@pragma query_counter(seen, 100)\n@pragma query_field_counter(volume, 0)\n",
+     1234, {}, 'add_order.stock == "BOB" and seen < 2 : fwd(1), inc(seen);\n'
+               'add_order.shares > 100 : volume <- sum(add_order.shares);\n'
+               'volume > 20000 and add_order.price > 250000 : fwd(2);\n'),
+    ("market_other_names.p4", "@pragma query_field(ao.ts, 48)\n@pragma query_time(ao.ts, ns)\n"
+     "@pragma query_counter(seen, 100)\n@pragma query_counter(volume)\n",
+     26400, OTHER_NAMES, 'ao.symbol == "BOB" and seen < 2 : fwd(1), inc(seen);\n'
+                         'ao.qty > 100 : volume <- sum(ao.qty);\n'
+                         'count(volume) > 20000 and ao.px > 25 : fwd(2);\n'),
 ])
 def test_real_add_orders_on_other_specs(tmp_path, spec_name, extra, port, names, rules_text):
     """The shared sample's first 1,200 Add Orders (real timestamps, windows of 0.5 and 1 ms) in
-    MoldUDP64 datagrams of 1 to 4 messages, over a P4_14 spec and a P4_16 spec with other names:
-    the multi-message program's copies (simulator; BMv2 too when present) are the reference's on
-    values decoded by the workload codec."""
+    MoldUDP64 datagrams of 1 to 4 messages, over a P4_14 spec and a P4_16 spec with other names,
+    with aggregates and with named counters: the multi-message program's copies (simulator; BMv2
+    too when present) are the reference's on values decoded by the workload codec."""
     from pathlib import Path
 
     from conftest import real_sample
