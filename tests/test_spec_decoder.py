@@ -159,7 +159,8 @@ P4_14_BAD = [
     ("header g_t h;\n@pragma query_field(h.a, 8)\n", 1, 8, "unknown header type 'g_t'"),
     ("header_type h_t { fields { a : 8; } }\nheader h_t h;\nheader k_t { bit<8> b; }\n@pragma query_field(h.a)\n",
      3, 1, "P4_16 'header' declaration in a P4_14 spec"),
-    ("@pragma query_field(h.a, 8)\n@pragma query_counter(c, 100)\n", 2, 1, "not supported yet"),
+    ("@pragma query_field(h.a, 8)\n@pragma query_counter(c, 100)\n@pragma query_counter(c)\n", 3, 23,
+     "counter 'c' is declared twice"),
 ]
 
 
