@@ -108,13 +108,19 @@ def aggregate_comparison(draw, agg_fields, values):
         vals = st.sampled_from([0, 1, 5, 7, 10, 107, 200, 65535, 4294967295, 8589934590])
     else:
         vals = st.sampled_from(sorted(set(values[field]) | {3, 4}))
+    return _state_comparison_text(draw, call, op, vals)
+
+
+def _state_comparison_text(draw, ref: str, op: str, vals) -> str:
+    """``ref op value`` (sometimes written value-first, flipped), or ``ref op {values}`` for
+    ``in`` and ``not in``, with values drawn from the strategy ``vals``."""
     if op in ("in", "not in"):
-        return f"{call} {op} {{{', '.join(str(v) for v in draw(st.lists(vals, min_size=1, max_size=3)))}}}"
+        return f"{ref} {op} {{{', '.join(str(v) for v in draw(st.lists(vals, min_size=1, max_size=3)))}}}"
     v = draw(vals)
     if draw(st.booleans()):
         flipped = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}.get(op, op)
-        return f"{v} {flipped} {call}"
-    return f"{call} {op} {v}"
+        return f"{v} {flipped} {ref}"
+    return f"{ref} {op} {v}"
 
 
 @st.composite
@@ -168,13 +174,7 @@ def counter_comparison(draw, counters):
     ref = name if draw(st.integers(0, 3)) else f"count({name})"
     vals = st.sampled_from([0, 1, 2, 3, 4, 6, 255, 300, 65535])
     op = draw(st.sampled_from(["==", "!=", "<", "<=", ">", ">=", "in", "not in"]))
-    if op in ("in", "not in"):
-        return f"{ref} {op} {{{', '.join(str(v) for v in draw(st.lists(vals, min_size=1, max_size=3)))}}}"
-    v = draw(vals)
-    if draw(st.booleans()):
-        flipped = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}.get(op, op)
-        return f"{v} {flipped} {ref}"
-    return f"{ref} {op} {v}"
+    return _state_comparison_text(draw, ref, op, vals)
 
 
 @st.composite

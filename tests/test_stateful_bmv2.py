@@ -221,6 +221,19 @@ def test_multi_message_named_counters_agree_with_reference(tmp_path_factory, rul
 # ------------------------------------------------------------------------------------------
 
 
+def through_bmv2(tmp, feed) -> None:
+    """Run ``feed`` (a sequence with some copy to send) through simple_switch with the program
+    compiled into ``tmp / 'out'``, a sentinel datagram last; every port's copies and the datagram
+    counters must be the reference's."""
+    assume(any(feed.want[p] for p in feed.ports))
+    AddOrder = _itch_classes()[0]
+    _tail(feed, [(bytes(AddOrder(timestamp=0, shares=1, stock=b"ZVZZT".ljust(8), price=1)), None)], PORT)
+    subprocess.run([P4C, "--std", "p4-16", str(tmp / "out" / "subc.p4"), "-o", str(tmp / "out" / "subc.json")],
+                   check=True)
+    outs, counts = run_bmv2(tmp / "out", tmp, feed.frames, _done(feed))
+    verify(feed, outs, counts)
+
+
 @NEEDS_BMV2
 @settings(max_examples=3, derandomize=True, deadline=None, phases=[Phase.explicit, Phase.generate],
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -230,13 +243,7 @@ def test_bmv2_multi_message_timed_sequence(tmp_path_factory, rules_text, data):
     checksums, sequence numbers) as the reference decides, and the datagram counters."""
     tmp = tmp_path_factory.mktemp("stb")
     doc, spec, feed = itch_feed(data, tmp, rules_text)
-    assume(any(feed.want[p] for p in feed.ports))
-    AddOrder = _itch_classes()[0]
-    _tail(feed, [(bytes(AddOrder(timestamp=0, shares=1, stock=b"ZVZZT".ljust(8), price=1)), None)], PORT)
-    subprocess.run([P4C, "--std", "p4-16", str(tmp / "out" / "subc.p4"), "-o", str(tmp / "out" / "subc.json")],
-                   check=True)
-    outs, counts = run_bmv2(tmp / "out", tmp, feed.frames, _done(feed))
-    verify(feed, outs, counts)
+    through_bmv2(tmp, feed)
 
 
 @NEEDS_BMV2
@@ -248,13 +255,7 @@ def test_bmv2_named_counters_timed_sequence(tmp_path_factory, rules_text, data):
     reference decides."""
     tmp = tmp_path_factory.mktemp("ctb")
     doc, spec, feed = itch_feed(data, tmp, rules_text, COUNTER_SPEC)
-    assume(any(feed.want[p] for p in feed.ports))
-    AddOrder = _itch_classes()[0]
-    _tail(feed, [(bytes(AddOrder(timestamp=0, shares=1, stock=b"ZVZZT".ljust(8), price=1)), None)], PORT)
-    subprocess.run([P4C, "--std", "p4-16", str(tmp / "out" / "subc.p4"), "-o", str(tmp / "out" / "subc.json")],
-                   check=True)
-    outs, counts = run_bmv2(tmp / "out", tmp, feed.frames, _done(feed))
-    verify(feed, outs, counts)
+    through_bmv2(tmp, feed)
 
 
 

@@ -171,53 +171,44 @@ class RuleResolver:
             values_field = q
         return agg, values_field
 
+    def state_pred(self, agg: Aggregate, q: QueryField, op: str, values, t: Tree) -> StatePred:
+        """The comparison ``agg op values`` at tree ``t``, the value tokens converted with ``q``
+        (whole values only: a prefix is an error)."""
+        ops = tuple(self.operand(v, q) for v in values)
+        if any(o.prefix_len is not None for o in ops):
+            what = "a counter" if agg.kind == COUNTER else "an aggregate"
+            raise SubcError(f"{what} is compared with whole values, not prefixes", self.loc(t))
+        return StatePred(agg, op, ops, self.loc(t))
+
     def state_comparison(self, t: Tree) -> StatePred:
         """The comparison on state of an ``agg_cmp``, ``agg_cmp_rev``, ``agg_member`` or
         ``agg_not_member`` tree."""
         if t.data in ("agg_member", "agg_not_member"):
             agg, q = self.aggregate(t.children[0])
-            if agg.kind == COUNTER:
-                ops = tuple(self.operand(v, q) for v in t.children[1:])
-                if any(o.prefix_len is not None for o in ops):
-                    raise SubcError("a counter is compared with whole values, not prefixes", self.loc(t))
-                return StatePred(agg, "in" if t.data == "agg_member" else "not in", ops, self.loc(t))
             if agg.kind == "avg":
                 raise SubcError("avg() is compared with ==, !=, <, <=, > or >=, not a set", self.loc(t))
-            ops = tuple(self.operand(v, q) for v in t.children[1:])
-            op = "in" if t.data == "agg_member" else "not in"
-        else:
-            atree, _, op, value = comparison_parts(t)
-            agg, q = self.aggregate(atree)
-            ops = (self.operand(value, q),)
-        if any(o.prefix_len is not None for o in ops):
-            raise SubcError("an aggregate is compared with whole values, not prefixes", self.loc(t))
-        return StatePred(agg, op, ops, self.loc(t))
+            return self.state_pred(agg, q, "in" if t.data == "agg_member" else "not in", t.children[1:], t)
+        atree, _, op, value = comparison_parts(t)
+        agg, q = self.aggregate(atree)
+        return self.state_pred(agg, q, op, (value,), t)
 
     def comparison(self, t: Tree) -> Pred | StatePred:
         """The predicate of a ``cmp``, ``cmp_rev``, ``member`` or ``not_member`` tree, or the
-        comparison on state of an aggregate's (:meth:`state_comparison`)."""
+        comparison on state of an aggregate's (:meth:`state_comparison`) or a named counter's."""
         if t.data.startswith("agg_"):
             return self.state_comparison(t)
         if t.data in ("member", "not_member"):
+            op = "in" if t.data == "member" else "not in"
             name = self.counter_name(t.children[0])
             if name is not None:  # a named counter's bare name
-                agg, q = self.counter(name, t.children[0])
-                ops = tuple(self.operand(v, q) for v in t.children[1:])
-                if any(o.prefix_len is not None for o in ops):
-                    raise SubcError("a counter is compared with whole values, not prefixes", self.loc(t))
-                return StatePred(agg, "in" if t.data == "member" else "not in", ops, self.loc(t))
+                return self.state_pred(*self.counter(name, t.children[0]), op, t.children[1:], t)
             q = self.field(t.children[0])
-            values = t.children[1:]
-            ops = tuple(self.operand(v, q) for v in values)
-            return Pred(q.name, q.width, "in" if t.data == "member" else "not in", ops, self.loc(t))
+            ops = tuple(self.operand(v, q) for v in t.children[1:])
+            return Pred(q.name, q.width, op, ops, self.loc(t))
         ftree, op_tok, op, value = comparison_parts(t)
         name = self.counter_name(ftree)
         if name is not None:  # a named counter's bare name
-            agg, q = self.counter(name, ftree)
-            operand = self.operand(value, q)
-            if operand.prefix_len is not None:
-                raise SubcError("a counter is compared with whole values, not prefixes", self.loc(t))
-            return StatePred(agg, op, (operand,), self.loc(t))
+            return self.state_pred(*self.counter(name, ftree), op, (value,), t)
         q = self.field(ftree)
         if op in ("<", "<=", ">", ">=") and q.match_kind != "range":
             kind = "query_field_exact" if q.match_kind == "exact" else "query_field_lpm"
