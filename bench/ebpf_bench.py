@@ -19,7 +19,10 @@ duration of BPF_PROG_TEST_RUN).
 ``--stateful M,...`` adds, for each M, a run of the same rule set plus M rules of the paper's
 stateful shape ``add_order.stock == S and avg(add_order.price, window=1000) > X : fwd(H)``
 (README "Stateful subscriptions": M aggregate instances, each under its own bpf_spin_lock, time
-from bpf_ktime_get_ns); the row's ``stateful_rules`` says which.  The TC copy builder needs the XDP metadata, which
+from bpf_ktime_get_ns); the row's ``stateful_rules`` says which.  ``--counters M,...`` adds
+instead M rate limits ``add_order.stock == S and cK < N : fwd(H), inc(cK)`` over M named counters
+declared for the run (``@pragma query_counter(cK, 1000)`` appended to the spec): each read at
+its state-value stage and updated after the last stage under its lock.  The TC copy builder needs the XDP metadata, which
 BPF_PROG_TEST_RUN cannot give a TC program: ``bench/broker_throughput.py`` measures it end to
 end.  Needs root.  Writes JSON with ``--json FILE``.
 
@@ -41,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from subc.compiler.driver import compile_rules  # noqa: E402
 from subc.compiler.rules import parse_rules  # noqa: E402
-from subc.compiler.spec import load_spec  # noqa: E402
+from subc.compiler.spec import load_spec, parse_spec  # noqa: E402
 from subc.compiler.targets import target_files  # noqa: E402
 from subc.runtime.bpf import compile_and_load, test_run  # noqa: E402
 from subc.runtime.broker import LoadedFilter, cflags  # noqa: E402
@@ -66,6 +69,15 @@ def paper_rules(m: int, seed: int = 3) -> str:
         f'add_order.stock == "{rng.choice(SYMBOLS)}" and avg(add_order.price, window=1000) > {rng.randint(50, 150)} '
         f": fwd({rng.randint(1, 200)});"
         for _ in range(m)
+    )
+
+
+def counter_rules(m: int, seed: int = 4) -> str:
+    """``m`` rate limits ``add_order.stock == S and cK < N : fwd(H), inc(cK)``, K = 0..m-1."""
+    rng = random.Random(seed)
+    return "\n".join(
+        f'add_order.stock == "{rng.choice(SYMBOLS)}" and c{k} < {rng.randint(1, 100)} : fwd({rng.randint(1, 200)}), inc(c{k});'
+        for k in range(m)
     )
 
 
@@ -98,19 +110,26 @@ def main() -> None:
     ap.add_argument("--messages", default="1,8,32", help="messages per datagram")
     ap.add_argument("--repeat", type=int, default=100_000)
     ap.add_argument("--stateful", default="", help="also with M paper-shaped stateful rules added, for each M")
+    ap.add_argument("--counters", default="", help="also with M rate-limit rules over M named counters, for each M")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
-    spec = load_spec(ROOT / "examples/itch/spec.p4")
+    spec_path = ROOT / "examples/itch/spec.p4"
+    spec = load_spec(spec_path)
     per = [int(x) for x in args.messages.split(",")]
     results = []
-    stateful = [0] + [int(x) for x in args.stateful.split(",") if x]
-    print(f"{'rules':>8} {'stateful':>8} {'entries':>8} {'msgs':>5} {'XDP ns/dgram':>13} {'ns/msg':>7} "
-          f"{'parse-only ns/dgram':>20} {'ns/msg':>7}")
-    for n, m in [(int(x), m) for x in args.sizes.split(",") for m in stateful]:
+    stateful = [(0, 0)] + [(int(x), 0) for x in args.stateful.split(",") if x] \
+        + [(0, int(x)) for x in args.counters.split(",") if x]
+    print(f"{'rules':>8} {'stateful':>8} {'counters':>8} {'entries':>8} {'msgs':>5} {'XDP ns/dgram':>13} {'ns/msg':>7} "
+          f"{'parse-only ns/dgram':>20} {'ns/msg':>7} {'verified insns':>15}")
+    for n, m, c in [(int(x), m, c) for x in args.sizes.split(",") for m, c in stateful]:
         t0 = time.perf_counter()
-        text = camus_rules(n) + ("\n" + paper_rules(m) if m else "")
-        rules = parse_rules(text, spec, f"camus{n}.sub")
-        res = compile_rules(rules, spec, "ebpf", field_order=["add_order.stock", "add_order.shares"])
+        text = camus_rules(n) + ("\n" + paper_rules(m) if m else "") + ("\n" + counter_rules(c) if c else "")
+        sp = spec
+        if c:
+            sp = parse_spec(spec_path.read_text() + "".join(f"\n@pragma query_counter(c{k}, 1000)" for k in range(c))
+                            + "\n", str(spec_path))
+        rules = parse_rules(text, sp, f"camus{n}.sub")
+        res = compile_rules(rules, sp, "ebpf", field_order=["add_order.stock", "add_order.shares"])
         files, _ = target_files(res, f"camus{n}.sub")
         t_compile = time.perf_counter() - t0
         doc, src = json.loads(files["maps.json"]), files["subc_filter.bpf.c"]
@@ -123,6 +142,7 @@ def main() -> None:
             row = {
                 "rules": n,
                 "stateful_rules": m,
+                "counter_rules": c,
                 "aggregate_instances": len(res.ir.state.instances) if res.ir.state else 0,
                 "compile_s": round(t_compile, 2),
                 "entries": sum(len(m["entries"]) for m in doc["maps"] if m["role"] != "root"),
@@ -135,8 +155,8 @@ def main() -> None:
                 "frames": len(pkts),
             }
             results.append(row)
-            print(f"{n:>8} {m:>8} {row['entries']:>8} {k:>5} {row['xdp_ns']:>13} {row['xdp_ns'] / k:>7.1f} "
-                  f"{row['xdp_parse_only_ns']:>20} {row['xdp_parse_only_ns'] / k:>7.1f}", flush=True)
+            print(f"{n:>8} {m:>8} {c:>8} {row['entries']:>8} {k:>5} {row['xdp_ns']:>13} {row['xdp_ns'] / k:>7.1f} "
+                  f"{row['xdp_parse_only_ns']:>20} {row['xdp_parse_only_ns'] / k:>7.1f} {row['xdp_verified_insns']:>15}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
 

@@ -217,3 +217,26 @@ def counter_rules(draw, fields, agg_fields, values, counters, add_fields, max_ru
                                                   f"{c} <- sum({draw(st.sampled_from(add_fields))})"])))
         rules.append(f"{cond} : {', '.join(acts)};")
     return "\n".join(rules)
+
+
+def counter_probe(data, spec, messages, counters, add_fields, cond_field, fixed=None) -> str:
+    """A rule set that updates one of the named ``counters`` (``inc``, ``count()`` or ``sum`` of
+    one of ``add_fields``) on the messages whose ``cond_field`` (an exact field) differs from a
+    drawn value, and compares it with ``==`` against 1 to 3 values it takes on ``messages`` ((time
+    ns, message) pairs, completed by ``fixed``) or one off: an update that adds too much or too
+    little, or a window moved at the wrong time, changes some decision.  The values come from
+    :class:`~subc.runtime.stateful_reference.StatefulReference` run on the update rule alone."""
+    from subc.compiler.rules import parse_rules
+    from subc.runtime.stateful_reference import StatefulReference
+
+    c = data.draw(st.sampled_from(counters))
+    adds = ["inc({c})", "{c} <- count()"] + [f"{{c}} <- sum({f})" for f in add_fields]
+    update = f"{cond_field} != {data.draw(st.integers(0, 2))} : {data.draw(st.sampled_from(adds)).format(c=c)};"
+    ref = StatefulReference(parse_rules(update, spec, "probe.sub"), spec)
+    seen = set()
+    for t, msg in messages:
+        seen.add(ref.counter(c, t))
+        ref.decide({**(fixed or {}), **msg}, t)
+    near = sorted({max(0, v + d) for v in seen for d in (-1, 0, 1)})
+    thresholds = data.draw(st.lists(st.sampled_from(near), min_size=1, max_size=3, unique=True))
+    return update + "".join(f"\n{c} == {x} : fwd({i + 1});" for i, x in enumerate(thresholds))

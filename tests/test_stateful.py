@@ -17,6 +17,7 @@ from fractions import Fraction
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from subc.compiler.aggregates import stateless_part
 from subc.compiler.driver import compile_rules
@@ -27,7 +28,7 @@ from subc.errors import SubcError
 from subc.runtime.simulator import TableSimulator
 from subc.runtime.stateful_reference import StatefulReference
 
-from strategies import counter_rules, stateful_rules, timed_messages
+from strategies import counter_probe, counter_rules, stateful_rules, timed_messages
 
 HEADER_FIELDS = """
 @pragma query_field(h.a, 8)
@@ -93,6 +94,15 @@ def test_count_window_boundaries_and_time_going_back():
     seq = msgs((999, 0, 0), (1000, 0, 0), (1999, 0, 0), (2000, 0, 0), (1500, 0, 0), (1501, 0, 0))
     _, got = run(SPEC_TIMED, text, seq, timed=True)
     assert [bool(d.ports) for d in got] == [False, False, True, False, False, True]
+
+
+def test_aggregate_a_message_does_not_update_keeps_its_window():
+    """Time going back: a message of an earlier window that does not update the aggregate leaves
+    it alone (README "Stateful subscriptions", rule 1); one that updates it starts that window."""
+    text = "h.a == 1 and count(window=1) >= 2 : fwd(1);"
+    seq = msgs((1000, 1, 0), (1001, 1, 0), (500, 2, 0), (1002, 1, 0), (500, 1, 0), (1003, 1, 0), (1004, 1, 0))
+    _, got = run(SPEC_TIMED, text, seq, timed=True)
+    assert [bool(d.ports) for d in got] == [False, True, False, True, False, False, True]
 
 
 def test_empty_window_makes_min_comparisons_false_and_count_zero_true():
@@ -438,6 +448,16 @@ def test_counters_tables_agree_with_reference_on_time_field(text, messages):
 @given(counter_rules(FIELDS, [], VALUES, ["c0", "c1", "c2"], ["h.e"]), timed_messages(VALUES, "h.t"))
 def test_counters_tables_agree_with_reference_on_arrival_time(text, messages):
     run(SPEC_COUNTERS_ARRIVAL, text, messages, timed=False)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_counter_values_are_exact_in_the_tables(data):
+    """A counter updated by one rule and compared with ``==`` by others, against values it takes
+    on the sequence and one off (:func:`strategies.counter_probe`)."""
+    messages = data.draw(timed_messages(VALUES, "h.t"))
+    text = counter_probe(data, SPEC_COUNTERS, messages, ["c0", "c1", "c2"], ["h.a", "h.b", "h.e"], "h.c")
+    run(SPEC_COUNTERS, text, messages, timed=True)
 
 
 COUNTER_TEXT_ERRORS = [

@@ -10,10 +10,12 @@ built from the values with scapy.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ebpf_util import DIFF_SPEC_TEXT, Runner, compile_ebpf, diff_frame, fake_subscribers, need_root
-from strategies import counter_rules, stateful_rules, timed_messages
+from strategies import counter_probe, counter_rules, stateful_rules, timed_messages
 from subc.compiler.spec import parse_spec
 from subc.runtime.stateful_reference import StatefulReference
 
@@ -90,6 +92,29 @@ def test_xdp_named_counters_agree_with_reference_over_time(text, messages):
     run_in_kernel(SPEC_COUNTERS, text, messages)
 
 
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_xdp_counter_values_are_exact(data):
+    """A counter summed or counted by one rule and compared with ``==`` by others, against values
+    it takes on the sequence (and one off): an update that adds too much or too little, or a
+    window moved at the wrong time, changes some decision."""
+    need_root()
+    messages = data.draw(timed_messages(VALUES, "m.g", 20))
+    text = counter_probe(data, SPEC_COUNTERS, messages, ["c0", "c1", "c2"], ["m.a", "m.b"], "m.c", FIXED)
+    run_in_kernel(SPEC_COUNTERS, text, messages)
+
+
+def test_aggregate_a_message_does_not_update_keeps_its_window():
+    """Time going back: a message of an earlier window that does not update the aggregate leaves
+    it alone (README "Stateful subscriptions", rule 1), so the later window goes on counting."""
+    need_root()
+    text = "m.c == 1 and count(window=1) >= 2 : fwd(1);"
+    rows = [(1000, 1), (1001, 1), (500, 2), (1002, 1), (2000, 1)]
+    msgs = [(t, {"m.a": 0, "m.b": 0, "m.c": c, "m.e": 0, "m.g": t}) for t, c in rows]
+    got = run_in_kernel(SPEC, text, msgs)
+    assert [d.ports for d in got] == [(), (1,), (), (1,), ()]
+
+
 def test_rate_limit_in_the_kernel():
     """``m.c == 1 and c0 < 2 : fwd(1), inc(c0)`` with 1 us windows forwards the first two
     m.c == 1 messages of each window; ``c2`` (never ending) sums m.e of the m.c == 2 messages and
@@ -103,3 +128,20 @@ def test_rate_limit_in_the_kernel():
     msgs = [(t, {"m.a": 0, "m.b": 0, "m.c": c, "m.e": e, "m.g": t}) for t, c, e in rows]
     got = run_in_kernel(SPEC_COUNTERS, text, msgs)
     assert [d.ports for d in got] == [(1,), (1,), (), (), (), (1,), (), (1, 3), (3,)]
+
+
+def test_update_refuses_more_thresholds_than_the_program_searches():
+    """A state-value stage's binary search is as long as its thresholds need plus 3 steps (at least
+    4): a rule set with more thresholds on that value is refused by an update (the live generation
+    keeps deciding), and loads on its own."""
+    need_root()
+    from subc.errors import SubcError
+    from subc.runtime.broker import LoadedFilter
+
+    _, few, src = compile_ebpf("m.c == 1 and c0 > 1 : fwd(1);\nm.c == 1 : inc(c0);", SPEC_COUNTERS)
+    many_text = "\n".join(f"m.c == 1 and c0 == {x} : fwd({1 + x % 6});" for x in range(20)) + "\nm.c == 1 : inc(c0);"
+    _, many, _ = compile_ebpf(many_text, SPEC_COUNTERS)
+    with LoadedFilter.build(few, src, SUBS, max_endpoints=8) as lf:
+        with pytest.raises(SubcError, match="runs per state"):
+            lf.update(many)
+    assert run_in_kernel(SPEC_COUNTERS, many_text, [(0, {"m.a": 0, "m.b": 0, "m.c": 1, "m.e": 0, "m.g": 0})])

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..compiler.targets import ebpf_layout as L
+from ..compiler.targets.ebpf import MAX_SEARCH_STEPS, steps_needed
 from ..errors import SubcError
 from . import install
 from .fanout import DEFAULT_RATIO, SetCache, install_fanout, install_missing_sets, installed_sets, read_set_hits
@@ -112,10 +113,23 @@ class LoadedFilter:
         self.close()
 
     def update(self, doc: dict, grace_s: float = 0.0) -> None:
-        """Install ``doc`` as the next generation, switch to it, then delete the old one."""
+        """Install ``doc`` as the next generation, switch to it, then delete the old one (SubcError
+        when it does not fit: :func:`check_search_steps`, :func:`update_maps`)."""
+        check_search_steps(self.doc, doc)
         update_maps(self.maps, doc, self.gen, self.caps, self.subs, self.regions_used, grace_s)
         self.gen ^= 1
         self.doc = doc
+
+
+def check_search_steps(old_doc: dict, doc: dict, where: str = "") -> None:
+    """Raise SubcError when a range stage of ``doc`` has states with more runs than the loaded
+    program of ``old_doc`` searches (its ``search_steps``; 32 for programs without it)."""
+    for new, old in zip(doc["stages"], old_doc["stages"]):
+        steps = old.get("search_steps", MAX_SEARCH_STEPS)
+        if new["kind"] == "range" and steps_needed(new.get("max_runs", 0)) > steps:
+            raise SubcError(
+                f"{where}stage {new['field']} has up to {new['max_runs']} runs per state and the loaded program "
+                f"searches at most {2 ** steps} ({steps} steps): load the rule set again (subc unload, subc load)")
 
 
 def update_maps(maps: dict[str, Map], doc: dict, gen: int, caps: dict[str, int],
@@ -423,6 +437,7 @@ def update(out_dir: str, iface: str, grace_s: float = GRACE_S) -> GenerationResu
             f"compile with --field-order {','.join(s['field'] for s in old_doc['stages']) or '...'} "
             "if the fields are the same, or unload and load"
         )
+    check_search_steps(old_doc, doc, f"{out_dir}: ")
     subs = None
     if state["subscribers"]:
         subs = load_subscribers(state["subscribers"])

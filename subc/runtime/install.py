@@ -19,7 +19,10 @@ written once, at load (:func:`install_subscribers`).
 Comparisons on state (README "Stateful subscriptions"): ``subc_upd`` (update masks) and
 ``subc_cnt`` (a leaf's named-counter updates) are arrays indexed by state like ``stN_info``; ``subc_agg`` holds instance k of generation 0 at slot k and of
 generation 1 at capacity - 1 - k, and a generation's registers are written empty when it is
-installed (a new rule set starts its aggregates afresh).
+installed (a new rule set starts its aggregates afresh).  The state-value stages share one info
+array (``subc_sv_info``, stage j's state s at ``base_j + s``; a state with one run holds its next
+state instead of a bounds offset) and one bounds array (``subc_sv_bnd``); ``subc_sv_base`` holds
+every ``base_j`` of generation g at index g.
 """
 
 from __future__ import annotations
@@ -86,7 +89,11 @@ def plan_generation(doc: dict, gen: int, subs: Subscribers | None, caps: dict[st
     plan = GenerationPlan(gen)
     w = plan.writes
     maps = _maps_by_name(doc)
+    done: set[str] = set()
     for st in doc["stages"]:
+        if st["kind"] == "range" and st["maps"][0] in done:
+            continue  # the state-value stages share their maps: written with the first one
+        done.update(st["maps"])
         if st["kind"] == "range":
             info, bnd = (maps[n] for n in st["maps"])
             n = len(bnd["entries"])
@@ -97,7 +104,8 @@ def plan_generation(doc: dict, gen: int, subs: Subscribers | None, caps: dict[st
             plan.regions[bnd["name"]] = n
             _state_region(plan, info, caps)
             w[info["name"]] = [(_slot_key(e["state"], gen, caps[info["name"]]),
-                                L.INFO.pack(a=base + e["offset"], b=e["count"])) for e in info["entries"]]
+                                L.INFO.pack(a=e["next"] if "next" in e else base + e["offset"], b=e["count"]))
+                               for e in info["entries"]]
             w[bnd["name"]] = [(L.U32.pack(v=base + e["index"]), L.BOUND.pack(lo=e["lo"], next=e["next"]))
                               for e in bnd["entries"]]
         elif st["kind"] == "exact":
@@ -118,15 +126,21 @@ def plan_generation(doc: dict, gen: int, subs: Subscribers | None, caps: dict[st
     if "subc_upd" in maps:  # comparisons on state: update masks by state, this generation's registers emptied
         upd, agg = maps["subc_upd"], maps["subc_agg"]
         _state_region(plan, upd, caps)
-        w["subc_upd"] = [(_slot_key(e["state"], gen, caps["subc_upd"]), L.U64.pack(v=e["mask"])) for e in upd["entries"]]
+        w["subc_upd"] = [(_slot_key(e["state"], gen, caps["subc_upd"]), _mask_value(upd, e["mask"]))
+                         for e in upd["entries"]]
         n, cap = len(doc["state"]["instances"]), caps["subc_agg"]
         empty = bytes(agg["value"]["size"])
         w["subc_agg"] = [(L.U32.pack(v=k if gen == 0 else cap - 1 - k), empty) for k in range(n)]
         plan.regions["subc_agg"] = n
+    if "subc_sv_base" in maps:  # the state-value stages' first info slots, this generation's
+        sv = maps["subc_sv_base"]
+        bases = sv["entries"][0]["bases"]
+        w["subc_sv_base"] = [(L.U32.pack(v=gen), L.bases_struct(len(bases)).pack(b=bases))]
     if "subc_cnt" in maps:  # named counters: the updates of each leaf's message
         cnt = maps["subc_cnt"]
         _state_region(plan, cnt, caps)
-        w["subc_cnt"] = [(_slot_key(e["state"], gen, caps["subc_cnt"]), L.U64.pack(v=e["mask"])) for e in cnt["entries"]]
+        w["subc_cnt"] = [(_slot_key(e["state"], gen, caps["subc_cnt"]), _mask_value(cnt, e["mask"]))
+                         for e in cnt["entries"]]
     leaves, counters, sets = [], [], []
     local = False
     leaf_cap = caps["subc_leaf"]
@@ -169,6 +183,12 @@ def state_count(m: dict) -> int:
 
 def _slot_key(state: int, gen: int, cap: int) -> bytes:
     return L.U32.pack(v=state_slot(state, gen, cap))
+
+
+def _mask_value(m: dict, mask: int) -> bytes:
+    """A mask entry's value for map ``m`` (``subc_upd``, ``subc_cnt``): its words, host order."""
+    words = m["value"]["size"] // 8
+    return L.mask_struct(m["value"]["struct"], 64 * words).pack(w=L.mask_words(mask, words))
 
 
 def _state_region(plan: GenerationPlan, m: dict, caps: dict[str, int]) -> None:

@@ -1,10 +1,11 @@
 """A model of a target's registers for comparisons on state, read from ``entries.json`` alone.
 
 The table simulator (:mod:`.simulator`) runs it between the update table and the first
-state-value stage, as the generated programs do (README "Stateful subscriptions"): for every
-classified message, every aggregate instance of the document's ``state`` section is moved to the
-message's window (emptied when its window id differs), updated when the update mask has its bit,
-and its state values are written to the metadata the stages match:
+state-value stage, as the generated programs do (README "Stateful subscriptions"): an aggregate
+instance of the document's ``state`` section holds the window of its last update; a classified
+message updates the instances whose bit its update mask has (emptying one whose window id is not
+the message's first), then the state values are written to the metadata the stages match, read
+as an empty window's (0 for every kind) when an instance's window is not the message's:
 
 * ``count``: the count; ``sum``: the sum, saturating at 2**64 - 1;
 * ``min``/``max``: 0 for an empty window, else the extreme + 1;
@@ -13,8 +14,8 @@ and its state values are written to the metadata the stages match:
 * ``counter`` (a named counter): its value, read before the message's updates.
 
 After the last stage, the count table's mask names the named counters' updates the message
-applies (:meth:`StateModel.count`): each moves its counter to the message's window and adds 1 or
-the message's field (saturating at 2**64 - 1).
+applies (:meth:`StateModel.count`): each empties its counter when its window is not the
+message's, then adds 1 or the message's field (saturating at 2**64 - 1).
 """
 
 from __future__ import annotations
@@ -35,13 +36,20 @@ class _Instance:
         self.count = self.total = self.extreme = 0
         self.excess = {x: 0 for x in self.thresholds}
 
-    def step(self, time_ns: int, update: bool, packet: dict[str, int]) -> None:
-        wid = time_ns // self.window_ns if self.window_ns else 0
+    def window(self, time_ns: int) -> int:
+        """The id of ``time_ns``'s window (0 when the window never ends)."""
+        return time_ns // self.window_ns if self.window_ns else 0
+
+    def move(self, time_ns: int) -> None:
+        """Empty the registers when ``time_ns``'s window is not the one they hold."""
+        wid = self.window(time_ns)
         if wid != self.wid:
             self.wid = wid
             self.clear()
-        if not update:
-            return
+
+    def update(self, time_ns: int, packet: dict[str, int]) -> None:
+        """An aggregate's update with ``packet`` at ``time_ns``."""
+        self.move(time_ns)
         v = packet[self.field] if self.field is not None else 0
         if self.kind == "min":
             self.extreme = v if self.count == 0 else min(self.extreme, v)
@@ -54,8 +62,13 @@ class _Instance:
 
     def add(self, time_ns: int, v: int) -> None:
         """A named counter's update: move to ``time_ns``'s window, add ``v`` (saturating)."""
-        self.step(time_ns, False, {})
+        self.move(time_ns)
         self.count = min(self.count + v, SUM_MAX)
+
+    def read(self, time_ns: int, threshold: int | None) -> int:
+        """The state value a message at ``time_ns`` sees: :meth:`value`, or 0 (an empty window)
+        when the registers hold another window."""
+        return self.value(threshold) if self.window(time_ns) == self.wid else 0
 
     def value(self, threshold: int | None) -> int:
         kind = self.kind
@@ -95,12 +108,13 @@ class StateModel:
         return arrival_ns
 
     def step(self, mask: int, packet: dict[str, int], time_ns: int, meta: dict[str, int]) -> None:
-        """Move every instance to ``time_ns``'s window, update those whose bit is set in ``mask``
-        with ``packet``, and write the state values into ``meta``."""
+        """Update the instances whose bit is set in ``mask`` with ``packet`` at ``time_ns``, and
+        write the state values it sees into ``meta``."""
         for k, inst in enumerate(self.instances):
-            inst.step(time_ns, bool(mask >> k & 1), packet)
+            if mask >> k & 1:
+                inst.update(time_ns, packet)
         for key, k, x in self.values:
-            meta[key] = self.instances[k].value(x)
+            meta[key] = self.instances[k].read(time_ns, x)
 
     def count(self, mask: int, packet: dict[str, int], time_ns: int) -> None:
         """Apply the named counters' updates whose bit is set in ``mask`` (the count table's

@@ -8,8 +8,11 @@ evaluates the rules' own conditions.
 For each message that carries every header the rules test (a *classified* message; the others
 get the default action and touch no state), at time ``t`` ns:
 
-1. every aggregate of every rule is moved to the window ``t // window_ns`` (a window of length 0
-   never ends): one it held in another window (earlier or later) is emptied first;
+1. an aggregate holds the window of its last update: a comparison reads it when that window is
+   ``t // window_ns`` (a window of length 0 never ends), else it reads an empty window; an update
+   in another window (later or earlier) empties it first.  While time never goes back this is
+   the same as moving every aggregate to the message's window on every message; when it does,
+   an aggregate the message does not update keeps its window;
 2. a rule's aggregates are updated with the message when the message matches the rule's
    *stateless part*: its condition holds for some truth values of its comparisons on state
    (each distinct comparison one unknown);
@@ -17,11 +20,11 @@ get the default action and touch no state), at time ``t`` ns:
    ``sum`` (saturating at 2**64 - 1) of an empty window are 0; ``avg`` (exact, a fraction),
    ``min`` and ``max`` of an empty window make every comparison false;  a comparison on a named
    counter (``@pragma query_counter``, one per spec, shared by every rule) sees its value before
-   this message's updates: what earlier messages of its window added (0 in a new window);
+   this message's updates: what earlier messages of its window added (0 in another window);
 4. the matched rules' actions combine as for stateless rules (:mod:`subc.compiler.decisions`);
-5. then each distinct counter update among the matched rules' actions applies once: ``inc(c)``
-   and ``c <- count()`` add 1, ``c <- sum(h.f)`` adds the message's ``h.f`` (saturating at
-   2**64 - 1).
+5. then each distinct counter update among the matched rules' actions applies once (emptying
+   the counter first when its window is not the message's): ``inc(c)`` and ``c <- count()`` add
+   1, ``c <- sum(h.f)`` adds the message's ``h.f`` (saturating at 2**64 - 1).
 """
 
 from __future__ import annotations
@@ -116,13 +119,12 @@ class StatefulReference:
         return combine(self.matched(packet, time_ns), self.spec)
 
     def counter(self, name: str, time_ns: int) -> int:
-        """Named counter ``name``'s value in ``time_ns``'s window (moving it there)."""
+        """Named counter ``name``'s value as a comparison sees it at ``time_ns``: what its window
+        holds when that is ``time_ns``'s window, else 0 (the counter is not changed)."""
         w = self.counter_windows[name]
         wid = time_ns // w if w else 0
-        cell = self.counters.setdefault(name, [wid, 0])
-        if cell[0] != wid:
-            cell[:] = [wid, 0]
-        return cell[1]
+        cell = self.counters.get(name)
+        return cell[1] if cell is not None and cell[0] == wid else 0
 
     def matched(self, packet: dict[str, int], time_ns: int) -> list[Rule]:
         """The rules the next classified message matches (see :meth:`decide`); updates the state."""
@@ -135,17 +137,19 @@ class StatefulReference:
                     matched.append(r)
                 continue
             wins = {}
+            relevant = self.relevant(r, packet)
             for a in aggs:
                 if a.kind == COUNTER:
                     continue
                 wid = time_ns // a.window_ns if a.window_ns else 0
                 w = self.windows.get((r.index, a))
                 if w is None or w.wid != wid:
-                    w = self.windows[(r.index, a)] = _Window(wid)
-                wins[a] = w
-            if self.relevant(r, packet):
-                for a, w in wins.items():
+                    w = _Window(wid)
+                    if relevant:
+                        self.windows[(r.index, a)] = w
+                if relevant:
                     w.add(packet[a.field] if a.field is not None else 0)
+                wins[a] = w
 
             def state(p: StatePred) -> bool:
                 if p.agg.kind == COUNTER:
@@ -156,13 +160,17 @@ class StatefulReference:
                 matched.append(r)
         updates = {a for r in matched for a in r.atoms() if a[0] == COUNT_ATOM}
         for _, name, field in updates:
-            cell = self.counters[name]
+            w = self.counter_windows[name]
+            wid = time_ns // w if w else 0
+            cell = self.counters.setdefault(name, [wid, 0])
+            if cell[0] != wid:
+                cell[:] = [wid, 0]
             cell[1] = min(cell[1] + (packet[field] if field is not None else 1), SUM_MAX)
         return matched
 
     def value(self, rule: Rule, agg: Aggregate) -> int | Fraction | None:
-        """The current value of ``rule``'s aggregate ``agg`` (its window as last moved; a named
-        counter's after the last message's updates)."""
+        """The current value of ``rule``'s aggregate ``agg`` in the window of its last update (a
+        named counter's after the last message's updates)."""
         if agg.kind == COUNTER:
             return self.counters.get(agg.name, [0, 0])[1]
         w = self.windows.get((rule.index, agg))

@@ -9,8 +9,9 @@ states densely from 1, so per-state data lives in ``BPF_MAP_TYPE_ARRAY`` maps in
 * **range** fields: per state, the sorted lower bounds of its runs in a slice of one
   ``BPF_MAP_TYPE_ARRAY`` (``stN_bnd``: lower bound, next state), found through an array indexed
   by state (``stN_info``: offset, count) and searched with a branch-free binary search of at most
-  32 steps (ceil(log2 count) in practice), so the verifier sees a bounded loop and the cost is
-  logarithmic in the runs of the state;
+  min(32, key width) steps (a W-bit key has at most 2**W runs; ceil(log2 count) in practice), so
+  the verifier sees a bounded loop (short for narrow keys, such as the 2-bit ``avg`` state values)
+  and the cost is logarithmic in the runs of the state;
 * **exact** fields: a hash map (``stN_ex``: (state, value) -> next state) of the values whose next
   state differs from the state's miss target, which ``stN_info`` (indexed by state) holds;
 * **lpm** fields: an LPM trie (``stN_lpm``) keyed by 32 bits of state then the field, left
@@ -32,6 +33,7 @@ import math
 from ... import __version__
 from ...errors import SubcError
 from ..aggregates import is_state_field
+from ..ast import COUNTER
 from ..driver import CompileResult
 from ..decisions import default_decision_of
 from ..ir import FieldStage, SubscriptionIR
@@ -42,6 +44,10 @@ from .p4program import environment
 
 DEFAULT_MAX_ENDPOINTS = 8  # endpoints of one subscriber
 DEFAULT_ENDPOINTS = 1024
+#: The state-value stages' shared maps: info by (stage base + state; a state with one run holds
+#: its next state), bounds, and the stages' bases (generation g at index g).
+SV_INFO, SV_BOUNDS, SV_BASE = "subc_sv_info", "subc_sv_bnd", "subc_sv_base"
+MAX_SEARCH_STEPS = 32  # binary search steps of a range stage: a map holds fewer than 2**32 bounds
 CAPACITY_FACTOR = 2.0  # room for two generations of the compiled entries during `subc update`
 MIN_CAPACITY = 16
 
@@ -66,6 +72,24 @@ def _load_expr(fl: FieldLayout) -> str:
     if fl.width < 64 and fl.width != fl.n_bytes * 8:
         expr = f"({expr} & {hex((1 << fl.width) - 1)}ull)"
     return expr
+
+
+def steps_needed(runs: int) -> int:
+    """Binary search steps that find a run among ``runs`` (ceil(log2 runs); 0 for one or none)."""
+    return max(0, runs - 1).bit_length()
+
+
+def search_steps(width: int, runs: int, state_value: bool) -> int:
+    """Steps of a range stage's binary search over a ``width``-bit key whose states have at most
+    ``runs`` runs: enough for any rule set (min(32, width)) for a header field, so that `subc
+    update` can swap in any rule set; for a state value (64-bit counts and sums, compared against
+    a few thresholds) the steps ``runs`` needs plus 3 (8 times as many thresholds per state), at
+    least 4, which keeps the verifier's work per stage small.  `subc update` refuses a rule set
+    that needs more (:func:`steps_needed`)."""
+    full = min(MAX_SEARCH_STEPS, width)
+    if not state_value:
+        return full
+    return min(full, max(4, steps_needed(runs) + 3))
 
 
 def _leaf_entry(state: int, decision) -> dict:
@@ -99,10 +123,29 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
 
     add("subc_root", "array", L.U32, L.U32, [{"index": 0, "root_state": ir.root_state}], "root", cap=1)
     stages = []
+    # the state-value stages share one info array, one bounds array (a program may use at most 64
+    # maps) and an array of each stage's first info slot per generation (subc_sv_base)
+    sv_info: list[dict] = []
+    sv_bounds: list[dict] = []
+    sv_base: list[dict] = []
     for i, stage in enumerate(ir.stages):
         q = stage.field
         base = f"st{i}"
-        if q.match_kind == "range":
+        if q.match_kind == "range" and is_state_field(q.name):
+            first_slot = max((e["state"] for e in sv_info), default=-1) + 1
+            sv_base.append(first_slot)
+            runs = 0
+            for st in stage.states:
+                if len(st.runs) == 1:  # the next state does not depend on the value: no read, no search
+                    sv_info.append({"state": first_slot + st.state, "next": st.runs[0][2], "count": 1})
+                    continue
+                first = len(sv_bounds)
+                sv_info.append({"state": first_slot + st.state, "offset": first, "count": len(st.runs)})
+                sv_bounds.extend({"index": first + j, "lo": lo, "next": t} for j, (lo, _, t) in enumerate(st.runs))
+                runs = max(runs, len(st.runs))
+            stages.append({"field": q.name, "kind": "range", "maps": [SV_INFO, SV_BOUNDS], "base_index": len(sv_base) - 1,
+                           "max_runs": runs, "search_steps": search_steps(q.width, runs, True)})
+        elif q.match_kind == "range":
             info, bounds = [], []
             for st in stage.states:
                 first = len(bounds)
@@ -110,7 +153,9 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
                 bounds.extend([{"index": first + j, "lo": lo, "next": t} for j, (lo, _, t) in enumerate(st.runs)])
             add(f"{base}_info", "array", L.U32, L.INFO, info, "state_info", q.name, cap=state_capacity(info))
             add(f"{base}_bnd", "array", L.U32, L.BOUND, bounds, "bounds", q.name)
-            stages.append({"field": q.name, "kind": "range", "maps": [f"{base}_info", f"{base}_bnd"]})
+            runs = max((e["count"] for e in info), default=0)
+            stages.append({"field": q.name, "kind": "range", "maps": [f"{base}_info", f"{base}_bnd"],
+                           "max_runs": runs, "search_steps": search_steps(q.width, runs, False)})
         elif q.match_kind == "exact":
             points = stage.exact_points
             info, ex = [], []
@@ -132,13 +177,19 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
             add(f"{base}_lpm", "lpm_trie", L.LPM_KEY, L.U32, lpm, "lpm", q.name)
             stages.append({"field": q.name, "kind": "lpm", "maps": [f"{base}_lpm"]})
         stages[-1].update({"width": q.width, "states": len(stage.states), "next_states": stage.n_next})
+    if sv_base:
+        add(SV_INFO, "array", L.U32, L.INFO, sv_info, "state_info", cap=state_capacity(sv_info))
+        add(SV_BOUNDS, "array", L.U32, L.BOUND, sv_bounds, "bounds")
+        add(SV_BASE, "array", L.U32, L.bases_struct(len(sv_base)), [{"index": 0, "bases": sv_base}], "state_bases",
+            cap=2)
     if ir.state is not None:
         st = ir.state
         # every state gets its mask, 0 too: a later rule set in this generation's slots finds none stale
         masks = dict(st.updates)
         boundary_states = [x.state for x in ir.stages[st.boundary].states] if st.boundary < len(ir.stages) else []
         upd = [{"state": s, "mask": masks.get(s, 0)} for s in sorted(set(boundary_states) | set(masks))]
-        add("subc_upd", "array", L.U32, L.U64, upd, "update_masks", cap=state_capacity(upd))
+        add("subc_upd", "array", L.U32, L.mask_struct("subc_umask", st.mask_width), upd, "update_masks",
+            cap=state_capacity(upd))
         agg = L.agg_struct(max([len(i.thresholds) for i in st.instances], default=1))
         add("subc_agg", "array", L.U32, agg, [], "registers", cap=2 * len(st.instances))
     leaves = [{"state": 0, "action": default}]
@@ -147,8 +198,9 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
     add("subc_leaf_set", "array", L.U32, L.SUBSET, [], "leaf_sets", cap=state_capacity(leaves))
     if ir.state is not None and ir.state.count_updates:  # named counters: each leaf's updates (0 too)
         cmask = dict(ir.state.leaf_counts)
-        add("subc_cnt", "array", L.U32, L.U64, [{"state": e["state"], "mask": cmask.get(e["state"], 0)} for e in leaves],
-            "count_masks", cap=state_capacity(leaves))
+        add("subc_cnt", "array", L.U32, L.mask_struct("subc_cmask", ir.state.count_width),
+            [{"state": e["state"], "mask": cmask.get(e["state"], 0)} for e in leaves], "count_masks",
+            cap=state_capacity(leaves))
     add("subc_subs", "array", L.U32, L.sub_struct(DEFAULT_MAX_ENDPOINTS), [], "subscribers", cap=L.MAX_SUBSCRIBERS)
     add("subc_all", "array", L.U32, L.SUBSET, [], "everyone", cap=2)
     add("subc_eps", "array", L.U32, L.ENDPOINT, [], "endpoints", cap=DEFAULT_ENDPOINTS)
@@ -232,6 +284,7 @@ def render_filter(res: CompileResult, plan: ParsePlan, doc: dict, rules_path: st
         states.append({"name": s.name, "extracts": extracts, "select": sel, "cases": cases,
                        "fix": plan.mold_header.get(s.name, [])})
     stage_ctx = []
+    declared: set[str] = set()
     sp = res.ir.state
     for i, st in enumerate(doc["stages"]):
         if sp is not None and i >= sp.boundary:  # a state value, computed by the aggregates' code
@@ -240,8 +293,12 @@ def render_filter(res: CompileResult, plan: ParsePlan, doc: dict, rules_path: st
             fl = plan.field(st["field"])
             ctx = {"field": st["field"], "kind": st["kind"], "width": st["width"], "inst": fl.instance,
                    "byte_offset": fl.byte_offset, "n_bytes": fl.n_bytes, "expr": _load_expr(fl), "state_value": None}
+        ctx["steps"] = st.get("search_steps")
+        ctx["base_index"] = st.get("base_index")
+        ctx["declare"] = not any(m in declared for m in st["maps"])
+        declared.update(st["maps"])
         for m in st["maps"]:
-            ctx[m.split("_", 1)[1].replace("bnd", "bounds").replace("ex", "exact")] = m
+            ctx[m.rsplit("_", 1)[1].replace("bnd", "bounds").replace("ex", "exact")] = m
         stage_ctx.append(ctx)
     need = 0
     for h in res.ir.headers:
@@ -294,24 +351,39 @@ def _load_ctx(plan: ParsePlan, name: str) -> dict:
 
 
 def _aggregates_context(res: CompileResult, plan: ParsePlan) -> dict:
-    """The template's view of the aggregates' code (README "Stateful subscriptions"): where the
-    time and each instance's field are loaded from, and which state value each instance writes."""
+    """The template's view of the aggregates' code (README "Stateful subscriptions"): the fields
+    loaded at the boundary (``loads``: a variable per distinct field the updates add), the
+    instances the update mask can name (``updates``, with the mask word and bit of each), what
+    each state-value stage reads (``values``: instance, kind, window, ``avg`` excess slot) and the
+    named counters' updates after the last stage (``counts``)."""
     sp = res.ir.state
-    instances = []
-    for inst in sp.instances:
-        values = [{"index": j, "slot": inst.thresholds.index(v.threshold) if v.threshold is not None else None,
-                   "threshold": v.threshold}
-                  for j, v in enumerate(sp.values) if v.instance == inst.index]
-        instances.append({"index": inst.index, "kind": inst.kind, "window_ns": inst.window_ns,
-                          "load": _load_ctx(plan, inst.field.name) if inst.field is not None else None,
-                          "thresholds": list(inst.thresholds), "outs": values})
+    loads: dict[str, dict] = {}
+
+    def var(field) -> str | None:
+        if field is None:
+            return None
+        if field.name not in loads:
+            loads[field.name] = {"var": f"x{len(loads)}", **_load_ctx(plan, field.name)}
+        return loads[field.name]["var"]
+
+    updates = [{"index": inst.index, "kind": inst.kind, "window_ns": inst.window_ns, "x": var(inst.field),
+                "thresholds": list(inst.thresholds), "word": inst.index // 64, "bit": inst.index % 64}
+               for inst in sp.instances if inst.kind != COUNTER]
+    values = []
+    for v in sp.values:
+        inst = sp.instances[v.instance]
+        values.append({"instance": inst.index, "kind": inst.kind, "window_ns": inst.window_ns,
+                       "slot": inst.thresholds.index(v.threshold) if v.threshold is not None else None})
+    counts = [{"word": u.index // 64, "bit": u.index % 64, "instance": u.instance,
+               "window_ns": sp.instances[u.instance].window_ns, "x": var(u.field)} for u in sp.count_updates]
     time = None
     if sp.time_field is not None:
         time = {**_load_ctx(plan, sp.time_field.name), "unit_ns": sp.time_unit_ns}
-    counts = [{"bit": u.index, "instance": u.instance, "window_ns": sp.instances[u.instance].window_ns,
-               "load": _load_ctx(plan, u.field.name) if u.field is not None else None} for u in sp.count_updates]
-    return {"boundary": sp.boundary, "n_values": len(sp.values), "instances": instances, "time": time,
-            "n_thresholds": max([len(i.thresholds) for i in sp.instances], default=1) or 1, "counts": counts}
+    return {"boundary": sp.boundary, "updates": updates, "values": values, "counts": counts,
+            "loads": list(loads.values()), "time": time, "mask_words": -(-sp.mask_width // 64),
+            "count_words": -(-sp.count_width // 64),
+            "n_thresholds": max([len(i.thresholds) for i in sp.instances], default=1) or 1,
+            "n_stages": len(sp.values), "base_map": SV_BASE}
 
 
 def ebpf_plan(res: CompileResult) -> ParsePlan:

@@ -266,4 +266,25 @@ def agg_struct(n_thresholds: int) -> Struct:
                                ("total", "u64", 1), ("extreme", "u64", 1), ("excess", "u64", max(1, n_thresholds))))
 
 
+def mask_struct(name: str, bits: int) -> Struct:
+    """A bit mask of ``bits`` bits (at least 1) in 64-bit words: bit k is bit ``k % 64`` of word
+    ``k // 64`` (``struct subc_umask``: the instances a message updates; ``struct subc_cmask``: the
+    named-counter updates a leaf applies).  The C declaration is the template's."""
+    return Struct(name, (("w", "u64", max(1, -(-bits // 64))),))
+
+
+def bases_struct(stages: int) -> Struct:
+    """``struct subc_sv_bases``: the first ``subc_sv_info`` slot of each of ``stages`` state-value
+    stages (at least 1), one value per generation."""
+    return Struct("subc_sv_bases", (("b", "u32", max(1, stages)),))
+
+
+def mask_words(mask: int, words: int) -> list[int]:
+    """``mask`` (a non-negative int) as ``words`` 64-bit words, least significant first (ValueError
+    when it needs more)."""
+    if mask >> (64 * words):
+        raise ValueError(f"mask {mask:#x} does not fit {words} 64-bit words")
+    return [mask >> (64 * i) & ((1 << 64) - 1) for i in range(words)]
+
+
 STRUCTS = [INFO, BOUND, EXACT_KEY, LPM_KEY, LEAF, SUBSET, ENDPOINT, COUNTER, SUB_COUNTER, META, FAN_CFG]

@@ -5,9 +5,10 @@ window, update and read code (README "Stateful subscriptions"; the pass is
 v1model (BMv2): one ``register`` array per quantity, indexed by aggregate instance (``wid``:
 the window id the cell holds, ``count``, ``total`` for ``sum``, ``extreme`` for ``min``/``max``)
 and one cell of ``excess`` per ``avg`` threshold, all 64 bits.  Right after the update table
-(:data:`~subc.compiler.tables.UPDATE_TABLE`) every classified message moves every instance to its
-window (emptying it when the window id differs), updates the instances whose bit its mask has,
-and writes the state values the next stages match into metadata.  In the multi-message program
+(:data:`~subc.compiler.tables.UPDATE_TABLE`) a classified message updates the instances whose
+bit its mask has (emptying one that holds another window id first: an instance holds the window
+of its last update) and writes the state values the next stages match into metadata, an empty
+window's (0) for an instance that holds another window.  In the multi-message program
 every slot runs that code in turn on the same registers, so a datagram's messages update them in
 order.  BMv2 runs ingress in one thread: each read-modify-write is a step no other packet sees
 half done.
