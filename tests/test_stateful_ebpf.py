@@ -115,6 +115,17 @@ def test_aggregate_a_message_does_not_update_keeps_its_window():
     assert [d.ports for d in got] == [(), (1,), (), (1,), ()]
 
 
+def test_counters_updated_and_never_compared_in_the_kernel():
+    """Counters no rule compares: the program has no state-value stage, and the fields the updates
+    add are loaded after the last header stage (a CI draw once found them undeclared)."""
+    need_root()
+    text = "m.a == 0 : c0 <- sum(m.b);\nm.c == 1 : fwd(1), inc(c1);"
+    rows = [(0, 0, 7, 1), (1, 0, 3, 0), (2, 5, 1, 1)]
+    msgs = [(t, {"m.a": a, "m.b": b, "m.c": c, "m.e": 0, "m.g": t}) for t, a, b, c in rows]
+    got = run_in_kernel(SPEC_COUNTERS, text, msgs)
+    assert [d.ports for d in got] == [(1,), (), (1,)]
+
+
 def test_rate_limit_in_the_kernel():
     """``m.c == 1 and c0 < 2 : fwd(1), inc(c0)`` with 1 us windows forwards the first two
     m.c == 1 messages of each window; ``c2`` (never ending) sums m.e of the m.c == 2 messages and
