@@ -126,8 +126,7 @@ def plan_generation(doc: dict, gen: int, subs: Subscribers | None, caps: dict[st
     if "subc_upd" in maps:  # comparisons on state: update masks by state, this generation's registers emptied
         upd, agg = maps["subc_upd"], maps["subc_agg"]
         _state_region(plan, upd, caps)
-        w["subc_upd"] = [(_slot_key(e["state"], gen, caps["subc_upd"]), _mask_value(upd, e["mask"]))
-                         for e in upd["entries"]]
+        w["subc_upd"] = _mask_entries(upd, gen, caps)
         n, cap = len(doc["state"]["instances"]), caps["subc_agg"]
         empty = bytes(agg["value"]["size"])
         w["subc_agg"] = [(L.U32.pack(v=k if gen == 0 else cap - 1 - k), empty) for k in range(n)]
@@ -139,8 +138,7 @@ def plan_generation(doc: dict, gen: int, subs: Subscribers | None, caps: dict[st
     if "subc_cnt" in maps:  # named counters: the updates of each leaf's message
         cnt = maps["subc_cnt"]
         _state_region(plan, cnt, caps)
-        w["subc_cnt"] = [(_slot_key(e["state"], gen, caps["subc_cnt"]), _mask_value(cnt, e["mask"]))
-                         for e in cnt["entries"]]
+        w["subc_cnt"] = _mask_entries(cnt, gen, caps)
     leaves, counters, sets = [], [], []
     local = False
     leaf_cap = caps["subc_leaf"]
@@ -185,10 +183,13 @@ def _slot_key(state: int, gen: int, cap: int) -> bytes:
     return L.U32.pack(v=state_slot(state, gen, cap))
 
 
-def _mask_value(m: dict, mask: int) -> bytes:
-    """A mask entry's value for map ``m`` (``subc_upd``, ``subc_cnt``): its words, host order."""
+def _mask_entries(m: dict, gen: int, caps: dict[str, int]) -> list[tuple[bytes, bytes]]:
+    """The writes of mask array ``m`` (``subc_upd``, ``subc_cnt``: by state) for generation
+    ``gen``: each mask as its 64-bit words, host order."""
     words = m["value"]["size"] // 8
-    return L.mask_struct(m["value"]["struct"], 64 * words).pack(w=L.mask_words(mask, words))
+    st = L.mask_struct(m["value"]["struct"], 64 * words)
+    return [(_slot_key(e["state"], gen, caps[m["name"]]), st.pack(w=L.mask_words(e["mask"], words)))
+            for e in m["entries"]]
 
 
 def _state_region(plan: GenerationPlan, m: dict, caps: dict[str, int]) -> None:

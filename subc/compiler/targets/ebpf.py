@@ -127,12 +127,14 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
     # maps) and an array of each stage's first info slot per generation (subc_sv_base)
     sv_info: list[dict] = []
     sv_bounds: list[dict] = []
-    sv_base: list[dict] = []
+    sv_base: list[int] = []
+    sv_next_slot = 0  # the first info slot of the next state-value stage
     for i, stage in enumerate(ir.stages):
         q = stage.field
         base = f"st{i}"
         if q.match_kind == "range" and is_state_field(q.name):
-            first_slot = max((e["state"] for e in sv_info), default=-1) + 1
+            first_slot = sv_next_slot
+            sv_next_slot += max((st.state for st in stage.states), default=0) + 1
             sv_base.append(first_slot)
             runs = 0
             for st in stage.states:
@@ -380,8 +382,8 @@ def _aggregates_context(res: CompileResult, plan: ParsePlan) -> dict:
     if sp.time_field is not None:
         time = {**_load_ctx(plan, sp.time_field.name), "unit_ns": sp.time_unit_ns}
     return {"boundary": sp.boundary, "updates": updates, "values": values, "counts": counts,
-            "loads": list(loads.values()), "time": time, "mask_words": -(-sp.mask_width // 64),
-            "count_words": -(-sp.count_width // 64),
+            "loads": list(loads.values()), "time": time, "mask_words": L.mask_word_count(sp.mask_width),
+            "count_words": L.mask_word_count(sp.count_width),
             "n_thresholds": max([len(i.thresholds) for i in sp.instances], default=1) or 1,
             "n_stages": len(sp.values), "base_map": SV_BASE}
 

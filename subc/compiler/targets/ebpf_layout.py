@@ -266,11 +266,16 @@ def agg_struct(n_thresholds: int) -> Struct:
                                ("total", "u64", 1), ("extreme", "u64", 1), ("excess", "u64", max(1, n_thresholds))))
 
 
+def mask_word_count(bits: int) -> int:
+    """64-bit words of a mask of ``bits`` bits (at least 1)."""
+    return max(1, -(-bits // 64))
+
+
 def mask_struct(name: str, bits: int) -> Struct:
     """A bit mask of ``bits`` bits (at least 1) in 64-bit words: bit k is bit ``k % 64`` of word
     ``k // 64`` (``struct subc_umask``: the instances a message updates; ``struct subc_cmask``: the
     named-counter updates a leaf applies).  The C declaration is the template's."""
-    return Struct(name, (("w", "u64", max(1, -(-bits // 64))),))
+    return Struct(name, (("w", "u64", mask_word_count(bits)),))
 
 
 def bases_struct(stages: int) -> Struct:
