@@ -15,6 +15,13 @@ Measured, each the median of --repeat runs (the compile is done once and timed s
   reference on the driver side: the cost of the evaluation without Spark;
 * ``numpy_read``: reading and decoding alone in one process.
 
+With ``--stateful M`` the rule set also has M rules that compare an aggregate, ``stock == S and
+avg(price, window=1000000) > P : fwd(H)`` (S, P and H from the generated rules), and with
+``--counters C`` C rate limits ``stock == S and seen < 100 : fwd(H), inc(seen)`` over one named
+counter (1 s windows); the spec gets ``query_time(add_order.timestamp, ns)``.  Then only ``spark``
+is measured (the per-split work and the stateful pass, :mod:`subc.pipeline.stateful_pass`), with
+the pass's own time in its steps.
+
 Prints a table and writes JSON (--json).  Run it alone: ``python3 bench/analyze_bench.py``.
 """
 
@@ -45,6 +52,24 @@ def ensure_inputs(work: Path, messages: int, rules: int, symbols: int) -> tuple[
         subprocess.run([sys.executable, "-m", "subc.cli", "gen", "itch", "--rules", str(rules), "--symbols",
                         str(symbols), "-o", str(rules_path)], check=True)
     return trace, rules_path
+
+
+STATEFUL_PRAGMAS = ("\n@pragma query_field(add_order.timestamp)\n@pragma query_time(add_order.timestamp, ns)\n"
+                    "@pragma query_counter(seen, 1000000)\n")
+
+
+def stateful_rules(rules_path: Path, m: int, c: int) -> str:
+    """M avg rules and C rate limits built from the generated rules' stocks, prices and ports."""
+    import re
+
+    shapes = re.findall(r'add_order\.stock == "([^"]+)" and add_order\.price > ([0-9.]+) : fwd\(([0-9]+)\)',
+                        rules_path.read_text())
+    if len(shapes) < max(m, c):
+        raise SystemExit(f"{rules_path} has {len(shapes)} rules of the form stock == S and price > P")
+    out = [f'add_order.stock == "{s}" and avg(add_order.price, window=1000000) > {p} : fwd({h});'
+           for s, p, h in shapes[:m]]
+    out += [f'add_order.stock == "{s}" and seen < 100 : fwd({h}), inc(seen);' for s, _, h in shapes[:c]]
+    return "\n".join(out) + "\n"
 
 
 def numpy_run(res, trace: Path, out: Path) -> dict:
@@ -94,6 +119,8 @@ def main() -> None:
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "subc-analyze-bench")
     ap.add_argument("--json", type=Path, help="write the results here")
+    ap.add_argument("--stateful", type=int, default=0, help="avg rules added (see the module docstring)")
+    ap.add_argument("--counters", type=int, default=0, help="rate limits over a named counter added")
     args = ap.parse_args()
 
     from subc.compiler.driver import compile_rules
@@ -105,8 +132,18 @@ def main() -> None:
 
     trace, rules_path = ensure_inputs(args.work, args.messages, args.rules, args.symbols)
     t = time.perf_counter()
-    spec = load_spec(SPEC)
-    res = compile_rules(load_rules(rules_path, spec), spec, "bmv2")
+    stateful = bool(args.stateful or args.counters)
+    if stateful:
+        from subc.compiler.rules import parse_rules
+        from subc.compiler.spec import parse_spec
+
+        spec = parse_spec(SPEC.read_text() + STATEFUL_PRAGMAS, str(SPEC))
+        rules = load_rules(rules_path, spec) + parse_rules(stateful_rules(rules_path, args.stateful, args.counters),
+                                                           spec, "stateful.sub", first_index=args.rules)
+    else:
+        spec = load_spec(SPEC)
+        rules = load_rules(rules_path, spec)
+    res = compile_rules(rules, spec, "bmv2")
     compile_s = time.perf_counter() - t
     t = time.perf_counter()
     spark = get_session(args.master, "subc analyze bench", {"spark.ui.enabled": "false"})
@@ -118,6 +155,9 @@ def main() -> None:
         s = analyze(res, [str(trace)], out, spark=spark)
         runs["spark"].append({"seconds": time.perf_counter() - t, "messages": s["messages"],
                               "disagreements": s["disagreements"], "steps": s["seconds"]})
+        if stateful:
+            runs["spark"][-1]["stateful"] = s["stateful"]
+            continue
         t = time.perf_counter()
         n = read_messages(spark, [str(trace)], spec).count()
         runs["spark_read"].append({"seconds": time.perf_counter() - t, "messages": n})
@@ -125,16 +165,22 @@ def main() -> None:
         runs["numpy"].append(numpy_run(res, trace, args.work / "np"))
         runs["numpy_read"].append(numpy_read(trace, spec))
     spark.stop()
-    result = {"messages": args.messages, "rules": args.rules, "symbols": args.symbols, "master": args.master,
+    result = {"messages": args.messages, "rules": args.rules, "stateful": args.stateful, "counters": args.counters, "symbols": args.symbols, "master": args.master,
               "compile_seconds": round(compile_s, 2), "spark_start_seconds": round(spark_start, 2),
               "disagreements": max(r["disagreements"] for r in runs["spark"]), "runs": runs, "median": {}}
     print(f"{args.messages:,} messages, {args.rules:,} rules; compile {compile_s:.1f} s, Spark start {spark_start:.1f} s")
     print(f"{'path':<12} {'median s':>9} {'messages/s':>12}")
     for k, rs in runs.items():
+        if not rs:
+            continue
         sec = statistics.median(r["seconds"] for r in rs)
         rate = args.messages / sec
         result["median"][k] = {"seconds": round(sec, 3), "messages_per_second": round(rate)}
         print(f"{k:<12} {sec:>9.2f} {rate:>12,.0f}")
+    if stateful:
+        sp = statistics.median(r["steps"]["stateful_pass"] for r in runs["spark"])
+        result["median"]["stateful_pass_seconds"] = round(sp, 3)
+        print(f"stateful pass (driver): median {sp:.2f} s; {runs['spark'][0]['stateful']}")
     print(f"disagreements: {result['disagreements']}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")

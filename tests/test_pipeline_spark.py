@@ -205,3 +205,49 @@ def test_validate_cli_exit_status(tmp_path):
     assert f"{bad}:2:1: error: unknown field 'add_order.stok'" in r.stderr
     assert "rules:      2 valid, 1 error(s) in 2 file(s)" in r.stdout
     assert "duplicates: 1" in r.stdout
+
+
+STATEFUL_EXTRA = ("\n@pragma query_field(add_order.timestamp)\n@pragma query_time(add_order.timestamp, ns)\n"
+                  "@pragma query_counter(bob_seen, 1000000)\n@pragma query_counter(volume, 60000000)\n")
+STATEFUL_SETS = {
+    "aggregates": ('add_order.stock == "BOB" and avg(add_order.price) > 6.20 : fwd(1);\n'
+                   "count(window=60000000) >= 3 and add_order.shares > 100 : fwd(2);\n"
+                   'add_order.stock == "AAPL" : fwd(4);\n'
+                   'max(add_order.shares, window=600000000) > 500 and add_order.buy_sell_indicator == "B" : fwd(5);\n'),
+    "counters": ('add_order.stock == "BOB" and bob_seen < 3 : fwd(3), inc(bob_seen);\n'
+                 'add_order.stock == "BOB" and avg(add_order.price) > 6.20 : fwd(1);\n'
+                 "add_order.shares > 100 : volume <- sum(add_order.shares);\n"
+                 'volume > 10000 and add_order.buy_sell_indicator == "S" : fwd(2);\n'),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(STATEFUL_SETS))
+@pytest.mark.parametrize("name", ["ex20101224.TEST_ITCH_50", "ex20101224.TEST_ITCH_50.reframed"])
+def test_analyze_stateful_rules_decide_every_message_as_simulate(spark, tmp_path, name, kind):
+    """Comparisons on state over the real sample's ITCH timestamps, in splits of 50 kB (the
+    registers carried from split to split): every message's subscribers equal ``subc simulate``'s."""
+    from subc.compiler.rules import parse_rules
+    from subc.compiler.spec import parse_spec
+
+    spec = parse_spec((EXAMPLE / "spec.p4").read_text() + STATEFUL_EXTRA, str(tmp_path / "spec.p4"))
+    res = compile_rules(parse_rules(STATEFUL_SETS[kind], spec), spec, "bmv2")
+    trace = real_sample(name)
+    sim = simulate_trace(res, trace, copies=True)
+    out = tmp_path / "analysis"
+    s = analyze(res, [str(trace)], out, split_bytes=50_000, spark=spark)
+    assert s["splits"] >= 9 and s["disagreements"] == 0
+    assert s["stateful"]["tables"] == ("one by one (named counters)" if kind == "counters" else "vectorised per split")
+    assert (s["classified"], s["unicast"], s["multicast"], s["no_rule_matched"]) == (
+        sim.classified, sim.unicast_deliveries, sim.multicast_deliveries, sim.default_action)
+    msgs = pd.read_parquet(out / "messages.parquet").sort_values("position")
+    at = dict(read_binaryfile(trace))  # byte offset of the length prefix -> message (the workload codec)
+    sent: dict[int, list[bytes]] = {}
+    for pos, subs in zip(msgs["position"], msgs["subscribers"]):
+        for p in subs:
+            sent.setdefault(int(p), []).append(at[int(pos)])
+    # the copies simulate builds (a BinaryFILE message is its own datagram), in trace order
+    want = {p: [m for c, _ in copies for m in c.messages] for p, copies in sim.port_copies.items()}
+    assert sent == {p: v for p, v in want.items() if v}
+    assert sum(len(v) for v in sent.values()) > 100
+    rules = pd.read_parquet(out / "rules.parquet")
+    assert dict(zip(rules["rule"], rules["hits"])) == {r.index: sim.rule_hits.get(r.index, 0) for r in res.rules}

@@ -39,6 +39,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 from ..compiler.ast import Rule
 from ..compiler.driver import CompileResult
@@ -59,9 +60,10 @@ BLOCK_LENGTH_BYTES = 2
 def make_bundle(res: CompileResult, traces: list[str], split_bytes: int = DEFAULT_SPLIT_BYTES,
                 udp_port: int | None = None, strict: bool = False) -> Bundle:
     """The :class:`Bundle` for ``res`` and the ``traces``.  Raises SubcError for unreadable files, a
-    spec the vectorised decoder cannot follow (:mod:`.gather`), or rules that test fields this job
-    does not decode: MoldUDP64 header fields, and network header fields of captures (``subc
-    simulate`` decodes both)."""
+    spec the vectorised decoder cannot follow (:mod:`.gather`), rules that test fields this job
+    does not decode (MoldUDP64 header fields, and network header fields of captures: ``subc
+    simulate`` decodes both), or aggregates over windows of arrival time and a BinaryFILE trace
+    (which has no arrival times)."""
     decoder = MessageDecoder(res.spec)
     vector = VectorDecoder(decoder, list(res.spec.query_fields), {TIME: _time_fields(decoder)})
     captures = [t for t in traces if file_kind(t) == "pcap"]
@@ -73,6 +75,14 @@ def make_bundle(res: CompileResult, traces: list[str], split_bytes: int = DEFAUL
                             res.spec.query_fields[f].location)
     from ..runtime.capture import choose_feed_ports
 
+    stateful = res.ir.state is not None
+    if stateful and res.spec.time_field is None:
+        from ..runtime.stateful_reference import StatefulReference
+
+        binary = [t for t in traces if file_kind(t) != "pcap"]
+        if binary and StatefulReference(res.rules, res.spec).longest_window:
+            raise SubcError(f"{binary[0]}: the rules' aggregates have windows of arrival time, and a BinaryFILE has "
+                            "no arrival times: declare the time field with @pragma query_time")
     spec_ports = [p for p, _ in decoder.feed.ports]
     splits = plan_splits(traces, split_bytes, decoder.types)
     capture_ports = {sp.file_index: choose_feed_ports(sp.path, spec_ports, udp_port)
@@ -88,6 +98,7 @@ def make_bundle(res: CompileResult, traces: list[str], split_bytes: int = DEFAUL
         udp_port=udp_port,
         capture_ports=capture_ports,
         strict=strict,
+        stateful=stateful,
     )
 
 
@@ -147,9 +158,6 @@ def analyze(res: CompileResult, traces: list[str], out_dir: str | Path, master: 
     Raises :class:`SubcError` for unreadable or malformed traces (file and byte offset), for
     conflicting actions, or when the output directory cannot be written.
     """
-    if res.ir.state is not None:
-        raise SubcError("subc analyze does not run comparisons on state (aggregates) yet: its vectorised reference "
-                        "is stateless; `subc simulate` runs them on a trace")
     from pyspark.sql import functions as F
 
     say = log or (lambda msg: None)
@@ -164,6 +172,7 @@ def analyze(res: CompileResult, traces: list[str], out_dir: str | Path, master: 
     if split_bytes is None:
         split_bytes = auto_split_bytes(traces, sc.defaultParallelism)
     bundle = make_bundle(res, traces, split_bytes, udp_port, strict)
+    stateful = bundle.stateful
     timings["plan"] = time.perf_counter() - t_work
     bc = sc.broadcast(bundle)
     tables = bundle.tables
@@ -174,7 +183,10 @@ def analyze(res: CompileResult, traces: list[str], out_dir: str | Path, master: 
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=parent))
     parts = tmp / "messages.parquet"
     parts.mkdir()
-    parts_dir = str(parts)
+    staging = tmp / "staging"  # with comparisons on state: the tasks' parts, before the stateful pass
+    if stateful:
+        staging.mkdir()
+    parts_dir = str(staging if stateful else parts)
 
     def run(batches):
         b = bc.value
@@ -198,40 +210,50 @@ def analyze(res: CompileResult, traces: list[str], out_dir: str | Path, master: 
             )
         timings["read_and_tables"] = time.perf_counter() - t
 
-        # 2. reference semantics on one representative per class key
+        # 2. reference semantics on one representative per class key, or the stateful pass
         t = time.perf_counter()
-        pairs = agg[agg["class_key"].notna()]
-        per_key = pairs.groupby("class_key")["messages"].sum()
-        keys = per_key.index.to_numpy(dtype=np.int64)
-        counts = per_key.to_numpy(dtype=np.int64)
-        ref = evaluate_rules(res.rules, res.spec, representatives(bundle.classes, keys), counts)
-        ref_codes = np.array([tables.code_of(d) for d in ref.decisions], dtype=np.int64)
-        pair_keys = pairs["class_key"].to_numpy(dtype=np.int64)
-        pair_ref = ref_codes[np.searchsorted(keys, pair_keys)] if len(keys) else np.zeros(0, np.int64)
-        bad = pairs[pair_ref != pairs["decision"].to_numpy(dtype=np.int64)]
-        disagreements = int(bad["messages"].sum())
-        timings["reference"] = time.perf_counter() - t
+        if stateful:
+            from .stateful_pass import StatefulPass
+
+            spass = StatefulPass(res, bundle, traces)
+            for i in range(n_splits):
+                spass.split(i, staging / f"part-{i:05d}.parquet", parts / f"part-{i:05d}.parquet")
+            staging.rmdir()
+            outcome = spass.finish()
+            import pandas as pd
+
+            classified = pa.Table.from_batches(outcome.counts, schema=outcome.counts[0].schema).to_pandas() \
+                if outcome.counts else agg.iloc[0:0]
+            agg = pd.concat([agg, classified], ignore_index=True)
+            disagreements, examples, no_match = outcome.disagreements, outcome.examples, outcome.no_match
+            rule_hits, n_keys = outcome.rule_hits, outcome.value_classes
+            timings["stateful_pass"] = time.perf_counter() - t
+        else:
+            pairs = agg[agg["class_key"].notna()]
+            per_key = pairs.groupby("class_key")["messages"].sum()
+            keys = per_key.index.to_numpy(dtype=np.int64)
+            counts = per_key.to_numpy(dtype=np.int64)
+            ref = evaluate_rules(res.rules, res.spec, representatives(bundle.classes, keys), counts)
+            ref_codes = np.array([tables.code_of(d) for d in ref.decisions], dtype=np.int64)
+            pair_keys = pairs["class_key"].to_numpy(dtype=np.int64)
+            pair_ref = ref_codes[np.searchsorted(keys, pair_keys)] if len(keys) else np.zeros(0, np.int64)
+            bad = pairs[pair_ref != pairs["decision"].to_numpy(dtype=np.int64)]
+            disagreements = int(bad["messages"].sum())
+            timings["reference"] = time.perf_counter() - t
+            examples = _class_examples(spark, tmp, bad, keys, ref, tables, traces) if disagreements else []
+            no_match = int(counts[ref.matched_rules == 0].sum())
+            rule_hits, n_keys = ref.rule_hits, len(keys)
 
         # 3. the other outputs, then the temporary directory is renamed
         t = time.perf_counter()
         try:
-            examples = []
-            if disagreements:
-                key_pos = {int(k): i for i, k in enumerate(keys)}
-                bad_keys = [int(k) for k in bad["class_key"]][:1000]
-                sample = (spark.read.parquet(str(tmp / "messages.parquet"))
-                          .where(F.col("value_class").isin(bad_keys)).limit(1000).toPandas())
-                for _, r in sample.iterrows():
-                    ref_d = ref.decisions[key_pos[int(r["value_class"])]]
-                    got = tables.decisions[int(r["decision"])]
-                    if ref_d != got and len(examples) < 10:
-                        examples.append({"file": traces[int(r["file_index"])], "position": int(r["position"]),
-                                         "index": int(r["index"]), "reference": str(ref_d), "tables": str(got)})
-            no_match = int(counts[ref.matched_rules == 0].sum())
             summary, per_port, per_sec = _summarize(res, traces, bundle, agg[agg["class_key"].isna()], tables,
-                                                    no_match, disagreements, examples, len(keys))
+                                                    no_match, disagreements, examples, n_keys)
+            if stateful:
+                summary["stateful"] = {"reference_one_by_one": outcome.one_by_one,
+                                       "tables": "one by one (named counters)" if outcome.tables_one_by_one
+                                       else "vectorised per split"}
             summary["capture"] = _capture_summary(tmp, bundle)
-            import pyarrow as pa
             import pyarrow.parquet as pq
 
             copies = copies_per_port(spark, tmp / "messages.parquet")
@@ -245,7 +267,7 @@ def analyze(res: CompileResult, traces: list[str], out_dir: str | Path, master: 
             pq.write_table(pa.table({"rule": pa.array([r.index for r in res.rules], pa.int32()),
                                      "line": pa.array([r.location.line for r in res.rules], pa.int32()),
                                      "text": pa.array([r.text for r in res.rules], pa.string()),
-                                     "hits": pa.array(ref.rule_hits, pa.int64())}),
+                                     "hits": pa.array(rule_hits, pa.int64())}),
                            tmp / "rules.parquet")
             from . import plots
 
@@ -276,6 +298,24 @@ def analyze(res: CompileResult, traces: list[str], out_dir: str | Path, master: 
     finally:
         bc.unpersist()
     return summary
+
+
+def _class_examples(spark, tmp: Path, bad, keys, ref, tables, traces) -> list[dict]:
+    """Up to 10 messages whose table decision differs from their class's reference decision."""
+    from pyspark.sql import functions as F
+
+    examples = []
+    key_pos = {int(k): i for i, k in enumerate(keys)}
+    bad_keys = [int(k) for k in bad["class_key"]][:1000]
+    sample = (spark.read.parquet(str(tmp / "messages.parquet"))
+              .where(F.col("value_class").isin(bad_keys)).limit(1000).toPandas())
+    for _, r in sample.iterrows():
+        ref_d = ref.decisions[key_pos[int(r["value_class"])]]
+        got = tables.decisions[int(r["decision"])]
+        if ref_d != got and len(examples) < 10:
+            examples.append({"file": traces[int(r["file_index"])], "position": int(r["position"]),
+                             "index": int(r["index"]), "reference": str(ref_d), "tables": str(got)})
+    return examples
 
 
 def _capture_summary(tmp: Path, bundle: Bundle) -> dict | None:

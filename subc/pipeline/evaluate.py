@@ -57,6 +57,8 @@ class Bundle:
     capture_ports: dict[int, list[int]] | None = None
     #: a foreign frame or a message the spec cannot decode fails the job
     strict: bool = False
+    #: the rules compare state: tasks decode only, the stateful pass (:mod:`.stateful_pass`) decides
+    stateful: bool = False
 
 
 @dataclass
@@ -94,14 +96,17 @@ def evaluate_split(bundle: Bundle, i: int, stats=None) -> Evaluated:
     for h in bundle.headers:
         mask &= vd.valid.get(h, np.zeros(len(mask), bool))
     cols = {f: vd.values[f][mask] for f in bundle.fields}
-    return Evaluated(buf, vd, mask, bundle.tables.decide(cols), bundle.classes.key(cols))
+    codes = np.zeros(int(mask.sum()), np.int64) if bundle.stateful else bundle.tables.decide(cols)
+    return Evaluated(buf, vd, mask, codes, bundle.classes.key(cols))
 
 
 def process_split(bundle: Bundle, i: int, parts_dir: str | None = None,
                   ports: list[tuple[int, ...]] | None = None) -> pa.RecordBatch:
     """Evaluate split ``i``; write its classified messages (:func:`message_rows`) to
     ``parts_dir/part-<i>.parquet`` when ``parts_dir`` is given (``ports[code]``: the subscribers
-    of decision ``code``); return its counts (:func:`aggregates`)."""
+    of decision ``code``); return its counts (:func:`aggregates`).  When ``bundle.stateful`` the
+    tables are not run: the part also holds the columns the stateful pass needs
+    (:func:`stateful_columns`) and the counts cover the messages that are not classified."""
     from ..runtime.capture import CaptureStats
 
     stats = CaptureStats()
@@ -117,11 +122,34 @@ def process_split(bundle: Bundle, i: int, parts_dir: str | None = None,
         import pyarrow.parquet as pq
 
         table = pa.Table.from_batches([message_rows(bundle, ev, bundle.splits[i].file_index, ports or [])])
+        if bundle.stateful:
+            for name, col in stateful_columns(bundle, ev).items():
+                table = table.append_column(name, col)
         part = os.path.join(parts_dir, f"part-{i:05d}.parquet")
         tmp = f"{os.path.dirname(part)}/.{os.path.basename(part)}.{os.getpid()}"
         pq.write_table(table, tmp)
         os.replace(tmp, part)  # a retried or speculative task attempt replaces the part whole
-    return aggregates(ev)
+    return aggregates(ev, classified=not bundle.stateful)
+
+
+#: Column name prefix of a field's raw value (uint64) in a stateful part (:func:`stateful_columns`).
+RAW = "subc:raw:"
+
+
+def stateful_columns(bundle: Bundle, ev: Evaluated) -> dict[str, pa.Array]:
+    """Per classified message of ``ev``, what the stateful pass needs besides :func:`message_rows`:
+    every query field's raw value (``subc:raw:<field>``, uint64), the capture time
+    (``subc:arrival_ns``, int64 ns, -1 unknown or a BinaryFILE), the type key, the second of the day
+    and whether the length prefix was 0 (for :func:`aggregates`)."""
+    mask, buf = ev.mask, ev.buf
+    out = {RAW + f: pa.array(ev.vd.values[f][mask].astype(np.uint64)) for f in bundle.fields}
+    times = buf.times[mask] if buf.times is not None else np.full(int(mask.sum()), -1, np.int64)
+    out["subc:arrival_ns"] = pa.array(times.astype(np.int64))
+    out["subc:type_key"] = pa.array(ev.vd.type_key[mask].astype(np.int64))
+    out["subc:second"] = pa.array(np.clip(message_times(ev.vd)[mask] // NS_PER_S, 0, 99_999).astype(np.int64))
+    zero = buf.zero_length[mask] if buf.zero_length is not None else np.zeros(int(mask.sum()), bool)
+    out["subc:zero_length"] = pa.array(zero.astype(bool))
+    return out
 
 
 #: The name of the merged time field of :class:`~.gather.VectorDecoder` (see :data:`TIME_FIELD_NAMES`).
@@ -134,29 +162,40 @@ def message_times(vd: VectorDecoded) -> np.ndarray:
     return t.astype(np.int64) if t is not None else np.zeros(len(vd.status), dtype=np.int64)
 
 
-def aggregates(ev: Evaluated) -> pa.RecordBatch:
+def aggregates(ev: Evaluated, classified: bool = True) -> pa.RecordBatch:
     """Counts of an evaluated split in :data:`AGGREGATE_SCHEMA`: messages per (class key, decision)
     over its classified messages, and messages, bytes and zero-length prefixes per (type key,
-    decision or status code, second of the day) over all its messages."""
+    decision or status code, second of the day) over all its messages (``classified=False``: over
+    the messages that are not classified only, and no class rows)."""
     buf = ev.buf
-    # (class_key, decision) over Add Orders
-    order = np.lexsort((ev.codes, ev.keys))
-    k, c = ev.keys[order], ev.codes[order].astype(np.int64)
-    first = np.flatnonzero(np.r_[True, (k[1:] != k[:-1]) | (c[1:] != c[:-1])]) if len(k) else np.zeros(0, np.int64)
-    uniq = np.stack([k[first], c[first]], axis=1)
-    pair_n = np.diff(np.r_[first, len(k)]).astype(np.int64)
-    # (type, decision, second) over every message
-    types = ev.vd.type_key + 1  # 0: no type key
     decision = np.full(len(buf), NOT_CLASSIFIED, dtype=np.int64)
     decision[ev.vd.status == 2] = LENGTH_MISMATCH_CODE
     decision[ev.vd.status == 3] = REJECTED_CODE
     decision[ev.mask] = ev.codes
     second = np.clip(message_times(ev.vd) // NS_PER_S, 0, 99_999)
-    key = (types * 1_000_003 + (decision + 3)) * 100_000 + second  # decision < 10^6, second < 10^5
+    zero = buf.zero_length if buf.zero_length is not None else np.zeros(len(buf), dtype=bool)
+    rows = slice(None) if classified else ~ev.mask
+    keys = ev.keys if classified else np.zeros(0, np.int64)
+    codes = ev.codes if classified else np.zeros(0, np.int64)
+    return count_rows(keys, codes, ev.vd.type_key[rows], decision[rows], second[rows], buf.lengths[rows], zero[rows])
+
+
+def count_rows(keys: np.ndarray, codes: np.ndarray, type_key: np.ndarray, decision: np.ndarray, second: np.ndarray,
+               lengths: np.ndarray, zero: np.ndarray) -> pa.RecordBatch:
+    """Rows of :data:`AGGREGATE_SCHEMA`: messages per (class key ``keys``, decision ``codes``)
+    (classified messages), then messages, bytes (``lengths``) and zero-length prefixes (``zero``)
+    per (``type_key`` (-1: none), ``decision`` (code or status), ``second``) over other arrays of
+    messages."""
+    order = np.lexsort((codes, keys))
+    k, c = keys[order], codes[order].astype(np.int64)
+    first = np.flatnonzero(np.r_[True, (k[1:] != k[:-1]) | (c[1:] != c[:-1])]) if len(k) else np.zeros(0, np.int64)
+    uniq = np.stack([k[first], c[first]], axis=1) if len(k) else np.zeros((0, 2), np.int64)
+    pair_n = np.diff(np.r_[first, len(k)]).astype(np.int64)
+    types = type_key.astype(np.int64) + 1  # 0: no type key
+    key = (types * 1_000_003 + (decision.astype(np.int64) + 3)) * 100_000 + second  # decision < 10^6, second < 10^5
     k_uniq, k_inv = np.unique(key, return_inverse=True)
     n = np.bincount(k_inv, minlength=len(k_uniq))
-    nbytes = np.bincount(k_inv, weights=buf.lengths, minlength=len(k_uniq)).astype(np.int64)
-    zero = buf.zero_length if buf.zero_length is not None else np.zeros(len(buf), dtype=bool)
+    nbytes = np.bincount(k_inv, weights=lengths, minlength=len(k_uniq)).astype(np.int64)
     nzero = np.bincount(k_inv, weights=zero, minlength=len(k_uniq)).astype(np.int64)
     k_sec = k_uniq % 100_000
     k_dec = (k_uniq // 100_000) % 1_000_003 - 3
@@ -189,14 +228,7 @@ def message_rows(bundle: Bundle, ev: Evaluated, file_index: int, ports: list[tup
     are the subscribers of decision ``code``."""
     buf, mask = ev.buf, ev.mask
     rows = np.flatnonzero(mask)
-    counts = np.array([len(p) for p in ports], dtype=np.int32)
-    flat = np.array([x for p in ports for x in p], dtype=np.int32)
-    first = np.r_[0, np.cumsum(counts)[:-1]].astype(np.int64)
-    per = counts[ev.codes] if len(counts) else np.zeros(len(rows), np.int32)
-    offsets = np.r_[0, np.cumsum(per)].astype(np.int32)
-    take = np.repeat(first[ev.codes] - offsets[:-1], per) + np.arange(offsets[-1]) if len(counts) else \
-        np.zeros(0, np.int64)
-    subscribers = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat[take] if len(flat) else np.zeros(0, np.int32)))
+    subscribers = subscriber_lists(ev.codes, ports)
     status = pa.array(["ok" if s == 0 else "unknown_type" for s in ev.vd.status[rows]], pa.string())
     return pa.RecordBatch.from_arrays(
         [
@@ -213,6 +245,18 @@ def message_rows(bundle: Bundle, ev: Evaluated, file_index: int, ports: list[tup
         ],
         names=[c.split()[0] for c in rows_schema(bundle).split(", ")],
     )
+
+
+def subscriber_lists(codes: np.ndarray, ports: list[tuple[int, ...]]) -> pa.ListArray:
+    """Per message, the subscribers (ports, int32) of its decision code (``ports[code]``)."""
+    counts = np.array([len(p) for p in ports], dtype=np.int32)
+    flat = np.array([x for p in ports for x in p], dtype=np.int32)
+    first = np.r_[0, np.cumsum(counts)[:-1]].astype(np.int64)
+    per = counts[codes] if len(counts) else np.zeros(len(codes), np.int32)
+    offsets = np.r_[0, np.cumsum(per)].astype(np.int32)
+    take = np.repeat(first[codes] - offsets[:-1], per) + np.arange(offsets[-1]) if len(counts) else \
+        np.zeros(0, np.int64)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat[take] if len(flat) else np.zeros(0, np.int32)))
 
 
 def representatives(classes: ValueClasses, keys: np.ndarray) -> dict[str, np.ndarray]:

@@ -66,7 +66,7 @@ def pad(buf: MessageBuffer) -> MessageBuffer:
     """``buf`` with 64 zero bytes after its data, so that gathers past a short last message stay in
     bounds."""
     return MessageBuffer(np.concatenate([buf.data, np.zeros(64, np.uint8)]), buf.starts, buf.lengths, buf.positions,
-                         buf.indexes, buf.zero_length)
+                         buf.indexes, buf.zero_length, buf.times)
 
 
 def field_columns(vector: VectorDecoder, vd: VectorDecoded, rows: np.ndarray) -> list[pa.Array]:

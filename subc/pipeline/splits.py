@@ -80,7 +80,8 @@ class MessageBuffer:
     ``lengths`` (int32, bytes), ``positions`` (int64: BinaryFILE byte offset of the length prefix, or
     pcap frame number) and ``indexes`` (int32: message index in its MoldUDP64 packet, 0 for
     BinaryFILE) and ``zero_length`` (bool: the length prefix was 0 and the length was taken from the
-    message type; None for pcap)."""
+    message type; None for pcap) and ``times`` (int64: a capture's time of the message's frame in
+    ns since the epoch, -1 when the record has none; None for BinaryFILE)."""
 
     data: np.ndarray
     starts: np.ndarray
@@ -88,6 +89,7 @@ class MessageBuffer:
     positions: np.ndarray
     indexes: np.ndarray
     zero_length: np.ndarray | None = None
+    times: np.ndarray | None = None
 
     @property
     def zero_length_fallbacks(self) -> int:
@@ -294,17 +296,19 @@ def read_pcap(path: str, udp_port: int | None = None, ports=None, stats: Capture
     else:
         feed = detect_feed_ports(path, stats)
     body = bytearray()
-    starts, lengths, frames, indexes = array("q"), array("i"), array("q"), array("i")
+    starts, lengths, frames, indexes, times = array("q"), array("i"), array("q"), array("i"), array("q")
     for dg, pkt in iter_moldudp64(read_datagrams(path, feed, stats, strict), stats, strict, path):
+        t = dg.time_ns if dg.time_ns is not None else -1
         for i, msg in enumerate(pkt.messages):
             starts.append(len(body))
             lengths.append(len(msg))
             frames.append(dg.frame)
             indexes.append(i)
+            times.append(t)
             body += msg
 
     def arr(a, dt):
         return np.frombuffer(a, dtype=dt).copy() if len(a) else np.zeros(0, dt)
 
     return MessageBuffer(np.frombuffer(bytes(body), dtype=np.uint8), arr(starts, np.int64), arr(lengths, np.int32),
-                         arr(frames, np.int64), arr(indexes, np.int32))
+                         arr(frames, np.int64), arr(indexes, np.int32), times=arr(times, np.int64))

@@ -131,6 +131,12 @@ class PipelineEvaluator:
     lengths n) and returns the decision code per packet (int64 array of n, indexes into
     :attr:`decisions`).  Raises ValueError for a document that is not ``subc-entries`` or a key on
     a field missing from ``fields``.
+
+    With comparisons on state (the document's ``state`` section, README "Stateful
+    subscriptions") the pipeline runs in two parts around the registers: :meth:`run` over
+    :attr:`head_steps` (the header stages and the update table) gives each packet's state and
+    update mask (an index into :attr:`masks`), the caller computes the state values, and
+    :meth:`run` over :attr:`tail_steps` with them (``meta``) gives the decisions.
     """
 
     def __init__(self, doc: dict):
@@ -138,6 +144,17 @@ class PipelineEvaluator:
             raise ValueError("not a subc entries.json document")
         self.tables = {t["name"]: TableIndex(t) for t in doc["tables"]}
         self.steps = [(s["table"], s["on_miss"]) for s in doc["pipeline"]]
+        state = doc.get("state")
+        #: the document's ``state`` section (None without comparisons on state)
+        self.state_doc = state
+        self.update_table = state["update_table"] if state else None
+        self.count_table = state.get("count_table") if state else None
+        cut = next((i + 1 for i, (t, _) in enumerate(self.steps) if t == self.update_table), len(self.steps))
+        #: the steps up to the update table (all steps without state) and the steps after it
+        self.head_steps, self.tail_steps = self.steps[:cut], self.steps[cut:]
+        #: the distinct update masks of the update and count tables (``subc_update``, ``subc_count``)
+        self.masks: list[int] = []
+        self._mask_ids: dict[int, int] = {}
         self.groups = {g["group"]: tuple(sorted(g["ports"])) for g in doc["multicast_groups"]}
         self.initial_state = doc["initial_state"]
         self.state_key = doc["state_key"]
@@ -145,7 +162,8 @@ class PipelineEvaluator:
         self.decisions: list[Decision] = []
         self._codes: dict[Decision, int] = {}
         self.default_code = self.code_of(self._decision(doc["default_action"]["action"], doc["default_action"]["params"]))
-        # per table: per entry (kind, value): kind 0 set_state, 1 set_code, 2 decision, 3 nothing
+        # per table: per entry (kind, value): kind 0 set_state, 1 set_code, 2 decision, 3 nothing,
+        # 4 update mask (value: index into self.masks)
         self._acts: dict[str, tuple[np.ndarray, np.ndarray, tuple[int, int]]] = {}
         for name, t in self.tables.items():
             kinds, vals = [], []
@@ -173,14 +191,32 @@ class PipelineEvaluator:
             return 1, params["code"]
         if action == "NoAction":
             return 3, 0
+        if action in ("subc_update", "subc_count"):
+            mask = params["mask"]
+            if mask not in self._mask_ids:
+                self._mask_ids[mask] = len(self.masks)
+                self.masks.append(mask)
+            return 4, self._mask_ids[mask]
         return 2, self.code_of(self._decision(action, params))
 
     def decide(self, fields: dict[str, np.ndarray]) -> np.ndarray:
-        n = len(next(iter(fields.values()))) if fields else 0
-        state = np.full(n, self.initial_state, dtype=np.uint64)
-        code = np.zeros(n, dtype=np.uint64)
+        if self.update_table is not None:
+            raise ValueError("the tables compare state: run head_steps, the registers, then tail_steps")
+        return self.run(fields).decisions()
+
+    def run(self, fields: dict[str, np.ndarray], steps: list | None = None, meta: dict[str, np.ndarray] | None = None,
+            state: np.ndarray | None = None, code: np.ndarray | None = None) -> "Run":
+        """Run ``steps`` (default: every step) on the packets ``fields`` (as :meth:`decide`);
+        ``meta``: more key columns by full key name (state values, ``meta.subc_v0``); ``state`` and
+        ``code``: the packets' state and code fields when the steps start mid-pipeline (default:
+        the initial state, code 0).  Raises ValueError for a key on a missing column."""
+        meta = meta or {}
+        n = len(state) if state is not None else (len(next(iter(fields.values()))) if fields else 0)
+        state = np.full(n, self.initial_state, dtype=np.uint64) if state is None else state.astype(np.uint64)
+        code = np.zeros(n, dtype=np.uint64) if code is None else code.astype(np.uint64)
         result = np.full(n, -1, dtype=np.int64)
-        for table_name, on_miss in self.steps:
+        mask = np.full(n, -1, dtype=np.int64)
+        for table_name, on_miss in self.steps if steps is None else steps:
             pending = np.ones(n, dtype=bool)  # packets for which this step is not finished
             for name in (table_name, on_miss):
                 if name is None:
@@ -194,6 +230,8 @@ class PipelineEvaluator:
                         vals.append(state[idx])
                     elif key == self.code_key:
                         vals.append(code[idx])
+                    elif key in meta:
+                        vals.append(meta[key][idx])
                     else:
                         field = key.split(".", 1)[1]
                         if field not in fields:
@@ -210,9 +248,24 @@ class PipelineEvaluator:
                     target[idx[sel]] = val[sel].astype(np.uint64)
                 sel = kind == 2
                 result[idx[sel]] = val[sel]
+                sel = kind == 4
+                mask[idx[sel]] = val[sel]
                 done = is_hit | (name == on_miss)
                 pending[idx[done]] = False
                 if not pending.any():
                     break
-        result[result < 0] = self.default_code
-        return result
+        return Run(state, code, result, mask, self.default_code)
+
+
+class Run:
+    """The outcome of :meth:`PipelineEvaluator.run` on n packets: ``state`` and ``code`` (uint64),
+    ``result`` (decision code, -1 where no step decided), ``mask`` (the update or count table's
+    mask as an index into :attr:`PipelineEvaluator.masks`, -1 where none ran)."""
+
+    def __init__(self, state: np.ndarray, code: np.ndarray, result: np.ndarray, mask: np.ndarray, default_code: int):
+        self.state, self.code, self.result, self.mask = state, code, result, mask
+        self.default_code = default_code
+
+    def decisions(self) -> np.ndarray:
+        """The decision codes (int64), the default action's where no step decided."""
+        return np.where(self.result < 0, self.default_code, self.result)

@@ -1,0 +1,165 @@
+"""`subc analyze` with comparisons on state (README "Stateful subscriptions", "The data pipeline").
+
+Hypothesis draws stateful rule sets over the ITCH example spec (aggregates; named counters with
+rate limits and sums) and timed ITCH messages built with scapy from values (times stepping onto
+and around window boundaries, sometimes back), written as one or two BinaryFILE traces (time in
+the message, ``query_time``) or as a nanosecond pcap of MoldUDP64 datagrams (time = capture
+time, no time field).  The job's tasks (:func:`~subc.pipeline.evaluate.process_split`, run here
+in a plain loop over splits as small as the planner allows) and the stateful pass must give every
+message exactly the ports that :class:`~subc.runtime.stateful_reference.StatefulReference`
+decides from the drawn values, in order, across splits and files.  The Spark job itself runs in
+``tests/test_pipeline_spark.py``.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from subc.compiler.driver import compile_rules
+from subc.compiler.rules import parse_rules
+from subc.compiler.spec import parse_spec
+from subc.errors import SubcError
+from subc.pipeline.analyze import make_bundle
+from subc.pipeline.evaluate import process_split
+from subc.pipeline.stateful_pass import StatefulPass
+from subc.runtime.stateful_reference import StatefulReference
+from test_p4_multi_message import frame, mold_payload
+from test_stateful_bmv2 import COUNTER_SPEC, TIMED_SPEC, Clock, itch_counter_rules, itch_stateful_rules, timed_itch_message
+
+SETTINGS = settings(max_examples=40, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+#: the spec without a time field: aggregates over windows of capture time
+ARRIVAL_SPEC = TIMED_SPEC.replace("@pragma query_time(add_order.timestamp, ns)\n", "")
+
+
+def run_job(res, traces: list[str], split_bytes: int, work) -> tuple[list[list[int]], object]:
+    """Every classified message's ports (in trace order) from the job's tasks and stateful pass."""
+    bundle = make_bundle(res, traces, split_bytes)
+    stage, final = work / "stage", work / "final"
+    stage.mkdir()
+    final.mkdir()
+    ports = [d.ports for d in bundle.tables.decisions]
+    spass = StatefulPass(res, bundle, traces)
+    for i in range(len(bundle.splits)):
+        process_split(bundle, i, str(stage), ports)
+    for i in range(len(bundle.splits)):
+        spass.split(i, stage / f"part-{i:05d}.parquet", final / f"part-{i:05d}.parquet")
+    assert not list(stage.iterdir())
+    rows = []
+    for i in range(len(bundle.splits)):
+        t = pq.read_table(final / f"part-{i:05d}.parquet")
+        assert not [c for c in t.column_names if c.startswith("subc:")]
+        rows += [sorted(p) for p in t.column("subscribers").to_pylist()]
+    return rows, spass.finish()
+
+
+def binaryfile(msgs: list[bytes]) -> bytes:
+    """A BinaryFILE: each message after its 2-byte big-endian length."""
+    return b"".join(struct.pack(">H", len(m)) + m for m in msgs)
+
+
+def drawn_messages(data, n_max: int = 60):
+    clock = Clock(data.draw(st.integers(0, 3000), label="start"))
+    return [data.draw(timed_itch_message(clock)) for _ in range(data.draw(st.integers(1, n_max), label="n"))]
+
+
+def reference_ports(res, spec, msgs, times=None) -> list[list[int]]:
+    """Per classified message, in order, the reference's ports: every message when the rules test
+    no header (``count() > 2``), else the Add Orders (values not None)."""
+    ref = StatefulReference(res.rules, spec)
+    out = []
+    for i, (_, values) in enumerate(msgs):
+        if values is not None or not res.pipeline.headers:
+            t = (values or {}).get("add_order.timestamp", 0) if times is None else times[i]
+            out.append(sorted(ref.decide(values or {}, t).ports))
+    return out
+
+
+def compiled(spec_text: str, rules_text: str, tmp):
+    spec = parse_spec(spec_text, str(tmp / "spec.p4"))
+    rules = parse_rules(rules_text, spec)
+    return spec, rules, compile_rules(rules, spec, "bmv2")
+
+
+@SETTINGS
+@given(rules_text=st.one_of(itch_stateful_rules(), itch_counter_rules()), data=st.data())
+def test_binaryfile_traces_agree_with_the_reference(tmp_path_factory, rules_text, data):
+    tmp = tmp_path_factory.mktemp("an")
+    spec_text = COUNTER_SPEC if "seen" in rules_text or "volume" in rules_text else TIMED_SPEC
+    spec, rules, res = compiled(spec_text, rules_text, tmp)
+    msgs = drawn_messages(data)
+    cut = data.draw(st.integers(0, len(msgs)), label="second file from")  # one stream over two files
+    traces = []
+    for k, part in enumerate((msgs[:cut], msgs[cut:])):
+        if part:
+            p = tmp / f"t{k}.bin"
+            p.write_bytes(binaryfile([m for m, _ in part]))
+            traces.append(str(p))
+    split_bytes = data.draw(st.sampled_from([0, 1, 200, 600]), label="split bytes")
+    got, outcome = run_job(res, traces, split_bytes, tmp)
+    assert got == reference_ports(res, spec, msgs)
+    assert outcome.disagreements == 0
+
+
+def nano_pcap(frames: list[tuple[int, bytes]]) -> bytes:
+    """A nanosecond-resolution pcap (magic a1b23c4d) of Ethernet ``frames`` (time in ns, bytes)."""
+    out = struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, 65535, 1)
+    for t, f in frames:
+        out += struct.pack("<IIII", t // 1_000_000_000, t % 1_000_000_000, len(f), len(f)) + f
+    return out
+
+
+@SETTINGS
+@given(rules_text=itch_stateful_rules(), data=st.data())
+def test_capture_times_agree_with_the_reference(tmp_path_factory, rules_text, data):
+    """No time field: each message's time is its datagram's capture time (ns), which the test
+    writes into the pcap records; datagrams carry 1 to 3 messages."""
+    tmp = tmp_path_factory.mktemp("an")
+    spec, rules, res = compiled(ARRIVAL_SPEC, rules_text, tmp)
+    msgs = drawn_messages(data)
+    frames, times, seq, i = [], [], 1, 0
+    t = 1_700_000_000_000_000_000 + data.draw(st.integers(0, 5000), label="t0")
+    while i < len(msgs):
+        k = data.draw(st.integers(1, 3), label="per datagram")
+        t = max(0, t + data.draw(st.sampled_from([0, 1, 999, 1000, 1001, 5000, -1, -1000]), label="dt"))
+        group = msgs[i:i + k]
+        frames.append((t, frame(mold_payload([m for m, _ in group], seq), 26400)))
+        times += [t] * len(group)
+        seq += len(group)
+        i += k
+    p = tmp / "t.pcap"
+    p.write_bytes(nano_pcap(frames))
+    got, outcome = run_job(res, [str(p)], 0, tmp)
+    assert got == reference_ports(res, spec, msgs, times)
+    assert outcome.disagreements == 0
+
+
+def test_a_split_boundary_inside_a_window_carries_the_registers(tmp_path):
+    """avg over one window spanning every split: the 3rd and later BOB orders see the running
+    average of all before them, whichever split they are in."""
+    spec, rules, res = compiled(TIMED_SPEC, 'add_order.stock == "BOB" and avg(add_order.price) > 15 : fwd(1);\n',
+                                tmp_path)
+    from test_p4_multi_message import _itch_classes
+
+    AddOrder = _itch_classes()[0]
+    prices = [100000, 100000, 400000, 100000, 100000, 100000, 400000, 400000]  # $10, $10, $40, ...
+    msgs = [bytes(AddOrder(type=b"A", timestamp=i, side=b"B", shares=1, stock=b"BOB".ljust(8), price=p))
+            for i, p in enumerate(prices)]
+    (tmp_path / "t.bin").write_bytes(binaryfile(msgs))
+    got, _ = run_job(res, [str(tmp_path / "t.bin")], 40, tmp_path)
+    avg = np.cumsum(prices) / np.arange(1, len(prices) + 1)
+    assert got == [[1] if a > 150000 else [] for a in avg]
+    assert make_bundle(res, [str(tmp_path / "t.bin")], 40).splits[1:]  # several splits
+
+
+def test_windows_of_arrival_time_refuse_a_binaryfile(tmp_path):
+    spec, rules, res = compiled(ARRIVAL_SPEC, "count(window=5) > 2 : fwd(1);\n", tmp_path)
+    (tmp_path / "t.bin").write_bytes(b"")
+    with pytest.raises(SubcError, match="no arrival times.*query_time"):
+        make_bundle(res, [str(tmp_path / "t.bin")])
