@@ -30,12 +30,29 @@ from subc.pipeline.evaluate import process_split
 from subc.pipeline.stateful_pass import StatefulPass
 from subc.runtime.stateful_reference import StatefulReference
 from test_p4_multi_message import frame, mold_payload
-from test_stateful_bmv2 import COUNTER_SPEC, TIMED_SPEC, Clock, itch_counter_rules, itch_stateful_rules, timed_itch_message
+from test_p4_multi_message import SYMBOLS
+from test_stateful_bmv2 import (COUNTER_SPEC, LITERALS, TIMED_SPEC, Clock, itch_counter_rules, itch_stateful_rules,
+                                timed_itch_message)
 
 SETTINGS = settings(max_examples=40, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 #: the spec without a time field: aggregates over windows of capture time
 ARRIVAL_SPEC = TIMED_SPEC.replace("@pragma query_time(add_order.timestamp, ns)\n", "")
+
+
+@st.composite
+def with_stateless_rules(draw, stateful):
+    """A ``stateful`` rule set (strategy) with 0 to 3 rules without state mixed in (a stock, or a
+    range of shares), so that a message's decision combines rules decided one message at a time
+    with rules decided by value class."""
+    lines = draw(stateful).splitlines()
+    for _ in range(draw(st.integers(0, 3))):
+        port = draw(st.integers(1, 6))
+        if draw(st.booleans()):
+            lines.append(f'add_order.stock == "{draw(st.sampled_from(SYMBOLS))}" : fwd({port});')
+        else:
+            lines.append(f"add_order.shares >= {draw(st.sampled_from(LITERALS['add_order.shares']))} : fwd({port});")
+    return "\n".join(draw(st.permutations(lines))) + "\n"
 
 
 def run_job(res, traces: list[str], split_bytes: int, work) -> tuple[list[list[int]], object]:
@@ -88,7 +105,7 @@ def compiled(spec_text: str, rules_text: str, tmp):
 
 
 @SETTINGS
-@given(rules_text=st.one_of(itch_stateful_rules(), itch_counter_rules()), data=st.data())
+@given(rules_text=with_stateless_rules(st.one_of(itch_stateful_rules(), itch_counter_rules())), data=st.data())
 def test_binaryfile_traces_agree_with_the_reference(tmp_path_factory, rules_text, data):
     tmp = tmp_path_factory.mktemp("an")
     spec_text = COUNTER_SPEC if "seen" in rules_text or "volume" in rules_text else TIMED_SPEC
@@ -116,7 +133,7 @@ def nano_pcap(frames: list[tuple[int, bytes]]) -> bytes:
 
 
 @SETTINGS
-@given(rules_text=itch_stateful_rules(), data=st.data())
+@given(rules_text=with_stateless_rules(itch_stateful_rules()), data=st.data())
 def test_capture_times_agree_with_the_reference(tmp_path_factory, rules_text, data):
     """No time field: each message's time is its datagram's capture time (ns), which the test
     writes into the pcap records; datagrams carry 1 to 3 messages."""

@@ -130,11 +130,22 @@ def _eval_shape(shape: tuple, C: np.ndarray, reps: dict[str, np.ndarray], j: int
 @dataclass
 class ReferenceResult:
     """Per representative the decision (:class:`Decision`), per rule its hits (messages, weighted
-    by the representatives' ``counts``), and per representative how many rules matched."""
+    by the representatives' ``counts``), and per representative how many rules matched;
+    ``action_sets`` (the distinct action sets of the rules, K) and ``matched_sets`` (bool, K x T:
+    whether a rule with action set k matched representative t)."""
 
     decisions: list[Decision]
     rule_hits: np.ndarray
     matched_rules: np.ndarray
+    action_sets: list[frozenset]
+    matched_sets: np.ndarray
+
+    def atoms(self, t: int) -> frozenset:
+        """The union of the action sets of the rules representative ``t`` matched."""
+        out: frozenset = frozenset()
+        for k in np.flatnonzero(self.matched_sets[:, t]):
+            out |= self.action_sets[k]
+        return out
 
 
 def _index_column(shape: tuple) -> tuple[str, int] | None:
@@ -225,7 +236,7 @@ def evaluate_rules(rules: list[Rule], spec: Spec, reps: dict[str, np.ndarray], c
                 continue  # no representative has this value: these rules match nothing
             sel = rule_order[a:b]
             block(shape, idx_arr[sel], C[sel], rep_order[lo:hi])
-    return ReferenceResult(_combine_sets(asets, acc, spec), hits, matched)
+    return ReferenceResult(_combine_sets(asets, acc, spec), hits, matched, asets, acc)
 
 
 def _combine_sets(asets: list[frozenset], acc: np.ndarray, spec: Spec) -> list[Decision]:

@@ -11,12 +11,14 @@ order (the traces are one stream, in the order given; a file's messages in file 
   (:class:`~.state_np.StateRegisters`, carried from split to split), then the state-value stages.
   A rule set with named counters (whose updates depend on each message's decision) runs message by
   message through the table simulator (:class:`~subc.runtime.simulator.TableSimulator`) instead;
-* **reference**: :class:`~subc.runtime.stateful_reference.StatefulReference` evaluates the rules
-  on the values, one message at a time, for the messages that can match a rule with a comparison
-  on state or update a named counter (a message that matches no rule's stateless part touches no
-  aggregate, and one that matches no rule with a counter update touches no counter, so the
-  reference gives the others the decision of their stateless rules, decided once per value class
-  by :func:`~.reference_np.evaluate_rules`, which shares nothing with the tables).
+* **reference**: the rules split in two.  The *state rules* (those with a comparison on state or a
+  counter update) are evaluated on the values by
+  :class:`~subc.runtime.stateful_reference.StatefulReference`, one message at a time, for the
+  messages that match some state rule's stateless part (any other message matches no state rule
+  and updates nothing: a rule's aggregates are updated by the messages matching its stateless part,
+  a counter by the messages matching a rule that updates it).  The *other rules* are evaluated
+  once per value class by :func:`~.reference_np.evaluate_rules` (which shares nothing with the
+  tables); a message's decision combines the actions of both (:func:`~subc.compiler.decisions.decide`).
 
 Any message whose two decisions differ is a disagreement.  Each split's final
 ``messages.parquet`` part (subscribers and decision filled in) replaces its staging part.
@@ -32,10 +34,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from ..compiler.ast import evaluate, state_predicates
-from ..compiler.decisions import COUNT_ATOM
+from ..compiler.ast import state_predicates
+from ..compiler.decisions import COUNT_ATOM, decide
 from ..errors import SubcError
-from ..runtime.reference import combine
+from ..runtime.reference import default_decision
 from ..runtime.stateful_reference import StatefulReference
 from .evaluate import RAW, Bundle, count_rows, representatives, subscriber_lists
 from .reference_np import evaluate_rules
@@ -82,60 +84,58 @@ class StatefulPass:
         else:
             self.simulator = None
             self.registers = StateRegisters(state, self.tables.masks)
-        self.reference = StatefulReference(res.rules, res.spec)
-        self.stateful_rules = [r for r in res.rules if state_predicates(r.condition)]
-        self.stateless_rules = [r for r in res.rules if not state_predicates(r.condition)]
-        self.count_rules = [r for r in self.stateless_rules if any(a[0] == COUNT_ATOM for a in r.atoms())]
-        #: class key -> (evaluated one by one, reference decision code, rules matched)
-        self.keys: dict[int, tuple[bool, int, int]] = {}
-        self.key_counts: Counter = Counter()  # messages per class key decided by class
+        #: the rules that touch state (a comparison on state or a counter update), evaluated one
+        #: message at a time, and the others, evaluated once per value class
+        self.state_rules = [r for r in res.rules
+                            if state_predicates(r.condition) or any(a[0] == COUNT_ATOM for a in r.atoms())]
+        touching = {r.index for r in self.state_rules}
+        self.other_rules = [r for r in res.rules if r.index not in touching]
+        self.reference = StatefulReference(self.state_rules, res.spec)
+        self.default = default_decision(res.spec)
+        #: class key -> (the state rules whose stateless part its messages match, in rule order: the
+        #: message is evaluated one by one when there are any; the other rules' decision code, their
+        #: atoms, how many of them matched)
+        self.keys: dict[int, tuple[tuple, int, frozenset, int]] = {}
+        self.key_counts: Counter = Counter()  # messages per class key, for the other rules' hits
         self.out = StatefulOutcome(rule_hits=np.zeros(len(res.rules), np.int64), tables_one_by_one=self.counters)
 
     # -- reference -------------------------------------------------------------------------------
     def _classify_keys(self, keys: np.ndarray) -> None:
-        """Decide the new class keys of ``keys``: one by one or by class (see the module docstring)."""
+        """The other rules on the new class keys of ``keys``, and whether a message of the key can
+        touch state (it matches some state rule's stateless part: see the module docstring)."""
         new = np.array(sorted({int(k) for k in keys} - set(self.keys)), dtype=np.int64)
         if not len(new):
             return
         reps = representatives(self.bundle.classes, new)
-        by_class = []
+        ref = evaluate_rules(self.other_rules, self.res.spec, reps, np.ones(len(new), np.int64))
         for t, k in enumerate(new):
             packet = {f: int(v[t]) for f, v in reps.items()}
-            one = (any(self.reference.relevant(r, packet) for r in self.stateful_rules)
-                   or any(evaluate(r.condition, packet) for r in self.count_rules))
-            if one:
-                self.keys[int(k)] = (True, -1, -1)
-            else:
-                by_class.append(t)
-        if by_class:
-            sel = np.array(by_class, dtype=np.int64)
-            ref = evaluate_rules(self.stateless_rules, self.res.spec, {f: v[sel] for f, v in reps.items()},
-                                 np.ones(len(sel), np.int64))
-            for j, t in enumerate(sel):
-                self.keys[int(new[t])] = (False, self.tables.code_of(ref.decisions[j]), int(ref.matched_rules[j]))
+            relevant = tuple(r for r in self.state_rules if self.reference.relevant(r, packet))
+            self.keys[int(k)] = (relevant, self.tables.code_of(ref.decisions[t]), ref.atoms(t), int(ref.matched_rules[t]))
 
     def _reference(self, cols: dict[str, np.ndarray], keys: np.ndarray, arrival: np.ndarray, where) -> np.ndarray:
         """The reference decision code per message of a split."""
         self._classify_keys(keys)
         n = len(keys)
         info = [self.keys[int(k)] for k in keys]
-        codes = np.array([c for _, c, _ in info], dtype=np.int64) if n else np.zeros(0, np.int64)
-        one = np.array([o for o, _, _ in info], dtype=bool) if n else np.zeros(0, bool)
-        for k, c in Counter(int(k) for k, o in zip(keys, one) if not o).items():
+        codes = np.array([c for _, c, _, _ in info], dtype=np.int64) if n else np.zeros(0, np.int64)
+        one = np.array([bool(o) for o, _, _, _ in info], dtype=bool) if n else np.zeros(0, bool)
+        for k, c in Counter(int(k) for k in keys).items():
             self.key_counts[k] += c
-            if self.keys[k][2] == 0:
-                self.out.no_match += c
+        self.out.no_match += sum(1 for o, _, _, m in info if not o and m == 0)
         fields = list(cols)
         ref = self.reference
         for i in np.flatnonzero(one):
             packet = {f: int(cols[f][i]) for f in fields}
             t = ref.message_time(packet, int(arrival[i]) if arrival[i] >= 0 else None, f"{where(i)}: ")
-            matched = ref.matched(packet, t)
+            candidates, _, atoms, others = info[i]
+            matched = ref.matched(packet, t, candidates)
             for r in matched:
                 self.out.rule_hits[r.index] += 1
-            if not matched:
+                atoms = atoms | r.atoms()
+            if not matched and not others:
                 self.out.no_match += 1
-            codes[i] = self.tables.code_of(combine(matched, self.res.spec))
+            codes[i] = self.tables.code_of(decide(atoms, self.default))
         self.out.one_by_one += int(one.sum())
         return codes
 
@@ -206,12 +206,12 @@ class StatefulPass:
         staging.unlink()
 
     def finish(self) -> StatefulOutcome:
-        """The outcome, with the rule hits of the messages decided by class added."""
+        """The outcome, with the other rules' hits (by value class) added."""
         if self.key_counts:
             ks = np.array(sorted(self.key_counts), dtype=np.int64)
             counts = np.array([self.key_counts[int(k)] for k in ks], dtype=np.int64)
-            ref = evaluate_rules(self.stateless_rules, self.res.spec, representatives(self.bundle.classes, ks), counts)
-            for r, h in zip(self.stateless_rules, ref.rule_hits):
+            ref = evaluate_rules(self.other_rules, self.res.spec, representatives(self.bundle.classes, ks), counts)
+            for r, h in zip(self.other_rules, ref.rule_hits):
                 self.out.rule_hits[r.index] += int(h)
         self.out.value_classes = len(self.keys)
         return self.out

@@ -126,11 +126,14 @@ class StatefulReference:
         cell = self.counters.get(name)
         return cell[1] if cell is not None and cell[0] == wid else 0
 
-    def matched(self, packet: dict[str, int], time_ns: int) -> list[Rule]:
-        """The rules the next classified message matches (see :meth:`decide`); updates the state."""
+    def matched(self, packet: dict[str, int], time_ns: int, candidates: Sequence[Rule] | None = None) -> list[Rule]:
+        """The rules the next classified message matches (see :meth:`decide`); updates the state.
+        ``candidates``: when given, the caller knows that the message matches no other rule's
+        stateless part, so that no other rule can match it or update anything (a shortcut for
+        callers that decided :meth:`relevant` once for many equal messages)."""
         matched = []
         counts = {name: self.counter(name, time_ns) for name in self.counter_windows}
-        for r in self.rules:
+        for r in self.rules if candidates is None else candidates:
             aggs = self.aggs[r.index]
             if not aggs:
                 if evaluate(r.condition, packet):
