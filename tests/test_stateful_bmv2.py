@@ -343,7 +343,8 @@ OTHER_NAMES = {"add_order.stock": "ao.symbol", "add_order.shares": "ao.qty", "ad
                "add_order.timestamp": "ao.ts", "add_order.buy_sell_indicator": "ao.side"}
 
 
-@pytest.mark.parametrize("spec_name, extra, port, names, rules_text", [
+#: (spec file under tests/specs, pragmas added, feed port, field names by ITCH name, rules)
+OTHER_SPEC_CASES = [
     ("camus_itch_p4_14.p4", "@pragma query_field(add_order.timestamp)\n@pragma query_time(add_order.timestamp, ns)\n",
      1234, {}, 'add_order.stock == "BOB" and avg(add_order.price, window=1000) > 56000 : fwd(1);\n'
                'count(window=500) >= 3 or max(add_order.shares) > 5000 : fwd(2);\n'),
@@ -361,7 +362,10 @@ OTHER_NAMES = {"add_order.stock": "ao.symbol", "add_order.shares": "ao.qty", "ad
      26400, OTHER_NAMES, 'ao.symbol == "BOB" and seen < 2 : fwd(1), inc(seen);\n'
                          'ao.qty > 100 : volume <- sum(ao.qty);\n'
                          'count(volume) > 20000 and ao.px > 25 : fwd(2);\n'),
-])
+]
+
+
+@pytest.mark.parametrize("spec_name, extra, port, names, rules_text", OTHER_SPEC_CASES)
 def test_real_add_orders_on_other_specs(tmp_path, spec_name, extra, port, names, rules_text):
     """The shared sample's first 1,200 Add Orders (real timestamps, windows of 0.5 and 1 ms) in
     MoldUDP64 datagrams of 1 to 4 messages, over a P4_14 spec and a P4_16 spec with other names,
