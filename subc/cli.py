@@ -858,6 +858,10 @@ def analyze_cmd(rules: str, more_traces: tuple, spec_path: str, traces: tuple, m
         click.echo(f"deliveries:      {doc['deliveries']} to {doc['subscribers']} subscribers "
                    f"({doc['unicast']} unicast, {doc['multicast']} multicast, {doc['no_rule_matched']} matched no rule)")
         click.echo(f"bytes:           {b['filtered']} filtered vs {b['broadcast']} broadcast (saving {b['saving']:.1%})")
+        if doc.get("stateful"):
+            st = doc["stateful"]
+            click.echo(f"state:           in trace order: tables {st['tables']}, reference one by one on "
+                       f"{st['reference_one_by_one']} messages")
         click.echo(f"disagreements:   {doc['disagreements']}")
         click.echo(f"time:            {doc['seconds']['total']:.1f} s, {doc['messages_per_second']} messages/s -> {out_dir}/")
     sys.exit(1 if doc["disagreements"] else 0)

@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from subc.compiler.ast import state_predicates
 from subc.compiler.driver import compile_rules
 from subc.compiler.rules import parse_rules
 from subc.compiler.spec import parse_spec
@@ -294,3 +295,47 @@ def test_generic_format_agrees_with_the_reference(tmp_path_factory, rules_text, 
     got, outcome = run_job(res, [str(tmp / "t.bin")], split, tmp)
     assert got == want, rules_text
     assert outcome.disagreements == 0
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(kind=st.sampled_from(["count", "sum", "min", "max", "avg"]), field=st.sampled_from(AGG_FIELDS),
+       window=st.sampled_from([None, 0, 1, 5]), skip=st.sampled_from(VALUES["h.c"]),
+       messages=timed_messages(VALUES, "h.t"), data=st.data())
+def test_aggregate_values_are_exact(tmp_path_factory, kind, field, window, skip, messages, data):
+    """An aggregate updated by the messages whose ``h.c`` differs from a drawn value and compared
+    with ``==`` (``avg``: also ``>=``) against 1 to 3 values it takes on the sequence, or one off:
+    an update that adds or keeps the wrong value, or a window moved at the wrong time, changes
+    some decision of the job (splits of 0 to 200 bytes)."""
+    from fractions import Fraction
+
+    tmp = tmp_path_factory.mktemp("probe")
+    args = ([] if kind == "count" else [field]) + ([f"window={window}"] if window is not None else [])
+    call, cond = f"{kind}({', '.join(args)})", f"h.c != {skip}"
+    spec = parse_spec(GENERIC_SPEC, str(tmp / "spec.p4"))
+    probe = parse_rules(f"{cond} and {call} == 0 : fwd(1);\n", spec)[0]
+    agg = state_predicates(probe.condition)[0].agg
+    ref = StatefulReference([probe], spec)
+    taken = []
+    for t, msg in messages:
+        ref.decide(msg, t)
+        v = ref.value(probe, agg)
+        if v is not None:
+            taken.append(v)
+    lines = []
+    for k, v in enumerate(data.draw(st.lists(st.sampled_from(taken or [0]), min_size=1, max_size=3), label="values")):
+        v = v + data.draw(st.sampled_from([0, 0, 1, -1]), label="off") if v >= 1 else v
+        if kind in ("min", "max", "avg"):  # a literal fits the field
+            v = min(v, (1 << spec.query_fields[field].width) - 1)
+        if isinstance(v, Fraction) and v.denominator != 1:
+            lines.append(f"{cond} and {call} >= {v.numerator // v.denominator} : fwd({k + 1});")
+        else:
+            lines.append(f"{cond} and {call} == {int(v)} : fwd({k + 1});")
+    rules_text = "\n".join(lines) + "\n"
+    spec, rules, res = compiled(GENERIC_SPEC, rules_text, tmp)
+    M, _ = _generic_classes()
+    (tmp / "t.bin").write_bytes(binaryfile([bytes(M(a=m["h.a"], b=m["h.b"], c=m["h.c"], e=m["h.e"], t=t))
+                                            for t, m in messages]))
+    want_ref = StatefulReference(rules, spec)
+    want = [sorted(want_ref.decide(m, t).ports) for t, m in messages]
+    got, _ = run_job(res, [str(tmp / "t.bin")], data.draw(st.sampled_from([0, 1, 60, 200]), label="split"), tmp)
+    assert got == want, rules_text

@@ -251,3 +251,26 @@ def test_analyze_stateful_rules_decide_every_message_as_simulate(spark, tmp_path
     assert sum(len(v) for v in sent.values()) > 100
     rules = pd.read_parquet(out / "rules.parquet")
     assert dict(zip(rules["rule"], rules["hits"])) == {r.index: sim.rule_hits.get(r.index, 0) for r in res.rules}
+
+
+def test_analyze_cli_with_state(tmp_path):
+    """Through the command line: comparisons on state decided in trace order (exit 0, the state
+    line), and windows of arrival time over a BinaryFILE refused (exit 2, nothing written)."""
+    spec = tmp_path / "spec.p4"
+    spec.write_text((EXAMPLE / "spec.p4").read_text() + STATEFUL_EXTRA)
+    rules = tmp_path / "r.sub"
+    rules.write_text(STATEFUL_SETS["counters"])
+    trace = real_sample()
+    r = subprocess.run([sys.executable, "-m", "subc.cli", "analyze", str(rules), "--spec", str(spec), "--trace",
+                        str(trace), "-o", str(tmp_path / "out"), "--master", "local[1]"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "state:           in trace order: tables one by one (named counters), reference one by one on" in r.stdout
+    assert "disagreements:   0" in r.stdout
+    arrival = tmp_path / "arrival.p4"
+    arrival.write_text((EXAMPLE / "spec.p4").read_text())
+    rules.write_text('add_order.stock == "BOB" and count(window=1000) > 2 : fwd(1);\n')
+    r = subprocess.run([sys.executable, "-m", "subc.cli", "analyze", str(rules), "--spec", str(arrival), "--trace",
+                        str(trace), "-o", str(tmp_path / "out2"), "--master", "local[1]"], capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert f"error: {trace}: the rules' aggregates have windows of arrival time, and a BinaryFILE has no arrival" in r.stderr
+    assert not (tmp_path / "out2").exists()
