@@ -274,3 +274,28 @@ def test_analyze_cli_with_state(tmp_path):
     assert r.returncode == 2, r.stderr[-2000:]
     assert f"error: {trace}: the rules' aggregates have windows of arrival time, and a BinaryFILE has no arrival" in r.stderr
     assert not (tmp_path / "out2").exists()
+
+
+def test_validate_takes_comparisons_on_state(spark, tmp_path):
+    """Rules with aggregates and named counters validate (they crashed the tasks before): the same
+    comparison written another way is a duplicate, one with another window or counter is not; an
+    equality and a range on one field (which crashed it too) likewise."""
+    from subc.compiler.spec import parse_spec
+
+    spec = parse_spec((EXAMPLE / "spec.p4").read_text() + STATEFUL_EXTRA, str(tmp_path / "spec.p4"))
+    path = tmp_path / "state.sub"
+    path.write_text('add_order.stock == "BOB" and avg(add_order.price) > 6.20 : fwd(1);\n'
+                    '6.20 < avg(add_order.price) and add_order.stock == "BOB" : fwd(1);\n'
+                    'add_order.stock == "BOB" and avg(add_order.price, window=5) > 6.20 : fwd(1);\n'
+                    'add_order.stock == "BOB" and bob_seen < 3 : fwd(3), inc(bob_seen);\n'
+                    'add_order.stock == "BOB" and volume < 3 : fwd(3), inc(volume);\n'
+                    'add_order.stock == "BOB" and count(bob_seen) < 3 : fwd(3), inc(bob_seen);\n'
+                    'add_order.stock == "BOB" and avg(add_order.prise) > 1 : fwd(1);\n'
+                    # an equality and a range on one field (their canonical forms once failed to sort)
+                    "add_order.price == 5 and add_order.price < 10 : fwd(2);\n"
+                    "add_order.price < 10 and add_order.price == 5 : fwd(2);\n")
+    rep = validate([str(path)], spec, spark=spark)
+    assert rep["rules"] == 8 and rep["errors"] == 1
+    assert f"{path}:7:" in rep["error_messages"][0] and "add_order.prise" in rep["error_messages"][0]
+    assert sorted(sorted(g) for g in rep["duplicate_groups"]) == [
+        sorted([f"{path}:1", f"{path}:2"]), sorted([f"{path}:4", f"{path}:6"]), sorted([f"{path}:8", f"{path}:9"])]

@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..compiler.ast import And, Not, Pred, Rule, predicates
+from ..compiler.ast import And, Not, Pred, Rule, StatePred, predicates
 from ..compiler.gcpause import paused_gc
 from ..compiler.rule_shapes import rule_ends
 from ..compiler.spec import Spec
@@ -75,14 +75,17 @@ def statements(piece: Piece) -> list[Piece]:
 
 def canonical(e) -> tuple:
     """A hashable form of a condition, independent of locations and of and/or operand order."""
-    if isinstance(e, Pred):
+    if isinstance(e, (Pred, StatePred)):
+        # a comparison on state (an aggregate or a named counter) is keyed by its aggregate
+        subject = e.field if isinstance(e, Pred) else ("state", e.agg.kind, e.agg.field, e.agg.window_ns, e.agg.name)
         ops = sorted((o.value, o.prefix_len if o.prefix_len is not None else -1) for o in e.operands)
         if e.op in ("in", "not in", "==", "!="):
-            return ("p", e.field, e.op in ("in", "=="), tuple(ops))
-        return ("p", e.field, e.op, tuple(ops))
+            return ("p", subject, e.op in ("in", "=="), tuple(ops))
+        return ("p", subject, e.op, tuple(ops))
     if isinstance(e, Not):
         return ("not", canonical(e.item))
-    return ("and" if isinstance(e, And) else "or", tuple(sorted(canonical(i) for i in e.items)))
+    # sorted by text: the operands' forms differ (an operator or a flag; a field or an aggregate)
+    return ("and" if isinstance(e, And) else "or", tuple(sorted((canonical(i) for i in e.items), key=repr)))
 
 
 def rule_digest(r: Rule) -> str:

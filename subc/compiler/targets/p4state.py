@@ -177,7 +177,7 @@ def tofino_problems(plan: StatePlan) -> list[str]:
         if i.window_ns and (q == 0 or q & (q - 1)):
             base = (f"the time field {plan.time_field.name} ({unit} ns units)" if plan.time_field is not None
                     else "the arrival time (ns)")
-            out.append(f"aggregate {i.index} ({i.kind}): its window of {i.window_ns / 1000:g} us is not a power of two "
+            out.append(f"aggregate {i.index} ({i.kind}): its window of {i.window_ns // 1000 if i.window_ns % 1000 == 0 else i.window_ns / 1000} us is not a power of two "
                        f"of {base}; Tofino has no divider to find the window (use window=0, or a time field whose "
                        "unit makes the window a power of two, e.g. query_time(h.t, us) with window=1024)")
         if i.field is not None and i.field.width > TOFINO_CELL_BITS:
