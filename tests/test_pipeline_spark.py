@@ -251,6 +251,7 @@ def test_analyze_stateful_rules_decide_every_message_as_simulate(spark, tmp_path
     assert sum(len(v) for v in sent.values()) > 100
     rules = pd.read_parquet(out / "rules.parquet")
     assert dict(zip(rules["rule"], rules["hits"])) == {r.index: sim.rule_hits.get(r.index, 0) for r in res.rules}
+    assert {p: n for p, n in s["copies_per_port"].items() if n} == sim.as_json()["copies_per_port"]
 
 
 def test_analyze_cli_with_state(tmp_path):

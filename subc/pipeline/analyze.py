@@ -36,6 +36,7 @@ import shutil
 import tempfile
 import time
 import warnings
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -109,19 +110,6 @@ def _time_fields(decoder: MessageDecoder) -> list[str]:
             if slot.name in TIME_FIELD_NAMES and 32 <= slot.width <= 64 and slot.instance in inside]
 
 
-def copies_per_port(spark, messages_parquet) -> dict[int, int]:
-    """Datagrams each port receives under the delivery semantics (README, "Delivery semantics";
-    :mod:`subc.runtime.delivery`): one per input datagram holding any message for it, i.e. the
-    distinct (file, datagram) pairs of its messages in ``messages.parquet`` (a capture's datagram
-    is its frame number; a BinaryFILE message, at its own byte offset, is its own datagram)."""
-    from pyspark.sql import functions as F
-
-    rows = (spark.read.parquet(str(messages_parquet))
-            .select("file_index", "position", F.explode("subscribers").alias("port"))
-            .distinct().groupBy("port").count().collect())
-    return {int(r["port"]): int(r["count"]) for r in rows}
-
-
 def _subscribers(rules: list[Rule]) -> list[int]:
     return sorted({a[1] for r in rules for a in r.atoms() if a[0] == "fwd"})
 
@@ -151,7 +139,7 @@ def analyze(res: CompileResult, traces: list[str], out_dir: str | Path, master: 
     message to every subscriber, ``saving`` = 1 - filtered/broadcast); ``disagreements``
     (must be 0) with up to 10 ``disagreement_examples``; ``decisions`` (decision code -> text, as
     in ``messages.parquet``); ``copies_per_port`` (datagrams per port under the delivery semantics,
-    :func:`copies_per_port`); ``value_classes`` (distinct class keys the reference evaluated);
+    :func:`~.evaluate.datagram_copies`); ``value_classes`` (distinct class keys the reference evaluated);
     ``rules``; ``splits``; ``seconds`` (wall time per step) and ``messages_per_second`` (messages
     over the wall time after Spark started).
 
@@ -216,8 +204,11 @@ def analyze(res: CompileResult, traces: list[str], out_dir: str | Path, master: 
             from .stateful_pass import StatefulPass
 
             spass = StatefulPass(res, bundle, traces)
+            say(f"analyze: comparisons on state: {n_splits} split(s) in trace order on the driver")
             for i in range(n_splits):
                 spass.split(i, staging / f"part-{i:05d}.parquet", parts / f"part-{i:05d}.parquet")
+                if n_splits > 1:
+                    say(f"analyze: state: split {i + 1} of {n_splits} ({time.perf_counter() - t:.1f} s)")
             staging.rmdir()
             outcome = spass.finish()
             import pandas as pd
@@ -256,13 +247,14 @@ def analyze(res: CompileResult, traces: list[str], out_dir: str | Path, master: 
             summary["capture"] = _capture_summary(tmp, bundle)
             import pyarrow.parquet as pq
 
-            copies = copies_per_port(spark, tmp / "messages.parquet")
-            summary["copies_per_port"] = {str(p): copies.get(p, 0) for p in sorted(set(per_port) | set(copies))}
+            copies = outcome.copies if stateful else _copies_summary(tmp)
+            summary["copies_per_port"] = {str(p): copies.get(str(p), 0)
+                                          for p in sorted(set(per_port) | {int(q) for q in copies})}
             sp = sorted(per_port)
             pq.write_table(pa.table({"subscriber": pa.array(sp, pa.int32()),
                                      "messages": pa.array([per_port[p][0] for p in sp], pa.int64()),
                                      "bytes": pa.array([per_port[p][1] for p in sp], pa.int64()),
-                                     "datagrams": pa.array([copies.get(p, 0) for p in sp], pa.int64())}),
+                                     "datagrams": pa.array([copies.get(str(p), 0) for p in sp], pa.int64())}),
                            tmp / "subscribers.parquet")
             pq.write_table(pa.table({"rule": pa.array([r.index for r in res.rules], pa.int32()),
                                      "line": pa.array([r.location.line for r in res.rules], pa.int32()),
@@ -316,6 +308,16 @@ def _class_examples(spark, tmp: Path, bad, keys, ref, tables, traces) -> list[di
             examples.append({"file": traces[int(r["file_index"])], "position": int(r["position"]),
                              "index": int(r["index"]), "reference": str(ref_d), "tables": str(got)})
     return examples
+
+
+def _copies_summary(tmp: Path) -> Counter:
+    """Per port (as text), the datagrams it receives: the tasks' ``copies-<split>.json``
+    (:func:`~.evaluate.datagram_copies`) summed (the files are removed)."""
+    total: Counter = Counter()
+    for d in sorted(tmp.glob("copies-*.json")):
+        total.update(json.loads(d.read_text()))
+        d.unlink()
+    return total
 
 
 def _capture_summary(tmp: Path, bundle: Bundle) -> dict | None:

@@ -112,12 +112,11 @@ def process_split(bundle: Bundle, i: int, parts_dir: str | None = None,
     stats = CaptureStats()
     ev = evaluate_split(bundle, i, stats)
     if parts_dir is not None and bundle.splits[i].kind == "pcap":
-        import json
-
-        doc = os.path.join(os.path.dirname(parts_dir), f"capture-{i:05d}.json")
-        with open(doc + f".{os.getpid()}", "w") as f:
-            json.dump(stats.as_json(), f)
-        os.replace(doc + f".{os.getpid()}", doc)
+        write_json_atomically(os.path.join(os.path.dirname(parts_dir), f"capture-{i:05d}.json"), stats.as_json())
+    if parts_dir is not None and not bundle.stateful:
+        rows = np.flatnonzero(ev.mask)
+        write_json_atomically(os.path.join(os.path.dirname(parts_dir), f"copies-{i:05d}.json"),
+                              datagram_copies(ev.buf.positions[rows], ev.codes, ports or []))
     if parts_dir is not None:
         import pyarrow.parquet as pq
 
@@ -130,6 +129,37 @@ def process_split(bundle: Bundle, i: int, parts_dir: str | None = None,
         pq.write_table(table, tmp)
         os.replace(tmp, part)  # a retried or speculative task attempt replaces the part whole
     return aggregates(ev, classified=not bundle.stateful)
+
+
+def write_json_atomically(path: str, doc) -> None:
+    """Write ``doc`` as JSON to ``path`` through a temporary file and a rename (a retried task
+    attempt replaces the file whole)."""
+    import json
+
+    with open(path + f".{os.getpid()}", "w") as f:
+        json.dump(doc, f)
+    os.replace(path + f".{os.getpid()}", path)
+
+
+def datagram_copies(positions: np.ndarray, codes: np.ndarray, ports: list[tuple[int, ...]]) -> dict[str, int]:
+    """Per port (as text), the datagrams it receives of messages at ``positions`` (int64: a
+    capture's frame number, a BinaryFILE message's byte offset, which is its own datagram) with
+    decision ``codes`` (``ports[code]``: its subscribers), under the delivery semantics (README,
+    "Delivery semantics"): one copy per datagram holding any message for the port, so the distinct
+    (position, port) pairs.  The messages of one datagram are in one split, so per-split counts
+    add up.  Ports that receive nothing are left out."""
+    port_list = sorted({p for ps in ports for p in ps})
+    if not port_list or not len(codes):
+        return {}
+    col = {p: j for j, p in enumerate(port_list)}
+    member = np.zeros((len(ports), len(port_list)), dtype=bool)
+    for c, ps in enumerate(ports):
+        for p in ps:
+            member[c, col[p]] = True
+    pairs = np.unique(np.stack([positions.astype(np.int64), codes.astype(np.int64)], axis=1), axis=0)
+    starts = np.flatnonzero(np.r_[True, pairs[1:, 0] != pairs[:-1, 0]])
+    per_datagram = np.logical_or.reduceat(member[pairs[:, 1]], starts, axis=0)
+    return {str(p): int(n) for p, n in zip(port_list, per_datagram.sum(axis=0)) if n}
 
 
 #: Column name prefix of a field's raw value (uint64) in a stateful part (:func:`stateful_columns`).

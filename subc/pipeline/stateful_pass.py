@@ -39,7 +39,7 @@ from ..compiler.decisions import COUNT_ATOM, decide
 from ..errors import SubcError
 from ..runtime.reference import default_decision
 from ..runtime.stateful_reference import StatefulReference
-from .evaluate import RAW, Bundle, count_rows, representatives, subscriber_lists
+from .evaluate import RAW, Bundle, count_rows, datagram_copies, representatives, subscriber_lists
 from .reference_np import evaluate_rules
 from .state_np import StateRegisters
 
@@ -63,6 +63,8 @@ class StatefulOutcome:
     value_classes: int = 0
     one_by_one: int = 0
     tables_one_by_one: bool = False
+    #: per port (as text), the datagrams it receives (:func:`~.evaluate.datagram_copies`)
+    copies: Counter = field(default_factory=Counter)
 
 
 class StatefulPass:
@@ -195,10 +197,12 @@ class StatefulPass:
         self.out.counts.append(count_rows(keys, codes, table.column("subc:type_key").to_numpy(), codes,
                                           table.column("subc:second").to_numpy(), table.column("length").to_numpy(),
                                           table.column("subc:zero_length").to_numpy(zero_copy_only=False)))
+        ports = [d.ports for d in self.tables.decisions]
+        self.out.copies.update(datagram_copies(positions, codes, ports))
         keep = [c for c in table.column_names if not c.startswith("subc:")]
         out = table.select(keep)
         out = out.set_column(out.column_names.index("subscribers"), "subscribers",
-                             subscriber_lists(codes, [d.ports for d in self.tables.decisions]))
+                             subscriber_lists(codes, ports))
         out = out.set_column(out.column_names.index("decision"), "decision", pa.array(codes.astype(np.int32)))
         tmp = final.parent / f".{final.name}.{os.getpid()}"
         pq.write_table(out, tmp)
