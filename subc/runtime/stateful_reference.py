@@ -128,9 +128,9 @@ class StatefulReference:
 
     def matched(self, packet: dict[str, int], time_ns: int, candidates: Sequence[Rule] | None = None) -> list[Rule]:
         """The rules the next classified message matches (see :meth:`decide`); updates the state.
-        ``candidates``: when given, the caller knows that the message matches no other rule's
-        stateless part, so that no other rule can match it or update anything (a shortcut for
-        callers that decided :meth:`relevant` once for many equal messages)."""
+        ``candidates``: when given, exactly the rules whose stateless part the message matches, as
+        the caller decided with :meth:`relevant` once for many equal messages (no other rule can
+        match it or update anything, and these need not be decided again)."""
         matched = []
         counts = {name: self.counter(name, time_ns) for name in self.counter_windows}
         for r in self.rules if candidates is None else candidates:
@@ -140,7 +140,7 @@ class StatefulReference:
                     matched.append(r)
                 continue
             wins = {}
-            relevant = self.relevant(r, packet)
+            relevant = True if candidates is not None else self.relevant(r, packet)
             for a in aggs:
                 if a.kind == COUNTER:
                     continue
