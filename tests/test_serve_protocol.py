@@ -161,3 +161,52 @@ def unlocated(e):
     if isinstance(e, Not):
         return replace(e, item=unlocated(e.item))
     return replace(e, items=tuple(unlocated(x) for x in e.items))
+
+
+# -- the daemon's listening sockets (subc serve --listen) -------------------------------------------
+
+
+def test_listen_port_zero_finds_a_port_free_for_udp_and_tcp(monkeypatch):
+    """With --listen HOST:0 the kernel picks UDP's port without looking at TCP's (an outgoing
+    connection may hold it: seen as EADDRINUSE in CI): the daemon tries another port."""
+    import errno
+    import socket
+
+    from subc.runtime.serve import daemon
+
+    real = socket.socket
+    failures = []
+
+    class TakenOnce(real):
+        def bind(self, addr):
+            if self.type == socket.SOCK_STREAM and not failures:
+                failures.append(addr)
+                raise OSError(errno.EADDRINUSE, "Address already in use")
+            return super().bind(addr)
+
+    monkeypatch.setattr(daemon.socket, "socket", TakenOnce)
+    udp, tcp, port = daemon.bind_udp_tcp("127.0.0.1", 0)
+    try:
+        assert len(failures) == 1 and udp.getsockname() == tcp.getsockname() == ("127.0.0.1", port)
+    finally:
+        udp.close()
+        tcp.close()
+
+
+def test_listen_on_a_taken_port_is_a_clear_error():
+    import socket
+
+    import pytest
+
+    from subc.errors import SubcError
+    from subc.runtime.serve.daemon import bind_udp_tcp
+
+    held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    held.bind(("127.0.0.1", 0))
+    held.listen(1)
+    port = held.getsockname()[1]
+    try:
+        with pytest.raises(SubcError, match=f"cannot listen on 127.0.0.1:{port} \\(UDP and TCP\\): Address already in use"):
+            bind_udp_tcp("127.0.0.1", port)
+    finally:
+        held.close()

@@ -62,6 +62,8 @@ from .topics import TopicBook, TopicError, parse_filter, parse_topic
 MAX_BATCH = 4096  # requests coalesced into one change
 RULES_SOURCE = "rules-file"  # the source of --rules subscriptions
 UDP_RCVBUF = 16 << 20  # bytes
+#: Ports tried for ``--listen HOST:0`` before giving up (:meth:`Daemon._open_sockets`).
+PORT_TRIES = 100
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)  # Linux, <asm-generic/socket.h>
 RESTORE_BATCH = 5000  # stored subscriptions per change at start
 RECLAIM_LINGER = 0.02  # seconds retired root slots may wait to be reclaimed together
@@ -155,6 +157,35 @@ class Pending:
     reply: Callable[[str], None] | None = None
     region: object = None
     t0: float = 0.0
+
+
+
+def bind_udp_tcp(host: str, port: int, tries: int = PORT_TRIES) -> tuple[socket.socket, socket.socket, int]:
+    """A UDP and a TCP socket bound to one port of ``host`` (UDP with a receive buffer of
+    :data:`UDP_RCVBUF` bytes): ``port``, or with port 0 a port free for both, tried up to ``tries``
+    times (the kernel picks UDP's ephemeral port without looking at TCP's, whose port may be an
+    outgoing connection's).  Returns (udp, tcp, port).  Raises SubcError when no port can be had."""
+    got = port
+    for attempt in range(tries if port == 0 else 1):
+        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        udp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:  # room for bursts of requests while a change is applied (root may exceed rmem_max)
+            udp.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, UDP_RCVBUF)
+        except OSError:
+            udp.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, UDP_RCVBUF)
+        tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            udp.bind((host, port))
+            got = udp.getsockname()[1]
+            tcp.bind((host, got))
+            return udp, tcp, got
+        except OSError as e:
+            udp.close()
+            tcp.close()
+            if port != 0 or attempt == tries - 1:
+                raise SubcError(f"cannot listen on {host}:{got} (UDP and TCP): {e.strerror}") from None
+    raise SubcError(f"cannot listen on {host}:{port}: no tries")
 
 
 class Daemon:
@@ -372,18 +403,8 @@ class Daemon:
         return out
 
     def _open_sockets(self) -> None:
-        host, port = self.cfg.listen
-        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.udp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:  # room for bursts of requests while a change is applied (root may exceed rmem_max)
-            self.udp.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, UDP_RCVBUF)
-        except OSError:
-            self.udp.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, UDP_RCVBUF)
-        self.udp.bind((host, port))
-        self.port = self.udp.getsockname()[1]
-        self.tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.tcp.bind((host, self.port))
+        """The UDP and TCP sockets of ``listen`` (:func:`bind_udp_tcp`)."""
+        self.udp, self.tcp, self.port = bind_udp_tcp(*self.cfg.listen)
         self.tcp.listen(128)
         self.udp.setblocking(False)
         self.tcp.setblocking(False)
