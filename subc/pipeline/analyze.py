@@ -78,10 +78,8 @@ def make_bundle(res: CompileResult, traces: list[str], split_bytes: int = DEFAUL
 
     stateful = res.ir.state is not None
     if stateful and res.spec.time_field is None:
-        from ..runtime.stateful_reference import StatefulReference
-
         binary = [t for t in traces if file_kind(t) != "pcap"]
-        if binary and StatefulReference(res.rules, res.spec).longest_window:
+        if binary and any(i.window_ns for i in res.ir.state.instances):
             raise SubcError(f"{binary[0]}: the rules' aggregates have windows of arrival time, and a BinaryFILE has "
                             "no arrival times: declare the time field with @pragma query_time")
     spec_ports = [p for p, _ in decoder.feed.ports]
