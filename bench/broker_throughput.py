@@ -86,7 +86,6 @@ import ctypes as ct
 import json
 import os
 import random
-import shutil
 import signal
 import statistics
 import subprocess
@@ -271,10 +270,10 @@ class Topology:
 
     @staticmethod
     def remove() -> None:
+        if Path(f"/run/netns/{BRK}").exists():  # the broker's pins and state are keyed by its namespace
+            subprocess.run(in_ns(BRK, *SUBC, "unload", "--iface", "tb0"), capture_output=True)
         for ns in (PUB, BRK, SNK):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-        shutil.rmtree("/sys/fs/bpf/subc/tb0", ignore_errors=True)
-        shutil.rmtree("/run/subc/tb0", ignore_errors=True)
 
 
 # -- workload ---------------------------------------------------------------------------------------
@@ -371,10 +370,9 @@ def measure(kind: str, n: int, topo: Topology, binary: Path, work: Path, seconds
     ``fanout_daemon``, the eBPF broker's ``subc fanout`` control loop runs on the broker's CPU."""
     broker = daemon = None
     if kind == "ebpf":
-        sh(*in_ns(BRK, *SUBC, "load", str(work / f"out{n}"), "--iface", "tb0", "--subscribers",
-                  str(work / f"subs{n}.toml"), *load_args.split()))
-        fan = json.loads(Path("/run/subc/tb0/state.json").read_text()).get("fanout", {})  # subc load's state
-        if fanout_daemon and fan.get("enabled"):
+        said = sh(*in_ns(BRK, *SUBC, "load", str(work / f"out{n}"), "--iface", "tb0", "--subscribers",
+                         str(work / f"subs{n}.toml"), *load_args.split()))
+        if fanout_daemon and "XDP fan-out: on" in said:  # subc load says whether the fan-out is on
             daemon = subprocess.Popen(in_ns(BRK, "taskset", "-c", "1", *SUBC, "fanout", "--iface", "tb0"),
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     else:

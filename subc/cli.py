@@ -324,11 +324,13 @@ def load_cmd(out_dir: str, iface: str | None, p4rt: str | None, device_id: int, 
         _fail(e)
     for lp in state.get("links", []):
         click.echo(f"{'fixed' if lp['fixed'] else lp['severity']}: {lp['message']}", err=True)
+    for msg in state.get("cleared", []):
+        click.echo(f"note: {msg}", err=True)
     p = state["programs"]
     mode = "filter mode: matches go to the local stack" if not subscribers else f"subscribers {subscribers}"
     click.echo(
         f"loaded {out_dir} on {iface} ({mode}); XDP {p['xdp']['xlated_insns']} instructions (id {p['xdp']['id']}), "
-        f"TC {p['tc']['xlated_insns']} instructions (id {p['tc']['id']}); maps pinned under /sys/fs/bpf/subc/{iface}/"
+        f"TC {p['tc']['xlated_insns']} instructions (id {p['tc']['id']}); maps pinned under {state['pins']}/"
     )
     fan = state.get("fanout") or {}
     click.echo(f"XDP fan-out: {'on' if fan.get('enabled') else 'off'}"

@@ -29,14 +29,20 @@ def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 
 class Topology:
-    """Namespaces ``<tag>pub``, ``<tag>brk``, ``<tag>s1``..; interface names stay under 15 bytes."""
+    """Namespaces ``<tag>pub``, ``<tag>brk``, ``<tag>s1``..; interface names stay under 15 bytes.
 
-    def __init__(self, tag: str, n_subs: int = 3):
+    ``b0``: the broker's feed interface name (default ``<tag>b0``; two topologies may share one,
+    as two containers each have an ``eth0``).  ``container``: run the broker's commands with
+    ``ip netns exec`` (a mount namespace of their own with a fresh /sys, as in a container)
+    instead of ``nsenter --net`` (the host's mounts)."""
+
+    def __init__(self, tag: str, n_subs: int = 3, b0: str | None = None, container: bool = False):
         need_root_and_netns()
         self.tag, self.n = tag, n_subs
         self.pub, self.brk = f"{tag}pub", f"{tag}brk"
         self.subs = [f"{tag}s{k}" for k in range(1, n_subs + 1)]
-        self.b0 = f"{tag}b0"
+        self.b0 = b0 or f"{tag}b0"
+        self.container = container
         self.macs: dict[int, str] = {}
         try:
             self._build()
@@ -79,8 +85,11 @@ class Topology:
         return "\n".join(out)
 
     def in_ns(self, ns: str, *args: str) -> list[str]:
-        """A command run in namespace ``ns`` (network only: the mount namespace, and so
-        /sys/fs/bpf, stays shared, unlike ``ip netns exec``)."""
+        """A command run in namespace ``ns``: network only (``nsenter --net``: the mount
+        namespace, and so /sys/fs/bpf, stays the host's), except the broker's with
+        ``container`` (``ip netns exec``: a mount namespace of its own, a fresh /sys)."""
+        if self.container and ns == self.brk:
+            return ["ip", "netns", "exec", ns, *args]
         return ["nsenter", f"--net=/run/netns/{ns}", *args]
 
     def subc(self, ns: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -90,10 +99,81 @@ class Topology:
         return subprocess.Popen(self.in_ns(ns, *SUBC, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def remove(self) -> None:
+        if Path(f"/run/netns/{self.brk}").exists():  # pins and state are keyed by the broker's namespace
+            sh(*self.in_ns(self.brk, *SUBC, "unload", "--iface", self.b0), check=False)
         for ns in [self.pub, self.brk, *self.subs]:
             sh("ip", "netns", "del", ns, check=False)
-        for d in (Path("/sys/fs/bpf/subc") / self.b0, Path("/run/subc") / self.b0):
-            shutil.rmtree(d, ignore_errors=True)
+
+
+def call_in_netns(ns: str, fn):
+    """``fn()`` called in a thread that entered network namespace ``ns`` (``/run/netns/ns``), as a
+    process started there would call it (the mount namespace stays this process's); its result,
+    or its exception raised here."""
+    import threading
+
+    out: dict = {}
+
+    def run() -> None:
+        from pyroute2.netns import setns
+
+        try:
+            setns(ns, flags=0)
+            out["v"] = fn()
+        except BaseException as e:  # noqa: BLE001 - raised again in the caller
+            out["e"] = e
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    if "e" in out:
+        raise out["e"]
+    return out["v"]
+
+
+def shared_bpffs():
+    """Context: a BPF file system on ``/run/subc/bpffs`` (the host's ``/sys/fs/bpf`` bound there,
+    mounted first when missing), which every ``ip netns exec`` command sees, as README says to
+    make one for brokers in namespaces; removed afterwards when this made it."""
+    import contextlib
+
+    from subc.runtime.broker_home import RUN_BPFFS, SYS_BPFFS, is_bpffs
+
+    @contextlib.contextmanager
+    def ctx():
+        made = not is_bpffs(RUN_BPFFS)
+        if made:
+            if not is_bpffs(SYS_BPFFS):
+                sh("mount", "-t", "bpf", "bpf", str(SYS_BPFFS))
+            RUN_BPFFS.mkdir(parents=True, exist_ok=True)
+            sh("mount", "--bind", str(SYS_BPFFS), str(RUN_BPFFS))
+        try:
+            yield RUN_BPFFS
+        finally:
+            if made:
+                sh("umount", str(RUN_BPFFS), check=False)
+
+    return ctx()
+
+
+def no_shared_bpffs():
+    """Context: no BPF file system on ``/run/subc/bpffs`` (unmounted for the duration when one is
+    there, and bound again afterwards)."""
+    import contextlib
+
+    from subc.runtime.broker_home import RUN_BPFFS, SYS_BPFFS, is_bpffs
+
+    @contextlib.contextmanager
+    def ctx():
+        had = is_bpffs(RUN_BPFFS)
+        if had:
+            sh("umount", str(RUN_BPFFS))
+        try:
+            yield
+        finally:
+            if had and is_bpffs(SYS_BPFFS):
+                sh("mount", "--bind", str(SYS_BPFFS), str(RUN_BPFFS))
+
+    return ctx()
 
 
 TOOLS = {"ip": "iproute2", "nsenter": "util-linux", "ethtool": "ethtool"}

@@ -32,7 +32,7 @@ from subc.workloads.itch_codec import decode_add_order, read_binaryfile
 
 from conftest import EXAMPLE, real_sample
 from netns_util import Topology, need_root_and_netns, sh
-from test_broker_netns import HANG_GUARD, LISTENER_IDLE, compile_out, stop, wait_bound
+from test_broker_netns import HANG_GUARD, LISTENER_IDLE, broker_stats, compile_out, stop, wait_bound
 
 ENDPOINTS = {1: [(1, 6001)], 2: [(2, 6002)], 3: [(3, 6003)], 4: [(1, 6004), (2, 6004)], 5: [(3, 6005)]}
 ALL_EPS = sorted({ep for eps in ENDPOINTS.values() for ep in eps})
@@ -46,14 +46,14 @@ def topo():
     t.remove()
 
 
-def pack(messages: list[bytes], rng: random.Random) -> list[bytes]:
-    """MoldUDP64 payloads of 1 to 40 messages each (at most 1,400 bytes), a heartbeat after every
-    50th, and an end of session; sequence numbers as a publisher numbers them."""
+def pack(messages: list[bytes], rng: random.Random, most: int = 40) -> list[bytes]:
+    """MoldUDP64 payloads of 1 to ``most`` messages each (at most 1,400 bytes), a heartbeat after
+    every 50th, and an end of session; sequence numbers as a publisher numbers them."""
     from subc.runtime.moldudp64 import encode_end_of_session, encode_packet
 
     out, i, seq = [], 0, 1
     while i < len(messages):
-        n = rng.randint(1, 40)
+        n = rng.randint(1, most)
         batch = []
         while i < len(messages) and len(batch) < n and 20 + sum(2 + len(m) for m in batch + [messages[i]]) <= 1400:
             batch.append(messages[i])
@@ -125,17 +125,44 @@ def test_every_message_during_update_swaps(topo, tmp_path):
     check_feed(topo, tmp_path, text_a, [out_b if k % 2 == 0 else out_a for k in range(SWAPS)])
 
 
-def check_feed(topo, tmp_path: Path, rules_text: str, updates: list[Path]) -> None:
-    """Send the packed sample to the broker loaded with ``rules_text``, in ``len(updates) + 1``
-    consecutive parts with ``subc update`` to each of ``updates`` in between, and check every copy
-    every endpoint received (see the module docstring)."""
-    spec = load_spec(EXAMPLE / "spec.p4")
-    rules = parse_rules(rules_text, spec, "rules.sub")
+def check_feed(topo, tmp_path: Path, rules_text: str, updates: list[Path], most: int = 40,
+               load_args: tuple[str, ...] = (), fanout_daemon: bool = False) -> None:
+    """Send the packed sample (datagrams of 1 to ``most`` messages) to the broker loaded with
+    ``rules_text`` (``subc load`` with ``load_args``), in ``len(updates) + 1`` consecutive parts
+    with ``subc update`` to each of ``updates`` in between, and check every copy every endpoint
+    received (see the module docstring).  With ``fanout_daemon``, ``subc fanout`` runs meanwhile."""
+    load_broker(topo, tmp_path, rules_text, *(["--capacity-factor", "4"] if updates else []), *load_args)
+    daemon = None
+    try:
+        if fanout_daemon:
+            daemon = topo.popen_subc(topo.brk, "fanout", "--iface", topo.b0)
+        messages = [m for _, m in read_binaryfile(real_sample())]
+        feed_and_check(topo, tmp_path, rules_text, pack(messages, random.Random(14), most), updates)
+        if daemon is not None:
+            assert daemon.poll() is None, f"subc fanout exited: {daemon.communicate()}"
+    finally:
+        stop([daemon])
+        topo.subc(topo.brk, "unload", "--iface", topo.b0, check=False)
+
+
+def load_broker(topo, tmp_path: Path, rules_text: str, *load_args: str) -> Path:
+    """``subc load`` of ``rules_text`` (compiled for eBPF) with :data:`ENDPOINTS` on the broker's
+    feed interface; returns the output directory."""
     out = compile_out(tmp_path, "m", rules_text)
     subs = tmp_path / "subscribers.toml"
     subs.write_text(topo.subscribers_toml(ENDPOINTS))
-    room = ["--capacity-factor", "4"] if updates else []  # maps hold both generations during a swap
-    topo.subc(topo.brk, "load", str(out), "--iface", topo.b0, "--subscribers", str(subs), *room)
+    topo.subc(topo.brk, "load", str(out), "--iface", topo.b0, "--subscribers", str(subs), *load_args)
+    return out
+
+
+def feed_and_check(topo, tmp_path: Path, rules_text: str, payloads: list[bytes], updates: list[Path] = ()) -> None:
+    """Send ``payloads`` (ending with an end of session) to the loaded broker, in ``len(updates) + 1``
+    parts with ``subc update`` to each of ``updates`` in between, and check what every endpoint
+    received against the reference, and the broker's counters over the run (the difference of
+    ``subc stats`` before and after: a broker may have carried traffic before)."""
+    spec = load_spec(EXAMPLE / "spec.p4")
+    rules = parse_rules(rules_text, spec, "rules.sub")
+    before = broker_stats(topo)
     procs = {}
     try:
         for k, port in ALL_EPS:
@@ -144,18 +171,15 @@ def check_feed(topo, tmp_path: Path, rules_text: str, updates: list[Path]) -> No
                 "--save-pcap", str(tmp_path / f"got_{k}_{port}.pcap"))
         for (k, port), p in procs.items():
             wait_bound(p, f"10.10.{k}.2", port)
-        messages = [m for _, m in read_binaryfile(real_sample())]
-        payloads = pack(messages, random.Random(14))
         parts = len(updates) + 1
         for i in range(parts):
             send(topo, payloads[len(payloads) * i // parts: len(payloads) * (i + 1) // parts], tmp_path)
             if i < len(updates):
                 topo.subc(topo.brk, "update", str(updates[i]), "--iface", topo.b0)
         got = received(procs, tmp_path)
-        stats = json.loads(topo.subc(topo.brk, "stats", "--iface", topo.b0, "--json").stdout)
+        stats = broker_stats(topo)
     finally:
         stop(procs.values())
-        topo.subc(topo.brk, "unload", "--iface", topo.b0, check=False)
 
     def decide(msg: bytes) -> set:
         if msg[:1] not in (b"A", b"F"):
@@ -171,6 +195,7 @@ def check_feed(topo, tmp_path: Path, rules_text: str, updates: list[Path]) -> No
             want[sid].append(c)
     n_multi = sum(1 for p in payloads if len({r for m in split_payload(p)[3] for r in decide(m)}) > 1)
     assert n_multi > 50, "the workload must have datagrams whose messages go to several subscribers"
+    first_seq = {sid: before["subscribers"].get(str(sid), {}).get("next_seq", 1) for sid in ENDPOINTS}
     for sid, eps in ENDPOINTS.items():
         for ep in eps:
             copies = [split_payload(p) for p in got[ep]]
@@ -178,18 +203,18 @@ def check_feed(topo, tmp_path: Path, rules_text: str, updates: list[Path]) -> No
             # the same copies (messages in order, count, session), whatever order they arrived in
             assert Counter((c[0], c[2], tuple(c[3])) for c in copies) == \
                 Counter((c.session, c.count, c.messages) for c in want[sid]), f"endpoint {ep} (subscriber {sid})"
-            # gap-free sequence numbers: each data copy takes the next len(messages) numbers from 1
+            # gap-free sequence numbers: each data copy takes the subscriber's next len(messages) numbers
             data = sorted((c[1], len(c[3])) for c in copies if c[2] not in (0, 0xFFFF))
-            nxt = 1
+            nxt = first_seq[sid]
             for seq, n in data:
                 assert seq == nxt, f"endpoint {ep}: sequence gap or overlap at {seq} (expected {nxt})"
                 nxt += n
             # heartbeats and the end of session carry the subscriber's next number at that point
             assert [c[1] for c in copies if c[2] == 0xFFFF] == [nxt]
-    s = stats["stats"]
-    assert s["errors"] == 0 and s["slot_lost"] == 0 and s["malformed"] == 0 and s["fanout_overflow"] == 0
-    assert s["messages"] == len(messages)
+    s = {k: v - before["stats"][k] for k, v in stats["stats"].items()}
+    assert s["errors"] == 0 and s["slot_lost"] == 0 and s["malformed"] == 0 and s["fanout_overflow"] == 0, s
+    assert s["messages"] == sum(len(split_payload(p)[3]) for p in payloads)
     for sid in ENDPOINTS:
-        c = stats["subscribers"][str(sid)]
-        assert c["messages"] == sum(len(x.messages) for x in want[sid]) * len(ENDPOINTS[sid])
-        assert c["next_seq"] == 1 + sum(len(x.messages) for x in want[sid])
+        c, c0 = stats["subscribers"][str(sid)], before["subscribers"].get(str(sid), {"messages": 0})
+        assert c["messages"] - c0["messages"] == sum(len(x.messages) for x in want[sid]) * len(ENDPOINTS[sid])
+        assert c["next_seq"] == first_seq[sid] + sum(len(x.messages) for x in want[sid])

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -42,9 +43,10 @@ def gro(ns: str, dev: str) -> bool:
 
 
 def remove() -> None:
+    if Path("/run/netns/lkbrk").exists():  # the broker's pins and state are keyed by its namespace
+        sh(*ns_cmd("lkbrk", *SUBC, "unload", "--iface", "lkb0"), check=False)
     for ns in NS:
         sh("ip", "netns", "del", ns, check=False)
-    sh("rm", "-rf", "/sys/fs/bpf/subc/lkb0", "/run/subc/lkb0", check=False)
 
 
 @pytest.fixture(scope="module")

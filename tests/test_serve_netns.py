@@ -39,7 +39,7 @@ from subc.compiler.rules import parse_rules
 from subc.compiler.spec import load_spec
 
 from conftest import EXAMPLE
-from netns_util import SUBC, Topology, need_root_and_netns
+from netns_util import SUBC, Topology, call_in_netns, need_root_and_netns
 
 SPEC_PATH = EXAMPLE / "spec.p4"
 SPEC = load_spec(SPEC_PATH)
@@ -173,9 +173,11 @@ class Broker:
 
 
 def messages_counted(topo: Topology) -> int:
+    """The broker's message counter, read as a process in the broker's namespace would
+    (the broker's pins and state are keyed by its network namespace)."""
     from subc.runtime.broker import stats
 
-    return stats(topo.b0)["stats"]["messages"]
+    return call_in_netns(topo.brk, lambda: stats(topo.b0))["stats"]["messages"]
 
 
 class World:

@@ -319,6 +319,61 @@ def prog_info(fd: int) -> dict:
             "verified_insns": u32(216) if size.value >= 220 else 0}
 
 
+def _obj_info(fd: int, what: str) -> bytes:
+    buf = ct.create_string_buffer(256)
+    size = ct.c_uint32(256)
+    if _lib().bpf_obj_get_info(fd, ct.cast(buf, ct.c_void_p), ct.byref(size)) < 0:
+        raise SubcError(f"bpf_obj_get_info on {what} failed: {os.strerror(ct.get_errno())}")
+    return buf.raw
+
+
+def obj_id(fd: int, what: str = "a BPF object") -> int:
+    """The kernel's id of the BPF program, map or link ``fd`` (``id`` is at byte 4 of struct
+    bpf_prog_info, bpf_map_info and bpf_link_info alike, include/uapi/linux/bpf.h)."""
+    return int.from_bytes(_obj_info(fd, what)[4:8], sys.byteorder)
+
+
+#: ``enum bpf_cmd`` BPF_LINK_CREATE and ``enum bpf_attach_type`` BPF_XDP (include/uapi/linux/bpf.h).
+BPF_LINK_CREATE = 28
+BPF_XDP = 37
+SYS_BPF = {"x86_64": 321, "aarch64": 280, "armv7l": 386, "riscv64": 280, "ppc64le": 361, "s390x": 351}
+
+
+def xdp_link_create(prog_fd: int, ifindex: int, flags: int) -> int:
+    """Attach the XDP program ``prog_fd`` to interface ``ifindex`` through a BPF link (Linux 5.9)
+    and return the link's descriptor.  ``flags``: XDP_FLAGS_SKB_MODE (2), XDP_FLAGS_DRV_MODE (4)
+    or 0 (the driver's mode when it has one).  The program stays attached while the link is
+    pinned or a descriptor of it is open, and nothing else can replace it meanwhile; when the
+    device goes away the link stays, with no device (:func:`link_xdp_ifindex` 0).
+    Raises SubcError with the kernel's reason (EBUSY: another XDP program is attached)."""
+    nr = SYS_BPF.get(platform.machine())
+    if nr is None:
+        raise SubcError(f"no bpf(2) system call number known for {platform.machine()}")
+    # union bpf_attr, link_create: prog_fd, target_ifindex, attach_type, flags (then zeros)
+    attr = ct.create_string_buffer(b"".join(v.to_bytes(4, sys.byteorder) for v in
+                                            (prog_fd, ifindex, BPF_XDP, flags)), 64)
+    libc = ct.CDLL(None, use_errno=True)
+    fd = libc.syscall(ct.c_long(nr), ct.c_int(BPF_LINK_CREATE), attr, ct.c_uint(64))
+    if fd < 0:
+        e = ct.get_errno()
+        hint = " (another XDP program is attached)" if e == errno.EBUSY else ""
+        raise SubcError(f"cannot attach XDP to interface index {ifindex}: {os.strerror(e)}{hint}")
+    return fd
+
+
+def link_xdp_ifindex(fd: int) -> int:
+    """The interface index of the XDP link ``fd``: 0 once its device is gone (struct
+    bpf_link_info: type at 0, id at 4, prog_id at 8, the union from byte 16, ``xdp.ifindex``
+    first in it).  Raises SubcError when ``fd`` is not a link."""
+    raw = _obj_info(fd, "an XDP link")
+    return int.from_bytes(raw[16:20], sys.byteorder)
+
+
+def link_prog_id(fd: int) -> int:
+    """The id of the program the BPF link ``fd`` runs (struct bpf_link_info ``prog_id``, byte 8)."""
+    return int.from_bytes(_obj_info(fd, "a BPF link")[8:12], sys.byteorder)
+
+
 class _TestRunOpts(ct.Structure):
     # struct bpf_test_run_opts of libbpf 1.x (tools/lib/bpf/bpf.h)
     _fields_ = [

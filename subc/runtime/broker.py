@@ -1,11 +1,13 @@
 """The eBPF broker: load, update, inspect and unload a compiled rule set on an interface.
 
 ``load`` compiles ``subc_filter.bpf.c`` with bcc (capacities and fan-out as ``-D`` flags), fills
-the maps from ``maps.json`` as generation 0, pins every map and both programs under
-``/sys/fs/bpf/subc/IF/``, then attaches XDP to IF (netlink, through bcc) and the TC program to
-IF's clsact ingress hook (pyroute2).  The broker's own state (generation, capacities, endpoints,
-program ids) is kept in ``/run/subc/IF/state.json`` so that ``update``, ``stats`` and ``unload``
-work from any later process.  Interfaces are those of the calling process's network namespace.
+the maps from ``maps.json`` as generation 0, pins every map and program in the broker's home
+(:mod:`.broker_home`: ``<bpffs>/subc/net<netns inode>/IF/``), attaches XDP to IF through a pinned
+BPF link and the TC program to IF's clsact ingress hook (:mod:`.attach`), and checks every
+delivery path through the pins.  The broker's own state (generation, capacities, endpoints,
+program ids, the network namespace's cookie) is kept in ``<run dir>/net<netns inode>/IF/state.json``
+so that ``update``, ``stats``, ``fanout`` and ``unload`` work from any later process of the same
+network namespace, inside a container or ``ip netns exec`` as on the host.
 """
 
 from __future__ import annotations
@@ -13,8 +15,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import shutil
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,16 +22,15 @@ from pathlib import Path
 from ..compiler.targets import ebpf_layout as L
 from ..compiler.targets.ebpf import MAX_SEARCH_STEPS, steps_needed
 from ..errors import SubcError
-from . import install
-from .fanout import DEFAULT_RATIO, SetCache, install_fanout, install_missing_sets, installed_sets, read_set_hits
+from . import attach, install
+from .bpf import Map, Program, compile_and_load, obj_get, possible_cpus, prog_info, require_root
+from .broker_home import BrokerHome, broker_home, stale_reason
+from .fanout import (DEFAULT_RATIO, SetCache, fan_plan, install_fanout, install_missing_sets, installed_sets,
+                     read_set_hits)
 from .links import XDP_ATTACHED_DRV, check_links, xdp_attach_mode
-from .bpf import BPFFS, Map, Program, compile_and_load, obj_get, pin_fd, possible_cpus, prog_info, require_root
 from .subscribers import Subscribers, load_subscribers, resolve_endpoints
 
-RUN_DIR = Path("/run/subc")
 GRACE_S = 0.2  # wait after switching generations before deleting the old one
-XDP_FLAGS = {"auto": 0, "generic": 2, "native": 4}
-XDP_FLAGS_UPDATE_IF_NOEXIST = 1
 
 
 def read_maps_doc(out_dir: str | Path) -> tuple[dict, str]:
@@ -163,60 +162,35 @@ class GenerationResult:
 # -- the broker on an interface --------------------------------------------------------------
 
 
-def pin_dir(iface: str) -> Path:
-    return BPFFS / "subc" / iface
-
-
-def state_path(iface: str) -> Path:
-    return RUN_DIR / iface / "state.json"
-
-
-def ensure_bpffs() -> None:
-    """Mount the BPF file system on /sys/fs/bpf when it is not mounted (SubcError if impossible)."""
-    with open("/proc/mounts") as f:
-        if any(line.split()[1] == str(BPFFS) and line.split()[2] == "bpf" for line in f if len(line.split()) > 2):
-            return
-    r = subprocess.run(["mount", "-t", "bpf", "bpf", str(BPFFS)], capture_output=True, text=True)
-    if r.returncode:
-        raise SubcError(f"cannot mount the BPF file system on {BPFFS}: {r.stderr.strip()}")
-
-
 def ifindex_of(iface: str) -> int:
-    from pyroute2 import IPRoute
-
-    with IPRoute() as ipr:
-        idx = ipr.link_lookup(ifname=iface)
-    if not idx:
-        raise SubcError(f"no interface '{iface}' in this network namespace")
-    return idx[0]
+    """The index of ``iface`` in this network namespace (SubcError when there is none)."""
+    return attach.ifindex_of(iface)
 
 
-def _attach_tc(ifindex: int, fd: int, name: str) -> None:
-    from pyroute2 import IPRoute
-    from pyroute2.netlink.exceptions import NetlinkError
-
-    with IPRoute() as ipr:
+def claim_home(iface: str) -> tuple[BrokerHome, list[str]]:
+    """The home of a broker about to be loaded on ``iface`` (:func:`~.broker_home.broker_home`,
+    mounting a bpffs when needed and possible), after clearing the brokers whose device is gone
+    (:func:`~.attach.clear_dead`) and a stale broker in this very home
+    (:func:`~.broker_home.stale_reason`).  Returns the home and what was cleared, as messages.
+    Raises SubcError when a live broker is loaded on ``iface`` here, and as ``broker_home``."""
+    home = broker_home(iface, mount=True)
+    cleared = [f"cleared the broker {k}: its interface is gone" for k in attach.clear_dead(home.bpffs, home.run)]
+    if home.exists():
         try:
-            ipr.tc("add", "clsact", ifindex)
-        except NetlinkError as e:
-            if e.code != 17:  # EEXIST: a clsact qdisc is already there
-                raise SubcError(f"cannot add the clsact qdisc: {e}") from None
-        try:
-            ipr.tc("add-filter", "bpf", ifindex, ":1", fd=fd, name=name, parent="ffff:fff2", classid=1,
-                   direct_action=True)
-        except NetlinkError as e:
-            raise SubcError(f"cannot attach the TC ingress program: {e}") from None
-
-
-def _detach_tc(ifindex: int) -> None:
-    from pyroute2 import IPRoute
-    from pyroute2.netlink.exceptions import NetlinkError
-
-    with IPRoute() as ipr:
-        try:
-            ipr.tc("del", "clsact", ifindex)
-        except NetlinkError:
-            pass
+            state = json.loads(home.state_path.read_text())
+        except (OSError, ValueError):
+            state = None
+        link = attach.link_device(home)
+        if state is None:
+            reason = None if link else "it has pins but no state (an interrupted load)"
+        else:
+            reason = stale_reason(state, home, attach.ifindex_or_none(iface), link)
+        if reason is None:
+            raise SubcError(f"subc is already loaded on {iface} in this network namespace "
+                            f"({home.pins}): use subc update, or subc unload first")
+        attach.remove(home)
+        cleared.append(f"cleared the stale broker state of {iface} ({home.state_dir}): {reason}")
+    return home, cleared
 
 
 def load(out_dir: str, iface: str, subscribers: str | None = None, xdp_mode: str = "auto",
@@ -228,16 +202,18 @@ def load(out_dir: str, iface: str, subscribers: str | None = None, xdp_mode: str
     ``fix_links``, GRO is turned on at veth peers that would drop XDP-redirected copies); the
     findings are in the state's ``links``.  With ``fanout`` and XDP attached in driver mode, the
     copies are built by devmap egress programs (:mod:`.fanout`, ``fan_ratio`` its ALL-broadcast
-    threshold), else in TC; the state's ``fanout`` says which.  Returns the new state (as written
-    to ``state.json``).
-    Raises SubcError when not root, when subc is already loaded on ``iface``, for a missing
-    subscriber interface, and for every failure on the way (the interface is left as it was).
+    threshold), else in TC; the state's ``fanout`` says which.  After attaching, every delivery
+    path is checked through the pins (:func:`~.attach.check_data_path`).  Returns the new state
+    (as written to ``state.json``; ``cleared`` lists the stale brokers removed on the way).
+    Raises SubcError when not root, when subc is already loaded on ``iface`` in this network
+    namespace, when no BPF file system can outlive the command (:mod:`.broker_home`), for a
+    missing subscriber interface, for a data path found incomplete, and for every failure on
+    the way (the interface is left as it was).
     """
     require_root("subc load")
     doc, src = read_maps_doc(out_dir)
-    if state_path(iface).exists() or pin_dir(iface).exists():
-        raise SubcError(f"subc is already loaded on {iface}: use subc update, or subc unload first")
     subs = load_subscribers(subscribers) if subscribers else None
+    home, cleared = claim_home(iface)
     problems = []
     if subs is not None:
         problems = check_links([e.iface for e in subs.endpoints], iface, fix=fix_links)
@@ -245,92 +221,49 @@ def load(out_dir: str, iface: str, subscribers: str | None = None, xdp_mode: str
             raise SubcError(f"{subs.path}: " + "; ".join(p.message for p in problems if p.severity == "error"))
         resolve_endpoints(subs)
     ifindex = ifindex_of(iface)
-    ensure_bpffs()
     lf = LoadedFilter.build(doc, src, subs, capacity_factor, egress=subs is not None and fanout)
-    pins = pin_and_attach(lf, iface, ifindex, xdp_mode)
+    attach.pin_and_attach(lf.program, lf.maps, home, ifindex, xdp_mode)
     try:
         fan = {"enabled": False, "reason": "no subscribers file" if subs is None else "--no-fanout"}
+        fan_indexes: list[int] = []
         if subs is not None and fanout:
             if xdp_attach_mode(iface) != XDP_ATTACHED_DRV:
                 fan["reason"] = "XDP is not attached in driver mode (devmap programs need it)"
             else:
                 fan = install_fanout(lf.maps, lf.program.egress.fd, subs, fan_ratio)
+                fan_indexes = sorted(fan_plan(subs)) if fan["enabled"] else []
+        attach.check_data_path(lf.program, lf.maps, home, ifindex, fan_indexes)
+        info = {"xdp": prog_info(lf.program.xdp.fd), "tc": prog_info(lf.program.tc.fd)}
+        state = {
+            "iface": iface,
+            "ifindex": ifindex,
+            "netns_inode": home.netns.inode,
+            "netns_cookie": home.netns.cookie,
+            "pins": str(home.pins),
+            "out_dir": str(Path(out_dir).resolve()),
+            "generation": 0,
+            "capacities": lf.caps,
+            "max_endpoints": lf.max_endpoints,
+            "regions_used": lf.regions_used,
+            "xdp_mode": xdp_mode,
+            "programs": info,
+            "subscribers": subscribers and str(Path(subscribers).resolve()),
+            "subscriber_names": {str(k): v for k, v in (subs.names if subs else {}).items()},
+            "leaves": _leaf_labels(doc),
+            "maps": {m["name"]: {"key": m["key"]["size"], "value": _map_struct(m, lf.max_endpoints)[1],
+                                 "type": m["type"]} for m in doc["maps"]},
+            "loaded_at": time.time(),
+            "links": [p.as_dict() for p in problems],
+            "fanout": fan,
+        }
+        write_state(home, state, doc)
     except BaseException:
-        detach(iface, ifindex)
-        shutil.rmtree(pins, ignore_errors=True)
+        attach.remove(home)
         raise
-    info = {"xdp": prog_info(lf.program.xdp.fd), "tc": prog_info(lf.program.tc.fd)}
+    finally:
+        lf.close()
     record_instructions(out_dir, info)
-    state = {
-        "iface": iface,
-        "ifindex": ifindex,
-        "out_dir": str(Path(out_dir).resolve()),
-        "generation": 0,
-        "capacities": lf.caps,
-        "max_endpoints": lf.max_endpoints,
-        "regions_used": lf.regions_used,
-        "xdp_mode": xdp_mode,
-        "programs": info,
-        "subscribers": subscribers and str(Path(subscribers).resolve()),
-        "subscriber_names": {str(k): v for k, v in (subs.names if subs else {}).items()},
-        "leaves": _leaf_labels(doc),
-        "maps": {m["name"]: {"key": m["key"]["size"], "value": _map_struct(m, lf.max_endpoints)[1], "type": m["type"]}
-                 for m in doc["maps"]},
-        "loaded_at": time.time(),
-        "links": [p.as_dict() for p in problems],
-        "fanout": fan,
-    }
-    write_state(iface, state, doc)
-    return state
-
-
-def pin_and_attach(lf: LoadedFilter, iface: str, ifindex: int, xdp_mode: str = "auto") -> Path:
-    """Pin ``lf``'s maps and programs under :func:`pin_dir` and attach its XDP and TC programs to
-    ``iface``; returns the pin directory.  Raises SubcError (the pins removed, nothing attached)
-    when the pins exist or a program cannot be attached."""
-    from .bpf import import_bcc
-
-    bcc = import_bcc()
-    pins = pin_dir(iface)
-    pins.mkdir(parents=True, exist_ok=False)
-    try:
-        for name, m in lf.maps.items():
-            m.pin(pins / name)
-        pin_fd(lf.program.xdp.fd, pins / "prog_xdp")
-        pin_fd(lf.program.tc.fd, pins / "prog_tc")
-        for i, fn in enumerate(lf.program.tails):
-            pin_fd(fn.fd, pins / f"prog_tail{i}")
-        if lf.program.egress is not None:
-            pin_fd(lf.program.egress.fd, pins / "prog_egress")  # for subc fanout's device maps
-        try:
-            bcc.BPF.attach_xdp(iface, lf.program.xdp, XDP_FLAGS[xdp_mode] | XDP_FLAGS_UPDATE_IF_NOEXIST)
-        except Exception as e:
-            raise SubcError(f"cannot attach XDP to {iface}: {e} (another XDP program attached? xdp mode {xdp_mode})") from None
-        try:
-            _attach_tc(ifindex, lf.program.tc.fd, "subc_tc")
-        except SubcError:
-            bcc.BPF.remove_xdp(iface, 0)
-            raise
-    except BaseException:
-        shutil.rmtree(pins, ignore_errors=True)
-        raise
-    return pins
-
-
-def detach(iface: str, ifindex: int | None = None) -> None:
-    """Detach subc's XDP and TC programs from ``iface`` (whatever is attached)."""
-    from .bpf import import_bcc
-
-    if ifindex is None:
-        try:
-            ifindex = ifindex_of(iface)
-        except SubcError:
-            return
-    try:
-        import_bcc().BPF.remove_xdp(iface, 0)
-    except Exception:  # noqa: BLE001 - nothing attached
-        pass
-    _detach_tc(ifindex)
+    return {**state, "cleared": cleared}
 
 
 def record_instructions(out_dir: str | Path, info: dict) -> bool:
@@ -368,9 +301,9 @@ def _leaf_labels(doc: dict) -> dict[str, str]:
     return out
 
 
-def write_state(iface: str, state: dict, doc: dict) -> None:
+def write_state(home: BrokerHome, state: dict, doc: dict) -> None:
     """Write ``state.json`` and ``maps.json`` of a loaded broker (each replaced atomically)."""
-    d = state_path(iface).parent
+    d = home.state_dir
     d.mkdir(parents=True, exist_ok=True)
     tmp = d / "state.json.tmp"
     tmp.write_text(json.dumps(state, indent=1))
@@ -379,18 +312,32 @@ def write_state(iface: str, state: dict, doc: dict) -> None:
     os.replace(d / "maps.json.tmp", d / "maps.json")
 
 
-def read_state(iface: str) -> dict:
-    """The broker state of ``iface``; SubcError when subc is not loaded there."""
+def read_state(home: BrokerHome) -> dict:
+    """The broker state at ``home``; SubcError when subc is not loaded there, or when the state
+    is stale (:func:`~.broker_home.stale_reason`: ``subc unload`` clears it)."""
     try:
-        return json.loads(state_path(iface).read_text())
-    except OSError:
-        raise SubcError(f"subc is not loaded on {iface} (no {state_path(iface)})") from None
+        state = json.loads(home.state_path.read_text())
+    except (OSError, ValueError):
+        raise SubcError(f"subc is not loaded on {home.iface} in this network namespace "
+                        f"(no {home.state_path})") from None
+    reason = stale_reason(state, home, attach.ifindex_or_none(home.iface), attach.link_device(home))
+    if reason is not None:
+        raise SubcError(f"the broker state of {home.iface} ({home.state_dir}) is stale: {reason}; "
+                        f"subc unload --iface {home.iface} clears it")
+    return state
 
 
-def pinned_maps(state: dict) -> dict[str, Map]:
+def loaded_home(iface: str) -> tuple[BrokerHome, dict]:
+    """The home and state of the broker loaded on ``iface`` in this network namespace
+    (SubcError as :func:`~.broker_home.broker_home` and :func:`read_state`)."""
+    home = broker_home(iface)
+    return home, read_state(home)
+
+
+def pinned_maps(home: BrokerHome, state: dict) -> dict[str, Map]:
     """Handles on the pinned maps of a loaded broker, each owning its descriptor: release them
     with :func:`close_maps`.  SubcError when a pin is missing (none is left open then)."""
-    pins = pin_dir(state["iface"])
+    pins = home.pins
     out: dict[str, Map] = {}
     try:
         for name, m in state["maps"].items():
@@ -409,14 +356,14 @@ def close_maps(maps: dict[str, Map]) -> None:
 
 
 def unload(iface: str) -> None:
-    """Detach XDP and TC from ``iface`` and remove the pins and state (whatever of it exists)."""
+    """Detach XDP and TC from ``iface`` and remove the pins and state (whatever of it exists, a
+    stale broker's included) of the broker of this network namespace; brokers of other
+    namespaces are not touched."""
     require_root("subc unload")
-    found = state_path(iface).exists() or pin_dir(iface).exists()
-    if not found:
-        raise SubcError(f"subc is not loaded on {iface}")
-    detach(iface)
-    shutil.rmtree(pin_dir(iface), ignore_errors=True)
-    shutil.rmtree(state_path(iface).parent, ignore_errors=True)
+    home = broker_home(iface)
+    if not home.exists():
+        raise SubcError(f"subc is not loaded on {iface} in this network namespace")
+    attach.remove(home)
 
 
 def update(out_dir: str, iface: str, grace_s: float = GRACE_S) -> GenerationResult:
@@ -426,9 +373,9 @@ def update(out_dir: str, iface: str, grace_s: float = GRACE_S) -> GenerationResu
     otherwise SubcError asks for a reload.
     """
     require_root("subc update")
-    state = read_state(iface)
+    home, state = loaded_home(iface)
     doc, _ = read_maps_doc(out_dir)
-    old_doc = json.loads((state_path(iface).parent / "maps.json").read_text())
+    old_doc = json.loads((home.state_dir / "maps.json").read_text())
     if [(s["field"], s["kind"]) for s in doc["stages"]] != [(s["field"], s["kind"]) for s in old_doc["stages"]] \
             or doc["ports"] != old_doc["ports"]:
         raise SubcError(
@@ -442,7 +389,7 @@ def update(out_dir: str, iface: str, grace_s: float = GRACE_S) -> GenerationResu
     if state["subscribers"]:
         subs = load_subscribers(state["subscribers"])
         resolve_endpoints(subs)
-    maps = pinned_maps(state)
+    maps = pinned_maps(home, state)
     try:
         res = update_maps(maps, doc, state["generation"], state["capacities"], subs, state["regions_used"], grace_s)
     finally:
@@ -451,15 +398,15 @@ def update(out_dir: str, iface: str, grace_s: float = GRACE_S) -> GenerationResu
     state["out_dir"] = str(Path(out_dir).resolve())
     record_instructions(out_dir, state["programs"])  # the same programs now run the new rule set
     state["leaves"] = _leaf_labels(doc)
-    write_state(iface, state, doc)
+    write_state(home, state, doc)
     return res
 
 
 def stats(iface: str) -> dict:
     """Counters of a loaded broker: global, per subscriber and per leaf of the live generation, and
     (``fan_sets``) the recipient-set device maps in place with the datagrams sent over each."""
-    state = read_state(iface)
-    maps = pinned_maps(state)
+    home, state = loaded_home(iface)
+    maps = pinned_maps(home, state)
     try:
         glob = {}
         for i, name in enumerate(L.STATS):
@@ -475,7 +422,7 @@ def stats(iface: str) -> dict:
                 nxt = L.U64.unpack(seq.lookup(L.U32.pack(v=sid)))["v"]
                 subs["local" if sid == L.LOCAL else str(sid)] = {**c, "next_seq": nxt, "name": name}
         gen = state["generation"]
-        doc = json.loads((state_path(iface).parent / "maps.json").read_text())
+        doc = json.loads((home.state_dir / "maps.json").read_text())
         leaves = {str(st): {"action": state["leaves"].get(str(st), "?"), **c}
                   for st, c in install.leaf_counters(maps, doc, gen, state["capacities"]).items()}
         fan_sets = None
@@ -486,7 +433,7 @@ def stats(iface: str) -> dict:
                         "by_set": {f"{key:#x}": hits[i] for i, key in sorted(used.items())}}
     finally:
         close_maps(maps)
-    out = {"iface": iface, "generation": gen, "programs": state["programs"], "stats": glob,
+    out = {"iface": iface, "netns_inode": home.netns.inode, "pins": str(home.pins), "generation": gen, "programs": state["programs"], "stats": glob,
            "subscribers": subs, "leaves": dict(sorted(leaves.items(), key=lambda kv: int(kv[0])))}
     if state.get("mode") == "serve":
         out["mode"] = "serve"
@@ -522,18 +469,18 @@ def fanout_sets(iface: str, interval_s: float = 0.005, once: bool = False, stop=
     is off (the state's ``fanout`` says why), or when another ``subc fanout`` runs on ``iface``
     (the set maps have one writer, which keeps the sets in use in memory)."""
     require_root("subc fanout")
-    state = read_state(iface)
+    home, state = loaded_home(iface)
     if not state.get("fanout", {}).get("enabled"):
         raise SubcError(f"the XDP fan-out is off on {iface}: {state.get('fanout', {}).get('reason', 'unknown')}")
-    lock = open(state_path(iface).parent / "fanout.lock", "w")  # one writer of the set maps per broker
+    lock = open(home.state_dir / "fanout.lock", "w")  # one writer of the set maps per broker
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         lock.close()
         raise SubcError(f"another subc fanout runs on {iface}") from None
-    maps = pinned_maps(state)
+    maps = pinned_maps(home, state)
     try:
-        egress_fd = obj_get(pin_dir(iface) / "prog_egress")
+        egress_fd = obj_get(home.pins / "prog_egress")
     except SubcError:
         close_maps(maps)
         lock.close()
@@ -548,7 +495,7 @@ def fanout_sets(iface: str, interval_s: float = 0.005, once: bool = False, stop=
             passes += 1
             total += res["installed"]
             evicted += res["evicted"]
-            if once or (stop is not None and stop()) or not state_path(iface).exists():
+            if once or (stop is not None and stop()) or not home.state_path.exists():
                 return {**res, "passes": passes, "installed": total, "evicted": evicted}
             time.sleep(interval_s)
     finally:

@@ -1,8 +1,8 @@
 """The data path of ``subc serve``: loaded once, pinned, and adopted again by a restarted daemon.
 
 The program is :func:`~subc.compiler.targets.ebpf.live_program` of the spec and field order,
-loaded and attached like ``subc load`` does (maps and programs pinned under
-``/sys/fs/bpf/subc/<iface>``, ``state.json`` with ``"mode": "serve"``), so it keeps forwarding
+loaded and attached like ``subc load`` does (maps and programs pinned in the broker's home,
+:mod:`..broker_home`, ``state.json`` with ``"mode": "serve"``), so it keeps forwarding
 while the daemon is down.  A daemon that finds it loaded with the same spec text, field order
 and capacity opens the pinned maps instead (:func:`open_dataplane`).
 """
@@ -17,9 +17,10 @@ from pathlib import Path
 
 from ...compiler.spec import Spec
 from ...errors import SubcError
+from .. import attach
 from ..bpf import Map, prog_info
-from ..broker import (LoadedFilter, ensure_bpffs, ifindex_of, pin_and_attach, pin_dir, pinned_maps, read_state,
-                      state_path, write_state)
+from ..broker import LoadedFilter, claim_home, ifindex_of, pinned_maps, read_state, write_state
+from ..broker_home import BrokerHome, broker_home
 
 ROOT_SLOTS = 32  # versions of the root (stage 0 states 1..32): changes in flight before a grace period ends
 STATE_ROLES = ("state_info", "leaf", "leaf_sets", "leaf_counters")
@@ -49,7 +50,8 @@ def serve_caps(doc: dict, capacity: int) -> dict[str, int]:
 @dataclass
 class DataPlane:
     """The loaded data path: ``maps`` by name, ``doc`` (``maps.json``), ``caps``, whether it was
-    ``adopted`` from a previous daemon, and ``lf`` (the program, when this process loaded it)."""
+    ``adopted`` from a previous daemon, ``lf`` (the program, when this process loaded it) and
+    ``home`` (where its pins and state live, :mod:`..broker_home`)."""
 
     iface: str
     maps: dict[str, Map]
@@ -57,6 +59,7 @@ class DataPlane:
     caps: dict[str, int]
     adopted: bool
     lf: LoadedFilter | None = None
+    home: BrokerHome | None = None
 
     def stage_caps(self) -> list[int]:
         """States per level 1..n of the live diagram (each array's state 0 is the dead state)."""
@@ -71,33 +74,44 @@ def open_dataplane(spec: Spec, iface: str, order: list[str], capacity: int, stat
     from ...compiler.targets.ebpf import live_program
 
     spec_hash = hashlib.sha256(Path(spec.path).read_bytes()).hexdigest()
-    if state_path(iface).exists():
-        state = read_state(iface)
+    home = broker_home(iface, mount=True)
+    state = None
+    if home.state_path.exists():
+        try:
+            state = read_state(home)
+        except SubcError:
+            state = None  # stale (its namespace or interface is gone): claim_home clears it
+    if state is not None:
         want = {"mode": "serve", "spec_sha256": spec_hash, "field_order": order, "capacity": capacity}
         have = {k: state.get(k) for k in want}
         if have != want:
             diff = ", ".join(f"{k} {have[k]!r} (now {want[k]!r})" for k in want if have[k] != want[k])
-            raise SubcError(f"{iface} runs a data path loaded with {diff}: run subc unload {iface} first")
-        doc = json.loads((state_path(iface).parent / "maps.json").read_text())
-        return DataPlane(iface, pinned_maps(state), doc, state["capacities"], True)
-    if pin_dir(iface).exists():
-        raise SubcError(f"{pin_dir(iface)} exists without a state: run subc unload {iface} first")
+            raise SubcError(f"{iface} runs a data path loaded with {diff}: run subc unload --iface {iface} first")
+        doc = json.loads((home.state_dir / "maps.json").read_text())
+        return DataPlane(iface, pinned_maps(home, state), doc, state["capacities"], True, home=home)
+    home, _ = claim_home(iface)
     doc, src, _ = live_program(spec, order)
     caps = serve_caps(doc, capacity)
     ifindex = ifindex_of(iface)
-    ensure_bpffs()
     lf = LoadedFilter.build(doc, src, None, min_caps=caps, max_endpoints=1)
-    pin_and_attach(lf, iface, ifindex, xdp_mode)
-    info = {"xdp": prog_info(lf.program.xdp.fd), "tc": prog_info(lf.program.tc.fd)}
-    state = {
-        "iface": iface, "ifindex": ifindex, "mode": "serve", "spec": str(Path(spec.path).resolve()),
-        "spec_sha256": spec_hash, "field_order": order, "capacity": capacity,
-        "state_dir": state_dir and str(Path(state_dir).resolve()),
-        "generation": 0, "capacities": lf.caps, "max_endpoints": 1, "regions_used": {}, "xdp_mode": xdp_mode,
-        "programs": info, "subscribers": None, "subscriber_names": {}, "leaves": {},
-        "maps": {m["name"]: {"key": m["key"]["size"], "value": lf.maps[m["name"]].value_size, "type": m["type"]}
-                 for m in doc["maps"]},
-        "loaded_at": time.time(), "links": [], "fanout": {"enabled": False, "reason": "subc serve"},
-    }
-    write_state(iface, state, doc)
-    return DataPlane(iface, lf.maps, doc, lf.caps, False, lf)
+    attach.pin_and_attach(lf.program, lf.maps, home, ifindex, xdp_mode)
+    try:
+        attach.check_data_path(lf.program, lf.maps, home, ifindex, [])
+        info = {"xdp": prog_info(lf.program.xdp.fd), "tc": prog_info(lf.program.tc.fd)}
+        state = {
+            "iface": iface, "ifindex": ifindex, "netns_inode": home.netns.inode, "netns_cookie": home.netns.cookie,
+            "pins": str(home.pins), "mode": "serve", "spec": str(Path(spec.path).resolve()),
+            "spec_sha256": spec_hash, "field_order": order, "capacity": capacity,
+            "state_dir": state_dir and str(Path(state_dir).resolve()),
+            "generation": 0, "capacities": lf.caps, "max_endpoints": 1, "regions_used": {}, "xdp_mode": xdp_mode,
+            "programs": info, "subscribers": None, "subscriber_names": {}, "leaves": {},
+            "maps": {m["name"]: {"key": m["key"]["size"], "value": lf.maps[m["name"]].value_size, "type": m["type"]}
+                     for m in doc["maps"]},
+            "loaded_at": time.time(), "links": [], "fanout": {"enabled": False, "reason": "subc serve"},
+        }
+        write_state(home, state, doc)
+    except BaseException:
+        attach.remove(home)
+        lf.close()
+        raise
+    return DataPlane(iface, lf.maps, doc, lf.caps, False, lf, home)
