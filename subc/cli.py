@@ -166,15 +166,15 @@ def check_cmd(rules: tuple[str, ...], spec_path: str, target: str, fmt: str, str
     """Check RULES for CI: errors, rules that never match or change nothing, conflicting actions,
     and target fit.  Exit status 0 when clean (warnings allowed unless --strict), 1 on errors, 2
     when the input cannot be read."""
-    from .check.diagnostics import render_github, render_text
-    from .check.run import check, report_json, summary_line
+    from .checker.diagnostics import render_github, render_text
+    from .checker.run import check, report_json, summary_line
 
     try:
         rep = check(list(rules), spec_path, target, _limits(max_rules, max_states), load_ebpf=not no_load,
                     max_messages=max_messages)
     except SubcError as e:
         if fmt == "github":
-            from .check.diagnostics import Diagnostic
+            from .checker.diagnostics import Diagnostic
 
             click.echo(render_github(Diagnostic.from_error(e)))
         _fail(e)

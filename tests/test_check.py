@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from subc.check.analysis import RuleSpace, changes_nothing, conflicts, unsatisfiable
-from subc.check.fit import tofino_fit
-from subc.check.run import check
+from subc.checker.analysis import RuleSpace, changes_nothing, conflicts, unsatisfiable
+from subc.checker.fit import tofino_fit
+from subc.checker.run import check
 from subc.compiler.driver import compile_rules
 from subc.compiler.layered import slice_rules
 from subc.compiler.rules import parse_rules

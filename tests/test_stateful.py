@@ -242,7 +242,7 @@ def test_check_understands_comparisons_on_state(tmp_path):
     """``subc check``: a contradiction between comparisons on one aggregate is unsatisfiable (with
     the comparisons as written), the registers are reported, and a target without registers yet
     is an error."""
-    from subc.check.run import check
+    from subc.checker.run import check
 
     from ebpf_util import DIFF_SPEC_TEXT
 
@@ -412,7 +412,7 @@ def test_tofino_multi_message_state_needs_one_message_per_datagram(tmp_path):
 
 
 def test_check_counts_tofino_stateful_alus_and_stages(tmp_path):
-    from subc.check.run import check
+    from subc.checker.run import check
 
     spec = _tofino_spec(tmp_path, "@pragma query_time(m.g, us)\n@pragma query_window(1024)\n")
     rules = tmp_path / "r.sub"

@@ -42,7 +42,7 @@ from typing import Sequence
 from ..errors import Location
 from .decisions import COUNT_ATOM, UPDATE_ATOM
 from .ast import COUNTER, And, Action, Aggregate, Expr, Not, Operand, Or, Pred, Rule, StatePred, state_predicates
-from .spec import QueryField, Spec
+from .spec_model import QueryField, Spec
 
 #: The pseudo-header instance of the state values.
 STATE_HEADER = "subc_state"

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from .ast import And, Expr, Not, Or, Pred, Rule, predicates
 from .intervals import IntervalSet, elementary_cuts, interval_index
-from .spec import QueryField
+from .spec_model import QueryField
 
 if TYPE_CHECKING:  # dd.cudd is imported where a BDD is built: importing it costs a compile 0.1 s (networkx)
     from dd import cudd

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 
 from .ir import FieldStage, SubscriptionIR
-from .spec import Spec
+from .spec_model import Spec
 from .tables import Pipeline, build_pipeline
 
 

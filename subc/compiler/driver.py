@@ -24,7 +24,7 @@ from .ir import SubscriptionIR, build_ir
 from .layered import SliceBudgetExceeded, StateLimitExceeded, slice_rules
 from .limits import DEFAULT_LIMITS, Limits
 from .parse_graph import check_parsed
-from .spec import Spec
+from .spec_model import Spec
 from .tables import Pipeline, build_pipeline
 
 EXHAUSTIVE_ORDER_FIELDS = 4

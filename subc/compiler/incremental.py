@@ -50,7 +50,7 @@ from typing import Iterable, Sequence
 from ..errors import SubcError
 from .ast import And, Expr, Not, Or, Pred
 from .root_runs import ChunkBuilder, ChunkedRuns
-from .spec import QueryField
+from .spec_model import QueryField
 
 
 class CapacityError(SubcError):

@@ -31,7 +31,7 @@ from .aggregates import StatePlan, boundary_updates, is_state_field, leaf_count_
 from .ast import Rule, evaluate
 from .decisions import FWD, STATE_ATOMS, Decision, conflict_message, conflicting_pair, decide, default_decision_of
 from .slicing import Sliced
-from .spec import QueryField, Spec
+from .spec_model import QueryField, Spec
 
 #: Width in bits of a ``fwd`` port (a v1model and TNA egress port, an eBPF subscriber index < 512).
 PORT_WIDTH = 9

@@ -51,7 +51,7 @@ from .bdd import ConditionBuilder, FieldDomain, core_predicates, index_segments,
 from .intervals import IntervalSet, interval_index
 from .limits import DEFAULT_LIMITS, LimitError, Limits
 from .slicing import Leaf, Sliced, Stage, StageState
-from .spec import QueryField
+from .spec_model import QueryField
 
 if TYPE_CHECKING:  # dd.cudd is imported where a BDD is built: importing it costs a compile 0.1 s (networkx)
     from dd import cudd

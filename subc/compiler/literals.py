@@ -15,7 +15,7 @@ from __future__ import annotations
 import ipaddress
 
 from ..errors import Location, SubcError
-from .spec import QueryField
+from .spec_model import QueryField
 
 
 def string_value(s: str, nbytes: int, loc: Location) -> int:

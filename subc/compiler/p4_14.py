@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from ..errors import SubcError
 from .p4lexer import Token
+from .spec_model import HeaderType, ParserDecl, ParserState, Transition
 
 #: P4_14 targets of ``return`` that leave the parser (Camus's specs return to ``ingress``).
 P4_14_ACCEPT = ("ingress", "egress")
@@ -40,7 +41,6 @@ class P414Declarations:
     # -- header types and instances ---------------------------------------------------------
     def parse_header_type(self) -> None:
         """``header_type T { fields { f : W [(attributes)]; ... } [length : ...; max_length : ...;] }``."""
-        from .spec import HeaderType
 
         self.form_p4_14()
         self.next()
@@ -95,7 +95,6 @@ class P414Declarations:
     # -- parser functions -------------------------------------------------------------------
     def parse_parser_function(self) -> None:
         """``parser NAME { extract(inst); ...; return STATE; | return select(f, ...) { cases } }``."""
-        from .spec import ParserState
 
         self.form_p4_14()
         self.next()
@@ -129,7 +128,6 @@ class P414Declarations:
 
     def p414_return(self, state: str, extracts: list[str], tok: Token):
         """The transition of a ``return`` statement (after the ``return`` keyword)."""
-        from .spec import Transition
 
         loc = self.loc(tok.start)
         if not self.accept("id", "select"):
@@ -226,7 +224,6 @@ class P414Declarations:
 
     def finish_p4_14(self) -> None:
         """Build the headers struct and the parser of a P4_14 spec (after every declaration)."""
-        from .spec import ParserDecl
 
         spec = self.spec
         members = [(t, i, f"{t} {i};") for t, i in self.p414_instances]

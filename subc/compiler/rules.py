@@ -20,7 +20,7 @@ from .grammar_parser import SourceText, comparison_parts, rule_parser, syntax_er
 from .limits import DEFAULT_LIMITS, Limits
 from .literals import arg_value, literal_value
 from .rule_shapes import ShapeCache, ShapeParser
-from .spec import QueryField, Spec
+from .spec_model import QueryField, Spec
 
 #: Widest field each aggregate takes (bits): a sum is kept in 64 bits, an average's excess over a
 #: threshold in 64 signed bits, a min or max with one more bit for the empty window.

@@ -35,7 +35,7 @@ from .aggregates import UPDATE_ATOM, StatePlan, is_state_field
 from .decisions import COUNT_ATOM
 from .intervals import prefix_cover_count
 from .ir import FieldStage, SubscriptionIR, fallback_target
-from .spec import Spec
+from .spec_model import Spec
 
 MIN_ROOM = 16  # entries: the least size of a table declared with room for updates
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..compiler.ast import And, Not, Pred, Rule, predicates
 from ..compiler.decisions import Decision, decide
-from ..compiler.spec import Spec
+from ..compiler.spec_model import Spec
 from ..errors import SubcError
 from ..runtime.reference import default_decision
 

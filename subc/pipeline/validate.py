@@ -20,7 +20,7 @@ from pathlib import Path
 from ..compiler.ast import And, Not, Pred, Rule, StatePred, predicates
 from ..compiler.gcpause import paused_gc
 from ..compiler.rule_shapes import rule_ends
-from ..compiler.spec import Spec
+from ..compiler.spec_model import Spec
 from ..errors import SubcError
 
 DEFAULT_PIECE_CHARS = 1 << 20

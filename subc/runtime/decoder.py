@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..compiler.parse_graph import MOLD_PREFIX_BYTES, Feed, ParseGraph, put_bits, spec_start
-from ..compiler.spec import Spec
+from ..compiler.spec_model import Spec
 from ..errors import SubcError
 
 DECODED, UNKNOWN_TYPE, LENGTH_MISMATCH, REJECTED = "ok", "unknown_type", "length_mismatch", "rejected"

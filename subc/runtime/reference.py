@@ -11,7 +11,7 @@ from typing import Sequence
 
 from ..compiler.ast import Rule, evaluate
 from ..compiler.decisions import Decision, decide, default_decision_of
-from ..compiler.spec import Spec
+from ..compiler.spec_model import Spec
 
 __all__ = ["Decision", "combine", "default_decision", "reference_decision"]
 

@@ -35,7 +35,7 @@ from typing import Sequence
 
 from ..compiler.ast import COUNTER, Aggregate, Rule, StatePred, evaluate, state_predicates
 from ..compiler.decisions import COUNT_ATOM, Decision
-from ..compiler.spec import Spec
+from ..compiler.spec_model import Spec
 from ..errors import SubcError
 from .reference import combine
 

@@ -19,7 +19,7 @@ import struct
 import time
 from dataclasses import dataclass
 
-from ..compiler.spec import Spec
+from ..compiler.spec_model import Spec
 from ..errors import SubcError
 from .decoder import DECODED, MessageDecoder
 from .encoder import MessageEncoder

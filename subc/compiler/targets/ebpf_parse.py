@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from ...errors import Location, SubcError
 from ..p4lexer import parse_p4_int
 from ..parse_graph import ParseGraph
-from ..spec import ParserState, Spec
+from ..spec_model import ParserState, Spec
 
 ETH_BITS, IPV4_BITS, UDP_BITS = 112, 160, 64
 ETHERTYPE_IPV4, IPPROTO_UDP = 0x0800, 17

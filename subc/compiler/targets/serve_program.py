@@ -21,7 +21,7 @@ from typing import Sequence
 from ..driver import compile_rules
 from ..literals import show_value
 from ..rules import parse_rules
-from ..spec import Spec
+from ..spec_model import Spec
 from .p4slots import DEFAULT_MAX_MESSAGES
 
 #: Versions of the root (level-0 states 1..ROOT_SLOTS) a switch holds at once: changes in flight

@@ -45,7 +45,7 @@ from ...compiler.incremental import CapacityError, LiveDiagram
 from ...compiler.limits import DEFAULT_LIMITS, Limits
 from ...compiler.rule_shapes import ShapeCache
 from ...compiler.rules import parse_rules
-from ...compiler.spec import Spec
+from ...compiler.spec_model import Spec
 from ...compiler.targets import ebpf_layout as L
 from ...errors import SubcError
 from ..fanout import grace_waiter

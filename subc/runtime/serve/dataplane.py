@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...compiler.spec import Spec
+from ...compiler.spec_model import Spec
 from ...errors import SubcError
 from .. import attach
 from ..bpf import Map, prog_info

@@ -35,7 +35,7 @@ from ...compiler.limits import DEFAULT_LIMITS, Limits
 from ...compiler.rule_shapes import ShapeCache
 from ...compiler.ast import state_predicates
 from ...compiler.rules import parse_rules
-from ...compiler.spec import Spec
+from ...compiler.spec_model import Spec
 from ...errors import SubcError
 from .topics import TopicError, parse_filter, parse_topic
 

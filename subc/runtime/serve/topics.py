@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from ...compiler.limits import Limits
 from ...compiler.rules import parse_rules
-from ...compiler.spec import Spec, TopicFields
+from ...compiler.spec_model import Spec, TopicFields
 from ...errors import SubcError
 from .store import REMOVED, TopicChanges
 

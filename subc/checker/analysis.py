@@ -34,7 +34,7 @@ from ..compiler.bdd import ConditionBuilder, field_domains, fields_used, index_r
 from ..compiler.decisions import action_class, conflict_message
 from ..compiler.layered import CubeMaker
 from ..compiler.literals import show_value
-from ..compiler.spec import Spec
+from ..compiler.spec_model import Spec
 from ..errors import Location
 from .diagnostics import Diagnostic
 
