@@ -14,8 +14,19 @@ pay for the whole compiler.
 __version__ = "0.1.0"
 
 #: The public names, all from :mod:`subc.api`.
-API = ("Compilation", "Rule", "Spec", "SubcError", "check", "compile", "load_rules", "load_spec", "parse_rules",
-       "parse_spec", "simulate")
+API = (
+    "Compilation",
+    "Rule",
+    "Spec",
+    "SubcError",
+    "check",
+    "compile",
+    "load_rules",
+    "load_spec",
+    "parse_rules",
+    "parse_spec",
+    "simulate",
+)
 __all__ = [*API, "__version__"]
 
 

@@ -32,8 +32,19 @@ from .compiler.targets import TARGETS, target_files
 from .compiler.targets.output import write_directory
 from .errors import SubcError
 
-__all__ = ["Compilation", "Rule", "Spec", "SubcError", "check", "compile", "load_rules", "load_spec", "parse_rules",
-           "parse_spec", "simulate"]
+__all__ = [
+    "Compilation",
+    "Rule",
+    "Spec",
+    "SubcError",
+    "check",
+    "compile",
+    "load_rules",
+    "load_spec",
+    "parse_rules",
+    "parse_spec",
+    "simulate",
+]
 
 
 @dataclass
@@ -65,8 +76,7 @@ class Compilation:
         ``entries.json``, ``report.json``, ...; eBPF: ``subc_filter.bpf.c``, ``maps.json``,
         ``report.json``).  Raises SubcError when the rules cannot be expressed on the target."""
         if self._files is None:
-            self._files, _ = target_files(self.result, self.rules_path, self.dot, self.max_messages,
-                                          self.overflow_port)
+            self._files, _ = target_files(self.result, self.rules_path, self.dot, self.max_messages, self.overflow_port)
         return self._files
 
     @cached_property
@@ -86,10 +96,20 @@ class Compilation:
         return write_directory(out_dir, self.files)
 
 
-def compile(rules: Sequence[Rule], spec: Spec, target: str = "bmv2", *, field_order: Sequence[str] | None = None,
-            max_messages: int = 8, overflow_port: int | None = None, capacity_factor: float = 2.0,
-            state_bits: int = 0, limits: Limits = DEFAULT_LIMITS, dot: bool = False,
-            rules_path: str = "<rules>") -> Compilation:
+def compile(
+    rules: Sequence[Rule],
+    spec: Spec,
+    target: str = "bmv2",
+    *,
+    field_order: Sequence[str] | None = None,
+    max_messages: int = 8,
+    overflow_port: int | None = None,
+    capacity_factor: float = 2.0,
+    state_bits: int = 0,
+    limits: Limits = DEFAULT_LIMITS,
+    dot: bool = False,
+    rules_path: str = "<rules>",
+) -> Compilation:
     """Compile ``rules`` (:func:`parse_rules`) over ``spec`` for ``target`` ('bmv2', 'tofino' or
     'ebpf'), as ``subc compile`` does (README, "Commands": the options of the same names;
     ``rules_path`` is named in the outputs' comments).  The field order is searched under the
@@ -97,8 +117,9 @@ def compile(rules: Sequence[Rule], spec: Spec, target: str = "bmv2", *, field_or
     conflicting actions (naming both rules), a bad field order, or a rule set over ``limits``."""
     if target not in TARGETS:
         raise SubcError(f"unknown target {target!r} (one of {', '.join(TARGETS)})")
-    res = compile_rules(rules, spec, target, field_order, limits=limits, capacity_factor=capacity_factor,
-                        state_bits=state_bits)
+    res = compile_rules(
+        rules, spec, target, field_order, limits=limits, capacity_factor=capacity_factor, state_bits=state_bits
+    )
     return Compilation(res, rules_path, max_messages, overflow_port, dot)
 
 
@@ -113,14 +134,21 @@ def simulate(compilation: Compilation, trace: str | Path, strict: bool = False, 
     return simulate_trace(compilation.result, trace, strict, udp_port)
 
 
-def check(paths: Sequence[str | Path], spec_path: str | Path, target: str = "bmv2", *, load_ebpf: bool = False,
-          max_messages: int = 8, limits: Limits = DEFAULT_LIMITS):
+def check(
+    paths: Sequence[str | Path],
+    spec_path: str | Path,
+    target: str = "bmv2",
+    *,
+    load_ebpf: bool = False,
+    max_messages: int = 8,
+    limits: Limits = DEFAULT_LIMITS,
+):
     """Check rule files as ``subc check`` does: returns the
     :class:`~subc.checker.run.CheckReport` (``diagnostics``, each with code, severity, file, line
     and column; ``exit_status(strict)``).  ``load_ebpf`` (root, bcc) also loads the eBPF program to
     count its instructions.  Raises SubcError when the spec or a file cannot be read."""
     from .checker.run import check as run_check
 
-    return run_check([str(p) for p in paths], str(spec_path), target, limits, load_ebpf=load_ebpf,
-                     max_messages=max_messages)
-
+    return run_check(
+        [str(p) for p in paths], str(spec_path), target, limits, load_ebpf=load_ebpf, max_messages=max_messages
+    )

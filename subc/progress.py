@@ -43,8 +43,15 @@ class PhaseProgress:
             return
         from tqdm import tqdm  # imported only for a terminal
 
-        self.bar = tqdm(total=len(self.phases), desc=self.phases[0], file=file, disable=not self.enabled,
-                        delay=DELAY_S, leave=False, bar_format="{desc:<12} {bar:24} {n}/{total} phases [{elapsed}]")
+        self.bar = tqdm(
+            total=len(self.phases),
+            desc=self.phases[0],
+            file=file,
+            disable=not self.enabled,
+            delay=DELAY_S,
+            leave=False,
+            bar_format="{desc:<12} {bar:24} {n}/{total} phases [{elapsed}]",
+        )
         self._thread = threading.Thread(target=self._tick, daemon=True)
         self._thread.start()
 

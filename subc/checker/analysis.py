@@ -192,7 +192,9 @@ def changes_nothing(space: RuleSpace) -> list[Diagnostic]:
             continue
         for a in r.atoms():
             by_atom[a].append(i)
-            pt = box[i][key_field][0] if key_field is not None and box[i][key_field][0] == box[i][key_field][1] else None
+            pt = (
+                box[i][key_field][0] if key_field is not None and box[i][key_field][0] == box[i][key_field][1] else None
+            )
             buckets[(a, pt)].append(i)
     kept = [True] * len(rules)
     out = []
@@ -240,7 +242,9 @@ def changes_nothing(space: RuleSpace) -> list[Diagnostic]:
             continue
         named = ", ".join(_where(rules[j].location) for j in covers[:MAX_NAMED])
         more = f" and {len(covers) - MAX_NAMED} more" if len(covers) > MAX_NAMED else ""
-        msg = f"rule changes nothing: every packet it matches already gets its actions from the rule(s) at {named}{more}"
+        msg = (
+            f"rule changes nothing: every packet it matches already gets its actions from the rule(s) at {named}{more}"
+        )
         notes = [f"{_where(rules[j].location)}: {rules[j].text.strip()}" for j in covers[:MAX_NAMED]]
         out.append(Diagnostic("warning", "redundant", msg, r.location, notes, [rules[j].location for j in covers]))
     out.reverse()
@@ -261,7 +265,7 @@ def conflicts(space: RuleSpace) -> list[Diagnostic]:
             members[g].append(i)
     others = sorted((g for g in groups if g != "fwd"), key=repr)
     pairs = [("fwd", b) for b in others if "fwd" in groups] + [
-        (b, c) for k, b in enumerate(others) for c in others[k + 1:]
+        (b, c) for k, b in enumerate(others) for c in others[k + 1 :]
     ]
     used = [d.field.name for d in space.domains]
     out = []
@@ -283,7 +287,16 @@ def conflicts(space: RuleSpace) -> list[Diagnostic]:
                 out.append(Diagnostic("error", "conflict", msg, rules[j].location, [], [], pkt))
             else:
                 msg = conflict_message(ay, ax, where, _where(rules[i].location))
-                out.append(Diagnostic("error", "conflict", msg, rules[j].location,
-                                      [f"{_where(rules[i].location)}: {rules[i].text.strip()}"], [rules[i].location], pkt))
+                out.append(
+                    Diagnostic(
+                        "error",
+                        "conflict",
+                        msg,
+                        rules[j].location,
+                        [f"{_where(rules[i].location)}: {rules[i].text.strip()}"],
+                        [rules[i].location],
+                        pkt,
+                    )
+                )
             overlap &= ~(cond[i] & cond[j])
     return out

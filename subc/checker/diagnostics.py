@@ -28,7 +28,8 @@ CODES = ("syntax", "limit", "unsatisfiable", "duplicate", "redundant", "conflict
 
 @dataclass
 class Diagnostic:
-    """One finding: ``severity`` 'error', 'warning' or 'note' (never changes the exit status), ``code`` (one of :data:`CODES`), message,
+    """One finding: ``severity`` 'error', 'warning' or 'note' (never changes the exit status),
+    ``code`` (one of :data:`CODES`), message,
     location (None for findings about the whole rule set), notes, related rule locations, an
     example packet ({'header.field': value}) and ``example_message``: that packet's message bytes
     as the spec frames them (hex; None when the spec does not describe a MoldUDP64 feed)."""

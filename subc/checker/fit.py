@@ -26,7 +26,8 @@ blocks of 1,024 x 128-bit words; 12 stages on Tofino 1 and 20 on Tofino 2; multi
   sums of removed bytes and kept messages (ceil(log2 K)) and the rewrite with the sequence register
   (1).  PHV: network and MoldUDP64 headers, K slots of the widest message path, per-slot metadata
   and the bridged header, against Tofino 1's 4,096 bits (a note, not a verdict: the estimate assumes the
-  compiler overlays the headers of different message types of one slot, and metadata may overlay too).  Reported for K = 1, 2,
+  compiler overlays the headers of different message types of one slot, and metadata may overlay too).
+  Reported for K = 1, 2,
   4, ... up to ``max_messages``.
 
 **eBPF**: map entries against the capacities a load gives them, and, when running as root with
@@ -81,12 +82,19 @@ def table_resources(t: Table) -> dict:
         words = 0
         entry_bits = key_bits + ad_bits + ACTION_OVERHEAD_BITS
         per_word = SRAM_WORD_BITS // entry_bits if entry_bits <= SRAM_WORD_BITS else 0
-        sram_words = (math.ceil(entries / per_word) if per_word else entries * math.ceil(entry_bits / SRAM_WORD_BITS))
+        sram_words = math.ceil(entries / per_word) if per_word else entries * math.ceil(entry_bits / SRAM_WORD_BITS)
         tcam = 0
         sram = math.ceil(sram_words / EXACT_FILL / SRAM_BLOCK_WORDS) if entries else 0
         match = "sram"
-    return {"name": t.name, "entries": entries, "match": match, "key_bits": key_bits, "tcam_words": words,
-            "tcam_blocks": tcam, "sram_blocks": sram}
+    return {
+        "name": t.name,
+        "entries": entries,
+        "match": match,
+        "key_bits": key_bits,
+        "tcam_words": words,
+        "tcam_blocks": tcam,
+        "sram_blocks": sram,
+    }
 
 
 def tofino_steps(res: CompileResult) -> list[dict]:
@@ -113,14 +121,23 @@ def _logical(res: CompileResult, out: list[Diagnostic], fit: dict) -> None:
     n_groups = len(pipe.mcast_groups)
     fit["multicast_groups"] = {"used": n_groups, "limit": MAX_MCAST_GROUPS}
     if n_groups > MAX_MCAST_GROUPS:
-        out.append(Diagnostic("error", "target-fit",
-                              f"the rule set needs {n_groups:,} multicast groups; group IDs are 16 bits "
-                              f"(at most {MAX_MCAST_GROUPS:,})"))
+        out.append(
+            Diagnostic(
+                "error",
+                "target-fit",
+                f"the rule set needs {n_groups:,} multicast groups; group IDs are 16 bits "
+                f"(at most {MAX_MCAST_GROUPS:,})",
+            )
+        )
     fit["state_bits"] = {"used": pipe.state_width, "limit": MAX_STATE_BITS}
     if pipe.state_width > MAX_STATE_BITS:
-        out.append(Diagnostic("error", "target-fit",
-                              f"state identifiers need {pipe.state_width} bits, more than a {MAX_STATE_BITS}-bit "
-                              "metadata container"))
+        out.append(
+            Diagnostic(
+                "error",
+                "target-fit",
+                f"state identifiers need {pipe.state_width} bits, more than a {MAX_STATE_BITS}-bit metadata container",
+            )
+        )
 
 
 PHV_BITS = 4096
@@ -131,9 +148,11 @@ def message_stages_text(fit: dict) -> str:
     rows = (fit.get("messages") or {}).get("per_k") or []
     if not rows:
         return ""
-    return "every message of a datagram: " + ", ".join(
-        f"K={r['k']} {r['stages']} stages, {r['phv_bits']:,} PHV bits" for r in rows) + \
-        f" (Tofino 1 PHV: {PHV_BITS:,} bits)"
+    return (
+        "every message of a datagram: "
+        + ", ".join(f"K={r['k']} {r['stages']} stages, {r['phv_bits']:,} PHV bits" for r in rows)
+        + f" (Tofino 1 PHV: {PHV_BITS:,} bits)"
+    )
 
 
 def message_stages(res: CompileResult, max_messages: int, overflow_port: int | None = None) -> dict | None:
@@ -148,7 +167,7 @@ def message_stages(res: CompileResult, max_messages: int, overflow_port: int | N
     if plan is None:
         return {"max_messages": 1, "mode": "single", "reason": reason, "per_k": []}
     steps = tofino_steps(res)
-    ks = sorted({k for k in (2 ** i for i in range(max_messages.bit_length())) if k <= max_messages} | {max_messages})
+    ks = sorted({k for k in (2**i for i in range(max_messages.bit_length())) if k <= max_messages} | {max_messages})
     g_net = sum(sum(w or 0 for _, w in res.spec.headers[t].fields) for _, t in plan.top)
     pipe = res.pipeline
     per_slot_meta = pipe.state_width + pipe.code_width + plan.port_bits + 8 + 16 * 3
@@ -164,46 +183,83 @@ def message_stages(res: CompileResult, max_messages: int, overflow_port: int | N
         ingress = classify + log + 1
         egress = 3 + log
         phv = g_net + k * (plan.slot_bits + per_slot_meta) + 2 * plan.port_bits + 8 + k * (plan.port_bits + 16) + 64
-        per_k.append({"k": k, "ingress_stages": ingress, "egress_stages": egress, "stages": max(ingress, egress),
-                      "phv_bits": phv})
+        per_k.append(
+            {
+                "k": k,
+                "ingress_stages": ingress,
+                "egress_stages": egress,
+                "stages": max(ingress, egress),
+                "phv_bits": phv,
+            }
+        )
     return {"max_messages": max_messages, "mode": "multi", "phv_limit": PHV_BITS, "per_k": per_k}
 
 
-def tofino_fit(res: CompileResult, max_messages: int = 8, overflow_port: int | None = None
-               ) -> tuple[dict, list[Diagnostic]]:
+def tofino_fit(
+    res: CompileResult, max_messages: int = 8, overflow_port: int | None = None
+) -> tuple[dict, list[Diagnostic]]:
     """(fit report, diagnostics) for Tofino 1 and 2 (see the module docstring); ``messages``: the
     multi-message program's stages for K up to ``max_messages`` (:func:`message_stages`)."""
     out: list[Diagnostic] = []
     steps = tofino_steps(res)
     total = sum(s["stages"] for s in steps)
-    fit: dict = {"model": "tofino", "steps": steps, "stages": {"needed": total, "limits": TOFINO_STAGES},
-                 "per_stage": {"tcam_blocks": TCAM_BLOCKS, "sram_blocks": SRAM_BLOCKS}}
+    fit: dict = {
+        "model": "tofino",
+        "steps": steps,
+        "stages": {"needed": total, "limits": TOFINO_STAGES},
+        "per_stage": {"tcam_blocks": TCAM_BLOCKS, "sram_blocks": SRAM_BLOCKS},
+    }
     _logical(res, out, fit)
     fit["messages"] = msgs = message_stages(res, max_messages, overflow_port)
     if msgs["per_k"]:
         last = msgs["per_k"][-1]
         table = ", ".join(f"K={r['k']}: {r['stages']} stages, {r['phv_bits']:,} PHV bits" for r in msgs["per_k"])
         if last["stages"] > TOFINO_STAGES["Tofino 2"]:
-            out.append(Diagnostic("error", "target-fit", f"{last['k']} messages per datagram need about "
-                                  f"{last['stages']} MAU stages: more than Tofino 1 (12) and Tofino 2 (20) have; "
-                                  "lower --max-messages", notes=[table]))
+            out.append(
+                Diagnostic(
+                    "error",
+                    "target-fit",
+                    f"{last['k']} messages per datagram need about "
+                    f"{last['stages']} MAU stages: more than Tofino 1 (12) and Tofino 2 (20) have; "
+                    "lower --max-messages",
+                    notes=[table],
+                )
+            )
         elif last["stages"] > TOFINO_STAGES["Tofino 1"]:
-            out.append(Diagnostic("warning", "target-fit", f"{last['k']} messages per datagram need about "
-                                  f"{last['stages']} MAU stages: Tofino 2 only", notes=[table]))
+            out.append(
+                Diagnostic(
+                    "warning",
+                    "target-fit",
+                    f"{last['k']} messages per datagram need about {last['stages']} MAU stages: Tofino 2 only",
+                    notes=[table],
+                )
+            )
     if total > TOFINO_STAGES["Tofino 2"]:
-        out.append(Diagnostic("error", "target-fit",
-                              f"the pipeline needs about {total} MAU stages: more than Tofino 1 (12) and Tofino 2 (20) have",
-                              notes=_step_notes(steps)))
+        out.append(
+            Diagnostic(
+                "error",
+                "target-fit",
+                f"the pipeline needs about {total} MAU stages: more than Tofino 1 (12) and Tofino 2 (20) have",
+                notes=_step_notes(steps),
+            )
+        )
     elif total > TOFINO_STAGES["Tofino 1"]:
-        out.append(Diagnostic("warning", "target-fit",
-                              f"the pipeline needs about {total} MAU stages: it fits Tofino 2 (20) but not Tofino 1 (12)",
-                              notes=_step_notes(steps)))
+        out.append(
+            Diagnostic(
+                "warning",
+                "target-fit",
+                f"the pipeline needs about {total} MAU stages: it fits Tofino 2 (20) but not Tofino 1 (12)",
+                notes=_step_notes(steps),
+            )
+        )
     return fit, out
 
 
 def _step_notes(steps: list[dict]) -> list[str]:
-    return [f"{s['field'] or 'leaf'}: {s['stages']} stage(s), {s['tcam_blocks']} TCAM and {s['sram_blocks']} SRAM blocks"
-            for s in steps]
+    return [
+        f"{s['field'] or 'leaf'}: {s['stages']} stage(s), {s['tcam_blocks']} TCAM and {s['sram_blocks']} SRAM blocks"
+        for s in steps
+    ]
 
 
 def bmv2_fit(res: CompileResult) -> tuple[dict, list[Diagnostic]]:
@@ -224,13 +280,20 @@ def ebpf_fit(res: CompileResult, rules_path: str, load: bool = True) -> tuple[di
     plan = ebpf_plan(res)
     doc = build_maps(res, plan)
     caps = install.capacities(doc, 2.0, None)
-    maps = [{"name": m["name"], "type": m["type"], "entries": len(m["entries"]), "capacity": caps[m["name"]]}
-            for m in doc["maps"]]
+    maps = [
+        {"name": m["name"], "type": m["type"], "entries": len(m["entries"]), "capacity": caps[m["name"]]}
+        for m in doc["maps"]
+    ]
     fit: dict = {"model": "ebpf", "maps": maps, "instructions": None}
     for m in maps:
         if m["capacity"] >= 1 << 32:
-            out.append(Diagnostic("error", "target-fit",
-                                  f"BPF map {m['name']} needs {m['capacity']:,} entries; max_entries is 32 bits"))
+            out.append(
+                Diagnostic(
+                    "error",
+                    "target-fit",
+                    f"BPF map {m['name']} needs {m['capacity']:,} entries; max_entries is 32 bits",
+                )
+            )
     if not load:
         return fit, out
     src = render_filter(res, plan, doc, rules_path)
@@ -244,9 +307,14 @@ def ebpf_fit(res: CompileResult, rules_path: str, load: bool = True) -> tuple[di
         if c["verified_insns"] > BPF_COMPLEXITY_LIMIT_INSNS or c["xlated_insns"] > BPF_COMPLEXITY_LIMIT_INSNS:
             out.append(Diagnostic("error", "target-fit", f"{fn}: {c} exceeds the verifier's 1,000,000 instructions"))
         elif c["xlated_insns"] > BPF_MAXINSNS:
-            out.append(Diagnostic("note", "target-fit",
-                                  f"{fn}: {c['xlated_insns']:,} instructions: loadable only with CAP_BPF or root "
-                                  f"(unprivileged programs are limited to {BPF_MAXINSNS:,})"))
+            out.append(
+                Diagnostic(
+                    "note",
+                    "target-fit",
+                    f"{fn}: {c['xlated_insns']:,} instructions: loadable only with CAP_BPF or root "
+                    f"(unprivileged programs are limited to {BPF_MAXINSNS:,})",
+                )
+            )
     return fit, out
 
 
@@ -275,19 +343,34 @@ def state_fit(res: CompileResult) -> dict:
     st = res.ir.state
     size = L.agg_struct(max([len(i.thresholds) for i in st.instances], default=1)).size
     return {
-        "instances": [{"index": i.index, "kind": i.kind, "field": i.field.name if i.field else None,
-                       "window_us": i.window_ns / 1000, "thresholds": list(i.thresholds), "rules": list(i.rules),
-                       **({"name": i.name} if i.name is not None else {})}
-                      for i in st.instances],
+        "instances": [
+            {
+                "index": i.index,
+                "kind": i.kind,
+                "field": i.field.name if i.field else None,
+                "window_us": i.window_ns / 1000,
+                "thresholds": list(i.thresholds),
+                "rules": list(i.rules),
+                **({"name": i.name} if i.name is not None else {}),
+            }
+            for i in st.instances
+        ],
         "state_values": len(st.values),
         "update_states": len(st.updates),
-        "count_updates": [{"counter": st.instances[u.instance].name, "adds": u.field.name if u.field else 1}
-                          for u in st.count_updates],
+        "count_updates": [
+            {"counter": st.instances[u.instance].name, "adds": u.field.name if u.field else 1} for u in st.count_updates
+        ],
         "count_leaves": len(st.leaf_counts),
         "time": st.time_field.name if st.time_field else "arrival",
-        "ebpf": {"map": "subc_agg", "entries": 2 * len(st.instances), "bytes": 2 * len(st.instances) * size,
-                 "lock": "bpf_spin_lock per instance"},
-        "bmv2": {"registers": [{"name": n, "cells": c, "bits": 64} for n, c in registers(st)],
-                 "bytes": 8 * sum(c for _, c in registers(st))},
+        "ebpf": {
+            "map": "subc_agg",
+            "entries": 2 * len(st.instances),
+            "bytes": 2 * len(st.instances) * size,
+            "lock": "bpf_spin_lock per instance",
+        },
+        "bmv2": {
+            "registers": [{"name": n, "cells": c, "bits": 64} for n, c in registers(st)],
+            "bytes": 8 * sum(c for _, c in registers(st)),
+        },
         "tofino": {**tofino_resources(st), "registers": [n for n, _ in tofino_registers(st)]},
     }

@@ -74,8 +74,14 @@ def parse_all(paths: Sequence[str], spec: Spec, limits: Limits = DEFAULT_LIMITS)
     return rules, diags
 
 
-def check(paths: Sequence[str], spec_path: str, target: str = "bmv2", limits: Limits = DEFAULT_LIMITS,
-          load_ebpf: bool = True, max_messages: int = 8) -> CheckReport:
+def check(
+    paths: Sequence[str],
+    spec_path: str,
+    target: str = "bmv2",
+    limits: Limits = DEFAULT_LIMITS,
+    load_ebpf: bool = True,
+    max_messages: int = 8,
+) -> CheckReport:
     """Check the rule files ``paths`` against the spec at ``spec_path`` for ``target``.
 
     Raises :class:`SubcError` when the spec or a rule file cannot be read or the spec does not
@@ -91,7 +97,7 @@ def check(paths: Sequence[str], spec_path: str, target: str = "bmv2", limits: Li
         rep.rules = len(rules)
         # comparisons on state are analysed as predicates on the state values (free variables)
         rewritten, plan, fields = plan_state(rules, spec)
-        space = RuleSpace(rewritten[:len(rules)], spec, fields) if plan is not None else RuleSpace(rules, spec)
+        space = RuleSpace(rewritten[: len(rules)], spec, fields) if plan is not None else RuleSpace(rules, spec)
         rep.diagnostics += unsatisfiable(space)
         rep.diagnostics += changes_nothing(space)
         found = conflicts(space)
@@ -115,10 +121,15 @@ def check(paths: Sequence[str], spec_path: str, target: str = "bmv2", limits: Li
                     rep.target_fit["state"] = fit.state_fit(res)
                     if target not in STATEFUL_TARGETS:
                         first = next(r for r in res.rules if r.index == res.ir.state.instances[0].rules[0])
-                        rep.diagnostics.append(Diagnostic(
-                            "error", "target-fit",
-                            f"the rules compare state (aggregates), which the {target} target does not support yet "
-                            f"(supported: {', '.join(STATEFUL_TARGETS)})", first.location))
+                        rep.diagnostics.append(
+                            Diagnostic(
+                                "error",
+                                "target-fit",
+                                f"the rules compare state (aggregates), which the {target} target does not support yet "
+                                f"(supported: {', '.join(STATEFUL_TARGETS)})",
+                                first.location,
+                            )
+                        )
                     elif target == "tofino":
                         rep.diagnostics += _tofino_state(res, rep.target_fit, max_messages)
     rep.diagnostics.sort(key=Diagnostic.sort_key)
@@ -138,14 +149,20 @@ def _tofino_state(res, target_fit: dict, max_messages: int) -> list[Diagnostic]:
     total = target_fit["stages"]["needed"] + st["stages"]
     st["pipeline_stages"] = total
     limits = target_fit["stages"]["limits"]
-    need = (f"the field stages and the comparisons on state need about {total} MAU stages "
-            f"({st['stateful_alus']} stateful ALUs)")
+    need = (
+        f"the field stages and the comparisons on state need about {total} MAU stages "
+        f"({st['stateful_alus']} stateful ALUs)"
+    )
     if total > limits["Tofino 2"]:
-        out.append(Diagnostic("error", "target-fit", f"{need}: more than Tofino 2 has ({limits['Tofino 2']})",
-                              first.location))
+        out.append(
+            Diagnostic("error", "target-fit", f"{need}: more than Tofino 2 has ({limits['Tofino 2']})", first.location)
+        )
     elif total > limits["Tofino 1"]:
-        out.append(Diagnostic("warning", "target-fit", f"{need}: Tofino 2 only (Tofino 1 has {limits['Tofino 1']})",
-                              first.location))
+        out.append(
+            Diagnostic(
+                "warning", "target-fit", f"{need}: Tofino 2 only (Tofino 1 has {limits['Tofino 1']})", first.location
+            )
+        )
     return out
 
 
@@ -185,8 +202,10 @@ def report_json(rep: CheckReport) -> dict:
 
 def summary_line(rep: CheckReport) -> str:
     """One line: rules, files, errors, warnings and the target's headline figure."""
-    s = (f"subc check: {rep.rules:,} rules in {len(rep.files)} file(s) for {rep.target}: "
-         f"{rep.count('error')} error(s), {rep.count('warning')} warning(s)")
+    s = (
+        f"subc check: {rep.rules:,} rules in {len(rep.files)} file(s) for {rep.target}: "
+        f"{rep.count('error')} error(s), {rep.count('warning')} warning(s)"
+    )
     f = rep.target_fit or {}
     if f.get("model") == "tofino":
         s += f"; about {f['stages']['needed']} MAU stages (Tofino 1: 12, Tofino 2: 20)"
@@ -195,8 +214,10 @@ def summary_line(rep: CheckReport) -> str:
         s += "; " + message_stages_text(f) if message_stages_text(f) else ""
         st = f.get("state", {}).get("tofino")
         if st:
-            s += (f"; comparisons on state: {st['stateful_alus']} stateful ALUs (registers), about {st['stages']} more "
-                  f"stages ({st['pipeline_stages']} in all)")
+            s += (
+                f"; comparisons on state: {st['stateful_alus']} stateful ALUs (registers), about {st['stages']} more "
+                f"stages ({st['pipeline_stages']} in all)"
+            )
     if "multicast_groups" in f:
         s += f"; {f['multicast_groups']['used']:,} multicast groups"
     if f.get("model") == "ebpf" and f.get("instructions"):

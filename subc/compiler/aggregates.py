@@ -226,8 +226,10 @@ def plan_state(rules: Sequence[Rule], spec: Spec) -> tuple[list[Rule], StatePlan
         inst_of: dict = {}
         for p in preds:
             counter = p.agg.kind == COUNTER  # one instance per counter, shared by every rule
-            inst = keyed.setdefault(("counter", p.agg.name) if counter else (p.agg, key_part),
-                                    {"agg": p.agg, "part": False if counter else part, "rules": [], "thresholds": []})
+            inst = keyed.setdefault(
+                ("counter", p.agg.name) if counter else (p.agg, key_part),
+                {"agg": p.agg, "part": False if counter else part, "rules": [], "thresholds": []},
+            )
             if r.index not in inst["rules"]:
                 inst["rules"].append(r.index)
             if p.agg.kind == "avg" and p.operands[0].value not in inst["thresholds"]:
@@ -236,8 +238,10 @@ def plan_state(rules: Sequence[Rule], spec: Spec) -> tuple[list[Rule], StatePlan
         per_rule.append((r, preds, inst_of))
     for _, name, _ in count_atoms:  # counters that are updated and never compared
         c = spec.counters[name]
-        keyed.setdefault(("counter", name), {"agg": Aggregate(COUNTER, None, 0, c.window_ns, name), "part": False,
-                                             "rules": [], "thresholds": []})
+        keyed.setdefault(
+            ("counter", name),
+            {"agg": Aggregate(COUNTER, None, 0, c.window_ns, name), "part": False, "rules": [], "thresholds": []},
+        )
     compared = {p.agg.name for _, preds, _ in per_rule for p in preds if p.agg.kind == COUNTER}
     instances: list[AggregateInstance] = []
     values: list[StateValue] = []
@@ -250,8 +254,18 @@ def plan_state(rules: Sequence[Rule], spec: Spec) -> tuple[list[Rule], StatePlan
         part = inst["part"]
         update = TRUE if part is True else part
         thresholds = tuple(sorted(inst["thresholds"]))
-        instances.append(AggregateInstance(k, agg.kind, src, agg.window_ns, thresholds, tuple(inst["rules"]),
-                                           update if part is not False else Or(()), agg.name))
+        instances.append(
+            AggregateInstance(
+                k,
+                agg.kind,
+                src,
+                agg.window_ns,
+                thresholds,
+                tuple(inst["rules"]),
+                update if part is not False else Or(()),
+                agg.name,
+            )
+        )
         width = {"count": 64, "sum": 64, "avg": 2, COUNTER: 64}.get(agg.kind, agg.width + 1)
         if agg.kind == COUNTER and agg.name not in compared:
             continue  # updated, never compared: no state value
@@ -263,6 +277,7 @@ def plan_state(rules: Sequence[Rule], spec: Spec) -> tuple[list[Rule], StatePlan
             value_of[(k, x)] = q
     rewritten: dict[int, Rule] = {}
     for r, preds, inst_of in per_rule:
+
         def rewrite(e: Expr) -> Expr:
             if isinstance(e, StatePred):
                 k = inst_of[e.agg]["index"]
@@ -273,6 +288,7 @@ def plan_state(rules: Sequence[Rule], spec: Spec) -> tuple[list[Rule], StatePlan
             if isinstance(e, (And, Or)):
                 return type(e)(tuple(rewrite(x) for x in e.items))
             return e
+
         rewritten[r.index] = Rule(r.index, rewrite(r.condition), r.actions, r.location, r.text)
     out = [rewritten.get(r.index, r) for r in rules]
     first = len(rules) and max(r.index for r in rules) + 1
@@ -280,14 +296,26 @@ def plan_state(rules: Sequence[Rule], spec: Spec) -> tuple[list[Rule], StatePlan
         if isinstance(inst.update, Or) and not inst.update.items:
             continue  # no message matches the stateless part: the aggregate stays empty
         r0 = next(r for r in rules if r.index == inst.rules[0])
-        out.append(Rule(first + inst.index, inst.update, (Action(UPDATE_ATOM, (inst.index,), r0.location),),
-                        r0.location, r0.text))
+        out.append(
+            Rule(
+                first + inst.index,
+                inst.update,
+                (Action(UPDATE_ATOM, (inst.index,), r0.location),),
+                r0.location,
+                r0.text,
+            )
+        )
     counter_index = {i.name: i.index for i in instances if i.kind == COUNTER}
-    count_updates = tuple(CountUpdate(j, counter_index[name], spec.query_fields[f] if f else None)
-                          for j, (_, name, f) in enumerate(count_atoms))
+    count_updates = tuple(
+        CountUpdate(j, counter_index[name], spec.query_fields[f] if f else None)
+        for j, (_, name, f) in enumerate(count_atoms)
+    )
     time_field = spec.query_fields[spec.time_field] if spec.time_field else None
-    return out, StatePlan(tuple(instances), tuple(values), time_field, spec.time_unit_ns,
-                          count_updates=count_updates), fields
+    return (
+        out,
+        StatePlan(tuple(instances), tuple(values), time_field, spec.time_unit_ns, count_updates=count_updates),
+        fields,
+    )
 
 
 def spec_location(spec: Spec) -> Location:
@@ -298,8 +326,10 @@ def spec_location(spec: Spec) -> Location:
 def leaf_count_masks(plan: StatePlan, leaves) -> tuple[tuple[int, int], ...]:
     """(leaf state, mask of the :class:`CountUpdate` s its message applies) of every leaf of
     ``leaves`` (objects with ``state`` and ``atoms``) whose mask is not 0, sorted."""
-    index = {(COUNT_ATOM, plan.instances[u.instance].name, u.field.name if u.field else None): u.index
-             for u in plan.count_updates}
+    index = {
+        (COUNT_ATOM, plan.instances[u.instance].name, u.field.name if u.field else None): u.index
+        for u in plan.count_updates
+    }
     out = []
     for leaf in leaves:
         mask = sum(1 << index[a] for a in leaf.atoms if a[0] == COUNT_ATOM)

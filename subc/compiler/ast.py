@@ -259,7 +259,9 @@ class Rule:
 
     def __repr__(self) -> str:
         cond, actions, location, text = self._full()
-        return f"Rule(index={self.index!r}, condition={cond!r}, actions={actions!r}, location={location!r}, text={text!r})"
+        return (
+            f"Rule(index={self.index!r}, condition={cond!r}, actions={actions!r}, location={location!r}, text={text!r})"
+        )
 
     def __reduce__(self):
         return (Rule, (self.index, *self._full()))

@@ -140,7 +140,7 @@ def core_predicates(cores) -> list[Pred]:
     preds: dict[int, Pred] = {}
     add = preds.setdefault
     for c in cores:
-        for x in (c.items if type(c) is And or type(c) is Or else (c,)):
+        for x in c.items if type(c) is And or type(c) is Or else (c,):
             if type(x) is Pred:
                 add(id(x), x)
             else:

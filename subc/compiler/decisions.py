@@ -137,5 +137,8 @@ def conflict_message(second: tuple, first: tuple, where: str, first_rule_at: str
     if first_rule_at is None:
         head = f"conflicting actions: {describe_atom(first)} and {describe_atom(second)} of this rule"
     else:
-        head = f"conflicting actions: {describe_atom(second)} of this rule and {describe_atom(first)} of the rule at {first_rule_at}"
+        head = (
+            f"conflicting actions: {describe_atom(second)} of this rule and {describe_atom(first)} "
+            f"of the rule at {first_rule_at}"
+        )
     return f"{head} apply to the same packet ({where}); a packet can be forwarded or get one other action, not both"

@@ -61,8 +61,7 @@ class CompileResult:
         """The P4 match-action pipeline of the IR (:func:`~.tables.build_pipeline`) for the target
         ('bmv2' for the eBPF target, whose table view the table simulator and ``simulate`` use)."""
         p4_target = self.target if self.target in ("bmv2", "tofino") else "bmv2"
-        return build_pipeline(self.ir, self.spec, p4_target, self.range_form, self.capacity_factor,
-                              self.state_bits)
+        return build_pipeline(self.ir, self.spec, p4_target, self.range_form, self.capacity_factor, self.state_bits)
 
     @cached_property
     def rbdd(self) -> RuleBDD:
@@ -182,8 +181,17 @@ def compile_rules(
             # candidate's work: a heuristic cut (such an order has far larger states)
             budget = None if best is None else ORDER_SEARCH_WORK_FACTOR * best[0].work + 10_000
             try:
-                built = _build(sliced_rules, spec, order, target, range_form, budget, limits, plan,
-                               fields if plan is not None else None)
+                built = _build(
+                    sliced_rules,
+                    spec,
+                    order,
+                    target,
+                    range_form,
+                    budget,
+                    limits,
+                    plan,
+                    fields if plan is not None else None,
+                )
             except SliceBudgetExceeded:
                 continue
             except StateLimitExceeded as e:

@@ -24,10 +24,30 @@ GRAMMAR = resources.files("subc") / "grammar" / "rules.lark"
 
 #: Terminal names as a syntax error names what it expected.
 FRIENDLY_TERMINALS = {
-    "CMP": "a comparison operator", "SEMICOLON": "';'", "COLON": "':'", "LPAR": "'('", "RPAR": "')'",
-    "COMMA": "','", "NAME": "a name", "INT": "a value", "STRING": "a value", "DECIMAL": "a value", "HEX": "a value",
-    "IPV4": "a value", "IPV6": "a value", "MAC": "a value", "AND": "'and'", "OR": "'or'",
-    "LBRACE": "'{'", "RBRACE": "'}'", "BANG": "'!'", "NOT": "'not'", "IN": "'in'", "SLASH": "'/'", "$END": "end of input", "DOT": "'.'",
+    "CMP": "a comparison operator",
+    "SEMICOLON": "';'",
+    "COLON": "':'",
+    "LPAR": "'('",
+    "RPAR": "')'",
+    "COMMA": "','",
+    "NAME": "a name",
+    "INT": "a value",
+    "STRING": "a value",
+    "DECIMAL": "a value",
+    "HEX": "a value",
+    "IPV4": "a value",
+    "IPV6": "a value",
+    "MAC": "a value",
+    "AND": "'and'",
+    "OR": "'or'",
+    "LBRACE": "'{'",
+    "RBRACE": "'}'",
+    "BANG": "'!'",
+    "NOT": "'not'",
+    "IN": "'in'",
+    "SLASH": "'/'",
+    "$END": "end of input",
+    "DOT": "'.'",
 }
 
 
@@ -92,13 +112,17 @@ def syntax_error(e: UnexpectedInput, path: str, text: str, line_offset: int = 0)
     ``path``, starting at the beginning of file line ``line_offset`` + 1): an unexpected character,
     an unexpected end of input (at the end of the last non-blank text), or an unexpected token with
     what the grammar expected instead."""
-    loc = Location.from_line_col(path, text, max(e.line, 1), max(e.column, 1)) if e.line and e.line > 0 else (
-        Location.from_offset(path, text, len(text))
+    loc = (
+        Location.from_line_col(path, text, max(e.line, 1), max(e.column, 1))
+        if e.line and e.line > 0
+        else (Location.from_offset(path, text, len(text)))
     )
     if isinstance(e, UnexpectedCharacters):
         err = SubcError(f"unexpected character {text[e.pos_in_stream]!r}", loc)
     elif isinstance(e, UnexpectedEOF) or (isinstance(e, UnexpectedToken) and e.token.type == "$END"):
-        err = SubcError("unexpected end of input (is a ';' missing?)", Location.from_offset(path, text, len(text.rstrip())))
+        err = SubcError(
+            "unexpected end of input (is a ';' missing?)", Location.from_offset(path, text, len(text.rstrip()))
+        )
     else:
         expected = sorted({FRIENDLY_TERMINALS.get(t, t) for t in getattr(e, "expected", ()) if not t.startswith("__")})
         msg = f"unexpected {e.token.value!r}"

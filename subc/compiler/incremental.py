@@ -297,8 +297,8 @@ class LiveDiagram:
 
     ``fields``: the field order (:class:`~.spec.QueryField`, widths in bits); ``capacity``: per
     level below 0, the states the data plane has room for (state 0 excluded).  The root's
-    versions (slots) are the data plane's business (:mod:`subc.runtime.live_broker`).  Subscriber numbers are any non-negative integers (the eBPF data
-    plane uses 0..511)."""
+    versions (slots) are the data plane's business (:mod:`subc.runtime.live_broker`).  Subscriber
+    numbers are any non-negative integers (the eBPF data plane uses 0..511)."""
 
     #: Nodes with more runs than this derive their delivery node by splicing their origin's
     #: (copying the runs outside the changed spans) instead of mapping every run.
@@ -353,8 +353,9 @@ class LiveDiagram:
 
         def pred(p: Pred) -> Node:
             if p.field not in self.index:
-                raise SubcError(f"field '{p.field}' is not one of the broker's fields "
-                                f"({', '.join(self.index)})", p.location)
+                raise SubcError(
+                    f"field '{p.field}' is not one of the broker's fields ({', '.join(self.index)})", p.location
+                )
             lv = self.index[p.field]
             out: list = []
             cur = 0
@@ -486,8 +487,13 @@ class LiveDiagram:
             out: list = []
             rr, emit, copy = _builder(lv, out)
             origin = n.origin
-            if origin is not None and len(n.runs) > self.SPLICE_MIN_RUNS and origin[0].q is not None \
-                    and not origin[0].q.dead and (lv == 0 or not origin[0].dead):
+            if (
+                origin is not None
+                and len(n.runs) > self.SPLICE_MIN_RUNS
+                and origin[0].q is not None
+                and not origin[0].q.dead
+                and (lv == 0 or not origin[0].dead)
+            ):
                 base, spans = origin[0].q, merge_spans(origin[1])
                 cur = 0
                 for lo, hi in spans:
@@ -521,8 +527,9 @@ class LiveDiagram:
                 state = self._free[lv - 1].pop()
                 if state is None:
                     new.append(q)  # rolled back by the caller
-                    raise CapacityError(f"level {lv} ({self._level_name(lv)}) has no free state left "
-                                        f"({self.capacity[lv - 1]} in all)")
+                    raise CapacityError(
+                        f"level {lv} ({self._level_name(lv)}) has no free state left ({self.capacity[lv - 1]} in all)"
+                    )
                 q.state = state
             new.append(q)
         n.q = q

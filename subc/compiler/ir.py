@@ -231,8 +231,12 @@ def build_ir(sliced: Sliced, rules: Sequence[Rule], spec: Spec, plan: StatePlan 
     Raises :class:`SubcError` when a leaf's atoms conflict (:mod:`.decisions`), pointing at one
     of the two rules, naming the other, with an example packet."""
     stages = tuple(
-        FieldStage(s.field, frozenset(s.domain.mentioned), tuple(StateRuns(st.state, tuple(st.runs)) for st in s.states),
-                   s.n_next)
+        FieldStage(
+            s.field,
+            frozenset(s.domain.mentioned),
+            tuple(StateRuns(st.state, tuple(st.runs)) for st in s.states),
+            s.n_next,
+        )
         for s in sliced.stages
     )
     default = default_decision_of(spec.default_action)
@@ -257,13 +261,28 @@ def build_ir(sliced: Sliced, rules: Sequence[Rule], spec: Spec, plan: StatePlan 
     headers = tuple(dict.fromkeys(s.field.header for s in stages if not is_state_field(s.field.name)))
     if plan is not None:
         boundary = sum(1 for s in stages if not is_state_field(s.field.name))
-        plan = StatePlan(plan.instances, plan.values, plan.time_field, plan.time_unit_ns, boundary,
-                         boundary_updates(sliced, boundary), plan.count_updates,
-                         leaf_count_masks(plan, sliced.leaves))
+        plan = StatePlan(
+            plan.instances,
+            plan.values,
+            plan.time_field,
+            plan.time_unit_ns,
+            boundary,
+            boundary_updates(sliced, boundary),
+            plan.count_updates,
+            leaf_count_masks(plan, sliced.leaves),
+        )
         extra = [i.field.header for i in plan.instances if i.field is not None]
         extra += [u.field.header for u in plan.count_updates if u.field is not None]
         if plan.time_field is not None:
             extra.append(plan.time_field.header)
         headers = tuple(dict.fromkeys([*headers, *extra]))
-    return SubscriptionIR(stages, tuple(leaves), sliced.root_state, default, tuple(sorted(used.values(), key=lambda a: a.name)),
-                          headers, sliced.work, plan)
+    return SubscriptionIR(
+        stages,
+        tuple(leaves),
+        sliced.root_state,
+        default,
+        tuple(sorted(used.values(), key=lambda a: a.name)),
+        headers,
+        sliced.work,
+        plan,
+    )

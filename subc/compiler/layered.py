@@ -212,8 +212,14 @@ def _zobrist_keys(level: int, count: int) -> list[int]:
     return [bits(128) for _ in range(count)]
 
 
-def _sweep(groups: dict, k: int, zob: list[int], index: dict[int, int],
-           states: list[tuple[int, ...]], leaf_atoms: tuple | None = None) -> list[tuple[int, int, int]]:
+def _sweep(
+    groups: dict,
+    k: int,
+    zob: list[int],
+    index: dict[int, int],
+    states: list[tuple[int, ...]],
+    leaf_atoms: tuple | None = None,
+) -> list[tuple[int, int, int]]:
     """Runs ``(first, last, next state)`` of one state over the index range [0, k).
 
     The state is given as ``groups``: index ranges (or None: every index) -> the distinct next
@@ -282,8 +288,14 @@ def _sweep(groups: dict, k: int, zob: list[int], index: dict[int, int],
             j += 1
 
 
-def _sweep_suffixes(groups: dict, k: int, zob: list[int], index: dict[int, int],
-                    states: list[tuple[int, ...]], leaf_atoms: tuple | None = None) -> list[tuple[int, int, int]]:
+def _sweep_suffixes(
+    groups: dict,
+    k: int,
+    zob: list[int],
+    index: dict[int, int],
+    states: list[tuple[int, ...]],
+    leaf_atoms: tuple | None = None,
+) -> list[tuple[int, int, int]]:
     """:func:`_sweep` when every group's ranges are one interval up to the last index (``field >
     P``, say) or every index: items only ever enter, so the current set is a set (set operations
     instead of counts), and so is the union of their atoms (``leaf_atoms``)."""
@@ -338,8 +350,11 @@ def _groups(state: tuple[int, ...], keys: list) -> dict:
 
 def _check_limits(states: int, items: int, limits: Limits, dom: FieldDomain, order: Sequence[str]) -> None:
     if states > limits.max_states or items > limits.max_layer_items:
-        what = (f"more than {limits.max_states:,} states" if states > limits.max_states
-                else f"states holding more than {limits.max_layer_items:,} rule items")
+        what = (
+            f"more than {limits.max_states:,} states"
+            if states > limits.max_states
+            else f"states holding more than {limits.max_layer_items:,} rule items"
+        )
         raise StateLimitExceeded(
             f"the rule set needs {what} by field {dom.field.name} (field order "
             f"{', '.join(order)}); the limit is --max-states {limits.max_states:,}. The diagram "
@@ -421,8 +436,13 @@ class StateLimitExceeded(LimitError):
     """:func:`slice_rules` needs more states (or items in them) than the limits allow."""
 
 
-def slice_rules(rules: Sequence[Rule], fields: dict[str, QueryField], order: Sequence[str],
-                max_work: int | None = None, limits: Limits = DEFAULT_LIMITS) -> Sliced:
+def slice_rules(
+    rules: Sequence[Rule],
+    fields: dict[str, QueryField],
+    order: Sequence[str],
+    max_work: int | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+) -> Sliced:
     """The sliced stages of ``rules`` in field ``order`` (see the module docstring).
 
     Equal to ``slice_bdd(build_bdd(rules, fields, order))``.  Raises ValueError if ``order``
@@ -483,7 +503,7 @@ def slice_rules(rules: Sequence[Rule], fields: dict[str, QueryField], order: Seq
         if kind is Pred or kind is And:
             ids = [0] * n
             seen = 0
-            for p in (core.items if kind is And else (core,)):
+            for p in core.items if kind is And else (core,):
                 if type(p) is not Pred:
                     break
                 hit = by_pred.get(id(p))
@@ -662,4 +682,3 @@ def slice_rules(rules: Sequence[Rule], fields: dict[str, QueryField], order: Seq
         current = nxt
     leaves = [Leaf(sid, leaf_atoms[c], path) for c, (sid, path) in sorted(current.items(), key=lambda kv: kv[1][0])]
     return Sliced(stages, leaves, root_state, work)
-

@@ -57,8 +57,9 @@ def _loc(path: str, text: str, offset: int, line_offset: int) -> Location:
     return Location(loc.path, loc.line + line_offset, loc.column, loc.source_line)
 
 
-def check_rule_text(text: str, path: str, ends: list[int], line_offset: int = 0,
-                    limits: Limits = DEFAULT_LIMITS) -> None:
+def check_rule_text(
+    text: str, path: str, ends: list[int], line_offset: int = 0, limits: Limits = DEFAULT_LIMITS
+) -> None:
     """Check the rule count, each rule's length and nesting depth before parsing.
 
     ``ends`` are the offsets just after each rule's ``;`` (:func:`~.rule_shapes.rule_ends`); the

@@ -60,9 +60,13 @@ def literal_value(kind: str, text: str, field: QueryField, loc: Location) -> int
     width = field.width
     if kind == "STRING":
         if field.scale is not None:
-            raise SubcError(f"field '{field.name}' is a number (scale {field.scale}); cannot compare it with a string", loc)
+            raise SubcError(
+                f"field '{field.name}' is a number (scale {field.scale}); cannot compare it with a string", loc
+            )
         if width % 8:
-            raise SubcError(f"field '{field.name}' is {width} bits, not whole bytes; cannot compare it with a string", loc)
+            raise SubcError(
+                f"field '{field.name}' is {width} bits, not whole bytes; cannot compare it with a string", loc
+            )
         value = string_value(unquote(text), width // 8, loc)
     elif field.alpha:
         raise SubcError(f"field '{field.name}' is text (alpha); compare it with a string, not {text}", loc)

@@ -60,8 +60,9 @@ class P414Declarations:
                     else:
                         width = self.const_value(wtok)
                         if width <= 0:
-                            raise self.error(f"field '{fname.text}' of header type '{name.text}' has width {width}",
-                                             wtok)
+                            raise self.error(
+                                f"field '{fname.text}' of header type '{name.text}' has width {width}", wtok
+                            )
                     if self.peek() is not None and self.peek().kind == "(":
                         self.skip_balanced("(", ")")  # (signed, saturating)
                     self.expect(";")
@@ -117,11 +118,13 @@ class P414Declarations:
                 transition = self.p414_return(name.text, extracts, tok)
                 self.accept(";")
             elif tok.text == "set_metadata":
-                raise self.error("set_metadata in a parser is not supported (the decoder follows extract "
-                                 "and select only)", tok)
+                raise self.error(
+                    "set_metadata in a parser is not supported (the decoder follows extract and select only)", tok
+                )
             else:
-                raise self.error(f"unexpected '{tok.text}' in parser function '{name.text}' "
-                                 "(expected extract(...) or return)", tok)
+                raise self.error(
+                    f"unexpected '{tok.text}' in parser function '{name.text}' (expected extract(...) or return)", tok
+                )
         if transition is None:
             raise self.error(f"parser function '{name.text}' has no return statement", name)
         self.p414_states.append(ParserState(name.text, statements, extracts, transition, self.loc(name.start)))
@@ -228,7 +231,9 @@ class P414Declarations:
         spec = self.spec
         members = [(t, i, f"{t} {i};") for t, i in self.p414_instances]
         spec.structs["headers"] = members
-        spec.decls.append(("struct", "headers", "struct headers {\n" + "".join(f"    {r}\n" for *_, r in members) + "}"))
+        spec.decls.append(
+            ("struct", "headers", "struct headers {\n" + "".join(f"    {r}\n" for *_, r in members) + "}")
+        )
         if not self.p414_states:
             return
         for st in self.p414_states:
@@ -244,10 +249,12 @@ class P414Declarations:
         for st in self.p414_states:
             for inst in st.extracts:
                 if inst not in dict((i, t) for t, i in self.p414_instances):
-                    raise SubcError(f"parser function '{st.name}' extracts '{inst}', which is not a header "
-                                    "instance", st.location)
-        spec.parser = ParserDecl("SubcSpecParser", "packet", "hdr", "headers", "meta", None, "standard_metadata",
-                                 self.p414_states)
+                    raise SubcError(
+                        f"parser function '{st.name}' extracts '{inst}', which is not a header instance", st.location
+                    )
+        spec.parser = ParserDecl(
+            "SubcSpecParser", "packet", "hdr", "headers", "meta", None, "standard_metadata", self.p414_states
+        )
 
 
 def p4_16_header(name: str, fields: list[tuple[str, int | None]]) -> str:

@@ -152,8 +152,11 @@ class ParseGraph:
 
     def __init__(self, spec: Spec):
         if spec.parser is None or not spec.whole_program:
-            raise _error(None, spec, "the spec declares no headers and parser (a pragma-only spec): messages "
-                                     "cannot be decoded with it")
+            raise _error(
+                None,
+                spec,
+                "the spec declares no headers and parser (a pragma-only spec): messages cannot be decoded with it",
+            )
         self.spec = spec
         self.fields: dict[str, FieldSlot] = {}
         self.header_bits: dict[str, int | None] = {}
@@ -182,24 +185,37 @@ class ParseGraph:
             raise _error(where, self.spec, f"the parser has no state '{name}'")
         for stmt in st.statements:
             if not re.fullmatch(r"\s*\w+\s*\.\s*extract\s*\(.*\)\s*;\s*", stmt, re.S):
-                raise _error(st.location, self.spec, f"state '{name}': statement '{stmt.strip()}' cannot be "
-                             "decoded (only extract statements are followed)")
+                raise _error(
+                    st.location,
+                    self.spec,
+                    f"state '{name}': statement '{stmt.strip()}' cannot be "
+                    "decoded (only extract statements are followed)",
+                )
         for inst in st.extracts:
             if inst not in self.header_bits:
-                raise _error(st.location, self.spec, f"state '{name}' extracts '{inst}', which is not a header "
-                             "instance of the headers struct")
+                raise _error(
+                    st.location,
+                    self.spec,
+                    f"state '{name}' extracts '{inst}', which is not a header instance of the headers struct",
+                )
         n_extract = sum(".extract" in s.replace(" ", "") for s in st.statements)
         if n_extract != len(st.extracts):
-            raise _error(st.location, self.spec, f"state '{name}': an extract this decoder cannot follow "
-                         "(a header stack or a variable-size extract)")
+            raise _error(
+                st.location,
+                self.spec,
+                f"state '{name}': an extract this decoder cannot follow (a header stack or a variable-size extract)",
+            )
         tr = st.transition
         where = tr.location or st.location
         if tr.select_text is None:
             gs = GraphState(name, tuple(st.extracts), None, ((Keyset(default=True), tr.cases[0][1]),), st.location)
         else:
             if tr.fields is None:
-                raise _error(where, self.spec, f"state '{name}': select on '{tr.select_text}' cannot be decoded "
-                             "(header fields only)")
+                raise _error(
+                    where,
+                    self.spec,
+                    f"state '{name}': select on '{tr.select_text}' cannot be decoded (header fields only)",
+                )
             key = []
             for ref in tr.fields:
                 if ref not in self.fields:
@@ -231,8 +247,11 @@ class ParseGraph:
         else:
             parts = [t]
         if len(parts) != len(widths):
-            raise _error(where, self.spec, f"state '{state}': keyset '{t}' has {len(parts)} element(s) for a key "
-                         f"of {len(widths)} field(s)")
+            raise _error(
+                where,
+                self.spec,
+                f"state '{state}': keyset '{t}' has {len(parts)} element(s) for a key of {len(widths)} field(s)",
+            )
         if len(parts) == 1 and ".." in t:
             lo, hi = t.split("..", 1)
             return Keyset(mask=None, lo=self._const(lo, where, state), hi=self._const(hi, where, state))
@@ -288,8 +307,11 @@ class ParseGraph:
                     stack.pop()
                     continue
                 if color.get(nxt) == 1:
-                    raise _error(self.state(cur).location, self.spec,
-                                 f"parser loop through state '{nxt}' (header stacks are not supported)")
+                    raise _error(
+                        self.state(cur).location,
+                        self.spec,
+                        f"parser loop through state '{nxt}' (header stacks are not supported)",
+                    )
                 if nxt not in color:
                     self.state(nxt, self.state(cur).location)
                     color[nxt] = 1
@@ -329,8 +351,11 @@ class ParseGraph:
             key = 0
             for f in st.key:
                 if f.instance not in w.valid:
-                    raise _error(st.location, self.spec, f"state '{name}' selects on '{f.ref}' before '{f.instance}' "
-                                 "is extracted")
+                    raise _error(
+                        st.location,
+                        self.spec,
+                        f"state '{name}' selects on '{f.ref}' before '{f.instance}' is extracted",
+                    )
                 key = (key << f.width) | bits_at(data, w.valid[f.instance] + f.bit_offset, f.width)
             w.keys.append((name, w.valid[st.key[0].instance] + st.key[0].bit_offset, key))
             name = REJECT
@@ -368,8 +393,11 @@ class ParseGraph:
             eth = self._predecessor(ipv4[0], ETH_BITS, 96, 16, ETHERTYPE_IPV4) if ipv4 else None
             if ipv4 is None or eth is None:
                 continue
-            ports = tuple((ks.value, t) for ks, t in st.cases
-                          if not ks.default and ks.mask == 0xFFFF and t not in (ACCEPT, REJECT))
+            ports = tuple(
+                (ks.value, t)
+                for ks, t in st.cases
+                if not ks.default and ks.mask == 0xFFFF and t not in (ACCEPT, REJECT)
+            )
             if not ports:
                 continue
             mold, framing = self.moldudp64_framing(ports[0][1])
@@ -452,8 +480,10 @@ def check_parsed(spec: Spec, fields: list[str]) -> None:
         if inst in extracted:
             continue
         g.reachable("start")  # a state on the way the decoder cannot follow: its located error
-        raise SubcError(f"field '{f}': the parser never extracts header '{inst}', so no packet can carry it",
-                        spec.query_fields[f].location if f in spec.query_fields else None)
+        raise SubcError(
+            f"field '{f}': the parser never extracts header '{inst}', so no packet can carry it",
+            spec.query_fields[f].location if f in spec.query_fields else None,
+        )
 
 
 def _selects(st: GraphState, g: ParseGraph, bits: int, off: int, width: int) -> str | None:

@@ -124,8 +124,9 @@ class ChunkBuilder:
             return
         first, last = seg[0], seg[-1]
         if n == 1:
-            self.emit(first[0] if lo is None else max(first[0], lo), first[1] if hi is None else min(first[1], hi),
-                      first[2])
+            self.emit(
+                first[0] if lo is None else max(first[0], lo), first[1] if hi is None else min(first[1], hi), first[2]
+            )
             return
         self.emit(first[0] if lo is None else max(first[0], lo), first[1], first[2])
         # consecutive runs of one root never merge with their neighbours there
@@ -151,7 +152,7 @@ class ChunkBuilder:
         if cj - ci < 2:
             self._emit_runs(runs.between(lo, hi), lo, hi)
             return
-        self._emit_runs(chunks[ci][bisect_right(clos[ci], lo) - 1:], lo, None)
+        self._emit_runs(chunks[ci][bisect_right(clos[ci], lo) - 1 :], lo, None)
         self._add_chunk(chunks[ci + 1], clos[ci + 1])
         if cj - ci > 2:  # chunks that were neighbours there need no merging: shared as they are
             self._seal()

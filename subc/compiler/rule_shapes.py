@@ -53,15 +53,12 @@ from .limits import DEFAULT_LIMITS, Limits, check_rule_text
 _ENDS = re.compile(r'"(?:[^"\\\n]|\\.)*"|#[^\n]*|//[^\n]*|;')
 #: Literals of a piece (one capturing group: re.split keeps them).  Names are matched and kept in
 #: the text so that digits inside a name are not literals; comments likewise.
-_SPLIT = re.compile(
-    r'("(?:[^"\\\n]|\\.)*"|(?<![A-Za-z0-9_.])(?:\d+\.\d+|0[xX][0-9A-Fa-f]+|\d+)(?![A-Za-z0-9_]))'
-)
+_SPLIT = re.compile(r'("(?:[^"\\\n]|\\.)*"|(?<![A-Za-z0-9_.])(?:\d+\.\d+|0[xX][0-9A-Fa-f]+|\d+)(?![A-Za-z0-9_]))')
 _COMMENT_OR_SPACE = re.compile(r"(?:\s+|#[^\n]*|//[^\n]*)*\Z")
 _LITERAL_TYPES = ("INT", "HEX", "DECIMAL", "STRING")
 #: A literal of each kind in a shape's pattern (the alternatives of _SPLIT, one group each).  The
 #: text around a literal is fixed by the shape, so it splits there exactly as the first piece did.
-_GROUP = {"STRING": r'("(?:[^"\\\n]|\\.)*")', "DECIMAL": r"(\d+\.\d+)", "HEX": r"(0[xX][0-9A-Fa-f]+)",
-          "INT": r"(\d+)"}
+_GROUP = {"STRING": r'("(?:[^"\\\n]|\\.)*")', "DECIMAL": r"(\d+\.\d+)", "HEX": r"(0[xX][0-9A-Fa-f]+)", "INT": r"(\d+)"}
 #: How many shapes' patterns are tried on a piece before it is split and looked up.
 _RECENT = 4
 
@@ -199,8 +196,15 @@ class ShapeParser:
     known from earlier parses (:class:`ShapeCache`, of the same spec and limits, else ValueError).
     :meth:`parse` returns the rules in text order or raises what the reference path raises."""
 
-    def __init__(self, source: SourceText, spec, resolver, first_index: int = 0, limits: Limits = DEFAULT_LIMITS,
-                 cache: ShapeCache | None = None):
+    def __init__(
+        self,
+        source: SourceText,
+        spec,
+        resolver,
+        first_index: int = 0,
+        limits: Limits = DEFAULT_LIMITS,
+        cache: ShapeCache | None = None,
+    ):
         if cache is not None and (cache.spec is not spec or cache.limits != limits):
             raise ValueError("ShapeParser: the shape cache is for another spec or other limits")
         self.source, self.spec, self.resolver = source, spec, resolver
@@ -341,8 +345,9 @@ class ShapeParser:
             tree = self._lark(piece)
             shape = self.shapes[key] = Shape(self.source, self.resolver)
             if self._safe(tree, parts):
-                shape.pattern = re.compile("".join(re.escape(p) if i % 2 == 0 else _GROUP[_kind(p)]
-                                                   for i, p in enumerate(parts)))
+                shape.pattern = re.compile(
+                    "".join(re.escape(p) if i % 2 == 0 else _GROUP[_kind(p)] for i, p in enumerate(parts))
+                )
         elif shape.pattern is not None:
             self._recent(shape)
             after = self._run(shape, pos, rules)
@@ -394,7 +399,11 @@ class ShapeParser:
         for t in tree.iter_subtrees():
             if t.data in ("prefix", "aggregate", "counter_assign"):
                 return False  # prefixes, and comparisons on state (resolved piece by piece)
-            if counters and t.data in ("field", "action") and any(str(c) in counters for c in t.children[1 if t.data == "action" else 0:]):
+            if (
+                counters
+                and t.data in ("field", "action")
+                and any(str(c) in counters for c in t.children[1 if t.data == "action" else 0 :])
+            ):
                 return False
         bounds = list(accumulate(map(len, parts)))
         lit_at = {bounds[i - 1]: parts[i] for i in range(1, len(parts), 2)}
@@ -449,6 +458,7 @@ class ShapeParser:
                 if o is None:
                     o = operands[key] = r.operand(Token(kind, text, start_pos=m.start(g)), q)
                 return o
+
             return f
 
         def comparison(t: Tree):
@@ -462,8 +472,14 @@ class ShapeParser:
                 q = rep_resolver.field(ftree)
                 fs = (operand(q, value),)
             name, width = q.name, q.width
-            groups = tuple(sorted({group_at[v.start_pos] for v in (t.children[1:] if t.data in ("member", "not_member")
-                                                                    else (value,))}))
+            groups = tuple(
+                sorted(
+                    {
+                        group_at[v.start_pos]
+                        for v in (t.children[1:] if t.data in ("member", "not_member") else (value,))
+                    }
+                )
+            )
             cores: dict = {}  # literal texts -> the predicate without location
 
             def f(m, loc, r):
@@ -474,6 +490,7 @@ class ShapeParser:
                 if p is None:
                     p = cores[key] = Pred(name, width, op, tuple([g(m, r) for g in fs]), None)
                 return p
+
             return f
 
         def action(t: Tree):
@@ -494,6 +511,7 @@ class ShapeParser:
                     a = r.action(Tree("action", toks))
                     v = action_values[key] = (a.name, a.args)
                 return Action(v[0], v[1], loc(where(m)) if loc else None)
+
             return f
 
         cond_tree, actions_tree = rule_tree.children

@@ -15,7 +15,21 @@ from lark.exceptions import UnexpectedInput
 
 from ..errors import SubcError
 from .decisions import COUNT_ATOM
-from .ast import AGGREGATES, COUNTER, MAX_STATE_PREDICATES, Aggregate, And, Action, Not, Operand, Or, Pred, Rule, StatePred, state_predicates
+from .ast import (
+    AGGREGATES,
+    COUNTER,
+    MAX_STATE_PREDICATES,
+    Aggregate,
+    And,
+    Action,
+    Not,
+    Operand,
+    Or,
+    Pred,
+    Rule,
+    StatePred,
+    state_predicates,
+)
 from .grammar_parser import SourceText, comparison_parts, rule_parser, syntax_error
 from .limits import DEFAULT_LIMITS, Limits
 from .literals import arg_value, literal_value
@@ -59,8 +73,10 @@ class RuleResolver:
         cond = self.expr(cond_tree)
         preds = state_predicates(cond)
         if len(preds) > MAX_STATE_PREDICATES:
-            raise SubcError(f"a rule may compare state at most {MAX_STATE_PREDICATES} ways; this one has {len(preds)}",
-                            preds[MAX_STATE_PREDICATES].location)
+            raise SubcError(
+                f"a rule may compare state at most {MAX_STATE_PREDICATES} ways; this one has {len(preds)}",
+                preds[MAX_STATE_PREDICATES].location,
+            )
         actions = tuple(self.action(a) for a in actions_tree.children)
         text = self.source.text[self.base + tree.meta.start_pos : self.base + tree.meta.end_pos]
         return Rule(index, cond, actions, self.loc(tree), text)
@@ -106,7 +122,9 @@ class RuleResolver:
             if q.match_kind == "exact":
                 raise SubcError(f"prefix match on exact-only field '{q.name}' (declared with query_field_exact)", loc)
             if plen > q.width:
-                raise SubcError(f"prefix length {plen} is longer than the {q.width}-bit field '{q.name}'", self.loc(plen_tok))
+                raise SubcError(
+                    f"prefix length {plen} is longer than the {q.width}-bit field '{q.name}'", self.loc(plen_tok)
+                )
             kind = base.type if base.type != "INT" else "HEX"  # integers in prefixes are raw bits
             value = literal_value(kind, str(base) if base.type != "INT" else hex(int(base)), q, loc)
             if value & ((1 << (q.width - plen)) - 1):
@@ -117,7 +135,12 @@ class RuleResolver:
     def counter_name(self, t) -> str | None:
         """The named counter a ``field`` tree names (a bare name the spec declares with
         ``query_counter``), or None."""
-        if isinstance(t, Tree) and t.data == "field" and len(t.children) == 1 and str(t.children[0]) in self.spec.counters:
+        if (
+            isinstance(t, Tree)
+            and t.data == "field"
+            and len(t.children) == 1
+            and str(t.children[0]) in self.spec.counters
+        ):
             return str(t.children[0])
         return None
 
@@ -135,8 +158,11 @@ class RuleResolver:
         kind = str(name_tok)
         if len(args) == 1 and self.counter_name(args[0]) is not None:
             if kind != "count":
-                raise SubcError(f"'{args[0].children[0]}' is a named counter: compare it by name or as "
-                                f"count({args[0].children[0]}), not with {kind}()", self.loc(name_tok))
+                raise SubcError(
+                    f"'{args[0].children[0]}' is a named counter: compare it by name or as "
+                    f"count({args[0].children[0]}), not with {kind}()",
+                    self.loc(name_tok),
+                )
             return self.counter(self.counter_name(args[0]), t)
         if kind not in AGGREGATES:
             raise SubcError(f"unknown aggregate '{kind}' (known: {', '.join(sorted(AGGREGATES))})", self.loc(name_tok))
@@ -160,7 +186,9 @@ class RuleResolver:
                 raise SubcError(f"cannot aggregate text field '{q.name}' (alpha)", self.loc(name_tok))
             limit = AGGREGATE_MAX_WIDTH.get(kind)
             if limit is not None and q.width > limit:
-                raise SubcError(f"{kind}() takes fields of at most {limit} bits; '{q.name}' has {q.width}", self.loc(name_tok))
+                raise SubcError(
+                    f"{kind}() takes fields of at most {limit} bits; '{q.name}' has {q.width}", self.loc(name_tok)
+                )
         if window is None:
             window = self.spec.field_windows.get(q.name, self.spec.window_ns) if q is not None else self.spec.window_ns
         agg = Aggregate(kind, q.name if q is not None else None, q.width if q is not None else 0, window)
@@ -227,12 +255,15 @@ class RuleResolver:
         name_tok, atree = t.children
         name, loc = str(name_tok), self.loc(name_tok)
         if name not in self.spec.counters:
-            raise SubcError(f"'{name}' is not a counter (declare it with @pragma query_counter({name}, window_us))", loc)
+            raise SubcError(
+                f"'{name}' is not a counter (declare it with @pragma query_counter({name}, window_us))", loc
+            )
         fn_tok, *args = atree.children
         fn = str(fn_tok)
         if fn not in ("count", "sum"):
-            raise SubcError(f"a counter adds: {name} <- count() or {name} <- sum(header.field), not {fn}()",
-                            self.loc(fn_tok))
+            raise SubcError(
+                f"a counter adds: {name} <- count() or {name} <- sum(header.field), not {fn}()", self.loc(fn_tok)
+            )
         if any(a.data != "field" for a in args):
             raise SubcError(f"the counter's window applies: {fn}() takes no keyword arguments here", self.loc(atree))
         if fn == "count":
@@ -259,8 +290,10 @@ class RuleResolver:
                 bad = next(a for a in args if a.type == "NAME")
                 raise SubcError(f"'{bad}' is not a value; only inc(counter) names a counter", self.loc(bad))
             if str(args[0]) not in self.spec.counters:
-                raise SubcError(f"'{args[0]}' is not a counter (declare it with @pragma query_counter({args[0]}, window_us))",
-                                self.loc(args[0]))
+                raise SubcError(
+                    f"'{args[0]}' is not a counter (declare it with @pragma query_counter({args[0]}, window_us))",
+                    self.loc(args[0]),
+                )
             return Action(COUNT_ATOM, (str(args[0]), None), loc)
         if name == "fwd":
             if not args:
@@ -286,7 +319,8 @@ class RuleResolver:
         if len(args) != len(decl.params):
             raise SubcError(f"action '{name}' takes {len(decl.params)} argument(s), got {len(args)}", loc)
         values = tuple(
-            arg_value(a.type, str(a), w, f"parameter '{p}' of '{name}'", self.loc(a)) for a, (p, w) in zip(args, decl.params)
+            arg_value(a.type, str(a), w, f"parameter '{p}' of '{name}'", self.loc(a))
+            for a, (p, w) in zip(args, decl.params)
         )
         return Action(name, values, loc)
 
@@ -306,8 +340,15 @@ def inferred_width(kind: str, text: str) -> int:
     return 32 if value < 1 << 32 else 64
 
 
-def parse_rules(text: str, spec: Spec, path: str = "<rules>", line_offset: int = 0, first_index: int = 0,
-                limits: Limits = DEFAULT_LIMITS, shapes: ShapeCache | None = None) -> list[Rule]:
+def parse_rules(
+    text: str,
+    spec: Spec,
+    path: str = "<rules>",
+    line_offset: int = 0,
+    first_index: int = 0,
+    limits: Limits = DEFAULT_LIMITS,
+    shapes: ShapeCache | None = None,
+) -> list[Rule]:
     """Parse and resolve a rule set.
 
     Returns the rules in file order (``Rule.index`` ``first_index``, ``first_index`` + 1, ...).
@@ -326,7 +367,9 @@ def parse_rules(text: str, spec: Spec, path: str = "<rules>", line_offset: int =
     return ShapeParser(source, spec, RuleResolver(spec, source), first_index, limits, shapes).parse()
 
 
-def parse_rules_lark(text: str, spec: Spec, path: str = "<rules>", line_offset: int = 0, first_index: int = 0) -> list[Rule]:
+def parse_rules_lark(
+    text: str, spec: Spec, path: str = "<rules>", line_offset: int = 0, first_index: int = 0
+) -> list[Rule]:
     """Parse and resolve a rule set with Lark alone (:func:`parse_rules` gives the same result faster,
     and checks limits first).
 

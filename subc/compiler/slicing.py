@@ -98,8 +98,5 @@ def slice_bdd(rb: RuleBDD) -> Sliced:
             states.append(StageState(sid, runs))
         stages.append(Stage(dom, states, len(nxt)))
         current = nxt
-    leaves = [
-        Leaf(sid, leaf_atoms(rb, node), path)
-        for sid, node, path in sorted(current.values(), key=lambda t: t[0])
-    ]
+    leaves = [Leaf(sid, leaf_atoms(rb, node), path) for sid, node, path in sorted(current.values(), key=lambda t: t[0])]
     return Sliced(stages, leaves, root_state)

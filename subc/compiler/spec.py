@@ -42,9 +42,21 @@ from pathlib import Path
 from ..errors import Location, SubcError
 from .p4_14 import P414Declarations
 from .p4lexer import Pragma, Token, parse_p4_int, preprocess, tokenize
-from .spec_model import (COUNTER_RESERVED, IDENT_RE, MAX_FIELD_WIDTH, MAX_TYPE_WIDTH, HeaderType, NamedCounter,
-                         ParserDecl, ParserState, QueryField, Spec, SpecAction, TopicFields, Transition)
-
+from .spec_model import (
+    COUNTER_RESERVED,
+    IDENT_RE,
+    MAX_FIELD_WIDTH,
+    MAX_TYPE_WIDTH,
+    HeaderType,
+    NamedCounter,
+    ParserDecl,
+    ParserState,
+    QueryField,
+    Spec,
+    SpecAction,
+    TopicFields,
+    Transition,
+)
 
 
 class _SpecParser(P414Declarations):
@@ -240,8 +252,13 @@ class _SpecParser(P414Declarations):
             return False
         a = self.toks[j + 1] if j + 1 < len(self.toks) else None
         b = self.toks[j + 2] if j + 2 < len(self.toks) else None
-        return a is not None and a.kind == "id" and a.text not in ("in", "out", "inout") and b is not None \
+        return (
+            a is not None
+            and a.kind == "id"
+            and a.text not in ("in", "out", "inout")
+            and b is not None
             and b.kind in (",", ")")
+        )
 
     def _is_parser_definition(self) -> bool:
         """Whether the ``parser`` at the current token has a body: its parameter list is followed
@@ -305,9 +322,7 @@ class _SpecParser(P414Declarations):
         for width, tname, mname, first, _ in members:
             if width is None and not tname.startswith("varbit"):
                 raise self.error(f"unknown type {tname!r} of header field {mname!r}", first)
-        self.spec.headers[name.text] = HeaderType(
-            name.text, [(m[2], m[0]) for m in members], self.raw(start, end)
-        )
+        self.spec.headers[name.text] = HeaderType(name.text, [(m[2], m[0]) for m in members], self.raw(start, end))
         self.spec.decls.append(("header", name.text, self.raw(start, end)))
 
     def parse_struct(self) -> None:
@@ -438,8 +453,12 @@ class _SpecParser(P414Declarations):
         spec = self.spec
         instances = spec.instances
         extra: list[Pragma] = []
-        kinds = {"query_field": "range", "query_field_range": "range", "query_field_exact": "exact",
-                 "query_field_lpm": "lpm"}
+        kinds = {
+            "query_field": "range",
+            "query_field_range": "range",
+            "query_field_exact": "exact",
+            "query_field_lpm": "lpm",
+        }
         for p in self.pragmas:
             if p.name in kinds:
                 self.query_field_pragma(p, kinds[p.name], instances)
@@ -449,8 +468,15 @@ class _SpecParser(P414Declarations):
                 self.field_counter_pragma(p, instances)
             elif p.name == "query_counter":
                 self.counter_pragma(p)
-            elif p.name in ("query_field_scale", "query_field_alpha", "query_default_action", "query_payload",
-                            "query_topic", "query_window", "query_time"):
+            elif p.name in (
+                "query_field_scale",
+                "query_field_alpha",
+                "query_default_action",
+                "query_payload",
+                "query_topic",
+                "query_window",
+                "query_time",
+            ):
                 extra.append(p)
             elif p.name == "query_control":
                 continue  # Camus: where its generated control goes; subc generates the whole pipeline
@@ -513,8 +539,10 @@ class _SpecParser(P414Declarations):
         """Argument ``i`` of ``p`` as a window length in us, returned in ns (0: never ends)."""
         us = parse_p4_int(p.args[i])
         if us is None or not 0 <= us < 1 << 40:
-            raise SubcError(f"bad window '{p.args[i]}' (a whole number of us, 0 for a window that never ends)",
-                            self.loc(p.arg_offsets[i]))
+            raise SubcError(
+                f"bad window '{p.args[i]}' (a whole number of us, 0 for a window that never ends)",
+                self.loc(p.arg_offsets[i]),
+            )
         return us * 1000
 
     def counter_pragma(self, p: Pragma) -> None:
@@ -553,10 +581,14 @@ class _SpecParser(P414Declarations):
             raise SubcError("query_time is given twice", self.loc(p.offset))
         q = spec.query_fields.get(p.args[0])
         if q is None:
-            raise SubcError(f"'{p.args[0]}' is not a query field (declare it with @pragma query_field first)",
-                            self.loc(p.arg_offsets[0]))
+            raise SubcError(
+                f"'{p.args[0]}' is not a query field (declare it with @pragma query_field first)",
+                self.loc(p.arg_offsets[0]),
+            )
         if q.alpha or q.width > 64:
-            raise SubcError(f"time field '{q.name}' must be an integer field of at most 64 bits", self.loc(p.arg_offsets[0]))
+            raise SubcError(
+                f"time field '{q.name}' must be an integer field of at most 64 bits", self.loc(p.arg_offsets[0])
+            )
         unit = p.args[1] if len(p.args) == 2 else "ns"
         if unit not in units:
             raise SubcError(f"unknown time unit '{unit}' (ns, us, ms, s)", self.loc(p.arg_offsets[1]))
@@ -566,8 +598,10 @@ class _SpecParser(P414Declarations):
         if len(p.args) != 1 or not IDENT_RE.match(p.args[0]):
             raise SubcError("query_payload takes one header instance", self.loc(p.offset))
         if self.spec.headers and p.args[0] not in instances:
-            raise SubcError(f"unknown header instance '{p.args[0]}' (not a member of the headers struct)",
-                            self.loc(p.arg_offsets[0]))
+            raise SubcError(
+                f"unknown header instance '{p.args[0]}' (not a member of the headers struct)",
+                self.loc(p.arg_offsets[0]),
+            )
         self.spec.payload_instances.add(p.args[0])
 
     def topic_pragma(self, p: Pragma) -> None:
@@ -575,14 +609,14 @@ class _SpecParser(P414Declarations):
         if spec.topic is not None:
             raise SubcError("query_topic is given twice", self.loc(p.offset))
         if len(p.args) < 2:
-            raise SubcError("query_topic takes the level-count field and at least one label field",
-                            self.loc(p.offset))
+            raise SubcError("query_topic takes the level-count field and at least one label field", self.loc(p.offset))
         seen: set[str] = set()
         for i, (a, off) in enumerate(zip(p.args, p.arg_offsets)):
             q = spec.query_fields.get(a)
             if q is None:
-                raise SubcError(f"'{a}' is not a query field (declare it with @pragma query_field first)",
-                                self.loc(off))
+                raise SubcError(
+                    f"'{a}' is not a query field (declare it with @pragma query_field first)", self.loc(off)
+                )
             if a in seen:
                 raise SubcError(f"'{a}' is named twice in query_topic", self.loc(off))
             seen.add(a)
@@ -591,8 +625,9 @@ class _SpecParser(P414Declarations):
             if i and q.match_kind == "lpm":
                 raise SubcError(f"label field '{a}' must be an exact or range field", self.loc(off))
             if i == 0 and (1 << q.width) <= len(p.args) - 1:
-                raise SubcError(f"level-count field '{a}' ({q.width} bits) cannot hold {len(p.args) - 1}",
-                                self.loc(off))
+                raise SubcError(
+                    f"level-count field '{a}' ({q.width} bits) cannot hold {len(p.args) - 1}", self.loc(off)
+                )
             if i and q.width < 8:
                 raise SubcError(f"label field '{a}' must be at least 8 bits wide", self.loc(off))
         spec.topic = TopicFields(p.args[0], tuple(p.args[1:]), self.loc(p.offset))
@@ -662,7 +697,9 @@ def parse_spec(text: str, path: str = "<spec>") -> Spec:
     """
     spec = _SpecParser(path, text).parse()
     if not spec.query_fields:
-        raise SubcError("the spec declares no query fields (@pragma query_field...)", Location(path, 1, 1, text.split("\n")[0]))
+        raise SubcError(
+            "the spec declares no query fields (@pragma query_field...)", Location(path, 1, 1, text.split("\n")[0])
+        )
     return spec
 
 
@@ -678,5 +715,7 @@ def load_spec(path: str | Path) -> Spec:
     except UnicodeDecodeError as e:
         good = data[: e.start].decode("utf-8")
         loc = Location.from_offset(str(path), data.decode("utf-8", "replace"), len(good))
-        raise SubcError(f"the spec is not UTF-8 text: byte {data[e.start]:#04x} at byte offset {e.start}", loc) from None
+        raise SubcError(
+            f"the spec is not UTF-8 text: byte {data[e.start]:#04x} at byte offset {e.start}", loc
+        ) from None
     return parse_spec(text, str(path))

@@ -205,9 +205,7 @@ class Spec:
         if self.parser is not None and self.parser.headers_type in self.structs:
             members = self.structs[self.parser.headers_type]
         else:
-            members = next(
-                (m for m in self.structs.values() if any(t in self.headers for t, _, _ in m)), []
-            )
+            members = next((m for m in self.structs.values() if any(t in self.headers for t, _, _ in m)), [])
         return {mem: t for t, mem, _ in members if t in self.headers}
 
     def resolve_field(self, name: str) -> QueryField | None:

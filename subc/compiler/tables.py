@@ -312,17 +312,36 @@ def build_pipeline(
             if not use_code:
                 forms[q.name] = "range"
                 tables.append(
-                    Table(base, [state_key, fkey("range")], direct, to_dead, "stage", q.name, ["subc_set_state"], direct_tcam)
+                    Table(
+                        base,
+                        [state_key, fkey("range")],
+                        direct,
+                        to_dead,
+                        "stage",
+                        q.name,
+                        ["subc_set_state"],
+                        direct_tcam,
+                    )
                 )
                 steps.append(Step(base))
                 continue
             forms[q.name] = "code"
             cw = max(1, (ncodes - 1).bit_length())
             code_width = max(code_width, cw)
-            code_entries = [Entry(((lo, hi),), "subc_set_code", (("code", c),), FALLBACK_PRIORITY) for lo, hi, c in code_runs]
+            code_entries = [
+                Entry(((lo, hi),), "subc_set_code", (("code", c),), FALLBACK_PRIORITY) for lo, hi, c in code_runs
+            ]
             tables.append(
-                Table(f"{base}_code", [fkey("range")], code_entries, ("subc_set_code", (("code", cfb),)), "code",
-                      q.name, ["subc_set_code"], code_tcam)
+                Table(
+                    f"{base}_code",
+                    [fkey("range")],
+                    code_entries,
+                    ("subc_set_code", (("code", cfb),)),
+                    "code",
+                    q.name,
+                    ["subc_set_code"],
+                    code_tcam,
+                )
             )
             ckey = Key(f"{meta}.subc_code", "exact", 0)  # width fixed below
             code_state_entries, miss_entries = [], []
@@ -332,7 +351,9 @@ def build_pipeline(
                 code_state_entries.extend(_state_entry(st.state, c, t) for c, t in sorted(targets.items()) if t != fb)
                 if fb:
                     miss_entries.append(Entry((st.state,), "subc_set_state", (("next_state", fb),)))
-            tables.append(Table(base, [state_key, ckey], code_state_entries, NO_ACTION, "stage", q.name, ["subc_set_state"]))
+            tables.append(
+                Table(base, [state_key, ckey], code_state_entries, NO_ACTION, "stage", q.name, ["subc_set_state"])
+            )
             tables.append(Table(f"{base}_miss", [state_key], miss_entries, to_dead, "miss", q.name, ["subc_set_state"]))
             steps.append(Step(f"{base}_code"))
             steps.append(Step(base, f"{base}_miss"))
@@ -345,7 +366,9 @@ def build_pipeline(
                 entries.extend(_state_entry(st.state, v, t) for v, t in es)
                 if miss:
                     misses.append(Entry((st.state,), "subc_set_state", (("next_state", miss),)))
-            tables.append(Table(base, [state_key, fkey("exact")], entries, NO_ACTION, "stage", q.name, ["subc_set_state"]))
+            tables.append(
+                Table(base, [state_key, fkey("exact")], entries, NO_ACTION, "stage", q.name, ["subc_set_state"])
+            )
             tables.append(Table(f"{base}_miss", [state_key], misses, to_dead, "miss", q.name, ["subc_set_state"]))
             steps.append(Step(base, f"{base}_miss"))
         else:
@@ -353,12 +376,16 @@ def build_pipeline(
             prefixes = stage.prefixes
             entries = []
             for st in stage.states:
-                entries.extend(_state_entry(st.state, (v, plen), t) for v, plen, t in FieldStage.lpm_form(st, prefixes, q.width))
+                entries.extend(
+                    _state_entry(st.state, (v, plen), t) for v, plen, t in FieldStage.lpm_form(st, prefixes, q.width)
+                )
             tables.append(Table(base, [state_key, fkey("lpm")], entries, to_dead, "stage", q.name, ["subc_set_state"]))
             steps.append(Step(base))
     # widths of code keys are known only now
     for t in tables:
-        t.keys = [Key(k.name, k.match_kind, code_width, k.field) if k.name.endswith(".subc_code") else k for k in t.keys]
+        t.keys = [
+            Key(k.name, k.match_kind, code_width, k.field) if k.name.endswith(".subc_code") else k for k in t.keys
+        ]
     if ir.stages and not counting:
         last = ir.stages[-1].field.name
         _apply_leaf_actions([t for t in tables if t.field == last and t.role != "code"], leaf_actions, default_action)

@@ -58,8 +58,13 @@ from .tables_np import PipelineEvaluator
 BLOCK_LENGTH_BYTES = 2
 
 
-def make_bundle(res: CompileResult, traces: list[str], split_bytes: int = DEFAULT_SPLIT_BYTES,
-                udp_port: int | None = None, strict: bool = False) -> Bundle:
+def make_bundle(
+    res: CompileResult,
+    traces: list[str],
+    split_bytes: int = DEFAULT_SPLIT_BYTES,
+    udp_port: int | None = None,
+    strict: bool = False,
+) -> Bundle:
     """The :class:`Bundle` for ``res`` and the ``traces``.  Raises SubcError for unreadable files, a
     spec the vectorised decoder cannot follow (:mod:`.gather`), rules that test fields this job
     does not decode (MoldUDP64 header fields, and network header fields of captures: ``subc
@@ -72,20 +77,25 @@ def make_bundle(res: CompileResult, traces: list[str], split_bytes: int = DEFAUL
         inst = f.split(".", 1)[0]
         if inst in decoder.feed.framing or (captures and inst in decoder.network_instances):
             what = "the MoldUDP64 header" if inst in decoder.feed.framing else f"the network headers of {captures[0]}"
-            raise SubcError(f"subc analyze does not decode {what}, and a rule tests '{f}'; use `subc simulate`",
-                            res.spec.query_fields[f].location)
+            raise SubcError(
+                f"subc analyze does not decode {what}, and a rule tests '{f}'; use `subc simulate`",
+                res.spec.query_fields[f].location,
+            )
     from ..runtime.capture import choose_feed_ports
 
     stateful = res.ir.state is not None
     if stateful and res.spec.time_field is None:
         binary = [t for t in traces if file_kind(t) != "pcap"]
         if binary and any(i.window_ns for i in res.ir.state.instances):
-            raise SubcError(f"{binary[0]}: the rules' aggregates have windows of arrival time, and a BinaryFILE has "
-                            "no arrival times: declare the time field with @pragma query_time")
+            raise SubcError(
+                f"{binary[0]}: the rules' aggregates have windows of arrival time, and a BinaryFILE has "
+                "no arrival times: declare the time field with @pragma query_time"
+            )
     spec_ports = [p for p, _ in decoder.feed.ports]
     splits = plan_splits(traces, split_bytes, decoder.types)
-    capture_ports = {sp.file_index: choose_feed_ports(sp.path, spec_ports, udp_port)
-                     for sp in splits if sp.kind == "pcap"}
+    capture_ports = {
+        sp.file_index: choose_feed_ports(sp.path, spec_ports, udp_port) for sp in splits if sp.kind == "pcap"
+    }
     return Bundle(
         splits=splits,
         tables=PipelineEvaluator(entries_json(res.pipeline, res.target)),
@@ -104,8 +114,11 @@ def make_bundle(res: CompileResult, traces: list[str], split_bytes: int = DEFAUL
 def _time_fields(decoder: MessageDecoder) -> list[str]:
     """The message fields named like a time (:data:`~.evaluate.TIME_FIELD_NAMES`) of 32 to 64 bits."""
     inside = set(decoder.graph.message_instances()) - set(decoder.network_instances) - set(decoder.feed.framing)
-    return [f for f, slot in decoder.graph.fields.items()
-            if slot.name in TIME_FIELD_NAMES and 32 <= slot.width <= 64 and slot.instance in inside]
+    return [
+        f
+        for f, slot in decoder.graph.fields.items()
+        if slot.name in TIME_FIELD_NAMES and 32 <= slot.width <= 64 and slot.instance in inside
+    ]
 
 
 def _subscribers(rules: list[Rule]) -> list[int]:
@@ -122,9 +135,17 @@ def auto_split_bytes(traces: list[str], parallelism: int) -> int:
     return max(1 << 20, math.ceil(total / (parallelism * waves)))
 
 
-def analyze(res: CompileResult, traces: list[str], out_dir: str | Path, master: str | None = None,
-            split_bytes: int | None = None, udp_port: int | None = None, spark=None, log=None,
-            strict: bool = False) -> dict:
+def analyze(
+    res: CompileResult,
+    traces: list[str],
+    out_dir: str | Path,
+    master: str | None = None,
+    split_bytes: int | None = None,
+    udp_port: int | None = None,
+    spark=None,
+    log=None,
+    strict: bool = False,
+) -> dict:
     """Run the job (see the module docstring) and return ``summary.json`` as a dict.
 
     ``split_bytes``: BinaryFILE split size (None: :func:`auto_split_bytes`; 0: one task per file).
@@ -211,8 +232,11 @@ def analyze(res: CompileResult, traces: list[str], out_dir: str | Path, master: 
             outcome = spass.finish()
             import pandas as pd
 
-            classified = pa.Table.from_batches(outcome.counts, schema=outcome.counts[0].schema).to_pandas() \
-                if outcome.counts else agg.iloc[0:0]
+            classified = (
+                pa.Table.from_batches(outcome.counts, schema=outcome.counts[0].schema).to_pandas()
+                if outcome.counts
+                else agg.iloc[0:0]
+            )
             agg = pd.concat([agg, classified], ignore_index=True)
             disagreements, examples, no_match = outcome.disagreements, outcome.examples, outcome.no_match
             rule_hits, n_keys = outcome.rule_hits, outcome.value_classes
@@ -236,32 +260,49 @@ def analyze(res: CompileResult, traces: list[str], out_dir: str | Path, master: 
         # 3. the other outputs, then the temporary directory is renamed
         t = time.perf_counter()
         try:
-            summary, per_port, per_sec = _summarize(res, traces, bundle, agg[agg["class_key"].isna()], tables,
-                                                    no_match, disagreements, examples, n_keys)
+            summary, per_port, per_sec = _summarize(
+                res, traces, bundle, agg[agg["class_key"].isna()], tables, no_match, disagreements, examples, n_keys
+            )
             if stateful:
-                summary["stateful"] = {"reference_one_by_one": outcome.one_by_one,
-                                       "tables": "one by one (named counters)" if outcome.tables_one_by_one
-                                       else "vectorised per split"}
+                summary["stateful"] = {
+                    "reference_one_by_one": outcome.one_by_one,
+                    "tables": "one by one (named counters)" if outcome.tables_one_by_one else "vectorised per split",
+                }
             summary["capture"] = _capture_summary(tmp, bundle)
             import pyarrow.parquet as pq
 
             copies = outcome.copies if stateful else _copies_summary(tmp)
-            summary["copies_per_port"] = {str(p): copies.get(str(p), 0)
-                                          for p in sorted(set(per_port) | {int(q) for q in copies})}
+            summary["copies_per_port"] = {
+                str(p): copies.get(str(p), 0) for p in sorted(set(per_port) | {int(q) for q in copies})
+            }
             sp = sorted(per_port)
-            pq.write_table(pa.table({"subscriber": pa.array(sp, pa.int32()),
-                                     "messages": pa.array([per_port[p][0] for p in sp], pa.int64()),
-                                     "bytes": pa.array([per_port[p][1] for p in sp], pa.int64()),
-                                     "datagrams": pa.array([copies.get(str(p), 0) for p in sp], pa.int64())}),
-                           tmp / "subscribers.parquet")
-            pq.write_table(pa.table({"rule": pa.array([r.index for r in res.rules], pa.int32()),
-                                     "line": pa.array([r.location.line for r in res.rules], pa.int32()),
-                                     "text": pa.array([r.text for r in res.rules], pa.string()),
-                                     "hits": pa.array(rule_hits, pa.int64())}),
-                           tmp / "rules.parquet")
+            pq.write_table(
+                pa.table(
+                    {
+                        "subscriber": pa.array(sp, pa.int32()),
+                        "messages": pa.array([per_port[p][0] for p in sp], pa.int64()),
+                        "bytes": pa.array([per_port[p][1] for p in sp], pa.int64()),
+                        "datagrams": pa.array([copies.get(str(p), 0) for p in sp], pa.int64()),
+                    }
+                ),
+                tmp / "subscribers.parquet",
+            )
+            pq.write_table(
+                pa.table(
+                    {
+                        "rule": pa.array([r.index for r in res.rules], pa.int32()),
+                        "line": pa.array([r.location.line for r in res.rules], pa.int32()),
+                        "text": pa.array([r.text for r in res.rules], pa.string()),
+                        "hits": pa.array(rule_hits, pa.int64()),
+                    }
+                ),
+                tmp / "rules.parquet",
+            )
             from . import plots
 
-            plots.deliveries_per_subscriber({p: v[0] for p, v in per_port.items()}, tmp / "deliveries_per_subscriber.png")
+            plots.deliveries_per_subscriber(
+                {p: v[0] for p, v in per_port.items()}, tmp / "deliveries_per_subscriber.png"
+            )
             plots.messages_per_second(per_sec[0], per_sec[1], tmp / "messages_per_second.png")
             timings["write"] = time.perf_counter() - t
             timings["total"] = time.perf_counter() - t0
@@ -297,14 +338,25 @@ def _class_examples(spark, tmp: Path, bad, keys, ref, tables, traces) -> list[di
     examples = []
     key_pos = {int(k): i for i, k in enumerate(keys)}
     bad_keys = [int(k) for k in bad["class_key"]][:1000]
-    sample = (spark.read.parquet(str(tmp / "messages.parquet"))
-              .where(F.col("value_class").isin(bad_keys)).limit(1000).toPandas())
+    sample = (
+        spark.read.parquet(str(tmp / "messages.parquet"))
+        .where(F.col("value_class").isin(bad_keys))
+        .limit(1000)
+        .toPandas()
+    )
     for _, r in sample.iterrows():
         ref_d = ref.decisions[key_pos[int(r["value_class"])]]
         got = tables.decisions[int(r["decision"])]
         if ref_d != got and len(examples) < 10:
-            examples.append({"file": traces[int(r["file_index"])], "position": int(r["position"]),
-                             "index": int(r["index"]), "reference": str(ref_d), "tables": str(got)})
+            examples.append(
+                {
+                    "file": traces[int(r["file_index"])],
+                    "position": int(r["position"]),
+                    "index": int(r["index"]),
+                    "reference": str(ref_d),
+                    "tables": str(got),
+                }
+            )
     return examples
 
 
@@ -349,8 +401,10 @@ def _summarize(res, traces, bundle, agg, tables, no_match, disagreements, exampl
     decoded = agg[agg["decision"] > REJECTED_CODE]
     decoded = decoded[decoded["decision"] != LENGTH_MISMATCH_CODE]
     by_type = decoded.groupby("type")["n"].sum()
-    problems = {name: int(agg.loc[agg["decision"] == code, "n"].sum())
-                for name, code in (("length_mismatch", LENGTH_MISMATCH_CODE), ("rejected", REJECTED_CODE))}
+    problems = {
+        name: int(agg.loc[agg["decision"] == code, "n"].sum())
+        for name, code in (("length_mismatch", LENGTH_MISMATCH_CODE), ("rejected", REJECTED_CODE))
+    }
     evaluated = agg[agg["decision"] >= 0]
     per_dec = evaluated.groupby("decision")[["n", "wire"]].sum()
     per_port: dict[int, list[int]] = {p: [0, 0] for p in subscribers}

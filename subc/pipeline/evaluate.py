@@ -27,9 +27,7 @@ from .tables_np import PipelineEvaluator
 #: (class_key, decision) or (type, decision, second), with message counts and bytes.  ``type`` is
 #: the message type key (-1: none); ``decision`` a decision code, or :data:`NOT_CLASSIFIED`,
 #: :data:`~.gather.LENGTH_MISMATCH_CODE`, :data:`~.gather.REJECTED_CODE`.
-AGGREGATE_SCHEMA = (
-    "class_key long, decision int, type long, second long, messages long, bytes long, zero_length long"
-)
+AGGREGATE_SCHEMA = "class_key long, decision int, type long, second long, messages long, bytes long, zero_length long"
 #: Decision column of a decoded message that lacks a header the rules test (default action).
 NOT_CLASSIFIED = -1
 NS_PER_S = 1_000_000_000
@@ -88,10 +86,15 @@ def evaluate_split(bundle: Bundle, i: int, stats=None) -> Evaluated:
         from .gather import STATUSES
 
         k = int(np.flatnonzero(~vd.classified())[0])
-        where = (f"frame {int(buf.positions[k])} message {int(buf.indexes[k])}" if sp.kind == "pcap"
-                 else f"byte offset {int(buf.positions[k])}")
-        raise SubcError(f"{sp.path}: {where}: {STATUSES[vd.status[k]].replace('_', ' ')} (message of "
-                        f"{int(buf.lengths[k])} bytes, type {bundle.types.label(int(vd.type_key[k])) or '?'})")
+        where = (
+            f"frame {int(buf.positions[k])} message {int(buf.indexes[k])}"
+            if sp.kind == "pcap"
+            else f"byte offset {int(buf.positions[k])}"
+        )
+        raise SubcError(
+            f"{sp.path}: {where}: {STATUSES[vd.status[k]].replace('_', ' ')} (message of "
+            f"{int(buf.lengths[k])} bytes, type {bundle.types.label(int(vd.type_key[k])) or '?'})"
+        )
     mask = vd.classified()
     for h in bundle.headers:
         mask &= vd.valid.get(h, np.zeros(len(mask), bool))
@@ -100,8 +103,9 @@ def evaluate_split(bundle: Bundle, i: int, stats=None) -> Evaluated:
     return Evaluated(buf, vd, mask, codes, bundle.classes.key(cols))
 
 
-def process_split(bundle: Bundle, i: int, parts_dir: str | None = None,
-                  ports: list[tuple[int, ...]] | None = None) -> pa.RecordBatch:
+def process_split(
+    bundle: Bundle, i: int, parts_dir: str | None = None, ports: list[tuple[int, ...]] | None = None
+) -> pa.RecordBatch:
     """Evaluate split ``i``; write its classified messages (:func:`message_rows`) to
     ``parts_dir/part-<i>.parquet`` when ``parts_dir`` is given (``ports[code]``: the subscribers
     of decision ``code``); return its counts (:func:`aggregates`).  When ``bundle.stateful`` the
@@ -115,8 +119,10 @@ def process_split(bundle: Bundle, i: int, parts_dir: str | None = None,
         write_json_atomically(os.path.join(os.path.dirname(parts_dir), f"capture-{i:05d}.json"), stats.as_json())
     if parts_dir is not None and not bundle.stateful:
         rows = np.flatnonzero(ev.mask)
-        write_json_atomically(os.path.join(os.path.dirname(parts_dir), f"copies-{i:05d}.json"),
-                              datagram_copies(ev.buf.positions[rows], ev.codes, ports or []))
+        write_json_atomically(
+            os.path.join(os.path.dirname(parts_dir), f"copies-{i:05d}.json"),
+            datagram_copies(ev.buf.positions[rows], ev.codes, ports or []),
+        )
     if parts_dir is not None:
         import pyarrow.parquet as pq
 
@@ -210,8 +216,15 @@ def aggregates(ev: Evaluated, classified: bool = True) -> pa.RecordBatch:
     return count_rows(keys, codes, ev.vd.type_key[rows], decision[rows], second[rows], buf.lengths[rows], zero[rows])
 
 
-def count_rows(keys: np.ndarray, codes: np.ndarray, type_key: np.ndarray, decision: np.ndarray, second: np.ndarray,
-               lengths: np.ndarray, zero: np.ndarray) -> pa.RecordBatch:
+def count_rows(
+    keys: np.ndarray,
+    codes: np.ndarray,
+    type_key: np.ndarray,
+    decision: np.ndarray,
+    second: np.ndarray,
+    lengths: np.ndarray,
+    zero: np.ndarray,
+) -> pa.RecordBatch:
     """Rows of :data:`AGGREGATE_SCHEMA`: messages per (class key ``keys``, decision ``codes``)
     (classified messages), then messages, bytes (``lengths``) and zero-length prefixes (``zero``)
     per (``type_key`` (-1: none), ``decision`` (code or status), ``second``) over other arrays of
@@ -284,8 +297,9 @@ def subscriber_lists(codes: np.ndarray, ports: list[tuple[int, ...]]) -> pa.List
     first = np.r_[0, np.cumsum(counts)[:-1]].astype(np.int64)
     per = counts[codes] if len(counts) else np.zeros(len(codes), np.int32)
     offsets = np.r_[0, np.cumsum(per)].astype(np.int32)
-    take = np.repeat(first[codes] - offsets[:-1], per) + np.arange(offsets[-1]) if len(counts) else \
-        np.zeros(0, np.int64)
+    take = (
+        np.repeat(first[codes] - offsets[:-1], per) + np.arange(offsets[-1]) if len(counts) else np.zeros(0, np.int64)
+    )
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat[take] if len(flat) else np.zeros(0, np.int32)))
 
 

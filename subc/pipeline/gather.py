@@ -91,8 +91,9 @@ class VectorDecoder:
     whose values share one array (each message gets the value of the one its headers carry, 0 when
     none: for example every message type's ``timestamp``)."""
 
-    def __init__(self, decoder: MessageDecoder, fields: list[str] | None = None,
-                 merged: dict[str, list[str]] | None = None):
+    def __init__(
+        self, decoder: MessageDecoder, fields: list[str] | None = None, merged: dict[str, list[str]] | None = None
+    ):
         self.decoder = decoder
         g = decoder.graph
         self.graph = g
@@ -105,9 +106,10 @@ class VectorDecoder:
         for f in self.fields + [x for v in self.merged.values() for x in v]:
             slot = g.fields[f]
             if slot.instance not in self.network and slot.width > 64:
-                raise SubcError(f"field '{f}' is {slot.width} bits wide; the vectorised decoder reads fields of up "
-                                "to 64 bits", decoder.spec.query_fields[f].location if f in decoder.spec.query_fields
-                                else None)
+                raise SubcError(
+                    f"field '{f}' is {slot.width} bits wide; the vectorised decoder reads fields of up to 64 bits",
+                    decoder.spec.query_fields[f].location if f in decoder.spec.query_fields else None,
+                )
         #: per instance, the (output name, field) pairs gathered when it is extracted
         self.reads: dict[str, list[tuple[str, FieldSlot]]] = {}
         outside = self.network | set(self.feed.framing)  # not in the buffer: their fields read as 0
@@ -126,12 +128,17 @@ class VectorDecoder:
             if st.key is None:
                 continue
             if st.key_width > 64:
-                raise SubcError(f"state '{name}': a select key of {st.key_width} bits (the vectorised decoder "
-                                "reads up to 64)", st.location)
+                raise SubcError(
+                    f"state '{name}': a select key of {st.key_width} bits (the vectorised decoder reads up to 64)",
+                    st.location,
+                )
             for f in st.key:
                 if f.instance in self.feed.framing:
-                    raise SubcError(f"state '{name}' selects on the MoldUDP64 field '{f.ref}', which the "
-                                    "vectorised decoder does not read", st.location)
+                    raise SubcError(
+                        f"state '{name}' selects on the MoldUDP64 field '{f.ref}', which the "
+                        "vectorised decoder does not read",
+                        st.location,
+                    )
                 self.key_instances.add(f.instance)
             self.fast[name] = self._exact_cases(st)
 

@@ -50,7 +50,7 @@ def type_labels(vector: VectorDecoder, keys: np.ndarray) -> pa.Array:
 def alpha_strings(values: np.ndarray, nbytes: int) -> pa.Array:
     """Text from raw big-endian values of ``nbytes`` (1 to 8) ASCII bytes, space padding removed; a
     row with a byte outside ASCII keeps its text with U+FFFD for that byte (always valid UTF-8)."""
-    raw = np.ascontiguousarray(values.astype(">u8").view(np.uint8).reshape(-1, 8)[:, 8 - nbytes:])
+    raw = np.ascontiguousarray(values.astype(">u8").view(np.uint8).reshape(-1, 8)[:, 8 - nbytes :])
     bad = (raw >= 0x80).any(axis=1)
     clean = raw.copy()
     clean[bad] = ord(" ")
@@ -65,8 +65,15 @@ def alpha_strings(values: np.ndarray, nbytes: int) -> pa.Array:
 def pad(buf: MessageBuffer) -> MessageBuffer:
     """``buf`` with 64 zero bytes after its data, so that gathers past a short last message stay in
     bounds."""
-    return MessageBuffer(np.concatenate([buf.data, np.zeros(64, np.uint8)]), buf.starts, buf.lengths, buf.positions,
-                         buf.indexes, buf.zero_length, buf.times)
+    return MessageBuffer(
+        np.concatenate([buf.data, np.zeros(64, np.uint8)]),
+        buf.starts,
+        buf.lengths,
+        buf.positions,
+        buf.indexes,
+        buf.zero_length,
+        buf.times,
+    )
 
 
 def field_columns(vector: VectorDecoder, vd: VectorDecoded, rows: np.ndarray) -> list[pa.Array]:

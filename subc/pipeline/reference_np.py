@@ -17,7 +17,8 @@ rules and 10 million messages).  This module evaluates the rules exactly but on 
    :func:`subc.runtime.reference.combine` does.
 
 Rules with a top-level conjunct ``field == c`` are evaluated only on the representatives whose
-value is ``c`` (exact: the rule is false on the others).  Nothing here uses the BDD, the intervals of the compiler or the tables, so agreement with the
+value is ``c`` (exact: the rule is false on the others).  Nothing here uses the BDD, the
+intervals of the compiler or the tables, so agreement with the
 compiled pipeline is a real check.  Cost: O(R x T) for T distinct class keys in the data, divided
 by about the number of distinct equality constants when rules have one.
 """
@@ -52,7 +53,9 @@ class ValueClasses:
         for r in rules:
             for p in predicates(r.condition):
                 if p.width > 64:
-                    raise SubcError(f"field {p.field} is {p.width} bits wide; the data pipeline evaluates fields up to 64 bits")
+                    raise SubcError(
+                        f"field {p.field} is {p.width} bits wide; the data pipeline evaluates fields up to 64 bits"
+                    )
                 s = points.setdefault(p.field, {0})
                 for o in p.operands:
                     lo, hi = o.interval(p.width)

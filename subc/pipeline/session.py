@@ -66,4 +66,4 @@ def task_error(exc: BaseException) -> SubcError | None:
     if not found:
         return None
     msg = found[-1].strip()
-    return SubcError(msg[len("error: "):] if msg.startswith("error: ") else msg)
+    return SubcError(msg[len("error: ") :] if msg.startswith("error: ") else msg)

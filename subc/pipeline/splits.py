@@ -42,7 +42,6 @@ SYNC_WINDOW = 1 << 16
 DEFAULT_SPLIT_BYTES = 64 << 20
 
 
-
 def type_lengths(types: TypeTable, d: np.ndarray, st: np.ndarray) -> np.ndarray:
     """The spec's length (int32, 0 when unknown) of the messages starting at byte offsets ``st`` of
     ``d`` (uint8), by their type key (``types``); keys past the end of ``d`` read as unknown."""
@@ -53,8 +52,11 @@ def type_lengths(types: TypeTable, d: np.ndarray, st: np.ndarray) -> np.ndarray:
     need = (types.bit_offset + types.width + 7) // 8
     ok = st + need <= len(d)
     padded = np.concatenate([d, np.zeros(16, np.uint8)])
-    keys = gather_bits(padded, st.astype(np.int64) * 8 + types.bit_offset, max(types.width, 1)) if types.width \
+    keys = (
+        gather_bits(padded, st.astype(np.int64) * 8 + types.bit_offset, max(types.width, 1))
+        if types.width
         else np.zeros(len(st), np.uint64)
+    )
     known = np.array(sorted(types.lengths), dtype=np.uint64)
     lens = np.array([types.lengths[int(k)] for k in known], dtype=np.int32)
     pos = np.minimum(np.searchsorted(known, keys), len(known) - 1)
@@ -149,8 +151,9 @@ def sync_point(path: str, boundary: int, size: int, types: TypeTable) -> int | N
     return None
 
 
-def plan_splits(paths: list[str], split_bytes: int = DEFAULT_SPLIT_BYTES,
-                types: TypeTable | None = None) -> list[Split]:
+def plan_splits(
+    paths: list[str], split_bytes: int = DEFAULT_SPLIT_BYTES, types: TypeTable | None = None
+) -> list[Split]:
     """Splits of the trace files ``paths`` (in order); see the module docstring.
 
     ``split_bytes`` <= 0 reads every file in one split.  A boundary with no split point within
@@ -215,7 +218,7 @@ def walk_binaryfile(data: bytes, base: int, path: str, last: bool, types: TypeTa
                 _check_lengths(d, _array(starts), pos, base, path, types)  # an earlier bad length explains it
                 raise SubcError(
                     f"{path}: zero length prefix followed by a message type the spec gives no length for "
-                    f"({data[body:body + 1]!r}) at byte offset {base + pos}"
+                    f"({data[body : body + 1]!r}) at byte offset {base + pos}"
                 )
         append(pos + 2)
         pos += 2 + length
@@ -260,8 +263,14 @@ def _check_lengths(d: np.ndarray, st: np.ndarray, end: int, base: int, path: str
     return lengths
 
 
-def read_split(split: Split, types: TypeTable, udp_port: int | None = None, stats: CaptureStats | None = None,
-               strict: bool = False, ports: list[int] | None = None) -> MessageBuffer:
+def read_split(
+    split: Split,
+    types: TypeTable,
+    udp_port: int | None = None,
+    stats: CaptureStats | None = None,
+    strict: bool = False,
+    ports: list[int] | None = None,
+) -> MessageBuffer:
     """Read the messages of ``split`` (see :func:`walk_binaryfile` and :func:`read_pcap`; ``stats`` and
     ``strict`` apply to captures only)."""
     if split.kind == "pcap":
@@ -276,8 +285,9 @@ def read_split(split: Split, types: TypeTable, udp_port: int | None = None, stat
     return walk_binaryfile(data, split.start, split.path, split.stop >= size, types)
 
 
-def read_pcap(path: str, udp_port: int | None = None, ports=None, stats: CaptureStats | None = None,
-              strict: bool = False) -> MessageBuffer:
+def read_pcap(
+    path: str, udp_port: int | None = None, ports=None, stats: CaptureStats | None = None, strict: bool = False
+) -> MessageBuffer:
     """Every MoldUDP64 message of the pcap or pcapng capture at ``path`` (:mod:`subc.runtime.capture`).
 
     The feed ports are ``udp_port`` and ``ports`` (an iterable of ints) when either is given, else the
@@ -310,5 +320,11 @@ def read_pcap(path: str, udp_port: int | None = None, ports=None, stats: Capture
     def arr(a, dt):
         return np.frombuffer(a, dtype=dt).copy() if len(a) else np.zeros(0, dt)
 
-    return MessageBuffer(np.frombuffer(bytes(body), dtype=np.uint8), arr(starts, np.int64), arr(lengths, np.int32),
-                         arr(frames, np.int64), arr(indexes, np.int32), times=arr(times, np.int64))
+    return MessageBuffer(
+        np.frombuffer(bytes(body), dtype=np.uint8),
+        arr(starts, np.int64),
+        arr(lengths, np.int32),
+        arr(frames, np.int64),
+        arr(indexes, np.int32),
+        times=arr(times, np.int64),
+    )

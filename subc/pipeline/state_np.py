@@ -97,15 +97,19 @@ class StateRegisters:
             return t // np.uint64(window_ns // unit)
         return np.array([int(a) * unit // window_ns for a in t], dtype=object)
 
-    def step(self, update: np.ndarray, fields: dict[str, np.ndarray],
-             arrival_ns: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    def step(
+        self, update: np.ndarray, fields: dict[str, np.ndarray], arrival_ns: np.ndarray | None = None
+    ) -> dict[str, np.ndarray]:
         """Run the next n messages (in order) through the registers: ``update`` (int64 per message:
         index into ``masks``, -1 for none), ``fields`` (the aggregated fields and the time field,
         uint64 arrays of n), ``arrival_ns`` (int64 per message, the time without a time field; -1
         unknown).  Returns the state values each message reads, by value key (uint64 arrays of n)."""
         n = len(update)
-        bits = np.array([[m >> k & 1 for k in range(len(self.instances))] for m in self.masks] or
-                        np.zeros((0, len(self.instances))), dtype=bool).reshape(len(self.masks), len(self.instances))
+        bits = np.array(
+            [[m >> k & 1 for k in range(len(self.instances))] for m in self.masks]
+            or np.zeros((0, len(self.instances))),
+            dtype=bool,
+        ).reshape(len(self.masks), len(self.instances))
         upd = np.where(update >= 0, update, 0)
         has = update >= 0
         out: dict[str, np.ndarray] = {}
@@ -172,8 +176,11 @@ class StateRegisters:
                 pre = pcount if kind == "count" else ptotal
                 if m:
                     a = after[js]
-                    a = np.array([min(int(q), SUM_MAX) for q in a], dtype=np.uint64) if a.dtype == object \
+                    a = (
+                        np.array([min(int(q), SUM_MAX) for q in a], dtype=np.uint64)
+                        if a.dtype == object
                         else a.astype(np.uint64)
+                    )
                 else:
                     a = np.zeros(n, np.uint64)
                 val = np.where(before, np.uint64(min(pre, SUM_MAX)), a)
@@ -181,8 +188,10 @@ class StateRegisters:
                 pre = pext + 1 if pcount else 0
                 val = np.where(before, np.uint64(pre), (extreme[js] + np.uint64(1)) if m else np.uint64(0))
             else:
+
                 def code(e):
                     return 1 if e < 0 else 2 if e == 0 else 3
+
                 pre = code(pexc[x]) if pcount else 0
                 if m:
                     e = excess[x][js]

@@ -88,8 +88,9 @@ class StatefulPass:
             self.registers = StateRegisters(state, self.tables.masks)
         #: the rules that touch state (a comparison on state or a counter update), evaluated one
         #: message at a time, and the others, evaluated once per value class
-        self.state_rules = [r for r in res.rules
-                            if state_predicates(r.condition) or any(a[0] == COUNT_ATOM for a in r.atoms())]
+        self.state_rules = [
+            r for r in res.rules if state_predicates(r.condition) or any(a[0] == COUNT_ATOM for a in r.atoms())
+        ]
         touching = {r.index for r in self.state_rules}
         self.other_rules = [r for r in res.rules if r.index not in touching]
         self.reference = StatefulReference(self.state_rules, res.spec)
@@ -113,7 +114,12 @@ class StatefulPass:
         for t, k in enumerate(new):
             packet = {f: int(v[t]) for f, v in reps.items()}
             relevant = tuple(r for r in self.state_rules if self.reference.relevant(r, packet))
-            self.keys[int(k)] = (relevant, self.tables.code_of(ref.decisions[t]), ref.atoms(t), int(ref.matched_rules[t]))
+            self.keys[int(k)] = (
+                relevant,
+                self.tables.code_of(ref.decisions[t]),
+                ref.atoms(t),
+                int(ref.matched_rules[t]),
+            )
 
     def _reference(self, cols: dict[str, np.ndarray], keys: np.ndarray, arrival: np.ndarray, where) -> np.ndarray:
         """The reference decision code per message of a split."""
@@ -191,18 +197,31 @@ class StatefulPass:
         bad = np.flatnonzero(codes != ref)
         self.out.disagreements += len(bad)
         for k in bad[: max(0, MAX_EXAMPLES - len(self.out.examples))]:
-            self.out.examples.append({"file": sp.path, "position": int(positions[k]),
-                                      "index": int(indexes[k]), "reference": str(self.tables.decisions[ref[k]]),
-                                      "tables": str(self.tables.decisions[codes[k]])})
-        self.out.counts.append(count_rows(keys, codes, table.column("subc:type_key").to_numpy(), codes,
-                                          table.column("subc:second").to_numpy(), table.column("length").to_numpy(),
-                                          table.column("subc:zero_length").to_numpy(zero_copy_only=False)))
+            self.out.examples.append(
+                {
+                    "file": sp.path,
+                    "position": int(positions[k]),
+                    "index": int(indexes[k]),
+                    "reference": str(self.tables.decisions[ref[k]]),
+                    "tables": str(self.tables.decisions[codes[k]]),
+                }
+            )
+        self.out.counts.append(
+            count_rows(
+                keys,
+                codes,
+                table.column("subc:type_key").to_numpy(),
+                codes,
+                table.column("subc:second").to_numpy(),
+                table.column("length").to_numpy(),
+                table.column("subc:zero_length").to_numpy(zero_copy_only=False),
+            )
+        )
         ports = [d.ports for d in self.tables.decisions]
         self.out.copies.update(datagram_copies(positions, codes, ports))
         keep = [c for c in table.column_names if not c.startswith("subc:")]
         out = table.select(keep)
-        out = out.set_column(out.column_names.index("subscribers"), "subscribers",
-                             subscriber_lists(codes, ports))
+        out = out.set_column(out.column_names.index("subscribers"), "subscribers", subscriber_lists(codes, ports))
         out = out.set_column(out.column_names.index("decision"), "decision", pa.array(codes.astype(np.int32)))
         tmp = final.parent / f".{final.name}.{os.getpid()}"
         pq.write_table(out, tmp)

@@ -73,7 +73,9 @@ class TableIndex:
         seg_entry: list[int] = []
         for g, prefix in enumerate(self.group_keys):
             items = sorted(groups[prefix])  # lowest rank first; equal rank: later entries first
-            points = sorted({0} | {lo for _, _, lo, _, _ in items} | {hi + 1 for _, _, _, hi, _ in items if hi + 1 < 1 << 64})
+            points = sorted(
+                {0} | {lo for _, _, lo, _, _ in items} | {hi + 1 for _, _, _, hi, _ in items if hi + 1 < 1 << 64}
+            )
             owner = np.full(len(points), _NO_ENTRY, dtype=np.int64)
             pts = np.array(points, dtype=np.uint64)
             for _, _, lo, hi, i in items:
@@ -161,7 +163,9 @@ class PipelineEvaluator:
         self.code_key = self.state_key.rsplit(".", 1)[0] + ".subc_code"
         self.decisions: list[Decision] = []
         self._codes: dict[Decision, int] = {}
-        self.default_code = self.code_of(self._decision(doc["default_action"]["action"], doc["default_action"]["params"]))
+        self.default_code = self.code_of(
+            self._decision(doc["default_action"]["action"], doc["default_action"]["params"])
+        )
         # per table: per entry (kind, value): kind 0 set_state, 1 set_code, 2 decision, 3 nothing,
         # 4 update mask (value: index into self.masks)
         self._acts: dict[str, tuple[np.ndarray, np.ndarray, tuple[int, int]]] = {}
@@ -171,7 +175,11 @@ class PipelineEvaluator:
                 k, v = self._action(e["action"], e["params"])
                 kinds.append(k)
                 vals.append(v)
-            self._acts[name] = (np.array(kinds, dtype=np.int8), np.array(vals, dtype=np.int64), self._action(*t.default))
+            self._acts[name] = (
+                np.array(kinds, dtype=np.int8),
+                np.array(vals, dtype=np.int64),
+                self._action(*t.default),
+            )
 
     def code_of(self, d: Decision) -> int:
         """The decision code of ``d`` (a new code when the tables never produce it)."""
@@ -204,8 +212,14 @@ class PipelineEvaluator:
             raise ValueError("the tables compare state: run head_steps, the registers, then tail_steps")
         return self.run(fields).decisions()
 
-    def run(self, fields: dict[str, np.ndarray], steps: list | None = None, meta: dict[str, np.ndarray] | None = None,
-            state: np.ndarray | None = None, code: np.ndarray | None = None) -> "Run":
+    def run(
+        self,
+        fields: dict[str, np.ndarray],
+        steps: list | None = None,
+        meta: dict[str, np.ndarray] | None = None,
+        state: np.ndarray | None = None,
+        code: np.ndarray | None = None,
+    ) -> "Run":
         """Run ``steps`` (default: every step) on the packets ``fields`` (as :meth:`decide`);
         ``meta``: more key columns by full key name (state values, ``meta.subc_v0``); ``state`` and
         ``code``: the packets' state and code fields when the steps start mid-pipeline (default:

@@ -131,8 +131,9 @@ def check_piece(piece: Piece, spec: Spec) -> PieceReport:
     return rep
 
 
-def validate(paths: list[str], spec: Spec, master: str | None = None, piece_chars: int = DEFAULT_PIECE_CHARS,
-             spark=None) -> dict:
+def validate(
+    paths: list[str], spec: Spec, master: str | None = None, piece_chars: int = DEFAULT_PIECE_CHARS, spark=None
+) -> dict:
     """Check every rule of ``paths`` (see the module docstring) and return the report.
 
     Keys: ``files``, ``rules`` (parsed without error), ``errors`` (count) and ``error_messages``
@@ -158,9 +159,7 @@ def validate(paths: list[str], spec: Spec, master: str | None = None, piece_char
     reports = sc.parallelize(items, max(1, len(items))).map(lambda pc: check_piece(pc, bspec.value))
     reports = reports.cache()
     try:
-        summary = reports.map(
-            lambda r: (r.rules, r.errors, r.fields, r.predicates)
-        ).collect()
+        summary = reports.map(lambda r: (r.rules, r.errors, r.fields, r.predicates)).collect()
         digests = spark.createDataFrame(
             reports.flatMap(lambda r: [Row(digest=d, file=f, line=ln) for d, f, ln in r.digests]),
             "digest string, file string, line int",

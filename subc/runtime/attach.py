@@ -57,8 +57,9 @@ def attach_tc(ifindex: int, fd: int, name: str) -> None:
             if e.code != 17:  # EEXIST: a clsact qdisc is already there
                 raise SubcError(f"cannot add the clsact qdisc: {e}") from None
         try:
-            ipr.tc("add-filter", "bpf", ifindex, ":1", fd=fd, name=name, parent="ffff:fff2", classid=1,
-                   direct_action=True)
+            ipr.tc(
+                "add-filter", "bpf", ifindex, ":1", fd=fd, name=name, parent="ffff:fff2", classid=1, direct_action=True
+            )
         except NetlinkError as e:
             raise SubcError(f"cannot attach the TC ingress program: {e}") from None
 
@@ -88,11 +89,14 @@ def tc_ingress_prog_ids(ifindex: int) -> list[int]:
             return []
         for f in filters:
             opts = f.get_attr("TCA_OPTIONS")
-            for name, nla in (opts["attrs"] if opts is not None and f.get_attr("TCA_KIND") == "bpf" else []):
+            for name, nla in opts["attrs"] if opts is not None and f.get_attr("TCA_KIND") == "bpf" else []:
                 # pyroute2 does not decode TCA_BPF_ID (11, a u32; include/uapi/linux/pkt_cls.h): read it raw
                 if name == "TCA_BPF_ID" or (name == "UNKNOWN" and nla["header"]["type"] == TCA_BPF_ID):
-                    raw = nla if isinstance(nla, int) else int.from_bytes(
-                        nla.data[nla.offset + 4: nla.offset + 8], sys.byteorder)
+                    raw = (
+                        nla
+                        if isinstance(nla, int)
+                        else int.from_bytes(nla.data[nla.offset + 4 : nla.offset + 8], sys.byteorder)
+                    )
                     out.append(raw)
     return out
 
@@ -116,8 +120,9 @@ def _program_pins(program: Program) -> dict[str, int]:
     return out
 
 
-def pin_and_attach(program: Program, maps: dict[str, Map], home: BrokerHome, ifindex: int,
-                   xdp_mode: str = "auto") -> None:
+def pin_and_attach(
+    program: Program, maps: dict[str, Map], home: BrokerHome, ifindex: int, xdp_mode: str = "auto"
+) -> None:
     """Pin ``maps`` and ``program``'s programs in ``home.pins``, attach its XDP program to
     ``home.iface`` through a BPF link pinned there (:data:`LINK_PIN`) and its TC program to the
     clsact ingress hook.  Raises SubcError (the pins removed, nothing attached) when the pins
@@ -213,8 +218,9 @@ def clear_dead(bpffs: Path, run: Path) -> list[str]:
     return out
 
 
-def check_data_path(program: Program, maps: dict[str, Map], home: BrokerHome, ifindex: int,
-                    fan_indexes: list[int]) -> None:
+def check_data_path(
+    program: Program, maps: dict[str, Map], home: BrokerHome, ifindex: int, fan_indexes: list[int]
+) -> None:
     """Verify, through the pins as any later process finds them, every object the data path
     relies on: each map and program pinned in ``home.pins`` (the same objects as loaded), each
     tail-call slot of :data:`~.bpf.TAIL_CALLS` holding its program, the XDP link on ``ifindex``
@@ -268,5 +274,7 @@ def check_data_path(program: Program, maps: dict[str, Map], home: BrokerHome, if
         for m in pinned.values():
             m.close()
     if missing:
-        raise SubcError(f"the data path on {home.iface} is incomplete after attaching, so datagrams would be "
-                        f"lost: missing {', '.join(missing)}")
+        raise SubcError(
+            f"the data path on {home.iface} is incomplete after attaching, so datagrams would be "
+            f"lost: missing {', '.join(missing)}"
+        )

@@ -18,8 +18,9 @@ from ..errors import SubcError
 LengthOf = Callable[[bytes, int], "int | None"]
 
 
-def iter_frames(data: bytes, path: str, length_of: LengthOf | None,
-                on_fallback: Callable[[], object] | None = None) -> Iterator[tuple[int, bytes]]:
+def iter_frames(
+    data: bytes, path: str, length_of: LengthOf | None, on_fallback: Callable[[], object] | None = None
+) -> Iterator[tuple[int, bytes]]:
     """Yield (byte offset of the length prefix, message bytes) for every message of ``data``.
 
     A zero length prefix at the end of ``data`` ends it; elsewhere the message's length is
@@ -38,12 +39,15 @@ def iter_frames(data: bytes, path: str, length_of: LengthOf | None,
                 return
             length = (length_of(data, start) or 0) if length_of is not None else 0
             if not length:
-                raise SubcError(f"{path}: zero length prefix followed by a message type whose length is not known "
-                                f"({data[start:start + 1]!r}) at byte offset {pos}")
+                raise SubcError(
+                    f"{path}: zero length prefix followed by a message type whose length is not known "
+                    f"({data[start : start + 1]!r}) at byte offset {pos}"
+                )
             if on_fallback is not None:
                 on_fallback()
         if start + length > n:
-            raise SubcError(f"{path}: message of {length} bytes at byte offset {pos} runs past the end of the file "
-                            f"({n} bytes)")
+            raise SubcError(
+                f"{path}: message of {length} bytes at byte offset {pos} runs past the end of the file ({n} bytes)"
+            )
         yield pos, data[start : start + length]
         pos = start + length

@@ -114,14 +114,19 @@ class Program:
 
 #: Tail-call targets: (function, program type, prog array holding it, index in that array).
 #: ``devmap``: an XDP program loaded for device map entries (expected attach type BPF_XDP_DEVMAP).
-TAIL_CALLS = (("subc_xdp_more", "xdp", "subc_jmp_xdp", 0), ("subc_xdp_one", "xdp", "subc_jmp_xdp", 1),
-              ("subc_xdp_fan", "xdp", "subc_jmp_xdp", 2), ("subc_tc_more", "tc", "subc_jmp_tc", 0))
+TAIL_CALLS = (
+    ("subc_xdp_more", "xdp", "subc_jmp_xdp", 0),
+    ("subc_xdp_one", "xdp", "subc_jmp_xdp", 1),
+    ("subc_xdp_fan", "xdp", "subc_jmp_xdp", 2),
+    ("subc_tc_more", "tc", "subc_jmp_tc", 0),
+)
 #: ``enum bpf_attach_type`` value of BPF_XDP_DEVMAP (include/uapi/linux/bpf.h).
 BPF_XDP_DEVMAP = 33
 
 
-def compile_and_load(src: str, cflags: list[str], xdp_fn: str = "subc_xdp", tc_fn: str = "subc_tc",
-                     egress_fn: str | None = None) -> Program:
+def compile_and_load(
+    src: str, cflags: list[str], xdp_fn: str = "subc_xdp", tc_fn: str = "subc_tc", egress_fn: str | None = None
+) -> Program:
     """Compile C source ``src`` with bcc and load ``xdp_fn`` (XDP) and ``tc_fn`` (SCHED_CLS), the
     tail-call targets of :data:`TAIL_CALLS` into their prog arrays, and ``egress_fn`` (when given)
     as a devmap program (expected attach type BPF_XDP_DEVMAP).
@@ -154,7 +159,9 @@ def compile_and_load(src: str, cflags: list[str], xdp_fn: str = "subc_xdp", tc_f
             except Exception as e:
                 err = e
         if err is not None:
-            raise SubcError(f"the kernel verifier rejected {name}: {err}\nverifier log (last lines):\n{_tail(cap.text)}")
+            raise SubcError(
+                f"the kernel verifier rejected {name}: {err}\nverifier log (last lines):\n{_tail(cap.text)}"
+            )
     tails = [fns[n] for n, _, _, _ in TAIL_CALLS]
     for (_, _, array, index), fn in zip(TAIL_CALLS, tails):
         b[array.encode()][ct.c_int(index)] = ct.c_int(fn.fd)
@@ -178,8 +185,9 @@ class Map:
     read and write ``value_size`` rounded up to 8, times the possible CPUs.  With ``owned`` (a
     descriptor of :func:`obj_get`), :meth:`close` closes the descriptor."""
 
-    def __init__(self, fd: int, key_size: int, value_size: int, percpu: bool = False, name: str = "",
-                 owned: bool = False):
+    def __init__(
+        self, fd: int, key_size: int, value_size: int, percpu: bool = False, name: str = "", owned: bool = False
+    ):
         self.fd, self.key_size, self.value_size, self.percpu, self.name = fd, key_size, value_size, percpu, name
         self.owned = owned
         self.ncpu = possible_cpus() if percpu else 1
@@ -315,8 +323,12 @@ def prog_info(fd: int) -> dict:
     u32 = lambda off: int.from_bytes(raw[off : off + 4], sys.byteorder)  # noqa: E731
     # struct bpf_prog_info (include/uapi/linux/bpf.h): id at 4, jited_prog_len at 16,
     # xlated_prog_len at 20, verified_insns at 216
-    return {"id": u32(4), "jited_bytes": u32(16), "xlated_insns": u32(20) // 8,
-            "verified_insns": u32(216) if size.value >= 220 else 0}
+    return {
+        "id": u32(4),
+        "jited_bytes": u32(16),
+        "xlated_insns": u32(20) // 8,
+        "verified_insns": u32(216) if size.value >= 220 else 0,
+    }
 
 
 def _obj_info(fd: int, what: str) -> bytes:
@@ -350,8 +362,9 @@ def xdp_link_create(prog_fd: int, ifindex: int, flags: int) -> int:
     if nr is None:
         raise SubcError(f"no bpf(2) system call number known for {platform.machine()}")
     # union bpf_attr, link_create: prog_fd, target_ifindex, attach_type, flags (then zeros)
-    attr = ct.create_string_buffer(b"".join(v.to_bytes(4, sys.byteorder) for v in
-                                            (prog_fd, ifindex, BPF_XDP, flags)), 64)
+    attr = ct.create_string_buffer(
+        b"".join(v.to_bytes(4, sys.byteorder) for v in (prog_fd, ifindex, BPF_XDP, flags)), 64
+    )
     libc = ct.CDLL(None, use_errno=True)
     fd = libc.syscall(ct.c_long(nr), ct.c_int(BPF_LINK_CREATE), attr, ct.c_uint(64))
     if fd < 0:

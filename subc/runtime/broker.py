@@ -25,8 +25,15 @@ from ..errors import SubcError
 from . import attach, install
 from .bpf import Map, Program, compile_and_load, obj_get, possible_cpus, prog_info, require_root
 from .broker_home import BrokerHome, broker_home, stale_reason
-from .fanout import (DEFAULT_RATIO, SetCache, fan_plan, install_fanout, install_missing_sets, installed_sets,
-                     read_set_hits)
+from .fanout import (
+    DEFAULT_RATIO,
+    SetCache,
+    fan_plan,
+    install_fanout,
+    install_missing_sets,
+    installed_sets,
+    read_set_hits,
+)
 from .links import XDP_ATTACHED_DRV, check_links, xdp_attach_mode
 from .subscribers import Subscribers, load_subscribers, resolve_endpoints
 
@@ -56,7 +63,9 @@ def cflags(caps: dict[str, int], max_endpoints: int) -> list[str]:
     """bcc compiler flags: map capacities, endpoints per subscriber and the CPUs (the XDP-to-TC
     ring and the copy builder's scratch have a region per CPU)."""
     return [f"-DSUBC_CAP_{n.upper()}={c}" for n, c in sorted(caps.items())] + [
-        f"-DSUBC_MAX_ENDPOINTS={max_endpoints}", f"-DSUBC_NCPU={possible_cpus()}"]
+        f"-DSUBC_MAX_ENDPOINTS={max_endpoints}",
+        f"-DSUBC_NCPU={possible_cpus()}",
+    ]
 
 
 def open_maps(doc: dict, fds: dict[str, int], max_endpoints: int) -> dict[str, Map]:
@@ -82,9 +91,16 @@ class LoadedFilter:
     regions_used: dict[str, int] = field(default_factory=dict)  # slots of the live generation per region array
 
     @classmethod
-    def build(cls, doc: dict, src: str, subs: Subscribers | None = None, factor: float = 2.0,
-              min_caps: dict[str, int] | None = None, max_endpoints: int | None = None,
-              egress: bool = False) -> "LoadedFilter":
+    def build(
+        cls,
+        doc: dict,
+        src: str,
+        subs: Subscribers | None = None,
+        factor: float = 2.0,
+        min_caps: dict[str, int] | None = None,
+        max_endpoints: int | None = None,
+        egress: bool = False,
+    ) -> "LoadedFilter":
         """Compile and load ``src`` sized for ``doc`` (with ``egress``, also the fan-out's devmap
         program), then install ``doc`` as generation 0."""
         caps = install.capacities(doc, factor, subs)
@@ -128,11 +144,19 @@ def check_search_steps(old_doc: dict, doc: dict, where: str = "") -> None:
         if new["kind"] == "range" and steps_needed(new.get("max_runs", 0)) > steps:
             raise SubcError(
                 f"{where}stage {new['field']} has up to {new['max_runs']} runs per state and the loaded program "
-                f"searches at most {2 ** steps} ({steps} steps): load the rule set again (subc unload, subc load)")
+                f"searches at most {2**steps} ({steps} steps): load the rule set again (subc unload, subc load)"
+            )
 
 
-def update_maps(maps: dict[str, Map], doc: dict, gen: int, caps: dict[str, int],
-                subs: Subscribers | None, regions_used: dict[str, int], grace_s: float) -> GenerationResult:
+def update_maps(
+    maps: dict[str, Map],
+    doc: dict,
+    gen: int,
+    caps: dict[str, int],
+    subs: Subscribers | None,
+    regions_used: dict[str, int],
+    grace_s: float,
+) -> GenerationResult:
     """Replace live generation ``gen`` by ``doc`` as generation ``gen ^ 1`` (atomic for packets).
 
     ``regions_used`` (slots of the live generation per array with generation regions:
@@ -186,16 +210,25 @@ def claim_home(iface: str) -> tuple[BrokerHome, list[str]]:
         else:
             reason = stale_reason(state, home, attach.ifindex_or_none(iface), link)
         if reason is None:
-            raise SubcError(f"subc is already loaded on {iface} in this network namespace "
-                            f"({home.pins}): use subc update, or subc unload first")
+            raise SubcError(
+                f"subc is already loaded on {iface} in this network namespace "
+                f"({home.pins}): use subc update, or subc unload first"
+            )
         attach.remove(home)
         cleared.append(f"cleared the stale broker state of {iface} ({home.state_dir}): {reason}")
     return home, cleared
 
 
-def load(out_dir: str, iface: str, subscribers: str | None = None, xdp_mode: str = "auto",
-         capacity_factor: float = 2.0, fix_links: bool = True, fanout: bool = True,
-         fan_ratio: int = DEFAULT_RATIO) -> dict:
+def load(
+    out_dir: str,
+    iface: str,
+    subscribers: str | None = None,
+    xdp_mode: str = "auto",
+    capacity_factor: float = 2.0,
+    fix_links: bool = True,
+    fanout: bool = True,
+    fan_ratio: int = DEFAULT_RATIO,
+) -> dict:
     """Load the compiled rule set in ``out_dir`` on ``iface`` (see the module docstring).
 
     The subscribers' interfaces are checked first (:func:`~.links.check_links`; with
@@ -250,8 +283,10 @@ def load(out_dir: str, iface: str, subscribers: str | None = None, xdp_mode: str
             "subscribers": subscribers and str(Path(subscribers).resolve()),
             "subscriber_names": {str(k): v for k, v in (subs.names if subs else {}).items()},
             "leaves": _leaf_labels(doc),
-            "maps": {m["name"]: {"key": m["key"]["size"], "value": _map_struct(m, lf.max_endpoints)[1],
-                                 "type": m["type"]} for m in doc["maps"]},
+            "maps": {
+                m["name"]: {"key": m["key"]["size"], "value": _map_struct(m, lf.max_endpoints)[1], "type": m["type"]}
+                for m in doc["maps"]
+            },
             "loaded_at": time.time(),
             "links": [p.as_dict() for p in problems],
             "fanout": fan,
@@ -278,9 +313,11 @@ def record_instructions(out_dir: str | Path, info: dict) -> bool:
         report = json.loads(path.read_text())
     except (OSError, ValueError):
         return False
-    report["instructions"] = {**{k: {f: v[f] for f in ("xlated_insns", "jited_bytes", "verified_insns")}
-                                 for k, v in info.items()},
-                              "kernel": os.uname().release, "measured_by": "subc load"}
+    report["instructions"] = {
+        **{k: {f: v[f] for f in ("xlated_insns", "jited_bytes", "verified_insns")} for k, v in info.items()},
+        "kernel": os.uname().release,
+        "measured_by": "subc load",
+    }
     tmp = path.with_name(f".report.json.{os.getpid()}")
     try:
         tmp.write_text(json.dumps(report, indent=2) + "\n")
@@ -318,12 +355,15 @@ def read_state(home: BrokerHome) -> dict:
     try:
         state = json.loads(home.state_path.read_text())
     except (OSError, ValueError):
-        raise SubcError(f"subc is not loaded on {home.iface} in this network namespace "
-                        f"(no {home.state_path})") from None
+        raise SubcError(
+            f"subc is not loaded on {home.iface} in this network namespace (no {home.state_path})"
+        ) from None
     reason = stale_reason(state, home, attach.ifindex_or_none(home.iface), attach.link_device(home))
     if reason is not None:
-        raise SubcError(f"the broker state of {home.iface} ({home.state_dir}) is stale: {reason}; "
-                        f"subc unload --iface {home.iface} clears it")
+        raise SubcError(
+            f"the broker state of {home.iface} ({home.state_dir}) is stale: {reason}; "
+            f"subc unload --iface {home.iface} clears it"
+        )
     return state
 
 
@@ -341,8 +381,9 @@ def pinned_maps(home: BrokerHome, state: dict) -> dict[str, Map]:
     out: dict[str, Map] = {}
     try:
         for name, m in state["maps"].items():
-            out[name] = Map(obj_get(pins / name), m["key"], m["value"], percpu=m["type"].startswith("percpu"),
-                            name=name, owned=True)
+            out[name] = Map(
+                obj_get(pins / name), m["key"], m["value"], percpu=m["type"].startswith("percpu"), name=name, owned=True
+            )
     except SubcError:
         close_maps(out)
         raise
@@ -376,8 +417,9 @@ def update(out_dir: str, iface: str, grace_s: float = GRACE_S) -> GenerationResu
     home, state = loaded_home(iface)
     doc, _ = read_maps_doc(out_dir)
     old_doc = json.loads((home.state_dir / "maps.json").read_text())
-    if [(s["field"], s["kind"]) for s in doc["stages"]] != [(s["field"], s["kind"]) for s in old_doc["stages"]] \
-            or doc["ports"] != old_doc["ports"]:
+    if [(s["field"], s["kind"]) for s in doc["stages"]] != [(s["field"], s["kind"]) for s in old_doc["stages"]] or doc[
+        "ports"
+    ] != old_doc["ports"]:
         raise SubcError(
             f"{out_dir}: the new rule set tests fields {[s['field'] for s in doc['stages']]} and the loaded program "
             f"{[s['field'] for s in old_doc['stages']]}: the data path differs, so it cannot be swapped in place; "
@@ -423,18 +465,32 @@ def stats(iface: str) -> dict:
                 subs["local" if sid == L.LOCAL else str(sid)] = {**c, "next_seq": nxt, "name": name}
         gen = state["generation"]
         doc = json.loads((home.state_dir / "maps.json").read_text())
-        leaves = {str(st): {"action": state["leaves"].get(str(st), "?"), **c}
-                  for st, c in install.leaf_counters(maps, doc, gen, state["capacities"]).items()}
+        leaves = {
+            str(st): {"action": state["leaves"].get(str(st), "?"), **c}
+            for st, c in install.leaf_counters(maps, doc, gen, state["capacities"]).items()
+        }
         fan_sets = None
         if "subc_fan_hits" in maps:  # the recipient-set device maps in place and the datagrams sent over them
             used = installed_sets(maps)
             hits = read_set_hits(maps, used)
-            fan_sets = {"sets": len(used), "capacity": L.FAN_SETS, "datagrams": sum(hits.values()),
-                        "by_set": {f"{key:#x}": hits[i] for i, key in sorted(used.items())}}
+            fan_sets = {
+                "sets": len(used),
+                "capacity": L.FAN_SETS,
+                "datagrams": sum(hits.values()),
+                "by_set": {f"{key:#x}": hits[i] for i, key in sorted(used.items())},
+            }
     finally:
         close_maps(maps)
-    out = {"iface": iface, "netns_inode": home.netns.inode, "pins": str(home.pins), "generation": gen, "programs": state["programs"], "stats": glob,
-           "subscribers": subs, "leaves": dict(sorted(leaves.items(), key=lambda kv: int(kv[0])))}
+    out = {
+        "iface": iface,
+        "netns_inode": home.netns.inode,
+        "pins": str(home.pins),
+        "generation": gen,
+        "programs": state["programs"],
+        "stats": glob,
+        "subscribers": subs,
+        "leaves": dict(sorted(leaves.items(), key=lambda kv: int(kv[0]))),
+    }
     if state.get("mode") == "serve":
         out["mode"] = "serve"
         if state.get("state_dir"):  # the live subscriptions, from the daemon's store
@@ -487,7 +543,9 @@ def fanout_sets(iface: str, interval_s: float = 0.005, once: bool = False, stop=
         raise
     try:
         cfg = L.FAN_CFG.unpack(maps["subc_fan_cfg"].lookup(L.U32.pack(v=0)))
-        ifindexes = [L.ENDPOINT.unpack(maps["subc_eps"].lookup(L.U32.pack(v=e)))["ifindex"] for e in range(cfg["n_eps"])]
+        ifindexes = [
+            L.ENDPOINT.unpack(maps["subc_eps"].lookup(L.U32.pack(v=e)))["ifindex"] for e in range(cfg["n_eps"])
+        ]
         cache = SetCache(installed_sets(maps), idle_s=idle_s)  # read once: this loop is the only writer
         passes = total = evicted = 0
         while True:

@@ -55,7 +55,8 @@ PRIVATE_MOUNT_NS = (
     "tail-call program arrays the data path jumps through would be cleared. Mount one that the broker's "
     "commands share, once, outside the namespace: `mkdir -p {run} && mount -t bpf bpf {run}` on the host "
     "(every `ip netns exec` command sees the host's /run), or give a container a bpffs volume and set "
-    "SUBC_BPFFS to its mount point; or run subc with `nsenter --net=...`, which keeps the host's mounts")
+    "SUBC_BPFFS to its mount point; or run subc with `nsenter --net=...`, which keeps the host's mounts"
+)
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ def mount_ns_outlives_us() -> bool:
         pid = int(entry.name)
         try:
             stat = Path(f"/proc/{pid}/stat").read_text()
-            parents[pid] = int(stat[stat.rindex(")") + 2:].split()[1])
+            parents[pid] = int(stat[stat.rindex(")") + 2 :].split()[1])
             if os.readlink(f"/proc/{pid}/ns/mnt") == mine:
                 shared.append(pid)
         except (OSError, ValueError, IndexError):
@@ -148,22 +149,25 @@ def bpffs_root(mount: bool) -> Path:
     env = os.environ.get("SUBC_BPFFS")
     if env:
         if not is_bpffs(Path(env)):
-            raise SubcError(f"SUBC_BPFFS={env} is not the mount point of a BPF file system "
-                            f"(mount -t bpf bpf {env})")
+            raise SubcError(f"SUBC_BPFFS={env} is not the mount point of a BPF file system (mount -t bpf bpf {env})")
         return Path(env)
     for cand in (RUN_BPFFS, SYS_BPFFS):
         if is_bpffs(cand):
             return cand
     if not mount:
-        raise SubcError(f"subc is not loaded where this process can reach it: no BPF file system is mounted on "
-                        f"{RUN_BPFFS} or {SYS_BPFFS} in this mount namespace (under `ip netns exec`, see README, "
-                        "\"The broker in a container or a namespace\")")
+        raise SubcError(
+            f"subc is not loaded where this process can reach it: no BPF file system is mounted on "
+            f"{RUN_BPFFS} or {SYS_BPFFS} in this mount namespace (under `ip netns exec`, see README, "
+            '"The broker in a container or a namespace")'
+        )
     if not mount_ns_outlives_us():
         raise SubcError(PRIVATE_MOUNT_NS.format(run=RUN_BPFFS, sys=SYS_BPFFS))
     r = subprocess.run(["mount", "-t", "bpf", "bpf", str(SYS_BPFFS)], capture_output=True, text=True)
     if r.returncode:
-        raise SubcError(f"cannot mount the BPF file system on {SYS_BPFFS}: {r.stderr.strip()} "
-                        "(a container needs CAP_SYS_ADMIN for that, or a bpffs volume named by SUBC_BPFFS)")
+        raise SubcError(
+            f"cannot mount the BPF file system on {SYS_BPFFS}: {r.stderr.strip()} "
+            "(a container needs CAP_SYS_ADMIN for that, or a bpffs volume named by SUBC_BPFFS)"
+        )
     return SYS_BPFFS
 
 
@@ -222,8 +226,10 @@ def stale_reason(state: dict, home: BrokerHome, ifindex: int | None, link_ifinde
     deleted or made anew since (index differs), or an XDP link whose device is gone is stale."""
     cookie = state.get("netns_cookie")
     if cookie and home.netns.cookie and cookie != home.netns.cookie:
-        return (f"it was loaded in network namespace cookie {cookie}, which is gone "
-                f"(namespace inode {home.netns.inode} is now another's)")
+        return (
+            f"it was loaded in network namespace cookie {cookie}, which is gone "
+            f"(namespace inode {home.netns.inode} is now another's)"
+        )
     if ifindex is None:
         return f"interface {home.iface} no longer exists"
     if state.get("ifindex") is not None and state["ifindex"] != ifindex:

@@ -42,8 +42,16 @@ _NG_SHB, _NG_IDB, _NG_PB, _NG_SPB, _NG_EPB = 0x0A0D0D0A, 1, 2, 3, 6
 _NG_MIN = {_NG_SHB: 28, _NG_IDB: 20, _NG_PB: 32, _NG_SPB: 16, _NG_EPB: 32}
 
 #: The kinds a frame is counted as (each frame in exactly one), in report order.
-FRAME_KINDS = ("feed_datagrams", "other_udp", "not_udp", "not_ip", "ip_fragments", "truncated", "malformed_ip",
-               "undecodable_link")
+FRAME_KINDS = (
+    "feed_datagrams",
+    "other_udp",
+    "not_udp",
+    "not_ip",
+    "ip_fragments",
+    "truncated",
+    "malformed_ip",
+    "undecodable_link",
+)
 #: Kinds that are problems with the feed (the rest is foreign traffic).
 PROBLEM_KINDS = ("ip_fragments", "truncated", "malformed_ip", "undecodable_link", "malformed_moldudp64")
 #: Examples kept per kind.
@@ -140,11 +148,14 @@ def read_records(f: BinaryIO, path: str) -> Iterator[Record]:
         btype, blen = struct.unpack(e + "II", block[:8])
         least = _NG_MIN.get(btype, 12)
         if blen < least:
-            raise SubcError(f"{path}: pcapng block of type {btype:#x} at byte offset {pos} has length {blen}, "
-                            f"less than {least}")
+            raise SubcError(
+                f"{path}: pcapng block of type {btype:#x} at byte offset {pos} has length {blen}, less than {least}"
+            )
         if blen > size - pos:
-            raise SubcError(f"{path}: pcapng block of {blen} bytes at byte offset {pos} runs past the end of the file "
-                            f"({size} bytes)")
+            raise SubcError(
+                f"{path}: pcapng block of {blen} bytes at byte offset {pos} runs past the end of the file "
+                f"({size} bytes)"
+            )
         block += f.read(blen - len(block))
         if struct.unpack(e + "I", block[-4:])[0] != blen:
             raise SubcError(f"{path}: pcapng block at byte offset {pos}: trailing length differs from {blen}")
@@ -155,8 +166,10 @@ def read_records(f: BinaryIO, path: str) -> Iterator[Record]:
         elif btype in (_NG_EPB, _NG_PB):
             iface, hi, lo, caplen, wire = struct.unpack(e + "IIIII" if btype == _NG_EPB else e + "HxxIIII", body[:20])
             if caplen > len(body) - 20:
-                raise SubcError(f"{path}: packet block at byte offset {pos} has a captured length of {caplen} "
-                                f"bytes, more than the {len(body) - 20} it holds")
+                raise SubcError(
+                    f"{path}: packet block at byte offset {pos} has a captured length of {caplen} "
+                    f"bytes, more than the {len(body) - 20} it holds"
+                )
             frame, stamp = body[20 : 20 + caplen], (hi << 32) | lo
         elif btype == _NG_SPB:
             iface, wire = 0, struct.unpack(e + "I", body[:4])[0]
@@ -164,8 +177,10 @@ def read_records(f: BinaryIO, path: str) -> Iterator[Record]:
             frame = body[4 : 4 + min(wire, snap or wire)]
         if frame is not None:
             if iface >= len(links):
-                raise SubcError(f"{path}: packet block at byte offset {pos} names interface {iface}, "
-                                f"but {len(links)} are declared before it")
+                raise SubcError(
+                    f"{path}: packet block at byte offset {pos} names interface {iface}, "
+                    f"but {len(links)} are declared before it"
+                )
             link, _snap, mul, div, off = links[iface]
             yield Record(pos, link, frame, None if stamp is None else stamp * mul // div + off, wire)
         pos += blen
@@ -248,23 +263,38 @@ class CaptureStats:
         """The counts as a JSON-ready dict: every kind, ``feed_ports``, ``detected_ports`` and the ten most
         common ``other_udp_ports`` (port numbers as strings), and ``examples`` as a list of
         ``{"frame", "kind", "message"}`` in kind order."""
-        doc = {k: getattr(self, k) for k in ("frames", *FRAME_KINDS, "moldudp64_packets", "messages",
-                                              "malformed_moldudp64")}
+        doc = {
+            k: getattr(self, k)
+            for k in ("frames", *FRAME_KINDS, "moldudp64_packets", "messages", "malformed_moldudp64")
+        }
         doc["feed_ports"] = self.feed_ports
         doc["detected_ports"] = {str(p): n for p, n in sorted(self.detected_ports.items())}
         doc["other_udp_ports"] = {str(p): n for p, n in self.other_udp_ports.most_common(10)}
-        doc["examples"] = [{"frame": fr, "kind": k, "message": m}
-                           for kind in (*FRAME_KINDS, "malformed_moldudp64") for fr, k, m in self.examples.get(kind, [])]
+        doc["examples"] = [
+            {"frame": fr, "kind": k, "message": m}
+            for kind in (*FRAME_KINDS, "malformed_moldudp64")
+            for fr, k, m in self.examples.get(kind, [])
+        ]
         return doc
 
     def summary(self) -> str:
         """One line: the frames by kind, e.g. ``12 frames: 9 feed datagrams (UDP port 26477), 2 other UDP
         (port 1985: 2), 1 not IP; 1 malformed MoldUDP64 (frame 7: ...)``."""
-        ports = "all UDP" if self.feed_ports is None else (
-            "UDP port " + ", ".join(map(str, self.feed_ports)) if self.feed_ports else "no feed port")
+        ports = (
+            "all UDP"
+            if self.feed_ports is None
+            else ("UDP port " + ", ".join(map(str, self.feed_ports)) if self.feed_ports else "no feed port")
+        )
         parts = [f"{self.feed_datagrams} feed datagrams ({ports})"]
-        names = {"other_udp": "other UDP", "not_udp": "IP not UDP", "not_ip": "not IP", "ip_fragments": "IP fragments",
-                 "truncated": "truncated", "malformed_ip": "malformed IP/UDP", "undecodable_link": "undecodable link layer"}
+        names = {
+            "other_udp": "other UDP",
+            "not_udp": "IP not UDP",
+            "not_ip": "not IP",
+            "ip_fragments": "IP fragments",
+            "truncated": "truncated",
+            "malformed_ip": "malformed IP/UDP",
+            "undecodable_link": "undecodable link layer",
+        }
         for kind, name in names.items():
             n = getattr(self, kind)
             if n:
@@ -310,10 +340,31 @@ class _Skip(Exception):
 
 
 _VLAN_TYPES = {0x8100, 0x88A8, 0x9100, 0x9200}
-_ETHERTYPES = {0x0806: "ARP", 0x8035: "RARP", 0x88CC: "LLDP", 0x8809: "slow protocols (LACP)", 0x888E: "EAPOL",
-               0x8847: "MPLS", 0x8848: "MPLS", 0x88F7: "PTP", 0x8863: "PPPoE", 0x8864: "PPPoE", 0x9000: "loopback"}
-_PROTOCOLS = {1: "ICMP", 2: "IGMP", 6: "TCP", 47: "GRE", 50: "ESP", 58: "ICMPv6", 89: "OSPF", 103: "PIM", 112: "VRRP",
-              132: "SCTP"}
+_ETHERTYPES = {
+    0x0806: "ARP",
+    0x8035: "RARP",
+    0x88CC: "LLDP",
+    0x8809: "slow protocols (LACP)",
+    0x888E: "EAPOL",
+    0x8847: "MPLS",
+    0x8848: "MPLS",
+    0x88F7: "PTP",
+    0x8863: "PPPoE",
+    0x8864: "PPPoE",
+    0x9000: "loopback",
+}
+_PROTOCOLS = {
+    1: "ICMP",
+    2: "IGMP",
+    6: "TCP",
+    47: "GRE",
+    50: "ESP",
+    58: "ICMPv6",
+    89: "OSPF",
+    103: "PIM",
+    112: "VRRP",
+    132: "SCTP",
+}
 _RAW_LINKS = {101: None, 12: None, 14: None, 228: 4, 229: 6}
 _LINK_NAMES = {1: "Ethernet", 113: "Linux cooked (SLL)", 276: "Linux cooked (SLL2)"}
 
@@ -336,12 +387,15 @@ def _link(linktype: int, frame: bytes) -> tuple[int, int, tuple[int, ...]]:
         raise _Skip("not_ip", f"loopback address family {int.from_bytes(frame[:4], 'big'):#x}")
     head = {1: (14, 12), 113: (16, 14), 276: (20, 0)}.get(linktype)
     if head is None:
-        raise _Skip("undecodable_link", f"link type {linktype} is not supported (Ethernet, Linux cooked SLL/SLL2, "
-                                        "BSD loopback and raw IP are)")
+        raise _Skip(
+            "undecodable_link",
+            f"link type {linktype} is not supported (Ethernet, Linux cooked SLL/SLL2, BSD loopback and raw IP are)",
+        )
     hlen, at = head
     if n < hlen:
-        raise _Skip("undecodable_link", f"frame of {n} bytes is shorter than the {hlen}-byte "
-                                        f"{_LINK_NAMES[linktype]} header")
+        raise _Skip(
+            "undecodable_link", f"frame of {n} bytes is shorter than the {hlen}-byte {_LINK_NAMES[linktype]} header"
+        )
     etype, off, vlans = int.from_bytes(frame[at : at + 2], "big"), hlen, []
     while etype in _VLAN_TYPES:
         if off + 4 > n:
@@ -380,9 +434,12 @@ def _ip(version: int, frame: bytes, off: int) -> tuple[str, str, int, int]:
             raise _Skip("malformed_ip", f"IPv4 total length {total} is less than its header length {ihl}")
         src, dst = socket.inet_ntoa(frame[off + 12 : off + 16]), socket.inet_ntoa(frame[off + 16 : off + 20])
         if frag & 0x3FFF:
-            raise _Skip("ip_fragments", f"IPv4 fragment {src} -> {dst} id {ident} at fragment offset "
-                                        f"{(frag & 0x1FFF) * 8}{' (more follow)' if frag & 0x2000 else ''}: "
-                                        "not reassembled")
+            raise _Skip(
+                "ip_fragments",
+                f"IPv4 fragment {src} -> {dst} id {ident} at fragment offset "
+                f"{(frag & 0x1FFF) * 8}{' (more follow)' if frag & 0x2000 else ''}: "
+                "not reassembled",
+            )
         if proto != 17:
             raise _Skip("not_udp", f"IP protocol {proto}" + (f" ({_PROTOCOLS[proto]})" if proto in _PROTOCOLS else ""))
         return src, dst, off + ihl, off + total
@@ -403,8 +460,9 @@ def _ip(version: int, frame: bytes, off: int) -> tuple[str, str, int, int]:
         if nh == 44:
             fo = int.from_bytes(frame[pos + 2 : pos + 4], "big")
             if fo & 0xFFF9:  # an offset or more fragments: a real fragment (not an atomic one)
-                raise _Skip("ip_fragments", f"IPv6 fragment {src} -> {dst} at fragment offset {fo & 0xFFF8}: "
-                                            "not reassembled")
+                raise _Skip(
+                    "ip_fragments", f"IPv6 fragment {src} -> {dst} at fragment offset {fo & 0xFFF8}: not reassembled"
+                )
             step = 8
         else:
             step = (frame[pos + 1] + 2) * 4 if nh == 51 else (frame[pos + 1] + 1) * 8
@@ -437,8 +495,9 @@ def _decode_frame(linktype: int, frame: bytes, ports: frozenset[int] | None) -> 
     return (src, sport), (dst, dport), vlans, frame[l4 + 8 : l4 + ulen]
 
 
-def read_datagrams(path: str | Path, ports: Iterable[int] | None = None, stats: CaptureStats | None = None,
-                   strict: bool = False) -> Iterator[Datagram]:
+def read_datagrams(
+    path: str | Path, ports: Iterable[int] | None = None, stats: CaptureStats | None = None, strict: bool = False
+) -> Iterator[Datagram]:
     """Every UDP datagram of the pcap/pcapng capture at ``path`` whose destination port is in ``ports``
     (every UDP datagram when None), in capture order, as :class:`Datagram`.
 
@@ -465,16 +524,19 @@ def read_datagrams(path: str | Path, ports: Iterable[int] | None = None, stats: 
                 if s.port is not None:
                     stats.other_udp_ports[s.port] += 1
                 if strict:
-                    raise SubcError(f"{path}: frame {number}: {s.kind}: {s.message} (--strict: only datagrams to "
-                                    f"the feed port are allowed); the frame's record is at byte offset "
-                                    f"{rec.offset}") from None
+                    raise SubcError(
+                        f"{path}: frame {number}: {s.kind}: {s.message} (--strict: only datagrams to "
+                        f"the feed port are allowed); the frame's record is at byte offset "
+                        f"{rec.offset}"
+                    ) from None
                 continue
             stats.feed_datagrams += 1
             yield Datagram(number, rec.offset, rec.time_ns, src, dst, vlans, payload)
 
 
-def iter_moldudp64(datagrams: Iterable[Datagram], stats: CaptureStats | None = None, strict: bool = False,
-                   path: str | None = None) -> Iterator[tuple[Datagram, MoldPacket]]:
+def iter_moldudp64(
+    datagrams: Iterable[Datagram], stats: CaptureStats | None = None, strict: bool = False, path: str | None = None
+) -> Iterator[tuple[Datagram, MoldPacket]]:
     """``(datagram, packet)`` for every datagram whose payload is a MoldUDP64 downstream packet
     (:func:`subc.runtime.moldudp64.decode_packet`; any session bytes, printable or not).
 
@@ -490,8 +552,10 @@ def iter_moldudp64(datagrams: Iterable[Datagram], stats: CaptureStats | None = N
         except SubcError as e:
             stats.count("malformed_moldudp64", dg.frame, e.message)
             if strict:
-                raise SubcError(f"{path or stats.path}: frame {dg.frame}: malformed_moldudp64: {e.message} (in the "
-                                f"UDP payload); the frame's record is at byte offset {dg.offset}") from None
+                raise SubcError(
+                    f"{path or stats.path}: frame {dg.frame}: malformed_moldudp64: {e.message} (in the "
+                    f"UDP payload); the frame's record is at byte offset {dg.offset}"
+                ) from None
             continue
         stats.moldudp64_packets += 1
         stats.messages += len(pkt.messages)
@@ -517,8 +581,9 @@ def detect_feed_ports(path: str | Path, stats: CaptureStats | None = None) -> li
     return [min(per_port, key=lambda p: (-per_port_msgs[p], -per_port[p], p))]
 
 
-def choose_feed_ports(path: str | Path, spec_ports: Iterable[int], udp_port: int | None = None,
-                      stats: CaptureStats | None = None) -> list[int]:
+def choose_feed_ports(
+    path: str | Path, spec_ports: Iterable[int], udp_port: int | None = None, stats: CaptureStats | None = None
+) -> list[int]:
     """The feed ports to read the capture at ``path`` with: ``[udp_port]`` when given; else the
     spec's ``spec_ports`` when any MoldUDP64 datagram of the capture goes to one of them; else the
     detected port (:func:`detect_feed_ports`: a real feed may use another port than the spec's,
@@ -553,12 +618,22 @@ class UdpPcapWriter:
         """Append one datagram ``src`` -> ``dst`` ((IP address, port)) captured at ``time_ns`` (ns since the epoch)."""
         udp = struct.pack("!HHHH", src[1], dst[1], 8 + len(payload), 0)
         if ":" in src[0] or ":" in dst[0]:
-            ip = (struct.pack("!IHBB", 0x60000000, len(udp) + len(payload), 17, 64)
-                  + _in6(src[0]) + _in6(dst[0]))
+            ip = struct.pack("!IHBB", 0x60000000, len(udp) + len(payload), 17, 64) + _in6(src[0]) + _in6(dst[0])
             etype = 0x86DD
         else:
-            head = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 28 + len(payload), 0, 0x4000, 64, 17, 0,
-                               socket.inet_aton(src[0]), socket.inet_aton(dst[0]))
+            head = struct.pack(
+                "!BBHHHBBH4s4s",
+                0x45,
+                0,
+                28 + len(payload),
+                0,
+                0x4000,
+                64,
+                17,
+                0,
+                socket.inet_aton(src[0]),
+                socket.inet_aton(dst[0]),
+            )
             ip = head[:10] + _checksum(head).to_bytes(2, "big") + head[12:]
             etype = 0x0800
         frame = bytes(12) + etype.to_bytes(2, "big") + ip + udp + payload

@@ -96,12 +96,17 @@ class MessageDecoder:
         self.graph = ParseGraph(spec)
         feed = self.graph.feed()
         if feed is None:
-            raise SubcError("the spec's parser reaches no UDP destination port select after Ethernet and IPv4, "
-                            "so it describes no message feed", spec_start(spec))
+            raise SubcError(
+                "the spec's parser reaches no UDP destination port select after Ethernet and IPv4, "
+                "so it describes no message feed",
+                spec_start(spec),
+            )
         if not feed.moldudp64:
-            raise SubcError(f"state '{feed.entry}' does not parse a MoldUDP64 header and message block length "
-                            "(fields ending at bits 80, 144, 160 and 176 of the UDP payload)",
-                            self.graph.state(feed.entry).location or spec_start(spec))
+            raise SubcError(
+                f"state '{feed.entry}' does not parse a MoldUDP64 header and message block length "
+                "(fields ending at bits 80, 144, 160 and 176 of the UDP payload)",
+                self.graph.state(feed.entry).location or spec_start(spec),
+            )
         self.feed: Feed = feed
         self.fields = list(spec.query_fields) if fields is None else list(fields)
         self.graph.reachable(feed.entry)  # every state on the message path must be followable
@@ -111,14 +116,24 @@ class MessageDecoder:
         self.types = self._type_table()
 
     # -- messages ------------------------------------------------------------------------------
-    def decode(self, msg: bytes, session: bytes = b" " * 10, seq: int = 0, count: int = 1,
-               network: tuple[frozenset, dict[str, int]] | None = None) -> Decoded:
+    def decode(
+        self,
+        msg: bytes,
+        session: bytes = b" " * 10,
+        seq: int = 0,
+        count: int = 1,
+        network: tuple[frozenset, dict[str, int]] | None = None,
+    ) -> Decoded:
         """Decode ``msg`` (the message bytes, without its block length) as the one message of a
         datagram with MoldUDP64 ``session`` (10 bytes), sequence number ``seq`` and ``count``;
         ``network`` is (valid network instances, their field values) from :meth:`network`, or None
         for a message without a datagram."""
-        prefix = session[:10].ljust(10, b" ") + (seq & (2**64 - 1)).to_bytes(8, "big") \
-            + (count & 0xFFFF).to_bytes(2, "big") + (len(msg) & 0xFFFF).to_bytes(2, "big")
+        prefix = (
+            session[:10].ljust(10, b" ")
+            + (seq & (2**64 - 1)).to_bytes(8, "big")
+            + (count & 0xFFFF).to_bytes(2, "big")
+            + (len(msg) & 0xFFFF).to_bytes(2, "big")
+        )
         data = prefix + bytes(msg)
         start_bit = MOLD_PREFIX_BYTES * 8
         w = self.graph.walk(data, self.feed.entry)
@@ -141,8 +156,9 @@ class MessageDecoder:
         else:
             valid.update(network[0])
             values.update(network[1])
-        return Decoded(DECODED if known else UNKNOWN_TYPE, key, len(msg), parsed if known else None,
-                       frozenset(valid), values)
+        return Decoded(
+            DECODED if known else UNKNOWN_TYPE, key, len(msg), parsed if known else None, frozenset(valid), values
+        )
 
     def network(self, frame: bytes) -> tuple[frozenset, dict[str, int]]:
         """(valid network instances, their fields' values) of an Ethernet ``frame`` (untagged, IPv4
@@ -173,7 +189,10 @@ class MessageDecoder:
             data = bytearray(MOLD_PREFIX_BYTES + 4096)
             put_bits(data, sel[1], width, ks.value)
             w = self.graph.walk(bytes(data), self.feed.entry)
-            if w.status == "accept" and not any(b >= start for b in w.default_at) \
-                    and not self.payload.intersection(w.valid):  # a type with a payload has no one length
+            if (
+                w.status == "accept"
+                and not any(b >= start for b in w.default_at)
+                and not self.payload.intersection(w.valid)
+            ):  # a type with a payload has no one length
                 lengths.setdefault(ks.value, w.end // 8 - MOLD_PREFIX_BYTES)
         return TypeTable(sel[1] - start, width, lengths)

@@ -152,8 +152,13 @@ def install_fanout(maps: dict[str, Map], egress_fd: int, subs: Subscribers, rati
             maps["subc_fan_geps"].update(L.U32.pack(v=g * L.FAN_SLOTS + k), L.U32.pack(v=e))
     all_index = ALL_INDEX if ALL_INDEX in plan else L.NO_FAN
     maps["subc_fan_cfg"].update(L.U32.pack(v=0), L.FAN_CFG.pack(n_eps=len(eps), all=all_index, ratio=ratio))
-    return {"enabled": True, "device_maps": len(plan), "groups": len(set(endpoint_groups(subs))),
-            "all_broadcast": all_index != L.NO_FAN, "ratio": ratio}
+    return {
+        "enabled": True,
+        "device_maps": len(plan),
+        "groups": len(set(endpoint_groups(subs))),
+        "all_broadcast": all_index != L.NO_FAN,
+        "ratio": ratio,
+    }
 
 
 def set_endpoints(key: int) -> list[int]:
@@ -176,8 +181,10 @@ def install_set(maps: dict[str, Map], egress_fd: int, ifindexes: list[int], key:
 
 def installed_sets(maps: dict[str, Map]) -> dict[int, int]:
     """The FAN_SET maps in place: ``subc_fan`` index -> recipient set (read from ``subc_fan_sets``)."""
-    return {L.U32.unpack(maps["subc_fan_sets"].lookup(k) or bytes(4))["v"]: L.U64.unpack(k)["v"]
-            for k in maps["subc_fan_sets"].keys()}
+    return {
+        L.U32.unpack(maps["subc_fan_sets"].lookup(k) or bytes(4))["v"]: L.U64.unpack(k)["v"]
+        for k in maps["subc_fan_sets"].keys()
+    }
 
 
 @dataclass
@@ -246,7 +253,7 @@ def install_missing_sets(maps: dict[str, Map], egress_fd: int, ifindexes: list[i
     missed.sort(reverse=True)
     have = set(used.values())
     new = [key for _, key, _ in missed if key not in have]
-    free = [i for i in range(SET_BASE, SET_BASE + L.FAN_SETS) if i not in used][:len(new)]
+    free = [i for i in range(SET_BASE, SET_BASE + L.FAN_SETS) if i not in used][: len(new)]
     evicted = evict_sets(maps, cache, len(new) - len(free)) if len(free) < len(new) else []
     placed = dict(zip(new, free + evicted))
     installed = 0

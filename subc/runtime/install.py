@@ -17,7 +17,8 @@ message to the local stack; ``drop`` sends it nowhere.  The subscribers' endpoin
 written once, at load (:func:`install_subscribers`).
 
 Comparisons on state (README "Stateful subscriptions"): ``subc_upd`` (update masks) and
-``subc_cnt`` (a leaf's named-counter updates) are arrays indexed by state like ``stN_info``; ``subc_agg`` holds instance k of generation 0 at slot k and of
+``subc_cnt`` (a leaf's named-counter updates) are arrays indexed by state like ``stN_info``;
+``subc_agg`` holds instance k of generation 0 at slot k and of
 generation 1 at capacity - 1 - k, and a generation's registers are written empty when it is
 installed (a new rule set starts its aggregates afresh).  The state-value stages share one info
 array (``subc_sv_info``, stage j's state s at ``base_j + s``; a state with one run holds its next
@@ -71,9 +72,16 @@ def _mac(mac: str) -> bytes:
 
 def endpoint_value(ep: Endpoint, group: int = 0) -> bytes:
     """``struct subc_endpoint`` of a resolved endpoint (``group``: its interface's fan-out group)."""
-    return L.ENDPOINT.pack(ifindex=ep.ifindex, subscriber=ep.subscriber, saddr=_ip_be(ep.src_ip),
-                           daddr=_ip_be(ep.ip), dport=ep.port, smac=_mac(ep.src_mac), dmac=_mac(ep.mac),
-                           group=group)
+    return L.ENDPOINT.pack(
+        ifindex=ep.ifindex,
+        subscriber=ep.subscriber,
+        saddr=_ip_be(ep.src_ip),
+        daddr=_ip_be(ep.ip),
+        dport=ep.port,
+        smac=_mac(ep.src_mac),
+        dmac=_mac(ep.mac),
+        group=group,
+    )
 
 
 def _maps_by_name(doc: dict) -> dict[str, dict]:
@@ -98,29 +106,45 @@ def plan_generation(doc: dict, gen: int, subs: Subscribers | None, caps: dict[st
             info, bnd = (maps[n] for n in st["maps"])
             n = len(bnd["entries"])
             if n > caps[bnd["name"]]:
-                raise SubcError(f"bounds array {bnd['name']} holds {caps[bnd['name']]} entries, the rule set needs {n}: "
-                                "load the rule set again (subc unload, subc load) or with a larger --capacity-factor")
+                raise SubcError(
+                    f"bounds array {bnd['name']} holds {caps[bnd['name']]} entries, the rule set needs {n}: "
+                    "load the rule set again (subc unload, subc load) or with a larger --capacity-factor"
+                )
             base = 0 if gen == 0 else caps[bnd["name"]] - n
             plan.regions[bnd["name"]] = n
             _state_region(plan, info, caps)
-            w[info["name"]] = [(_slot_key(e["state"], gen, caps[info["name"]]),
-                                L.INFO.pack(a=e["next"] if "next" in e else base + e["offset"], b=e["count"]))
-                               for e in info["entries"]]
-            w[bnd["name"]] = [(L.U32.pack(v=base + e["index"]), L.BOUND.pack(lo=e["lo"], next=e["next"]))
-                              for e in bnd["entries"]]
+            w[info["name"]] = [
+                (
+                    _slot_key(e["state"], gen, caps[info["name"]]),
+                    L.INFO.pack(a=e["next"] if "next" in e else base + e["offset"], b=e["count"]),
+                )
+                for e in info["entries"]
+            ]
+            w[bnd["name"]] = [
+                (L.U32.pack(v=base + e["index"]), L.BOUND.pack(lo=e["lo"], next=e["next"])) for e in bnd["entries"]
+            ]
         elif st["kind"] == "exact":
             info, ex = (maps[n] for n in st["maps"])
             _state_region(plan, info, caps)
-            w[info["name"]] = [(_slot_key(e["state"], gen, caps[info["name"]]), L.INFO.pack(a=e["miss"]))
-                               for e in info["entries"]]
-            w[ex["name"]] = [(L.EXACT_KEY.pack(state=tag(e["state"], gen), value=e["value"]), L.U32.pack(v=e["next"]))
-                             for e in ex["entries"]]
+            w[info["name"]] = [
+                (_slot_key(e["state"], gen, caps[info["name"]]), L.INFO.pack(a=e["miss"])) for e in info["entries"]
+            ]
+            w[ex["name"]] = [
+                (L.EXACT_KEY.pack(state=tag(e["state"], gen), value=e["value"]), L.U32.pack(v=e["next"]))
+                for e in ex["entries"]
+            ]
         else:
             (lpm,) = (maps[n] for n in st["maps"])
             width = st["width"]
             w[lpm["name"]] = [
-                (L.LPM_KEY.pack(prefixlen=32 + e["prefix_len"], state=tag(e["state"], gen),
-                                value=(e["value"] << (64 - width)) & ((1 << 64) - 1)), L.U32.pack(v=e["next"]))
+                (
+                    L.LPM_KEY.pack(
+                        prefixlen=32 + e["prefix_len"],
+                        state=tag(e["state"], gen),
+                        value=(e["value"] << (64 - width)) & ((1 << 64) - 1),
+                    ),
+                    L.U32.pack(v=e["next"]),
+                )
                 for e in lpm["entries"]
             ]
     if "subc_upd" in maps:  # comparisons on state: update masks by state, this generation's registers emptied
@@ -159,8 +183,9 @@ def plan_generation(doc: dict, gen: int, subs: Subscribers | None, caps: dict[st
                 if sid not in subs.by_id:
                     raise SubcError(f"{subs.path}: rules forward to subscriber {sid}, which the subscribers file lacks")
             ids = [sid for sid in ids if subs.by_id[sid]]
-            val = L.LEAF.pack(nsubs=len(ids), sub=ids[0] if len(ids) == 1 else 0, set=set_index,
-                              subs=subscriber_words(ids))
+            val = L.LEAF.pack(
+                nsubs=len(ids), sub=ids[0] if len(ids) == 1 else 0, set=set_index, subs=subscriber_words(ids)
+            )
         leaves.append((key, val))
         counters.append((key, L.COUNTER.pack()))
         sets.append((L.U32.pack(v=set_index), L.SUBSET.pack(subs=subscriber_words(ids))))
@@ -188,8 +213,9 @@ def _mask_entries(m: dict, gen: int, caps: dict[str, int]) -> list[tuple[bytes, 
     ``gen``: each mask as its 64-bit words, host order."""
     words = m["value"]["size"] // 8
     st = L.mask_struct(m["value"]["struct"], 64 * words)
-    return [(_slot_key(e["state"], gen, caps[m["name"]]), st.pack(w=L.mask_words(e["mask"], words)))
-            for e in m["entries"]]
+    return [
+        (_slot_key(e["state"], gen, caps[m["name"]]), st.pack(w=L.mask_words(e["mask"], words))) for e in m["entries"]
+    ]
 
 
 def _state_region(plan: GenerationPlan, m: dict, caps: dict[str, int]) -> None:
@@ -197,8 +223,10 @@ def _state_region(plan: GenerationPlan, m: dict, caps: dict[str, int]) -> None:
     one generation alone does not fit."""
     n = state_count(m)
     if n > caps[m["name"]]:
-        raise SubcError(f"array {m['name']} holds {caps[m['name']]} states, the rule set needs {n}: load the rule set "
-                        "again (subc unload, subc load) or with a larger --capacity-factor")
+        raise SubcError(
+            f"array {m['name']} holds {caps[m['name']]} states, the rule set needs {n}: load the rule set "
+            "again (subc unload, subc load) or with a larger --capacity-factor"
+        )
     plan.regions[m["name"]] = n
 
 
@@ -228,7 +256,9 @@ def install_subscribers(maps: dict[str, Map], subs: Subscribers | None, max_endp
         for sid in subs.by_id:
             idx = subs.endpoint_indexes(sid)
             if len(idx) > max_endpoints:
-                raise SubcError(f"{subs.path}: subscriber {sid} has {len(idx)} endpoints; the program allows {max_endpoints}")
+                raise SubcError(
+                    f"{subs.path}: subscriber {sid} has {len(idx)} endpoints; the program allows {max_endpoints}"
+                )
             maps["subc_subs"].update(L.U32.pack(v=sid), st.pack(count=len(idx), ep=idx))
     for r in range(L.RECIPIENTS):
         maps["subc_seq"].update(L.U32.pack(v=r), L.U64.pack(v=1))
@@ -271,8 +301,10 @@ def check_fits(plan: GenerationPlan, maps: dict[str, Map], caps: dict[str, int],
     for name, n in plan.regions.items():
         used = live.get(name, 0)
         if n + used > caps[name]:
-            raise SubcError(f"array {name} ({caps[name]} entries) cannot hold {n} new entries next to {used} live "
-                            "ones: load the rule set again (subc unload, subc load) or with a larger --capacity-factor")
+            raise SubcError(
+                f"array {name} ({caps[name]} entries) cannot hold {n} new entries next to {used} live "
+                "ones: load the rule set again (subc unload, subc load) or with a larger --capacity-factor"
+            )
 
 
 def install_generation(plan: GenerationPlan, maps: dict[str, Map]) -> None:

@@ -120,9 +120,16 @@ def _read_link(ipr, name: str | None = None, index: int | None = None) -> _Link 
     xdp = m.get_attr("IFLA_XDP")
     attached = (xdp.get_attr("IFLA_XDP_ATTACHED") or XDP_ATTACHED_NONE) if xdp is not None else XDP_ATTACHED_NONE
     prog_id = xdp.get_attr("IFLA_XDP_PROG_ID") if xdp is not None else None
-    return _Link(m.get_attr("IFLA_IFNAME"), m["index"], bool(m["flags"] & IFF_UP), m.get_attr("IFLA_MTU") or 0,
-                 info.get_attr("IFLA_INFO_KIND") if info is not None else None, m.get_attr("IFLA_LINK"),
-                 m.get_attr("IFLA_LINK_NETNSID"), bool(attached) or bool(prog_id))
+    return _Link(
+        m.get_attr("IFLA_IFNAME"),
+        m["index"],
+        bool(m["flags"] & IFF_UP),
+        m.get_attr("IFLA_MTU") or 0,
+        info.get_attr("IFLA_INFO_KIND") if info is not None else None,
+        m.get_attr("IFLA_LINK"),
+        m.get_attr("IFLA_LINK_NETNSID"),
+        bool(attached) or bool(prog_id),
+    )
 
 
 def _namespace_files() -> Iterator[str]:
@@ -203,18 +210,35 @@ def check_links(ifaces: Iterable[str], feed_iface: str | None = None, fix: bool 
             for name in dict.fromkeys(ifaces):
                 link = _read_link(ipr, name)
                 if link is None:
-                    problems.append(LinkProblem(name, "missing", "error",
-                                                f"no interface '{name}' in this network namespace: its copies cannot be sent"))
+                    problems.append(
+                        LinkProblem(
+                            name,
+                            "missing",
+                            "error",
+                            f"no interface '{name}' in this network namespace: its copies cannot be sent",
+                        )
+                    )
                     continue
                 if not link.up:
-                    problems.append(LinkProblem(name, "down", "warning",
-                                                f"interface {name} is down: its copies are dropped until it is up "
-                                                f"(ip link set {name} up)"))
+                    problems.append(
+                        LinkProblem(
+                            name,
+                            "down",
+                            "warning",
+                            f"interface {name} is down: its copies are dropped until it is up (ip link set {name} up)",
+                        )
+                    )
                 if feed_mtu and link.mtu < feed_mtu:
-                    problems.append(LinkProblem(name, "mtu", "warning",
-                                                f"interface {name} has MTU {link.mtu}, smaller than {feed_iface}'s "
-                                                f"{feed_mtu}: copies longer than {link.mtu} bytes are dropped "
-                                                f"(ip link set {name} mtu {feed_mtu})"))
+                    problems.append(
+                        LinkProblem(
+                            name,
+                            "mtu",
+                            "warning",
+                            f"interface {name} has MTU {link.mtu}, smaller than {feed_iface}'s "
+                            f"{feed_mtu}: copies longer than {link.mtu} bytes are dropped "
+                            f"(ip link set {name} mtu {feed_mtu})",
+                        )
+                    )
                 if link.kind == "veth":
                     problems += _check_veth_peer(ipr, link, feed_iface, feed_mtu, fix)
     except NetlinkError as e:
@@ -225,17 +249,29 @@ def check_links(ifaces: Iterable[str], feed_iface: str | None = None, fix: bool 
 def _check_veth_peer(ipr, link: _Link, feed_iface: str | None, feed_mtu: int | None, fix: bool) -> list[LinkProblem]:
     name = link.name
     if link.peer_index is None:
-        return [LinkProblem(name, "peer-unreachable", "warning",
-                            f"veth {name}: the kernel does not say which device is its peer, so it was not checked")]
+        return [
+            LinkProblem(
+                name,
+                "peer-unreachable",
+                "warning",
+                f"veth {name}: the kernel does not say which device is its peer, so it was not checked",
+            )
+        ]
     ns = None
     where = "this namespace"
     if link.peer_nsid is not None and link.peer_nsid >= 0:
         ns = find_netns(ipr, link.peer_nsid)
         if ns is None:
-            return [LinkProblem(name, "peer-unreachable", "warning",
-                                f"veth {name}: its peer (ifindex {link.peer_index}) is in a network namespace "
-                                f"(id {link.peer_nsid}) that no named namespace or process holds, so it was not "
-                                "checked: make sure the peer has an XDP program or GRO on (ethtool -K PEER gro on)")]
+            return [
+                LinkProblem(
+                    name,
+                    "peer-unreachable",
+                    "warning",
+                    f"veth {name}: its peer (ifindex {link.peer_index}) is in a network namespace "
+                    f"(id {link.peer_nsid}) that no named namespace or process holds, so it was not "
+                    "checked: make sure the peer has an XDP program or GRO on (ethtool -K PEER gro on)",
+                )
+            ]
         where = f"namespace {ns}"
     from pyroute2 import IPRoute
 
@@ -244,21 +280,40 @@ def _check_veth_peer(ipr, link: _Link, feed_iface: str | None, feed_mtu: int | N
         with IPRoute() as pr:
             peer = _read_link(pr, index=link.peer_index)
         if peer is None:
-            return [LinkProblem(name, "peer-unreachable", "warning",
-                                f"veth {name}: no peer device with ifindex {link.peer_index} in {where}")]
+            return [
+                LinkProblem(
+                    name,
+                    "peer-unreachable",
+                    "warning",
+                    f"veth {name}: no peer device with ifindex {link.peer_index} in {where}",
+                )
+            ]
         label = f"its peer {peer.name} ({where})"
         if not peer.up:
-            out.append(LinkProblem(name, "peer-down", "warning",
-                                   f"veth {name}: {label} is down: every copy sent by {name} is dropped "
-                                   f"(ip link set {peer.name} up)"))
+            out.append(
+                LinkProblem(
+                    name,
+                    "peer-down",
+                    "warning",
+                    f"veth {name}: {label} is down: every copy sent by {name} is dropped (ip link set {peer.name} up)",
+                )
+            )
         if feed_mtu and peer.mtu < feed_mtu:
-            out.append(LinkProblem(name, "peer-mtu", "warning",
-                                   f"veth {name}: {label} has MTU {peer.mtu}, smaller than {feed_iface}'s {feed_mtu}: "
-                                   f"copies longer than {peer.mtu} bytes are dropped"))
+            out.append(
+                LinkProblem(
+                    name,
+                    "peer-mtu",
+                    "warning",
+                    f"veth {name}: {label} has MTU {peer.mtu}, smaller than {feed_iface}'s {feed_mtu}: "
+                    f"copies longer than {peer.mtu} bytes are dropped",
+                )
+            )
         gro = _gro(peer.name)
         if not peer.xdp and gro is False:
-            msg = (f"veth {name}: {label} has neither an XDP program nor GRO on, so it drops every frame "
-                   f"redirected from XDP (the broker's path for datagrams with one recipient)")
+            msg = (
+                f"veth {name}: {label} has neither an XDP program nor GRO on, so it drops every frame "
+                f"redirected from XDP (the broker's path for datagrams with one recipient)"
+            )
             fixed = False
             if fix:
                 try:
@@ -290,6 +345,10 @@ def xdp_attach_mode(iface: str) -> int:
         xdp = msgs[0].get_attr("IFLA_XDP")
         value = xdp.get_attr("IFLA_XDP_ATTACHED") if xdp is not None else None
         # pyroute2 decodes the value by name (as iproute2 prints it)
-        names = {"xdp": XDP_ATTACHED_DRV, "xdpgeneric": XDP_ATTACHED_SKB, "xdpoffload": XDP_ATTACHED_HW,
-                 "xdpmulti": XDP_ATTACHED_MULTI}
+        names = {
+            "xdp": XDP_ATTACHED_DRV,
+            "xdpgeneric": XDP_ATTACHED_SKB,
+            "xdpoffload": XDP_ATTACHED_HW,
+            "xdpmulti": XDP_ATTACHED_MULTI,
+        }
         return names.get(value, value) if isinstance(value, str) else int(value or XDP_ATTACHED_NONE)

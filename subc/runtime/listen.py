@@ -3,7 +3,8 @@
 Message types and lengths come from a spec when one is given (:class:`~.decoder.MessageDecoder`:
 types labelled by the spec's type key, and messages whose length differs from their type's length
 in the spec, or that its parser rejects, counted as ``not_decoded``); without a spec, messages are
-counted by their first byte.  Packets are MoldUDP64 downstream packets (MoldUDP64 Protocol Specification v1.00, "Downstream
+counted by their first byte.  Packets are MoldUDP64 downstream packets (MoldUDP64 Protocol
+Specification v1.00, "Downstream
 packets"; :mod:`.moldudp64`).  Gap detection follows the specification's sequencing: per
 session, the next expected sequence number is the sequence number plus the message count of
 the latest packet (heartbeats and end of session carry the next sequence number themselves).
@@ -133,7 +134,9 @@ class ListenStats:
 
 def _open_socket(bind: tuple[str, int]) -> socket.socket:
     try:
-        family, _, _, _, addr = socket.getaddrinfo(bind[0] or None, bind[1], type=socket.SOCK_DGRAM, flags=socket.AI_PASSIVE)[0]
+        family, _, _, _, addr = socket.getaddrinfo(
+            bind[0] or None, bind[1], type=socket.SOCK_DGRAM, flags=socket.AI_PASSIVE
+        )[0]
         sock = socket.socket(family, socket.SOCK_DGRAM)
     except OSError as e:
         raise SubcError(f"cannot listen on {bind[0]}:{bind[1]}: {e}") from e

@@ -60,8 +60,10 @@ class Segments:
         if lst:
             return lst.pop(), size
         if self.top + size > self.capacity:
-            raise SubcError(f"bounds array {self.name} is full ({self.capacity} entries): restart the broker "
-                            "with a larger --capacity")
+            raise SubcError(
+                f"bounds array {self.name} is full ({self.capacity} entries): restart the broker "
+                "with a larger --capacity"
+            )
         off = self.top
         self.top += size
         return off, size
@@ -73,8 +75,10 @@ class Segments:
         """Keep segment [off, off + size) from :meth:`alloc` (it holds entries written by a
         previous allocator); give it back with :meth:`release`.  Raises SubcError beyond the array."""
         if off + size > self.capacity:
-            raise SubcError(f"bounds array {self.name}: a live segment ends at {off + size}, beyond its "
-                            f"{self.capacity} entries (was the broker restarted with a smaller --capacity?)")
+            raise SubcError(
+                f"bounds array {self.name}: a live segment ends at {off + size}, beyond its "
+                f"{self.capacity} entries (was the broker restarted with a smaller --capacity?)"
+            )
         self.top = max(self.top, off + size)
 
 
@@ -133,8 +137,9 @@ class LiveMaps:
     def __init__(self, maps: dict[str, Map], stages: list[dict], caps: dict[str, int], root_slots: int):
         self.maps, self.stages, self.caps, self.root_slots = maps, stages, caps, root_slots
         self.n = len(stages)
-        self.segments = {lv: Segments(caps[st["maps"][1]], st["maps"][1])
-                         for lv, st in enumerate(stages) if st["kind"] == "range"}
+        self.segments = {
+            lv: Segments(caps[st["maps"][1]], st["maps"][1]) for lv, st in enumerate(stages) if st["kind"] == "range"
+        }
         self.seg_of: dict[tuple[int, int], tuple[int, int]] = {}  # (level, state) -> (offset, size class)
         self.slot_node: dict[int, Node | None] = {}  # what each root slot's entries encode
         self._ops: dict[str, list[list]] = {}  # map name -> runs of ['put', keys, values] / ['del', keys]

@@ -80,7 +80,9 @@ def encode_packet(session: bytes | str, seq: int, messages: list[bytes]) -> byte
     parts = [_header(session, seq, len(messages))]
     for i, msg in enumerate(messages):
         if len(msg) > MAX_MESSAGE_LEN:
-            raise SubcError(f"message {i} is {len(msg)} bytes, a MoldUDP64 message block holds at most {MAX_MESSAGE_LEN}")
+            raise SubcError(
+                f"message {i} is {len(msg)} bytes, a MoldUDP64 message block holds at most {MAX_MESSAGE_LEN}"
+            )
         parts.append(len(msg).to_bytes(2, "big"))
         parts.append(bytes(msg))
     return b"".join(parts)

@@ -48,8 +48,9 @@ DEFAULT_SESSION = "SUBC000001"
 __all__ = ["DEFAULT_SESSION", "MAX_PAYLOAD", "ReplayStats", "is_capture", "iter_trace_messages", "replay"]
 
 
-def iter_trace_messages(path: str | Path, ports: list[int] | None = None,
-                        stats: CaptureStats | None = None) -> Iterator[bytes]:
+def iter_trace_messages(
+    path: str | Path, ports: list[int] | None = None, stats: CaptureStats | None = None
+) -> Iterator[bytes]:
     """Every ITCH message (bytes) of the trace at ``path``, in order.
 
     BinaryFILE: every message (errors as :func:`read_binaryfile`: SubcError with the byte offset).
@@ -112,11 +113,19 @@ class ReplayStats:
         self._digest.update(payload)
 
     def as_json(self) -> dict:
-        doc = {"source": self.source, "datagrams": self.datagrams, "messages": self.messages, "bytes": self.bytes,
-               "messages_per_datagram": {"mean": round(self.messages_per_datagram, 3), "max": self.max_messages},
-               "seconds": self.seconds, "trace_seconds": self.trace_seconds, "pacing": self.pacing,
-               "sha256": self.sha256, "not_decoded": dict(sorted(self.not_decoded.items())),
-               "nothing_sent": self.nothing_sent}
+        doc = {
+            "source": self.source,
+            "datagrams": self.datagrams,
+            "messages": self.messages,
+            "bytes": self.bytes,
+            "messages_per_datagram": {"mean": round(self.messages_per_datagram, 3), "max": self.max_messages},
+            "seconds": self.seconds,
+            "trace_seconds": self.trace_seconds,
+            "pacing": self.pacing,
+            "sha256": self.sha256,
+            "not_decoded": dict(sorted(self.not_decoded.items())),
+            "nothing_sent": self.nothing_sent,
+        }
         if self.capture is not None:
             doc["capture"] = self.capture.as_json()
         return doc
@@ -170,8 +179,10 @@ def replay(
     _check(count is None or count >= 0, f"count must not be negative, got {count}")
     _check(batch is None or 1 <= batch <= MAX_COUNT, f"batch must be between 1 and {MAX_COUNT}, got {batch}")
     _check(window_ns is None or window_ns >= 0, f"the packing window must not be negative, got {window_ns}")
-    _check(max_payload is None or max_payload >= HEADER_LEN,
-           f"the largest payload must be at least the {HEADER_LEN}-byte MoldUDP64 header, got {max_payload}")
+    _check(
+        max_payload is None or max_payload >= HEADER_LEN,
+        f"the largest payload must be at least the {HEADER_LEN}-byte MoldUDP64 header, got {max_payload}",
+    )
     log = log or (lambda _m: None)
     stats = ReplayStats()
 
@@ -183,8 +194,11 @@ def replay(
         return msg
 
     if is_capture(path):
-        given = [name for name, v in (("batch", batch), ("session", session), ("window", window_ns),
-                                      ("max payload", max_payload)) if v is not None]
+        given = [
+            name
+            for name, v in (("batch", batch), ("session", session), ("window", window_ns), ("max payload", max_payload))
+            if v is not None
+        ]
         given += ["end of session"] if end_of_session else []
         given += ["start sequence number"] if start_seq != 1 else []
         _check(not given, f"{path} is a capture, replayed as captured; only a BinaryFILE takes: {', '.join(given)}")
@@ -198,22 +212,36 @@ def replay(
         messages = (check(msg) for _off, msg in read_binaryfile(path, length_of=length_of))
         if count is not None:
             messages = islice(messages, count)
-        items = _binaryfile_items(messages, session or DEFAULT_SESSION, start_seq, batch,
-                                  DEFAULT_WINDOW_NS if window_ns is None else window_ns,
-                                  max_payload or MAX_PAYLOAD, end_of_session)
+        items = _binaryfile_items(
+            messages,
+            session or DEFAULT_SESSION,
+            start_seq,
+            batch,
+            DEFAULT_WINDOW_NS if window_ns is None else window_ns,
+            max_payload or MAX_PAYLOAD,
+            end_of_session,
+        )
     _send(items, dest, stats, rate, pps, speed)
     if not stats.datagrams:
-        stats.nothing_sent = (f"nothing sent: {path} has no MoldUDP64 datagram to replay; {stats.capture.summary()}"
-                              if stats.capture is not None else f"nothing sent: {path} holds no messages")
+        stats.nothing_sent = (
+            f"nothing sent: {path} has no MoldUDP64 datagram to replay; {stats.capture.summary()}"
+            if stats.capture is not None
+            else f"nothing sent: {path} holds no messages"
+        )
     return stats
 
 
-def _capture_items(path, ports, cstats: CaptureStats, strict: bool, log, check) -> Iterator[tuple[int | None, bytes, int]]:
+def _capture_items(
+    path, ports, cstats: CaptureStats, strict: bool, log, check
+) -> Iterator[tuple[int | None, bytes, int]]:
     if ports is None:
         ports = detect_feed_ports(path, cstats)
         seen = ", ".join(f"{p}: {n}" for p, n in sorted(cstats.detected_ports.items(), key=lambda kv: -kv[1])[:5])
-        log(f"{path}: feed port {ports[0]} (MoldUDP64 datagrams by UDP port: {seen}; --udp-port to choose)"
-            if ports else f"{path}: no UDP datagram decodes as MoldUDP64")
+        log(
+            f"{path}: feed port {ports[0]} (MoldUDP64 datagrams by UDP port: {seen}; --udp-port to choose)"
+            if ports
+            else f"{path}: no UDP datagram decodes as MoldUDP64"
+        )
     for dg, packet in iter_moldudp64(read_datagrams(path, ports, cstats, strict), cstats, strict, str(path)):
         for msg in packet.messages:
             check(msg)
@@ -248,8 +276,15 @@ def _send(items, dest: tuple[str, int], stats: ReplayStats, rate, pps, speed) ->
                 if when is not None:
                     first = when if first is None else first
                     last = when
-                due = (stats.messages / rate if rate else stats.datagrams / pps if pps
-                       else max(0, last - first) / 1e9 / speed if speed and last is not None else None)
+                due = (
+                    stats.messages / rate
+                    if rate
+                    else stats.datagrams / pps
+                    if pps
+                    else max(0, last - first) / 1e9 / speed
+                    if speed and last is not None
+                    else None
+                )
                 if due is not None:
                     delay = start + due - time.perf_counter()
                     if delay > 0:

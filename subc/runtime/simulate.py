@@ -109,10 +109,13 @@ class TraceMessage:
     time_ns: int | None = None
 
 
-def binaryfile_messages(data: bytes, path: str, decoder: MessageDecoder, out: SimulationResult) -> Iterator[TraceMessage]:
+def binaryfile_messages(
+    data: bytes, path: str, decoder: MessageDecoder, out: SimulationResult
+) -> Iterator[TraceMessage]:
     """The messages of a BinaryFILE (:func:`~.binaryfile.iter_frames`; a zero length prefix takes the
     length the spec gives the message's type, counted in ``out.zero_length_fallbacks``).  Raises
     SubcError as :func:`~.binaryfile.iter_frames` does."""
+
     def fallback() -> None:
         out.zero_length_fallbacks += 1
 
@@ -120,8 +123,14 @@ def binaryfile_messages(data: bytes, path: str, decoder: MessageDecoder, out: Si
         yield TraceMessage(f"byte offset {pos}", msg, seq=out.messages + 1)
 
 
-def capture_messages(path: str, decoder: MessageDecoder, out: SimulationResult, strict: bool,
-                     udp_port: int | None = None, on_datagram=None) -> Iterator[TraceMessage]:
+def capture_messages(
+    path: str,
+    decoder: MessageDecoder,
+    out: SimulationResult,
+    strict: bool,
+    udp_port: int | None = None,
+    on_datagram=None,
+) -> Iterator[TraceMessage]:
     """Every message of every MoldUDP64 datagram to a feed port in the capture at ``path`` (see
     :mod:`.capture`; the feed ports are ``udp_port``, else the spec's if the capture uses them, else
     the capture's MoldUDP64 port, :func:`~.capture.choose_feed_ports`); counts of foreign frames go
@@ -138,8 +147,9 @@ def capture_messages(path: str, decoder: MessageDecoder, out: SimulationResult, 
         network = decoder.network(frame) if frame is not None else (frozenset(), {})
         session = pkt.session_bytes
         for i, msg in enumerate(pkt.messages):
-            yield TraceMessage(f"frame {dg.frame} message {i}", msg, session, pkt.seq + i, pkt.count, network, dg.frame,
-                               dg.time_ns)
+            yield TraceMessage(
+                f"frame {dg.frame} message {i}", msg, session, pkt.seq + i, pkt.count, network, dg.frame, dg.time_ns
+            )
     out.capture = stats.as_json()
 
 
@@ -153,10 +163,21 @@ def network_frame(dg) -> bytes | None:
         src, dst = ipaddress.IPv4Address(dg.src[0]), ipaddress.IPv4Address(dg.dst[0])
     except ValueError:
         return None
-    ip = bytes([0x45, 0]) + (28 + len(dg.payload)).to_bytes(2, "big") + bytes(5) + b"\x11" + bytes(2) \
-        + src.packed + dst.packed
-    udp = dg.src[1].to_bytes(2, "big") + dg.dst[1].to_bytes(2, "big") + (8 + len(dg.payload)).to_bytes(2, "big") \
+    ip = (
+        bytes([0x45, 0])
+        + (28 + len(dg.payload)).to_bytes(2, "big")
+        + bytes(5)
+        + b"\x11"
         + bytes(2)
+        + src.packed
+        + dst.packed
+    )
+    udp = (
+        dg.src[1].to_bytes(2, "big")
+        + dg.dst[1].to_bytes(2, "big")
+        + (8 + len(dg.payload)).to_bytes(2, "big")
+        + bytes(2)
+    )
     return bytes(12) + b"\x08\x00" + ip + udp + dg.payload
 
 
@@ -192,8 +213,9 @@ class _CopyBuilder:
         self.pending = {}
 
 
-def simulate_trace(res: CompileResult, trace: str | Path, strict: bool = False,
-                   udp_port: int | None = None, copies: bool = False) -> SimulationResult:
+def simulate_trace(
+    res: CompileResult, trace: str | Path, strict: bool = False, udp_port: int | None = None, copies: bool = False
+) -> SimulationResult:
     """Run every message of ``trace`` (BinaryFILE, pcap or pcapng) through both semantics (see the
     module docstring; ``udp_port``: a capture's feed port; ``copies``: build each port's copies in
     ``port_copies``, port -> [(:class:`~.delivery.Copy`, ((src IP, port), (dst IP, port), time in
@@ -215,10 +237,15 @@ def simulate_trace(res: CompileResult, trace: str | Path, strict: bool = False,
     builder = _CopyBuilder(sorted({a[1] for r in res.rules for a in r.atoms() if a[0] == "fwd"})) if copies else None
     on_datagram = None
     if builder is not None:
+
         def on_datagram(dg, pkt):
             builder.datagram(pkt.session_bytes, pkt.count, (dg.src, dg.dst, dg.time_ns or 0))
-    source = (capture_messages(path, decoder, out, strict, udp_port, on_datagram) if capture
-              else binaryfile_messages(data, path, decoder, out))
+
+    source = (
+        capture_messages(path, decoder, out, strict, udp_port, on_datagram)
+        if capture
+        else binaryfile_messages(data, path, decoder, out)
+    )
     current, ports_here = None, set()
     for m in source:
         if m.datagram != current:
@@ -230,8 +257,11 @@ def simulate_trace(res: CompileResult, trace: str | Path, strict: bool = False,
         d: Decoded = decoder.decode(m.msg, m.session, m.seq, m.count, m.network)
         label = decoder.types.label(d.type_key) or "?"
         if not d.classified:
-            text = (f"message of type {label} has {d.length} bytes, the spec's type has {d.expected}"
-                    if d.status == LENGTH_MISMATCH else f"the spec's parser rejects the message (type {label})")
+            text = (
+                f"message of type {label} has {d.length} bytes, the spec's type has {d.expected}"
+                if d.status == LENGTH_MISMATCH
+                else f"the spec's parser rejects the message (type {label})"
+            )
             if strict:
                 raise SubcError(f"{path}: {m.where}: {text}")
             out.problem(d.status, m.where, text)

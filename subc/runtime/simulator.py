@@ -157,8 +157,9 @@ class TableSimulator:
                 return leaf_decision(name, args, self.groups)
         return leaf_decision(action, params, self.groups)
 
-    def process(self, packet: dict[str, int], valid: set[str] | None = None, trace: bool = False,
-                arrival_ns: int | None = None) -> Decision:
+    def process(
+        self, packet: dict[str, int], valid: set[str] | None = None, trace: bool = False, arrival_ns: int | None = None
+    ) -> Decision:
         """The decision for ``packet`` (see the class docstring).  With comparisons on state (the
         document's ``state`` section), the registers (:class:`~.state_model.StateModel`) are
         updated between the update table and the state-value stages, at the message's time: its

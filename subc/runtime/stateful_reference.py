@@ -98,8 +98,10 @@ class StatefulReference:
         if arrival_ns is not None:
             return arrival_ns
         if self.longest_window:
-            raise SubcError(f"{where}the rules' aggregates have windows of arrival time, and this message has none "
-                            "(a BinaryFILE has no arrival times): declare the time field with @pragma query_time")
+            raise SubcError(
+                f"{where}the rules' aggregates have windows of arrival time, and this message has none "
+                "(a BinaryFILE has no arrival times): declare the time field with @pragma query_time"
+            )
         return 0
 
     def relevant(self, rule: Rule, packet: dict[str, int]) -> bool:

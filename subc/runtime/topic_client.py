@@ -41,8 +41,9 @@ class TopicMessage:
     values: dict
 
 
-def request(broker: tuple[str, int], line: str, sock: socket.socket | None = None, timeout: float = 2.0,
-            retries: int = 3) -> str:
+def request(
+    broker: tuple[str, int], line: str, sock: socket.socket | None = None, timeout: float = 2.0, retries: int = 3
+) -> str:
     """Send one request ``line`` over UDP to ``broker`` (from ``sock``, else a new socket) and
     return the first reply line (datagrams from elsewhere are skipped).  Raises SubcError after
     ``retries`` timeouts of ``timeout`` s."""
@@ -106,14 +107,14 @@ class TopicCodec:
         d = self.decoder.decode(msg)
         if d.status != DECODED or self.topic.levels not in d.values or d.expected is None:
             return None
-        rest = msg[d.expected:]
+        rest = msg[d.expected :]
         if len(rest) < 2:
             return None
         n = struct.unpack_from("!H", rest)[0]
-        name = rest[2:2 + n].decode("utf-8", "replace")
+        name = rest[2 : 2 + n].decode("utf-8", "replace")
         k = d.values[self.topic.levels]
         labels = tuple(d.values[f] for f in self.topic.labels[:k])
-        return TopicMessage(name, rest[2 + n:], seq, labels, {f: d.values[f] for f in self.others if f in d.values})
+        return TopicMessage(name, rest[2 + n :], seq, labels, {f: d.values[f] for f in self.others if f in d.values})
 
 
 def mold_datagram(session: bytes, seq: int, messages: list[bytes]) -> bytes:
@@ -128,8 +129,14 @@ class Publisher:
     """Registers topics with ``broker`` ((ip, port)) and sends their messages to ``feed`` ((ip,
     port): the spec's UDP port on the broker's interface) as MoldUDP64 datagrams of ``session``."""
 
-    def __init__(self, spec: Spec, broker: tuple[str, int], feed: tuple[str, int], session: bytes = b"subc-pub",
-                 source: tuple[str, int] = ("0.0.0.0", 0)):
+    def __init__(
+        self,
+        spec: Spec,
+        broker: tuple[str, int],
+        feed: tuple[str, int],
+        session: bytes = b"subc-pub",
+        source: tuple[str, int] = ("0.0.0.0", 0),
+    ):
         self.codec = TopicCodec(spec)
         self.broker, self.feed, self.session = broker, feed, session
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -229,7 +236,7 @@ class Subscriber:
             if off + 2 > len(data):
                 return
             n = struct.unpack_from("!H", data, off)[0]
-            m = self.codec.decode(data[off + 2:off + 2 + n], seq + i)
+            m = self.codec.decode(data[off + 2 : off + 2 + n], seq + i)
             if m is not None:
                 self.queue.append(m)
             off += 2 + n

@@ -43,8 +43,9 @@ def message_timestamp(msg: bytes) -> int | None:
     return int.from_bytes(msg[TIMESTAMP_OFFSET:end], "big") if len(msg) >= end else None
 
 
-def pack_messages(messages: Iterable[bytes], window_ns: int = DEFAULT_WINDOW_NS,
-                  max_payload: int = DEFAULT_MAX_PAYLOAD) -> Iterator[tuple[list[bytes], int | None]]:
+def pack_messages(
+    messages: Iterable[bytes], window_ns: int = DEFAULT_WINDOW_NS, max_payload: int = DEFAULT_MAX_PAYLOAD
+) -> Iterator[tuple[list[bytes], int | None]]:
     """Group ``messages`` in order into ``(messages of one datagram, send time)`` by the rules of the
     module docstring; the send time is the timestamp (ns since midnight) of the datagram's last
     message that has one (None if none has), when a live publisher has all of its messages.
@@ -61,8 +62,11 @@ def pack_messages(messages: Iterable[bytes], window_ns: int = DEFAULT_WINDOW_NS,
     for msg in messages:
         ts = message_timestamp(msg)
         ts = last if ts is None else ts
-        if group and (size + 2 + len(msg) > max_payload or len(group) >= MAX_COUNT
-                      or (first is not None and ts is not None and ts - first > window_ns)):
+        if group and (
+            size + 2 + len(msg) > max_payload
+            or len(group) >= MAX_COUNT
+            or (first is not None and ts is not None and ts - first > window_ns)
+        ):
             yield group, last
             group, size, first = [], HEADER_LEN, None
         if first is None:
@@ -86,15 +90,22 @@ class FeedDatagram:
     payload: bytes
 
 
-def feed_datagrams(messages: Iterable[bytes], session: str | bytes, start_seq: int = 1,
-                   window_ns: int = DEFAULT_WINDOW_NS, max_payload: int = DEFAULT_MAX_PAYLOAD,
-                   batch: int | None = None) -> Iterator[FeedDatagram]:
+def feed_datagrams(
+    messages: Iterable[bytes],
+    session: str | bytes,
+    start_seq: int = 1,
+    window_ns: int = DEFAULT_WINDOW_NS,
+    max_payload: int = DEFAULT_MAX_PAYLOAD,
+    batch: int | None = None,
+) -> Iterator[FeedDatagram]:
     """The MoldUDP64 datagrams of ``messages``: packed by :func:`pack_messages`, or with ``batch`` exactly
     ``batch`` consecutive messages each (fewer when the payload would exceed ``max_payload``);
     sequence numbers from ``start_seq`` on, gap-free.  Raises :class:`~subc.errors.SubcError` for a
     bad session or sequence number (:func:`~subc.runtime.moldudp64.encode_packet`), ValueError for a
     negative window."""
-    groups = pack_messages(messages, window_ns, max_payload) if batch is None else _batches(messages, batch, max_payload)
+    groups = (
+        pack_messages(messages, window_ns, max_payload) if batch is None else _batches(messages, batch, max_payload)
+    )
     seq = start_seq
     for group, when in groups:
         yield FeedDatagram(seq, group, when, encode_packet(session, seq, group))

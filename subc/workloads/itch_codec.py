@@ -29,9 +29,29 @@ from ..runtime.binaryfile import iter_frames
 
 #: Message length in bytes by type (ITCH 5.0 section 1.3).
 MESSAGE_LENGTHS = {
-    b"S": 12, b"R": 39, b"H": 25, b"Y": 20, b"L": 26, b"V": 35, b"W": 12, b"K": 28, b"J": 35, b"h": 21,
-    b"A": 36, b"F": 40, b"E": 31, b"C": 36, b"X": 23, b"D": 19, b"U": 35, b"P": 44, b"Q": 40, b"B": 19,
-    b"I": 50, b"N": 20, b"O": 48,
+    b"S": 12,
+    b"R": 39,
+    b"H": 25,
+    b"Y": 20,
+    b"L": 26,
+    b"V": 35,
+    b"W": 12,
+    b"K": 28,
+    b"J": 35,
+    b"h": 21,
+    b"A": 36,
+    b"F": 40,
+    b"E": 31,
+    b"C": 36,
+    b"X": 23,
+    b"D": 19,
+    b"U": 35,
+    b"P": 44,
+    b"Q": 40,
+    b"B": 19,
+    b"I": 50,
+    b"N": 20,
+    b"O": 48,
 }
 ADD_ORDER_TYPES = (b"A", b"F")
 
@@ -48,8 +68,9 @@ class ReadStats:
         return sum(self.by_type.values())
 
 
-def iter_binaryfile(data: bytes, path: str = "<data>", stats: ReadStats | None = None,
-                    length_of=None) -> Iterator[tuple[int, bytes]]:
+def iter_binaryfile(
+    data: bytes, path: str = "<data>", stats: ReadStats | None = None, length_of=None
+) -> Iterator[tuple[int, bytes]]:
     """Yield (byte offset of the length prefix, message bytes) for every message of ``data``.
 
     ``length_of(data, pos)``: the length of the message at ``pos`` by its type, for zero length

@@ -21,8 +21,9 @@ from .distributions import mean_prices, symbol_names, zipf_weights
 FORMS = ("price", "camus")
 
 
-def itch_rules(n: int, symbols: int = 100, ports: int = 32, seed: int = 1, form: str = "price",
-               zipf_s: float = 1.0) -> str:
+def itch_rules(
+    n: int, symbols: int = 100, ports: int = 32, seed: int = 1, form: str = "price", zipf_s: float = 1.0
+) -> str:
     """The rule text (one rule per line, ``n`` lines) of workload ``form`` (see the module docstring).
 
     Raises ValueError for an unknown form or non-positive counts."""

@@ -32,8 +32,16 @@ from .distributions import mean_prices, symbol_names, zipf_weights
 
 #: Order-flow message shares (sum 1).
 MESSAGE_MIX = {
-    "A": 0.430, "D": 0.420, "U": 0.075, "E": 0.025, "I": 0.022, "X": 0.013, "F": 0.008, "P": 0.006,
-    "L": 0.0007, "C": 0.0003,
+    "A": 0.430,
+    "D": 0.420,
+    "U": 0.075,
+    "E": 0.025,
+    "I": 0.022,
+    "X": 0.013,
+    "F": 0.008,
+    "P": 0.006,
+    "L": 0.0007,
+    "C": 0.0003,
 }
 CHUNK = 1 << 20
 DAY_START, OPEN, CLOSE, DAY_END = 4 * 3600, 9 * 3600 + 1800, 16 * 3600, 20 * 3600
@@ -42,22 +50,52 @@ _NS = 1_000_000_000
 _HDR = [("type", "S1"), ("locate", ">u2"), ("tracking", ">u2"), ("ts_hi", ">u2"), ("ts_lo", ">u4")]
 DTYPES = {
     "S": np.dtype(_HDR + [("event", "S1")]),
-    "R": np.dtype(_HDR + [("stock", "S8"), ("category", "S1"), ("status", "S1"), ("lot", ">u4"), ("lots_only", "S1"),
-                          ("classification", "S1"), ("subtype", "S2"), ("authenticity", "S1"), ("threshold", "S1"),
-                          ("ipo", "S1"), ("luld", "S1"), ("etp", "S1"), ("leverage", ">u4"), ("inverse", "S1")]),
+    "R": np.dtype(
+        _HDR
+        + [
+            ("stock", "S8"),
+            ("category", "S1"),
+            ("status", "S1"),
+            ("lot", ">u4"),
+            ("lots_only", "S1"),
+            ("classification", "S1"),
+            ("subtype", "S2"),
+            ("authenticity", "S1"),
+            ("threshold", "S1"),
+            ("ipo", "S1"),
+            ("luld", "S1"),
+            ("etp", "S1"),
+            ("leverage", ">u4"),
+            ("inverse", "S1"),
+        ]
+    ),
     "H": np.dtype(_HDR + [("stock", "S8"), ("state", "S1"), ("reserved", "S1"), ("reason", "S4")]),
     "A": np.dtype(_HDR + [("ref", ">u8"), ("side", "S1"), ("shares", ">u4"), ("stock", "S8"), ("price", ">u4")]),
-    "F": np.dtype(_HDR + [("ref", ">u8"), ("side", "S1"), ("shares", ">u4"), ("stock", "S8"), ("price", ">u4"),
-                          ("mpid", "S4")]),
+    "F": np.dtype(
+        _HDR + [("ref", ">u8"), ("side", "S1"), ("shares", ">u4"), ("stock", "S8"), ("price", ">u4"), ("mpid", "S4")]
+    ),
     "E": np.dtype(_HDR + [("ref", ">u8"), ("shares", ">u4"), ("match", ">u8")]),
     "C": np.dtype(_HDR + [("ref", ">u8"), ("shares", ">u4"), ("match", ">u8"), ("printable", "S1"), ("price", ">u4")]),
     "X": np.dtype(_HDR + [("ref", ">u8"), ("shares", ">u4")]),
     "D": np.dtype(_HDR + [("ref", ">u8")]),
     "U": np.dtype(_HDR + [("ref", ">u8"), ("new_ref", ">u8"), ("shares", ">u4"), ("price", ">u4")]),
-    "P": np.dtype(_HDR + [("ref", ">u8"), ("side", "S1"), ("shares", ">u4"), ("stock", "S8"), ("price", ">u4"),
-                          ("match", ">u8")]),
-    "I": np.dtype(_HDR + [("paired", ">u8"), ("imbalance", ">u8"), ("direction", "S1"), ("stock", "S8"),
-                          ("far", ">u4"), ("near", ">u4"), ("current", ">u4"), ("cross", "S1"), ("variation", "S1")]),
+    "P": np.dtype(
+        _HDR + [("ref", ">u8"), ("side", "S1"), ("shares", ">u4"), ("stock", "S8"), ("price", ">u4"), ("match", ">u8")]
+    ),
+    "I": np.dtype(
+        _HDR
+        + [
+            ("paired", ">u8"),
+            ("imbalance", ">u8"),
+            ("direction", "S1"),
+            ("stock", "S8"),
+            ("far", ">u4"),
+            ("near", ">u4"),
+            ("current", ">u4"),
+            ("cross", "S1"),
+            ("variation", "S1"),
+        ]
+    ),
     "L": np.dtype(_HDR + [("mpid", "S4"), ("stock", "S8"), ("primary", "S1"), ("mode", "S1"), ("state", "S1")]),
 }
 for _t, _dt in DTYPES.items():
@@ -83,8 +121,9 @@ def _set_header(rec: np.ndarray, mtype: str, ts: np.ndarray, locate: np.ndarray)
     rec["ts_lo"] = ts & 0xFFFFFFFF
 
 
-def generate_trace(path: str | Path, messages: int, symbols: int = 500, seed: int = 1,
-                   mix: dict[str, float] | None = None) -> dict[str, int]:
+def generate_trace(
+    path: str | Path, messages: int, symbols: int = 500, seed: int = 1, mix: dict[str, float] | None = None
+) -> dict[str, int]:
     """Write a BinaryFILE of about ``messages`` messages to ``path`` (atomically: a temporary file in
     the same directory, then renamed) and return the message count by type.
 
@@ -136,7 +175,9 @@ def generate_trace(path: str | Path, messages: int, symbols: int = 500, seed: in
             out.records(h[i : i + 1])
         # order flow in chunks that end at the market open and close, where system events go
         cuts = sorted({0, flow, *range(CHUNK, flow, CHUNK), *np.searchsorted(ts, [OPEN * _NS, CLOSE * _NS]).tolist()})
-        events = {int(np.searchsorted(ts, OPEN * _NS)): [("Q", OPEN)], }
+        events = {
+            int(np.searchsorted(ts, OPEN * _NS)): [("Q", OPEN)],
+        }
         events.setdefault(int(np.searchsorted(ts, CLOSE * _NS)), []).append(("M", CLOSE))
         add_codes = [kinds.index(k) for k in ("A", "F") if k in kinds]
         order_base = 0  # order references added before the chunk
@@ -236,4 +277,3 @@ def _flow_chunk(out: _Writer, rng, kinds, ttype, ts, order_base, stock_bytes, me
         buf[offsets[sel][:, None] + np.arange(size + 2)] = framed
         out.count(k, len(sel))
     out.f.write(buf.tobytes())
-

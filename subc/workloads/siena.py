@@ -21,8 +21,9 @@ OPERATOR_P = (0.5, 0.25, 0.25)
 SIENA_UDP_PORT = 26500
 
 
-def siena_rules(filters: int, conj: int, disj: int = 1, attrs: int = 8, zipf: bool = False, ports: int = 32,
-                seed: int = 1) -> str:
+def siena_rules(
+    filters: int, conj: int, disj: int = 1, attrs: int = 8, zipf: bool = False, ports: int = 32, seed: int = 1
+) -> str:
     """The rule text (one subscription per line), see the module docstring.
 
     Raises ValueError when ``conj`` > ``attrs`` or a count is not positive."""

@@ -32,15 +32,22 @@ def check_tofino_state(res: CompileResult, max_messages: int, overflow_port: int
     if res.spec.whole_program:
         plan, _ = slot_plan(res, max_messages, overflow_port)
         if plan is not None and plan.max_messages > 1:
-            problems.append(f"a Tofino register is read-modified-written once per packet, so of a MoldUDP64 datagram "
-                            f"only one message can update the aggregates: compile with --max-messages 1 (datagrams "
-                            f"of more messages go to the overflow port), not {plan.max_messages}")
+            problems.append(
+                f"a Tofino register is read-modified-written once per packet, so of a MoldUDP64 datagram "
+                f"only one message can update the aggregates: compile with --max-messages 1 (datagrams "
+                f"of more messages go to the overflow port), not {plan.max_messages}"
+            )
     if problems:
         raise SubcError("the rules' comparisons on state cannot run on Tofino: " + "; ".join(problems))
 
 
-def target_files(res: CompileResult, rules_path: str, dot: bool = False, max_messages: int = DEFAULT_MAX_MESSAGES,
-                 overflow_port: int | None = None) -> tuple[dict[str, str], dict[str, float]]:
+def target_files(
+    res: CompileResult,
+    rules_path: str,
+    dot: bool = False,
+    max_messages: int = DEFAULT_MAX_MESSAGES,
+    overflow_port: int | None = None,
+) -> tuple[dict[str, str], dict[str, float]]:
     """(file name -> text, phase times in s) of the outputs of ``res`` for its target.
 
     P4 targets: a spec whose feed is MoldUDP64-framed gets the multi-message program of
@@ -55,8 +62,10 @@ def target_files(res: CompileResult, rules_path: str, dot: bool = False, max_mes
     """
     check_options(max_messages, overflow_port)
     if res.ir.state is not None and res.target not in STATEFUL_TARGETS:
-        raise SubcError(f"the rules compare state (aggregates), which the {res.target} target does not support yet "
-                        f"(supported: {', '.join(STATEFUL_TARGETS) or 'none'}; `subc simulate` runs them on the tables)")
+        raise SubcError(
+            f"the rules compare state (aggregates), which the {res.target} target does not support yet "
+            f"(supported: {', '.join(STATEFUL_TARGETS) or 'none'}; `subc simulate` runs them on the tables)"
+        )
     if res.ir.state is not None and res.target == "tofino":
         check_tofino_state(res, max_messages, overflow_port)
     t0 = time.perf_counter()

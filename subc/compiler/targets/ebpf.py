@@ -115,11 +115,18 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
     maps: list[dict] = []
 
     def add(name, mtype, key, value, entries, role, field=None, cap=None):
-        maps.append({
-            "name": name, "type": mtype, "role": role, "field": field,
-            "key": key.as_json(), "value": value.as_json(),
-            "capacity": cap if cap is not None else capacity(len(entries)), "entries": entries,
-        })
+        maps.append(
+            {
+                "name": name,
+                "type": mtype,
+                "role": role,
+                "field": field,
+                "key": key.as_json(),
+                "value": value.as_json(),
+                "capacity": cap if cap is not None else capacity(len(entries)),
+                "entries": entries,
+            }
+        )
 
     add("subc_root", "array", L.U32, L.U32, [{"index": 0, "root_state": ir.root_state}], "root", cap=1)
     stages = []
@@ -145,8 +152,16 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
                 sv_info.append({"state": first_slot + st.state, "offset": first, "count": len(st.runs)})
                 sv_bounds.extend({"index": first + j, "lo": lo, "next": t} for j, (lo, _, t) in enumerate(st.runs))
                 runs = max(runs, len(st.runs))
-            stages.append({"field": q.name, "kind": "range", "maps": [SV_INFO, SV_BOUNDS], "base_index": len(sv_base) - 1,
-                           "max_runs": runs, "search_steps": search_steps(q.width, runs, True)})
+            stages.append(
+                {
+                    "field": q.name,
+                    "kind": "range",
+                    "maps": [SV_INFO, SV_BOUNDS],
+                    "base_index": len(sv_base) - 1,
+                    "max_runs": runs,
+                    "search_steps": search_steps(q.width, runs, True),
+                }
+            )
         elif q.match_kind == "range":
             info, bounds = [], []
             for st in stage.states:
@@ -156,8 +171,15 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
             add(f"{base}_info", "array", L.U32, L.INFO, info, "state_info", q.name, cap=state_capacity(info))
             add(f"{base}_bnd", "array", L.U32, L.BOUND, bounds, "bounds", q.name)
             runs = max((e["count"] for e in info), default=0)
-            stages.append({"field": q.name, "kind": "range", "maps": [f"{base}_info", f"{base}_bnd"],
-                           "max_runs": runs, "search_steps": search_steps(q.width, runs, False)})
+            stages.append(
+                {
+                    "field": q.name,
+                    "kind": "range",
+                    "maps": [f"{base}_info", f"{base}_bnd"],
+                    "max_runs": runs,
+                    "search_steps": search_steps(q.width, runs, False),
+                }
+            )
         elif q.match_kind == "exact":
             points = stage.exact_points
             info, ex = [], []
@@ -182,16 +204,30 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
     if sv_base:
         add(SV_INFO, "array", L.U32, L.INFO, sv_info, "state_info", cap=state_capacity(sv_info))
         add(SV_BOUNDS, "array", L.U32, L.BOUND, sv_bounds, "bounds")
-        add(SV_BASE, "array", L.U32, L.bases_struct(len(sv_base)), [{"index": 0, "bases": sv_base}], "state_bases",
-            cap=2)
+        add(
+            SV_BASE,
+            "array",
+            L.U32,
+            L.bases_struct(len(sv_base)),
+            [{"index": 0, "bases": sv_base}],
+            "state_bases",
+            cap=2,
+        )
     if ir.state is not None:
         st = ir.state
         # every state gets its mask, 0 too: a later rule set in this generation's slots finds none stale
         masks = dict(st.updates)
         boundary_states = [x.state for x in ir.stages[st.boundary].states] if st.boundary < len(ir.stages) else []
         upd = [{"state": s, "mask": masks.get(s, 0)} for s in sorted(set(boundary_states) | set(masks))]
-        add("subc_upd", "array", L.U32, L.mask_struct("subc_umask", st.mask_width), upd, "update_masks",
-            cap=state_capacity(upd))
+        add(
+            "subc_upd",
+            "array",
+            L.U32,
+            L.mask_struct("subc_umask", st.mask_width),
+            upd,
+            "update_masks",
+            cap=state_capacity(upd),
+        )
         agg = L.agg_struct(max([len(i.thresholds) for i in st.instances], default=1))
         add("subc_agg", "array", L.U32, agg, [], "registers", cap=2 * len(st.instances))
     leaves = [{"state": 0, "action": default}]
@@ -200,9 +236,15 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
     add("subc_leaf_set", "array", L.U32, L.SUBSET, [], "leaf_sets", cap=state_capacity(leaves))
     if ir.state is not None and ir.state.count_updates:  # named counters: each leaf's updates (0 too)
         cmask = dict(ir.state.leaf_counts)
-        add("subc_cnt", "array", L.U32, L.mask_struct("subc_cmask", ir.state.count_width),
-            [{"state": e["state"], "mask": cmask.get(e["state"], 0)} for e in leaves], "count_masks",
-            cap=state_capacity(leaves))
+        add(
+            "subc_cnt",
+            "array",
+            L.U32,
+            L.mask_struct("subc_cmask", ir.state.count_width),
+            [{"state": e["state"], "mask": cmask.get(e["state"], 0)} for e in leaves],
+            "count_masks",
+            cap=state_capacity(leaves),
+        )
     add("subc_subs", "array", L.U32, L.sub_struct(DEFAULT_MAX_ENDPOINTS), [], "subscribers", cap=L.MAX_SUBSCRIBERS)
     add("subc_all", "array", L.U32, L.SUBSET, [], "everyone", cap=2)
     add("subc_eps", "array", L.U32, L.ENDPOINT, [], "endpoints", cap=DEFAULT_ENDPOINTS)
@@ -250,13 +292,25 @@ def state_doc(ir: SubscriptionIR) -> dict:
     return {
         "time": {"field": st.time_field.name if st.time_field else None, "unit_ns": st.time_unit_ns},
         "lock": "bpf_spin_lock per instance",
-        "instances": [{"index": i.index, "kind": i.kind, "field": i.field.name if i.field else None,
-                       "window_ns": i.window_ns, "thresholds": list(i.thresholds),
-                       **({"name": i.name} if i.name is not None else {})} for i in st.instances],
-        "values": [{"stage": st.boundary + j, "instance": v.instance, "threshold": v.threshold}
-                   for j, v in enumerate(st.values)],
-        "count_updates": [{"index": u.index, "instance": u.instance, "field": u.field.name if u.field else None}
-                          for u in st.count_updates],
+        "instances": [
+            {
+                "index": i.index,
+                "kind": i.kind,
+                "field": i.field.name if i.field else None,
+                "window_ns": i.window_ns,
+                "thresholds": list(i.thresholds),
+                **({"name": i.name} if i.name is not None else {}),
+            }
+            for i in st.instances
+        ],
+        "values": [
+            {"stage": st.boundary + j, "instance": v.instance, "threshold": v.threshold}
+            for j, v in enumerate(st.values)
+        ],
+        "count_updates": [
+            {"index": u.index, "instance": u.instance, "field": u.field.name if u.field else None}
+            for u in st.count_updates
+        ],
     }
 
 
@@ -271,20 +325,34 @@ def render_filter(res: CompileResult, plan: ParsePlan, doc: dict, rules_path: st
         identifier(f, "field", dotted=True)
     for s in plan.states:
         identifier(s.name, "parser state")
-        extracts = [{"inst": i, "bytes": hb[i], "bit": 1 << plan.bit[i], "payload": i in spec.payload_instances}
-                    for i in s.extracts]
+        extracts = [
+            {"inst": i, "bytes": hb[i], "bit": 1 << plan.bit[i], "payload": i in spec.payload_instances}
+            for i in s.extracts
+        ]
         sel = None
         if s.select is not None:
-            sel = {"inst": s.select.instance, "byte_offset": s.select.byte_offset, "n_bytes": s.select.n_bytes,
-                   "expr": _load_expr(s.select)}
-        cases = [{"value": v, "target": t if t in ("accept", "reject") else f"st_{t}", "implicit": False}
-                 for v, t in s.cases]
+            sel = {
+                "inst": s.select.instance,
+                "byte_offset": s.select.byte_offset,
+                "n_bytes": s.select.n_bytes,
+                "expr": _load_expr(s.select),
+            }
+        cases = [
+            {"value": v, "target": t if t in ("accept", "reject") else f"st_{t}", "implicit": False} for v, t in s.cases
+        ]
         if s.implicit_reject:
             cases[-1]["implicit"] = True
         if sel is None:
             cases = [{"value": None, "target": cases[0]["target"], "implicit": False}]
-        states.append({"name": s.name, "extracts": extracts, "select": sel, "cases": cases,
-                       "fix": plan.mold_header.get(s.name, [])})
+        states.append(
+            {
+                "name": s.name,
+                "extracts": extracts,
+                "select": sel,
+                "cases": cases,
+                "fix": plan.mold_header.get(s.name, []),
+            }
+        )
     stage_ctx = []
     declared: set[str] = set()
     sp = res.ir.state
@@ -293,8 +361,16 @@ def render_filter(res: CompileResult, plan: ParsePlan, doc: dict, rules_path: st
             ctx = {"field": st["field"], "kind": st["kind"], "width": st["width"], "state_value": i - sp.boundary}
         else:
             fl = plan.field(st["field"])
-            ctx = {"field": st["field"], "kind": st["kind"], "width": st["width"], "inst": fl.instance,
-                   "byte_offset": fl.byte_offset, "n_bytes": fl.n_bytes, "expr": _load_expr(fl), "state_value": None}
+            ctx = {
+                "field": st["field"],
+                "kind": st["kind"],
+                "width": st["width"],
+                "inst": fl.instance,
+                "byte_offset": fl.byte_offset,
+                "n_bytes": fl.n_bytes,
+                "expr": _load_expr(fl),
+                "state_value": None,
+            }
         ctx["steps"] = st.get("search_steps")
         ctx["base_index"] = st.get("base_index")
         ctx["declare"] = not any(m in declared for m in st["maps"])
@@ -368,24 +444,56 @@ def _aggregates_context(res: CompileResult, plan: ParsePlan) -> dict:
             loads[field.name] = {"var": f"x{len(loads)}", **_load_ctx(plan, field.name)}
         return loads[field.name]["var"]
 
-    updates = [{"index": inst.index, "kind": inst.kind, "window_ns": inst.window_ns, "x": var(inst.field),
-                "thresholds": list(inst.thresholds), "word": inst.index // 64, "bit": inst.index % 64}
-               for inst in sp.instances if inst.kind != COUNTER]
+    updates = [
+        {
+            "index": inst.index,
+            "kind": inst.kind,
+            "window_ns": inst.window_ns,
+            "x": var(inst.field),
+            "thresholds": list(inst.thresholds),
+            "word": inst.index // 64,
+            "bit": inst.index % 64,
+        }
+        for inst in sp.instances
+        if inst.kind != COUNTER
+    ]
     values = []
     for v in sp.values:
         inst = sp.instances[v.instance]
-        values.append({"instance": inst.index, "kind": inst.kind, "window_ns": inst.window_ns,
-                       "slot": inst.thresholds.index(v.threshold) if v.threshold is not None else None})
-    counts = [{"word": u.index // 64, "bit": u.index % 64, "instance": u.instance,
-               "window_ns": sp.instances[u.instance].window_ns, "x": var(u.field)} for u in sp.count_updates]
+        values.append(
+            {
+                "instance": inst.index,
+                "kind": inst.kind,
+                "window_ns": inst.window_ns,
+                "slot": inst.thresholds.index(v.threshold) if v.threshold is not None else None,
+            }
+        )
+    counts = [
+        {
+            "word": u.index // 64,
+            "bit": u.index % 64,
+            "instance": u.instance,
+            "window_ns": sp.instances[u.instance].window_ns,
+            "x": var(u.field),
+        }
+        for u in sp.count_updates
+    ]
     time = None
     if sp.time_field is not None:
         time = {**_load_ctx(plan, sp.time_field.name), "unit_ns": sp.time_unit_ns}
-    return {"boundary": sp.boundary, "updates": updates, "values": values, "counts": counts,
-            "loads": list(loads.values()), "time": time, "mask_words": L.mask_word_count(sp.mask_width),
-            "count_words": L.mask_word_count(sp.count_width),
-            "n_thresholds": max([len(i.thresholds) for i in sp.instances], default=1) or 1,
-            "n_stages": len(sp.values), "base_map": SV_BASE}
+    return {
+        "boundary": sp.boundary,
+        "updates": updates,
+        "values": values,
+        "counts": counts,
+        "loads": list(loads.values()),
+        "time": time,
+        "mask_words": L.mask_word_count(sp.mask_width),
+        "count_words": L.mask_word_count(sp.count_width),
+        "n_thresholds": max([len(i.thresholds) for i in sp.instances], default=1) or 1,
+        "n_stages": len(sp.values),
+        "base_map": SV_BASE,
+    }
 
 
 def ebpf_plan(res: CompileResult) -> ParsePlan:
@@ -415,8 +523,17 @@ def report(res: CompileResult, doc: dict) -> dict:
         "field_order": res.ir.field_order,
         "orders_tried": res.orders_tried,
         "stages": doc["stages"],
-        "maps": [{"name": m["name"], "type": m["type"], "role": m["role"], "field": m["field"],
-                  "entries": len(m["entries"]), "capacity": m["capacity"]} for m in doc["maps"]],
+        "maps": [
+            {
+                "name": m["name"],
+                "type": m["type"],
+                "role": m["role"],
+                "field": m["field"],
+                "entries": len(m["entries"]),
+                "capacity": m["capacity"],
+            }
+            for m in doc["maps"]
+        ],
         "leaf_states": len(res.ir.leaves),
         "total_entries": sum(len(m["entries"]) for m in doc["maps"] if m["role"] != "root"),
         "multicast_groups": len(res.ir.port_sets),
@@ -431,8 +548,9 @@ def live_program(spec, field_order: list[str]) -> tuple[dict, str, ParsePlan]:
     fields = []
     for name in field_order:
         if name not in spec.query_fields:
-            raise SubcError(f"--field-order: '{name}' is not a query field of {spec.path} "
-                            f"({', '.join(spec.query_fields)})")
+            raise SubcError(
+                f"--field-order: '{name}' is not a query field of {spec.path} ({', '.join(spec.query_fields)})"
+            )
         fields.append(spec.query_fields[name])
     stages = tuple(FieldStage(q, frozenset(), (), 0) for q in fields)
     headers = tuple(dict.fromkeys(q.header for q in fields))

@@ -61,8 +61,16 @@ STATS = [
 ]
 
 _SIZES = {"u8": 1, "u16": 2, "u32": 4, "u64": 8, "be16": 2, "be32": 4, "be64": 8, "pad": 1}
-_CTYPES = {"u8": "__u8", "u16": "__u16", "u32": "__u32", "u64": "__u64", "be16": "__be16", "be32": "__be32",
-           "be64": "__be64", "pad": "__u8"}
+_CTYPES = {
+    "u8": "__u8",
+    "u16": "__u16",
+    "u32": "__u32",
+    "u64": "__u64",
+    "be16": "__be16",
+    "be32": "__be32",
+    "be64": "__be64",
+    "pad": "__u8",
+}
 
 
 @dataclass(frozen=True)
@@ -163,8 +171,11 @@ class Struct:
         return res
 
     def as_json(self) -> dict:
-        return {"struct": self.name, "size": self.size, "fields": [
-            {"name": n, "type": k, "count": c} for n, k, c in self.fields]}
+        return {
+            "struct": self.name,
+            "size": self.size,
+            "fields": [{"name": n, "type": k, "count": c} for n, k, c in self.fields],
+        }
 
 
 _CODES = {"u8": "B", "u16": "H", "u32": "I", "u64": "Q", "be16": "H", "be32": "I", "be64": "Q"}
@@ -223,12 +234,24 @@ LPM_KEY = Struct("subc_lpm_key", (("prefixlen", "u32", 1), ("state", "be32", 1),
 #: :func:`subc.runtime.install.state_slot`).  ``set``: index of the leaf's subscriber set in
 #: ``subc_leaf_set`` (an array map, so that the copy builders test a message's recipients with an
 #: array lookup): the leaf's own slot.
-LEAF = Struct("subc_leaf", (("flags", "u32", 1), ("nsubs", "u32", 1), ("sub", "u32", 1), ("set", "u32", 1),
-                            ("subs", "u64", SUB_WORDS)))
+LEAF = Struct(
+    "subc_leaf",
+    (("flags", "u32", 1), ("nsubs", "u32", 1), ("sub", "u32", 1), ("set", "u32", 1), ("subs", "u64", SUB_WORDS)),
+)
 SUBSET = Struct("subc_set", (("subs", "u64", SUB_WORDS), ("local", "u32", 1), ("pad", "u32", 1)))
-ENDPOINT = Struct("subc_endpoint", (
-    ("ifindex", "u32", 1), ("subscriber", "u32", 1), ("saddr", "be32", 1), ("daddr", "be32", 1),
-    ("dport", "be16", 1), ("smac", "u8", 6), ("dmac", "u8", 6), ("group", "u16", 1)))
+ENDPOINT = Struct(
+    "subc_endpoint",
+    (
+        ("ifindex", "u32", 1),
+        ("subscriber", "u32", 1),
+        ("saddr", "be32", 1),
+        ("daddr", "be32", 1),
+        ("dport", "be16", 1),
+        ("smac", "u8", 6),
+        ("dmac", "u8", 6),
+        ("group", "u16", 1),
+    ),
+)
 COUNTER = Struct("subc_counter", (("messages", "u64", 1), ("bytes", "u64", 1)))
 SUB_COUNTER = Struct("subc_sub_counter", (("datagrams", "u64", 1), ("messages", "u64", 1), ("bytes", "u64", 1)))
 #: XDP metadata of a datagram handed on (to TC, or to the fan-out's devmap egress programs): ``mode``
@@ -262,8 +285,18 @@ def agg_struct(n_thresholds: int) -> Struct:
     a ``struct bpf_spin_lock`` (4 bytes, written here as ``lock``), the window id, count, sum
     (saturating), extreme (min or max) and one signed excess per ``avg`` threshold (at least 1).
     The C declaration is the template's (with the lock's type)."""
-    return Struct("subc_agg", (("lock", "u32", 1), ("pad", "u32", 1), ("wid", "u64", 1), ("count", "u64", 1),
-                               ("total", "u64", 1), ("extreme", "u64", 1), ("excess", "u64", max(1, n_thresholds))))
+    return Struct(
+        "subc_agg",
+        (
+            ("lock", "u32", 1),
+            ("pad", "u32", 1),
+            ("wid", "u64", 1),
+            ("count", "u64", 1),
+            ("total", "u64", 1),
+            ("extreme", "u64", 1),
+            ("excess", "u64", max(1, n_thresholds)),
+        ),
+    )
 
 
 def mask_word_count(bits: int) -> int:

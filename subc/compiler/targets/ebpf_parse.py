@@ -138,8 +138,9 @@ def _select_field(spec: Spec, st: ParserState, layouts) -> FieldLayout | None:
     m = re.fullmatch(rf"{re.escape(hdr)}\s*\.\s*(\w+)\s*\.\s*(\w+)", sel.strip())
     where = st.transition.location or st.location
     if not m or (m.group(1), m.group(2)) not in layouts:
-        raise _error(spec, f"state '{st.name}': select on '{sel.strip()}' is not supported (one header field only)",
-                     where)
+        raise _error(
+            spec, f"state '{st.name}': select on '{sel.strip()}' is not supported (one header field only)", where
+        )
     fl = layouts[(m.group(1), m.group(2))]
     if fl.width > MAX_EBPF_FIELD_WIDTH or fl.n_bytes > 8:
         raise _error(spec, f"state '{st.name}': select field '{sel.strip()}' is wider than 64 bits", where)
@@ -211,8 +212,9 @@ def plan_parser(spec: Spec) -> ParsePlan:
         st = state(name)
         for stmt in st.statements:
             if ".extract(" not in stmt.replace(" ", ""):
-                raise _error(spec, f"state '{name}': statement '{stmt.strip()}' is not supported (extract only)",
-                             st.location)
+                raise _error(
+                    spec, f"state '{name}': statement '{stmt.strip()}' is not supported (extract only)", st.location
+                )
         for inst in st.extracts:
             if inst not in sizes:
                 raise _error(spec, f"state '{name}': header '{inst}' is not a whole number of bytes", st.location)
@@ -222,8 +224,9 @@ def plan_parser(spec: Spec) -> ParsePlan:
             continue
         st = states[name]
         sel = _select_field(spec, st, layouts)
-        cases = [(_keyset(spec, k, st.transition.location) if sel is not None else None, t)
-                 for k, t in st.transition.cases]
+        cases = [
+            (_keyset(spec, k, st.transition.location) if sel is not None else None, t) for k, t in st.transition.cases
+        ]
         implicit = sel is not None and all(v is not None for v, _ in cases)
         if implicit:
             cases.append((None, "reject"))  # P4: no matching case is a parser error
@@ -254,8 +257,11 @@ def _plan_moldudp64(spec: Spec, plan: ParsePlan, widths: dict[str, int]) -> None
     if not any(ok for ok, _ in framings.values()):
         return
     if not all(ok for ok, _ in framings.values()):
-        raise _error(spec, "the feed ports' entry states differ in framing (MoldUDP64 on some ports only)",
-                     spec.parser.states[0].location if spec.parser.states else None)
+        raise _error(
+            spec,
+            "the feed ports' entry states differ in framing (MoldUDP64 on some ports only)",
+            spec.parser.states[0].location if spec.parser.states else None,
+        )
     plan.moldudp64 = True
     header: set[str] = set()
     for _, insts in framings.values():

@@ -111,7 +111,9 @@ def entries_json(pipe: Pipeline, target: str, plan=None) -> dict:
     from .p4slots import ALL_PORTS_GROUP, COUNTERS, message_action, slot_table_name
 
     doc = entries_json(pipe, target)
-    doc["default_action"] = dict(zip(("action", "params"), _action_json(message_action(plan, pipe, pipe.default_action))))
+    doc["default_action"] = dict(
+        zip(("action", "params"), _action_json(message_action(plan, pipe, pipe.default_action)))
+    )
     tables = []
     for t, names in _installed(pipe, plan, target):
         base = _table_json(t)
@@ -129,8 +131,10 @@ def entries_json(pipe: Pipeline, target: str, plan=None) -> dict:
     doc["state_key"] = f"{pipe.meta}.subc_s0_state"
     doc["code_key"] = f"{pipe.meta}.subc_s0_code"
     doc["pipeline"] = [
-        {"table": f"{CONTROL}.{slot_table_name(s.table, 0)}",
-         "on_miss": f"{CONTROL}.{slot_table_name(s.on_miss, 0)}" if s.on_miss else None}
+        {
+            "table": f"{CONTROL}.{slot_table_name(s.table, 0)}",
+            "on_miss": f"{CONTROL}.{slot_table_name(s.on_miss, 0)}" if s.on_miss else None,
+        }
         for s in pipe.steps
     ]
     doc["tables"] = tables
@@ -139,9 +143,13 @@ def entries_json(pipe: Pipeline, target: str, plan=None) -> dict:
         "max_messages": plan.max_messages,
         "overflow_port": plan.overflow_port,
         "ports": list(plan.ports),
-        "held": [{"code": c, "action": a, "params": dict(p)} for (a, p), c in sorted(plan.held.items(), key=lambda x: x[1])],
-        "counters": {"SubcIngress.subc_datagrams": list(COUNTERS),
-                     "SubcIngress.subc_held": "messages withheld, by code (Tofino: one counter per slot, subc_held_s<i>)"},
+        "held": [
+            {"code": c, "action": a, "params": dict(p)} for (a, p), c in sorted(plan.held.items(), key=lambda x: x[1])
+        ],
+        "counters": {
+            "SubcIngress.subc_datagrams": list(COUNTERS),
+            "SubcIngress.subc_held": "messages withheld, by code (Tofino: one counter per slot, subc_held_s<i>)",
+        },
         "sequence_register": "SubcEgress.subc_seq",
     }
     if pipe.state is not None:  # every slot's messages update the one set of registers, in order
@@ -169,19 +177,38 @@ def state_json(pipe: Pipeline, update_table: str = UPDATE_TABLE, count_table: st
         "mask_key": f"{pipe.meta}.{UPDATE_ATOM}",
         "time": {"field": st.time_field.name if st.time_field else None, "unit_ns": st.time_unit_ns},
         "instances": [
-            {"index": i.index, "kind": i.kind, "field": i.field.name if i.field else None, "window_ns": i.window_ns,
-             "thresholds": list(i.thresholds), **({"name": i.name} if i.name is not None else {})}
+            {
+                "index": i.index,
+                "kind": i.kind,
+                "field": i.field.name if i.field else None,
+                "window_ns": i.window_ns,
+                "thresholds": list(i.thresholds),
+                **({"name": i.name} if i.name is not None else {}),
+            }
             for i in st.instances
         ],
         "values": [
-            {"key": field_key_name(v.field.name, pipe.hdr, pipe.meta), "field": v.field.name, "instance": v.instance,
-             "threshold": v.threshold, "width": v.field.width}
+            {
+                "key": field_key_name(v.field.name, pipe.hdr, pipe.meta),
+                "field": v.field.name,
+                "instance": v.instance,
+                "threshold": v.threshold,
+                "width": v.field.width,
+            }
             for v in st.values
         ],
-        **({"count_table": f"{CONTROL}.{count_table}", "count_key": f"{pipe.meta}.{COUNT_ATOM}",
-            "count_updates": [{"index": u.index, "instance": u.instance, "field": u.field.name if u.field else None}
-                              for u in st.count_updates]}
-           if st.count_updates else {}),
+        **(
+            {
+                "count_table": f"{CONTROL}.{count_table}",
+                "count_key": f"{pipe.meta}.{COUNT_ATOM}",
+                "count_updates": [
+                    {"index": u.index, "instance": u.instance, "field": u.field.name if u.field else None}
+                    for u in st.count_updates
+                ],
+            }
+            if st.count_updates
+            else {}
+        ),
     }
 
 
@@ -237,8 +264,10 @@ def _installed(pipe: Pipeline, plan, target: str) -> list[tuple[Table, list[str]
         return [(t, [f"{CONTROL}.{t.name}"]) for t in pipe.tables]
     from .p4slots import slot_table_name
 
-    out = [(t, [f"{CONTROL}.{slot_table_name(t.name, i)}" for i in range(plan.max_messages)])
-           for t in _message_tables(pipe, plan)]
+    out = [
+        (t, [f"{CONTROL}.{slot_table_name(t.name, i)}" for i in range(plan.max_messages)])
+        for t in _message_tables(pipe, plan)
+    ]
     out += [(t, [f"{control}.{t.name}"]) for t, control in _delivery_tables(plan, target)]
     return out
 
@@ -295,8 +324,12 @@ def bfrt_setup(pipe: Pipeline, program: str = "subc", plan=None) -> str:
     ]
     for t, names in _installed(pipe, plan, "tofino"):
         for i, name in enumerate(names):
-            keys = [bfrt_key_name(slot_key(k.name, i, plan, pipe) if plan and t.role not in ("deliver", "egress")
-                                  else k.name) for k in t.keys]
+            keys = [
+                bfrt_key_name(
+                    slot_key(k.name, i, plan, pipe) if plan and t.role not in ("deliver", "egress") else k.name
+                )
+                for k in t.keys
+            ]
             for e in t.entries:
                 kw = [_format_match(BFRT_MATCH, k.match_kind, m, kn) for k, m, kn in zip(t.keys, e.match, keys)]
                 if e.priority is not None:
@@ -396,8 +429,11 @@ def dumps(doc: dict) -> str:
 
 
 def _pretty(v, depth: int, out: list[str], memo: dict) -> None:
-    if depth >= PRETTY_DEPTH or not isinstance(v, (dict, list)) or not v or (
-        isinstance(v, list) and not isinstance(v[0], (dict, list))
+    if (
+        depth >= PRETTY_DEPTH
+        or not isinstance(v, (dict, list))
+        or not v
+        or (isinstance(v, list) and not isinstance(v[0], (dict, list)))
     ):
         out.append(json.dumps(v))  # a scalar, or a list of scalars (ports, field names), on one line
         return

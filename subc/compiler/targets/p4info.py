@@ -143,8 +143,7 @@ def _table(t: Table, name: str, key_names: list[str], control: str = CONTROL) ->
     acts = [(f"{control}.{_action_name(a)}", False) for a in t.actions]
     if t.default_action[0] == "NoAction":
         acts.append(("NoAction", True))
-    return P4Table(f"{control}.{name}", [(kn, k.width, k.match_kind) for kn, k in zip(key_names, t.keys)], acts,
-                   t.size)
+    return P4Table(f"{control}.{name}", [(kn, k.width, k.match_kind) for kn, k in zip(key_names, t.keys)], acts, t.size)
 
 
 def _state_actions(pipe) -> list[P4Action]:
@@ -178,9 +177,13 @@ def control_plane(res: CompileResult, plan: SlotPlan | None) -> ControlPlane:
     spec_actions = [P4Action(q(a.name), list(a.params)) for a in spec.actions.values()]
     externs: list[P4Extern] = []
     if plan is None:
-        actions = [P4Action(q("subc_fwd"), [("port", 9)]), P4Action(q("subc_mcast"), [("group", 16)]),
-                   P4Action(q("subc_drop"), []), P4Action(q("subc_nop"), []),
-                   P4Action(q("subc_set_state"), [("next_state", pipe.state_width)])]
+        actions = [
+            P4Action(q("subc_fwd"), [("port", 9)]),
+            P4Action(q("subc_mcast"), [("group", 16)]),
+            P4Action(q("subc_drop"), []),
+            P4Action(q("subc_nop"), []),
+            P4Action(q("subc_set_state"), [("next_state", pipe.state_width)]),
+        ]
         if uses_code:
             actions.append(P4Action(q("subc_set_code"), [("code", pipe.code_width)]))
         actions += _state_actions(pipe) + spec_actions
@@ -194,26 +197,41 @@ def control_plane(res: CompileResult, plan: SlotPlan | None) -> ControlPlane:
         actions = [P4Action(q("subc_set_state"), [("next_state", pipe.state_width)])]
         if uses_code:
             actions.append(P4Action(q("subc_set_code"), [("code", pipe.code_width)]))
-        actions += [P4Action(q("subc_msg_fwd"), [("ports", plan.port_bits)]), P4Action(q("subc_msg_hold"), [("code", 8)]),
-                    P4Action(q("subc_unicast"), [("port", 9)]), P4Action(q("subc_multicast"), []),
-                    P4Action(q("subc_to_overflow"), []), P4Action(q("subc_drop_datagram"), [])]
+        actions += [
+            P4Action(q("subc_msg_fwd"), [("ports", plan.port_bits)]),
+            P4Action(q("subc_msg_hold"), [("code", 8)]),
+            P4Action(q("subc_unicast"), [("port", 9)]),
+            P4Action(q("subc_multicast"), []),
+            P4Action(q("subc_to_overflow"), []),
+            P4Action(q("subc_drop_datagram"), []),
+        ]
         actions += _state_actions(pipe) + spec_actions
         tables = []
         for i in range(plan.max_messages):
             for t in message_tables(plan, pipe):
-                tables.append(_table(t, slot_table_name(t.name, i),
-                                     [_key_name(slot_key(k.name, i, plan, pipe), True) for k in t.keys]))
+                tables.append(
+                    _table(
+                        t,
+                        slot_table_name(t.name, i),
+                        [_key_name(slot_key(k.name, i, plan, pipe), True) for k in t.keys],
+                    )
+                )
         tables.append(_table(deliver_table(plan), "subc_deliver", ["subc_union"]))
         actions.append(P4Action(f"{EGRESS}.subc_set_port_bit", [("port_bit", plan.port_bits)]))
         port_key = "eg_intr_md.egress_port" if tna else "standard_metadata.egress_port"
         tables.append(_table(port_bit_table(plan, port_key), "subc_port_bit", ["egress_port"], EGRESS))
-        called = {q("subc_to_overflow"), q("subc_drop_datagram"), q("subc_multicast"),
-                  q(message_action(plan, pipe, pipe.default_action)[0])}
+        called = {
+            q("subc_to_overflow"),
+            q("subc_drop_datagram"),
+            q("subc_multicast"),
+            q(message_action(plan, pipe, pipe.default_action)[0]),
+        }
         n_held = max(plan.held.values()) + 1
         externs.append(P4Extern("counter", q("subc_datagrams"), len(COUNTERS), unit="PACKETS"))
         if tna:
-            externs += [P4Extern("counter", q(f"subc_held_s{i}"), n_held, unit="PACKETS")
-                        for i in range(plan.max_messages)]
+            externs += [
+                P4Extern("counter", q(f"subc_held_s{i}"), n_held, unit="PACKETS") for i in range(plan.max_messages)
+            ]
             externs += _state_registers(pipe, tna)
             externs.append(P4Extern("register", f"{EGRESS}.subc_seq", 512, width=32))
         else:
@@ -227,17 +245,21 @@ def control_plane(res: CompileResult, plan: SlotPlan | None) -> ControlPlane:
     # p4c's front end drops the actions no table lists and no apply block calls
     used = {a for t in tables for a, _ in t.actions} | called
     noaction = [P4Action("NoAction", [], ('@noWarn("unused")',))] if "NoAction" in used else []
-    return ControlPlane("tna" if tna else "v1model", noaction + [a for a in actions if a.name in used], tables,
-                        externs)
+    return ControlPlane("tna" if tna else "v1model", noaction + [a for a in actions if a.name in used], tables, externs)
 
 
 def p4info(cp: ControlPlane):
     """The ``p4.config.v1.P4Info`` message of ``cp`` (the ``p4runtime`` protobuf bindings)."""
     from p4.config.v1 import p4info_pb2 as pi
 
-    ids = assign_ids({"table": [t.name for t in cp.tables], "action": [a.name for a in cp.actions],
-                      "counter": [e.name for e in cp.externs if e.kind == "counter"],
-                      "register": [e.name for e in cp.externs if e.kind == "register"]})
+    ids = assign_ids(
+        {
+            "table": [t.name for t in cp.tables],
+            "action": [a.name for a in cp.actions],
+            "counter": [e.name for e in cp.externs if e.kind == "counter"],
+            "register": [e.name for e in cp.externs if e.kind == "register"],
+        }
+    )
     alias = aliases([t.name for t in cp.tables] + [a.name for a in cp.actions] + [e.name for e in cp.externs])
     msg = pi.P4Info()
     msg.pkg_info.arch = cp.arch

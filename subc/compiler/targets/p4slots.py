@@ -126,12 +126,15 @@ def check_options(max_messages: int, overflow_port: int | None) -> None:
     """Raise SubcError unless 1 <= ``max_messages`` <= :data:`MAX_MAX_MESSAGES` and
     ``overflow_port`` is None or a port 0..:data:`MAX_PORT`."""
     if isinstance(max_messages, bool) or not isinstance(max_messages, int) or not 1 <= max_messages <= MAX_MAX_MESSAGES:
-        raise SubcError(f"--max-messages {max_messages!r}: the P4 targets classify 1 to {MAX_MAX_MESSAGES} messages "
-                        "per datagram")
-    if overflow_port is not None and (isinstance(overflow_port, bool) or not isinstance(overflow_port, int)
-                                      or not 0 <= overflow_port <= MAX_PORT):
-        raise SubcError(f"--overflow-port {overflow_port!r}: a switch port is 0 to {MAX_PORT} (9 bits; BMv2 drops "
-                        "on 511)")
+        raise SubcError(
+            f"--max-messages {max_messages!r}: the P4 targets classify 1 to {MAX_MAX_MESSAGES} messages per datagram"
+        )
+    if overflow_port is not None and (
+        isinstance(overflow_port, bool) or not isinstance(overflow_port, int) or not 0 <= overflow_port <= MAX_PORT
+    ):
+        raise SubcError(
+            f"--overflow-port {overflow_port!r}: a switch port is 0 to {MAX_PORT} (9 bits; BMv2 drops on 511)"
+        )
 
 
 def _field_at(g: ParseGraph, inst: str, off: int, width: int) -> str | None:
@@ -160,8 +163,9 @@ def leaf_ports(pipe: Pipeline) -> list[int]:
     return sorted(ports)
 
 
-def slot_plan(res, max_messages: int = DEFAULT_MAX_MESSAGES, overflow_port: int | None = None
-              ) -> tuple[SlotPlan | None, str | None]:
+def slot_plan(
+    res, max_messages: int = DEFAULT_MAX_MESSAGES, overflow_port: int | None = None
+) -> tuple[SlotPlan | None, str | None]:
     """(plan, None) for the multi-message program of ``res`` (a CompileResult), or (None, reason)
     when its spec cannot be slotted (not a MoldUDP64 feed, framing headers that straddle the
     MoldUDP64 header and block length, network headers without the fields to rewrite...).
@@ -182,8 +186,10 @@ def slot_plan(res, max_messages: int = DEFAULT_MAX_MESSAGES, overflow_port: int 
         return None, "the feed is not MoldUDP64-framed"
     ports = leaf_ports(pipe)
     if overflow_port is not None and overflow_port in ports:
-        raise SubcError(f"--overflow-port {overflow_port} is also a subscriber port of the rules: the overflow port "
-                        "must be a port no rule forwards to")
+        raise SubcError(
+            f"--overflow-port {overflow_port} is also a subscriber port of the rules: the overflow port "
+            "must be a port no rule forwards to"
+        )
     entries = {e for _, e in feed.ports}
     if len(entries) != 1:
         return None, "the feed ports lead to different parser states"
@@ -210,9 +216,15 @@ def slot_plan(res, max_messages: int = DEFAULT_MAX_MESSAGES, overflow_port: int 
     if count is None or seq is None or blen is None:
         return None, "the MoldUDP64 header lacks a 64-bit sequence number, 16-bit count or 16-bit block length field"
     net = {}
-    for key, inst, off, w in (("ip_len", feed.ipv4, 16, 16), ("ip_csum", feed.ipv4, 80, 16), ("ip_proto", feed.ipv4, 72, 8),
-                              ("ip_src", feed.ipv4, 96, 32), ("ip_dst", feed.ipv4, 128, 32),
-                              ("udp_len", feed.udp, 32, 16), ("udp_csum", feed.udp, 48, 16)):
+    for key, inst, off, w in (
+        ("ip_len", feed.ipv4, 16, 16),
+        ("ip_csum", feed.ipv4, 80, 16),
+        ("ip_proto", feed.ipv4, 72, 8),
+        ("ip_src", feed.ipv4, 96, 32),
+        ("ip_dst", feed.ipv4, 128, 32),
+        ("udp_len", feed.udp, 32, 16),
+        ("udp_csum", feed.udp, 48, 16),
+    ):
         name = _field_at(g, inst, off, w)
         if name is None:
             return None, f"the IPv4/UDP header has no {w}-bit field at bit {off} to rewrite"
@@ -267,21 +279,31 @@ def slot_plan(res, max_messages: int = DEFAULT_MAX_MESSAGES, overflow_port: int 
             return None, "a message header is also extracted outside the feed"
     top = [(i, spec.instances[i]) for i in spec.instances if i not in slot_insts_set]
     slot = [(i, spec.instances[i]) for i in block] + [
-        (i, spec.instances[i]) for i in spec.instances if i in slot_insts_set and i not in block]
+        (i, spec.instances[i]) for i in spec.instances if i in slot_insts_set and i not in block
+    ]
     msg_insts = [i for i, _ in slot]
     for i, _ in top + slot:
         identifier(i, "header instance")
     top_states: list[SlotState] = []
     for n in top_names:
         rs = raw[n]
-        top_states.append(SlotState(n, [f"{spec.parser.packet}.extract({hdr}.{i});" for i in g.state(n).extracts],
-                                    rs.transition.select_text,
-                                    [(ks, "subc_mold" if t == entry else t) for ks, t in rs.transition.cases]))
+        top_states.append(
+            SlotState(
+                n,
+                [f"{spec.parser.packet}.extract({hdr}.{i});" for i in g.state(n).extracts],
+                rs.transition.select_text,
+                [(ks, "subc_mold" if t == entry else t) for ks, t in rs.transition.cases],
+            )
+        )
     cnt = f"{hdr}.{count[0]}.{count[1]}"
-    top_states.append(SlotState(
-        "subc_mold",
-        [f"{meta}.subc_feed = 1;"] + [f"{spec.parser.packet}.extract({hdr}.{i});" for i in mold],
-        cnt, [("0", ACCEPT), ("0xFFFF", ACCEPT), ("default", "subc_s0_start")]))
+    top_states.append(
+        SlotState(
+            "subc_mold",
+            [f"{meta}.subc_feed = 1;"] + [f"{spec.parser.packet}.extract({hdr}.{i});" for i in mold],
+            cnt,
+            [("0", ACCEPT), ("0xFFFF", ACCEPT), ("default", "subc_s0_start")],
+        )
+    )
     top_states.append(SlotState("subc_unframed", [f"{meta}.subc_unframed = 1;"], None, [("default", ACCEPT)]))
     slot_states = []
     bits_of_slot = 0
@@ -330,8 +352,14 @@ def slot_plan(res, max_messages: int = DEFAULT_MAX_MESSAGES, overflow_port: int 
 
         try:
             start = f"{pre}_start"
-            states.append(SlotState(start, [f"{spec.parser.packet}.extract({hdr}.{pre}.{x});" for x in block],
-                                    None, [("default", clone(first_state, 0, first_extracts))]))
+            states.append(
+                SlotState(
+                    start,
+                    [f"{spec.parser.packet}.extract({hdr}.{pre}.{x});" for x in block],
+                    None,
+                    [("default", clone(first_state, 0, first_extracts))],
+                )
+            )
         except _TooBig:
             return None, f"the message states unfold to more than {MAX_SLOT_STATES} parser states per slot"
         bl = f"{hdr}.{pre}.{blen[0]}.{blen[1]}"
@@ -351,16 +379,30 @@ def slot_plan(res, max_messages: int = DEFAULT_MAX_MESSAGES, overflow_port: int 
     d = pipe.default_action
     held.setdefault((d[0], tuple(d[1])), len(held) + 1)
     f = dict(net)
-    f.update({
-        "count": cnt, "seq": f"{hdr}.{seq[0]}.{seq[1]}", "block_len": f"{hdr}.subc_s{{i}}.{blen[0]}.{blen[1]}",
-        "block": block, "mold": mold, "udp": feed.udp, "ipv4": feed.ipv4,
-        "ip_fields": [f"{hdr}.{feed.ipv4}.{n}" for n, _ in spec.headers[spec.instances[feed.ipv4]].fields
-                      if f"{hdr}.{feed.ipv4}.{n}" != net["ip_csum"]],
-        "udp_fields": [f"{hdr}.{feed.udp}.{n}" for n, _ in spec.headers[spec.instances[feed.udp]].fields
-                       if f"{hdr}.{feed.udp}.{n}" != net["udp_csum"]],
-    })
-    return SlotPlan(max_messages, overflow_port, ports, held, top, slot, top_states, slot_states, f,
-                    bits_of_slot + 16), None
+    f.update(
+        {
+            "count": cnt,
+            "seq": f"{hdr}.{seq[0]}.{seq[1]}",
+            "block_len": f"{hdr}.subc_s{{i}}.{blen[0]}.{blen[1]}",
+            "block": block,
+            "mold": mold,
+            "udp": feed.udp,
+            "ipv4": feed.ipv4,
+            "ip_fields": [
+                f"{hdr}.{feed.ipv4}.{n}"
+                for n, _ in spec.headers[spec.instances[feed.ipv4]].fields
+                if f"{hdr}.{feed.ipv4}.{n}" != net["ip_csum"]
+            ],
+            "udp_fields": [
+                f"{hdr}.{feed.udp}.{n}"
+                for n, _ in spec.headers[spec.instances[feed.udp]].fields
+                if f"{hdr}.{feed.udp}.{n}" != net["udp_csum"]
+            ],
+        }
+    )
+    return SlotPlan(
+        max_messages, overflow_port, ports, held, top, slot, top_states, slot_states, f, bits_of_slot + 16
+    ), None
 
 
 class _TooBig(Exception):
@@ -420,8 +462,15 @@ def deliver_table(plan: SlotPlan) -> Table:
     from ..tables import Key
 
     entries = [Entry((1 << j,), "subc_unicast", (("port", p),)) for j, p in enumerate(plan.ports)]
-    return Table("subc_deliver", [Key("meta.subc_union", "exact", plan.port_bits)], entries,
-                 ("subc_multicast", ()), "deliver", None, ["subc_unicast", "subc_multicast"])
+    return Table(
+        "subc_deliver",
+        [Key("meta.subc_union", "exact", plan.port_bits)],
+        entries,
+        ("subc_multicast", ()),
+        "deliver",
+        None,
+        ["subc_unicast", "subc_multicast"],
+    )
 
 
 def port_bit_table(plan: SlotPlan, port_key: str) -> Table:
@@ -429,5 +478,12 @@ def port_bit_table(plan: SlotPlan, port_key: str) -> Table:
     from ..tables import Key
 
     entries = [Entry((p,), "subc_set_port_bit", (("port_bit", 1 << j),)) for j, p in enumerate(plan.ports)]
-    return Table("subc_port_bit", [Key(port_key, "exact", 9)], entries, ("subc_set_port_bit", (("port_bit", 0),)),
-                 "egress", None, ["subc_set_port_bit"])
+    return Table(
+        "subc_port_bit",
+        [Key(port_key, "exact", 9)],
+        entries,
+        ("subc_set_port_bit", (("port_bit", 0),)),
+        "egress",
+        None,
+        ["subc_set_port_bit"],
+    )

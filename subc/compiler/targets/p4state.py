@@ -66,8 +66,13 @@ def _outs(pipe: Pipeline, meta: str, instance: int) -> list[dict]:
     for v in pipe.state.values:
         if v.instance == instance:
             identifier(v.field.name.split(".", 1)[1], "state value")
-            out.append({"key": field_key_name(v.field.name, pipe.hdr, meta), "width": v.field.width,
-                        "threshold": None if v.threshold is None else number(v.threshold, "threshold")})
+            out.append(
+                {
+                    "key": field_key_name(v.field.name, pipe.hdr, meta),
+                    "width": v.field.width,
+                    "threshold": None if v.threshold is None else number(v.threshold, "threshold"),
+                }
+            )
     return out
 
 
@@ -117,12 +122,27 @@ def v1model_state(pipe: Pipeline, key_of, arrival_us: str, n_blocks: int = 1) ->
             o["excess"] = None
             if inst.kind == "avg":
                 o["excess"], excess_slot = excess_slot, excess_slot + 1
-        instances.append({"index": number(inst.index, "instance"), "kind": inst.kind, "window_ns": inst.window_ns,
-                          "wid": wid_var[inst.window_ns], "field": inst.field.name if inst.field else None,
-                          "outs": outs})
-    members = [f"bit<{plan.mask_width}> subc_update;", "bit<64> subc_now;", "bit<64> subc_x;",
-               "bit<64> subc_t_wid;", "bit<64> subc_t_count;", "bit<64> subc_t_total;", "bit<64> subc_t_extreme;",
-               "bit<64> subc_t_excess;", "bit<1> subc_t_fresh;"]
+        instances.append(
+            {
+                "index": number(inst.index, "instance"),
+                "kind": inst.kind,
+                "window_ns": inst.window_ns,
+                "wid": wid_var[inst.window_ns],
+                "field": inst.field.name if inst.field else None,
+                "outs": outs,
+            }
+        )
+    members = [
+        f"bit<{plan.mask_width}> subc_update;",
+        "bit<64> subc_now;",
+        "bit<64> subc_x;",
+        "bit<64> subc_t_wid;",
+        "bit<64> subc_t_count;",
+        "bit<64> subc_t_total;",
+        "bit<64> subc_t_extreme;",
+        "bit<64> subc_t_excess;",
+        "bit<1> subc_t_fresh;",
+    ]
     members += [f"bit<64> subc_wid{j};" for j in range(len(windows))]
     members += _value_members(plan)
     if plan.count_updates:
@@ -134,19 +154,35 @@ def v1model_state(pipe: Pipeline, key_of, arrival_us: str, n_blocks: int = 1) ->
     blocks = []
     for b in range(n_blocks):
         now = _now(plan, lambda f: key_of(b, f), arrival_us)
-        blocks.append({
-            "now": now,
-            "windows": [(wid_var[w], window_id_expr(f"{meta}.subc_now", w)) for w in windows],
-            "instances": [{**i, "load": load(b, i["field"])} for i in instances],
-            # the named counters' updates after the last stage: they find their window again (a
-            # rule set that never compares a counter has no code at the update table)
-            "counts": [{"bit": number(u.index, "count update"), "index": number(u.instance, "instance"),
+        blocks.append(
+            {
+                "now": now,
+                "windows": [(wid_var[w], window_id_expr(f"{meta}.subc_now", w)) for w in windows],
+                "instances": [{**i, "load": load(b, i["field"])} for i in instances],
+                # the named counters' updates after the last stage: they find their window again (a
+                # rule set that never compares a counter has no code at the update table)
+                "counts": [
+                    {
+                        "bit": number(u.index, "count update"),
+                        "index": number(u.instance, "instance"),
                         "window_id": window_id_expr(f"{meta}.subc_now", plan.instances[u.instance].window_ns),
-                        "add": load(b, u.field.name) if u.field else "64w1"} for u in plan.count_updates],
-        })
-    return {"tna": False, "registers": registers(plan), "meta_members": members, "mask": f"{meta}.subc_update",
-            "mask_width": plan.mask_width, "blocks": blocks, "meta": meta,
-            "count_mask": f"{meta}.subc_count", "count_width": plan.count_width}
+                        "add": load(b, u.field.name) if u.field else "64w1",
+                    }
+                    for u in plan.count_updates
+                ],
+            }
+        )
+    return {
+        "tna": False,
+        "registers": registers(plan),
+        "meta_members": members,
+        "mask": f"{meta}.subc_update",
+        "mask_width": plan.mask_width,
+        "blocks": blocks,
+        "meta": meta,
+        "count_mask": f"{meta}.subc_count",
+        "count_width": plan.count_width,
+    }
 
 
 # ------------------------------------------------------------------------------------------
@@ -169,20 +205,30 @@ def tofino_problems(plan: StatePlan) -> list[str]:
     unit = plan.time_unit_ns if plan.time_field is not None else 1
     for i in plan.instances:
         if i.kind == "counter":
-            out.append(f"named counter '{i.name}': not supported on Tofino yet (its value is read before the state-value "
-                       "stages and its update comes after the last stage: two accesses to one register, where a "
-                       "RegisterAction allows one); use count() of the rule's other fields instead")
+            out.append(
+                f"named counter '{i.name}': not supported on Tofino yet (its value is read before the state-value "
+                "stages and its update comes after the last stage: two accesses to one register, where a "
+                "RegisterAction allows one); use count() of the rule's other fields instead"
+            )
             continue
         q = i.window_ns // unit if i.window_ns % unit == 0 else 0
         if i.window_ns and (q == 0 or q & (q - 1)):
-            base = (f"the time field {plan.time_field.name} ({unit} ns units)" if plan.time_field is not None
-                    else "the arrival time (ns)")
-            out.append(f"aggregate {i.index} ({i.kind}): its window of {i.window_ns // 1000 if i.window_ns % 1000 == 0 else i.window_ns / 1000} us is not a power of two "
-                       f"of {base}; Tofino has no divider to find the window (use window=0, or a time field whose "
-                       "unit makes the window a power of two, e.g. query_time(h.t, us) with window=1024)")
+            base = (
+                f"the time field {plan.time_field.name} ({unit} ns units)"
+                if plan.time_field is not None
+                else "the arrival time (ns)"
+            )
+            out.append(
+                f"aggregate {i.index} ({i.kind}): its window of "
+                f"{i.window_ns // 1000 if i.window_ns % 1000 == 0 else i.window_ns / 1000} us is not a power of two "
+                f"of {base}; Tofino has no divider to find the window (use window=0, or a time field whose "
+                "unit makes the window a power of two, e.g. query_time(h.t, us) with window=1024)"
+            )
         if i.field is not None and i.field.width > TOFINO_CELL_BITS:
-            out.append(f"aggregate {i.index} ({i.kind}({i.field.name})): the field has {i.field.width} bits; Tofino's "
-                       f"stateful ALUs keep {TOFINO_CELL_BITS}-bit cells")
+            out.append(
+                f"aggregate {i.index} ({i.kind}({i.field.name})): the field has {i.field.width} bits; Tofino's "
+                f"stateful ALUs keep {TOFINO_CELL_BITS}-bit cells"
+            )
     return out
 
 
@@ -211,8 +257,7 @@ def tofino_resources(plan: StatePlan) -> dict:
     (inputs after the update table, carries, state values)."""
     levels = [sum(1 for _, lv in tofino_registers(plan) if lv == n) for n in (1, 2, 3)]
     stages = sum(-(-n // SALUS_PER_STAGE) for n in levels) + 3
-    return {"stateful_alus": sum(levels), "per_level": levels, "stages": stages,
-            "salus_per_stage": SALUS_PER_STAGE}
+    return {"stateful_alus": sum(levels), "per_level": levels, "stages": stages, "salus_per_stage": SALUS_PER_STAGE}
 
 
 def tna_state(pipe: Pipeline, key_of, arrival_ns: str) -> dict | None:
@@ -225,8 +270,11 @@ def tna_state(pipe: Pipeline, key_of, arrival_ns: str) -> dict | None:
         return None
     meta = identifier(pipe.meta, "metadata name")
     unit = plan.time_unit_ns if plan.time_field is not None else 1
-    time = (identifier(key_of(plan.time_field.name), "time field", dotted=True) if plan.time_field is not None
-            else arrival_ns)
+    time = (
+        identifier(key_of(plan.time_field.name), "time field", dotted=True)
+        if plan.time_field is not None
+        else arrival_ns
+    )
     windows = sorted({i.window_ns for i in plan.instances})
     wid = {}
     for j, w in enumerate(windows):
@@ -236,19 +284,40 @@ def tna_state(pipe: Pipeline, key_of, arrival_ns: str) -> dict | None:
     for inst in plan.instances:
         outs = _outs(pipe, meta, inst.index)
         k = number(inst.index, "instance")
-        load = (f"(bit<32>) {identifier(key_of(inst.field.name), 'field', dotted=True)}" if inst.field else "32w0")
-        instances.append({"index": k, "kind": inst.kind, "window_ns": inst.window_ns, "wid": wid[inst.window_ns][0],
-                          "load": load, "p": f"{meta}.subc_a{k}_", "outs": outs,
-                          "excess": [(j, number(x, "threshold")) for j, x in enumerate(inst.thresholds)]})
+        load = f"(bit<32>) {identifier(key_of(inst.field.name), 'field', dotted=True)}" if inst.field else "32w0"
+        instances.append(
+            {
+                "index": k,
+                "kind": inst.kind,
+                "window_ns": inst.window_ns,
+                "wid": wid[inst.window_ns][0],
+                "load": load,
+                "p": f"{meta}.subc_a{k}_",
+                "outs": outs,
+                "excess": [(j, number(x, "threshold")) for j, x in enumerate(inst.thresholds)],
+            }
+        )
     members = [f"bit<{plan.mask_width}> subc_update;"] + [f"bit<32> {var.split('.', 1)[1]};" for var, _ in wid.values()]
     for i in instances:
         k = i["index"]
-        members += [f"bit<32> subc_a{k}_{n};" for n in ("x", "u", "xu", "fresh", "count", "first", "lo", "carry", "hi",
-                                                          "ext")]
+        members += [
+            f"bit<32> subc_a{k}_{n};" for n in ("x", "u", "xu", "fresh", "count", "first", "lo", "carry", "hi", "ext")
+        ]
         for j, _ in i["excess"]:
-            members += [f"bit<64> subc_a{k}_d{j};", f"bit<32> subc_a{k}_e{j}_lo;", f"bit<32> subc_a{k}_e{j}_hi_in;",
-                        f"bit<32> subc_a{k}_e{j}_hi;"]
+            members += [
+                f"bit<64> subc_a{k}_d{j};",
+                f"bit<32> subc_a{k}_e{j}_lo;",
+                f"bit<32> subc_a{k}_e{j}_hi_in;",
+                f"bit<32> subc_a{k}_e{j}_hi;",
+            ]
     members += _value_members(plan)
-    return {"tna": True, "mask": f"{meta}.subc_update", "mask_width": plan.mask_width, "meta": meta,
-            "meta_members": members, "windows": list(wid.values()), "instances": instances,
-            "registers": tofino_registers(plan)}
+    return {
+        "tna": True,
+        "mask": f"{meta}.subc_update",
+        "mask_width": plan.mask_width,
+        "meta": meta,
+        "meta_members": members,
+        "windows": list(wid.values()),
+        "instances": instances,
+        "registers": tofino_registers(plan),
+    }

@@ -52,8 +52,14 @@ def state_bits_for(capacity: int) -> int:
     return max(8, math.ceil(math.log2(ENTRIES_PER_SUBSCRIPTION * capacity + 1024 + ROOT_SLOTS + 1)))
 
 
-def serve_program(spec: Spec, order: Sequence[str], ports: Sequence[int], capacity: int, target: str = "bmv2",
-                  max_messages: int = DEFAULT_MAX_MESSAGES) -> dict[str, str]:
+def serve_program(
+    spec: Spec,
+    order: Sequence[str],
+    ports: Sequence[int],
+    capacity: int,
+    target: str = "bmv2",
+    max_messages: int = DEFAULT_MAX_MESSAGES,
+) -> dict[str, str]:
     """Files (name -> text) of the program ``subc serve --p4runtime`` fills: ``subc.p4``,
     ``p4info.txtpb``, ``entries.json`` (the skeleton's; its ``field_order``, tables, root and
     message layout are what the daemon reads), ``serve.json``.  ``ports``: the switch ports
@@ -72,8 +78,15 @@ def serve_program(spec: Spec, order: Sequence[str], ports: Sequence[int], capaci
             raise SubcError(f"{f} is not a query field of {spec.path}")
     text = skeleton_rules(spec, order, ports)
     rules = parse_rules(text, spec, "<serve skeleton>")
-    res = compile_rules(rules, spec, target, field_order=list(order), range_form="direct", capacity_factor=1.0,
-                        state_bits=state_bits_for(capacity))
+    res = compile_rules(
+        rules,
+        spec,
+        target,
+        field_order=list(order),
+        range_form="direct",
+        capacity_factor=1.0,
+        state_bits=state_bits_for(capacity),
+    )
     room = ENTRIES_PER_SUBSCRIPTION * capacity + 1024
     pipe = res.pipeline
     for t in pipe.tables:
@@ -82,7 +95,18 @@ def serve_program(spec: Spec, order: Sequence[str], ports: Sequence[int], capaci
             if t.field == order[-1]:  # any leaf may come: one port, several, none
                 t.actions = sorted(set(t.actions) | {"subc_fwd", "subc_mcast", pipe.default_action[0]})
     files, _ = target_files(res, "<serve skeleton>", False, max_messages, None)
-    files["serve.json"] = json.dumps({"format": "subc-serve-program", "field_order": list(order), "ports": ports,
-                                      "capacity": capacity, "root_slots": ROOT_SLOTS,
-                                      "state_width": res.pipeline.state_width}, indent=1) + "\n"
+    files["serve.json"] = (
+        json.dumps(
+            {
+                "format": "subc-serve-program",
+                "field_order": list(order),
+                "ports": ports,
+                "capacity": capacity,
+                "root_slots": ROOT_SLOTS,
+                "state_width": res.pipeline.state_width,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     return files

@@ -39,8 +39,9 @@ def read_output(out_dir: str) -> tuple[dict, object]:
         doc = json.loads((d / "entries.json").read_text())
         info = read_p4info((d / "p4info.txtpb").read_text())
     except FileNotFoundError as e:
-        raise SubcError(f"{out_dir}: no {Path(e.filename).name}: compile a whole program with --target bmv2 or "
-                        "tofino") from None
+        raise SubcError(
+            f"{out_dir}: no {Path(e.filename).name}: compile a whole program with --target bmv2 or tofino"
+        ) from None
     if "root" not in doc:
         raise SubcError(f"{out_dir}/entries.json has no root table: recompile it with this subc")
     return doc, info
@@ -49,11 +50,18 @@ def read_output(out_dir: str) -> tuple[dict, object]:
 def program_differences(switch_info, compiled_info) -> list[str]:
     """How the P4Info a switch runs differs from a compiled one, table sizes aside (a compile
     sizes tables by its own entries): tables, keys, actions and their parameters by name."""
+
     def shape(info):
         acts = {a.preamble.name: [(p.name, p.bitwidth) for p in a.params] for a in info.actions}
-        tabs = {t.preamble.name: ([(f.name, f.bitwidth, f.match_type) for f in t.match_fields],
-                                  sorted(r.id for r in t.action_refs)) for t in info.tables}
+        tabs = {
+            t.preamble.name: (
+                [(f.name, f.bitwidth, f.match_type) for f in t.match_fields],
+                sorted(r.id for r in t.action_refs),
+            )
+            for t in info.tables
+        }
         return acts, tabs
+
     (sa, st), (ca, ct) = shape(switch_info), shape(compiled_info)
     out = []
     for name in sorted(set(ct) - set(st)):
@@ -75,9 +83,12 @@ def same_program(s: Session, info, out_dir: str) -> None:
     """SubcError unless the switch of ``s`` runs the program of P4Info ``info`` (sizes aside)."""
     diff = program_differences(s.p4info, info)
     if diff:
-        raise SubcError(f"{s.addr} runs another program than {out_dir}: " + "; ".join(diff[:5])
-                        + ("" if len(diff) <= 5 else f" (and {len(diff) - 5} more)")
-                        + ": set it with --config (BMv2: the JSON p4c-bm2-ss writes for subc.p4)")
+        raise SubcError(
+            f"{s.addr} runs another program than {out_dir}: "
+            + "; ".join(diff[:5])
+            + ("" if len(diff) <= 5 else f" (and {len(diff) - 5} more)")
+            + ": set it with --config (BMv2: the JSON p4c-bm2-ss writes for subc.p4)"
+        )
 
 
 def root_update(index: P4InfoIndex, doc: dict, root: int):
@@ -109,8 +120,9 @@ def _phase(w: Written, s: Session, name: str, updates: list) -> None:
     w.seconds[name] = time.perf_counter() - t
 
 
-def load(out_dir: str, addr: str, device_id: int = 0, election_id: tuple[int, int] = (0, 1),
-         config: str | None = None) -> Written:
+def load(
+    out_dir: str, addr: str, device_id: int = 0, election_id: tuple[int, int] = (0, 1), config: str | None = None
+) -> Written:
     """Load ``out_dir`` on the switch at ``addr`` (with the spare root, room permitting); with
     ``config`` (the device config, BMv2's JSON) set the forwarding pipeline from it and
     ``p4info.txtpb`` first.  SubcError when the switch
@@ -122,8 +134,10 @@ def load(out_dir: str, addr: str, device_id: int = 0, election_id: tuple[int, in
         ours = {t["name"] for t in doc["tables"]}
         held = sum(1 for te in s.table_entries() if s.index.table_names.get(te.table_id) in ours)
         if held:
-            raise SubcError(f"{addr} already holds {held} entries of this program's tables: use subc update "
-                            "--p4runtime, or --config to start from an empty pipeline")
+            raise SubcError(
+                f"{addr} already holds {held} entries of this program's tables: use subc update "
+                "--p4runtime, or --config to start from an empty pipeline"
+            )
         ents = generation_entities(_spared(s, doc), s.index)
         ups = insert_updates(ents)
         n_groups = len(doc.get("multicast_groups", []))
@@ -147,8 +161,9 @@ def _spared(s: Session, doc: dict) -> dict:
 
 def read_switch(s: Session, skeleton: dict) -> dict:
     """The entries.json document of what the switch of ``s`` holds, in the shape of ``skeleton``."""
-    return switch_document(skeleton, s.index, s.table_entries(), s.default_entry(skeleton["root"]["table"]),
-                           s.multicast_groups())
+    return switch_document(
+        skeleton, s.index, s.table_entries(), s.default_entry(skeleton["root"]["table"]), s.multicast_groups()
+    )
 
 
 def _check_room(s: Session, old: dict, plan: UpdatePlan) -> None:
@@ -161,12 +176,15 @@ def _check_room(s: Session, old: dict, plan: UpdatePlan) -> None:
         have[t] -= 1
     for t, n in adds.items():
         if sizes.get(t) and have.get(t, 0) + n > sizes[t]:
-            raise SubcError(f"table {t} holds {sizes[t]} entries: the update needs {have.get(t, 0)} loaded and {n} new "
-                            "side by side; compile with a larger --capacity-factor and reload (subc load --config)")
+            raise SubcError(
+                f"table {t} holds {sizes[t]} entries: the update needs {have.get(t, 0)} loaded and {n} new "
+                "side by side; compile with a larger --capacity-factor and reload (subc load --config)"
+            )
 
 
-def update(out_dir: str, addr: str, device_id: int = 0, election_id: tuple[int, int] = (0, 1),
-           grace: float = GRACE) -> Written:
+def update(
+    out_dir: str, addr: str, device_id: int = 0, election_id: tuple[int, int] = (0, 1), grace: float = GRACE
+) -> Written:
     """Make the switch at ``addr`` run ``out_dir``'s rule set with the fewest writes, no packet
     classified by a mix of the two (see the module docstring and :mod:`.plan`)."""
     from p4.v1 import p4runtime_pb2 as pr
@@ -179,18 +197,46 @@ def update(out_dir: str, addr: str, device_id: int = 0, election_id: tuple[int, 
         _check_room(s, old, plan)
         w = Written(plan=plan)
         ins = pr.Update.INSERT
-        _phase(w, s, "groups", [pr.Update(type=ins, entity=pr.Entity(packet_replication_engine_entry=multicast_entry(
-            g["group"], g["ports"]))) for g in plan.group_inserts])
+        _phase(
+            w,
+            s,
+            "groups",
+            [
+                pr.Update(
+                    type=ins, entity=pr.Entity(packet_replication_engine_entry=multicast_entry(g["group"], g["ports"]))
+                )
+                for g in plan.group_inserts
+            ],
+        )
         dele, mod = pr.Update.DELETE, pr.Update.MODIFY
-        _phase(w, s, "spare_deletes", [pr.Update(type=dele, entity=pr.Entity(table_entry=table_entry(s.index, t, e)))
-                                       for t, e in plan.spare_deletes])
-        _phase(w, s, "inserts", [pr.Update(type=kind, entity=pr.Entity(table_entry=table_entry(s.index, t, e)))
-                                 for kind, ups in ((ins, plan.inserts), (mod, plan.modifies)) for t, e in ups])
+        _phase(
+            w,
+            s,
+            "spare_deletes",
+            [
+                pr.Update(type=dele, entity=pr.Entity(table_entry=table_entry(s.index, t, e)))
+                for t, e in plan.spare_deletes
+            ],
+        )
+        _phase(
+            w,
+            s,
+            "inserts",
+            [
+                pr.Update(type=kind, entity=pr.Entity(table_entry=table_entry(s.index, t, e)))
+                for kind, ups in ((ins, plan.inserts), (mod, plan.modifies))
+                for t, e in ups
+            ],
+        )
         _phase(w, s, "root", [] if plan.root is None else [root_update(s.index, doc, plan.root)])
         if plan.deletes or plan.group_deletes:
             time.sleep(grace)
-        _phase(w, s, "deletes", [pr.Update(type=dele, entity=pr.Entity(table_entry=table_entry(s.index, t, e)))
-                                 for t, e in plan.deletes])
+        _phase(
+            w,
+            s,
+            "deletes",
+            [pr.Update(type=dele, entity=pr.Entity(table_entry=table_entry(s.index, t, e))) for t, e in plan.deletes],
+        )
         gd = []
         for g in plan.group_deletes:
             e = pr.Entity()

@@ -95,8 +95,16 @@ class LiveEntries:
             if kind not in ("range", "exact", "lpm"):
                 raise SubcError(f"{st['name']} matches {f} by {kind}: not a program of subc serve-program")
             miss_default = _action(tables[names["miss"][0]]["default_action"]) if names["miss"] else None
-            self.levels.append(Level(kind, st["keys"][1]["bitwidth"], names["stage"], names["miss"],
-                                     _action(st["default_action"]), miss_default))
+            self.levels.append(
+                Level(
+                    kind,
+                    st["keys"][1]["bitwidth"],
+                    names["stage"],
+                    names["miss"],
+                    _action(st["default_action"]),
+                    miss_default,
+                )
+            )
         last = self.levels[-1]
         self.leaf_default = last.miss_default if last.kind == "exact" else last.stage_default
         self.sizes = {t.preamble.name: t.size for t in session.p4info.tables}
@@ -252,13 +260,15 @@ class LiveEntries:
         for op, lv, _, role, _, _, _ in ops:
             d = {"INSERT": 1, "DELETE": -1}.get(op, 0)
             L = self.levels[lv]
-            for name in (L.stage if role == "stage" else L.miss):
+            for name in L.stage if role == "stage" else L.miss:
                 delta[name] += d
         for name, d in delta.items():
             if self.held[name] + d > self.sizes.get(name, 0):
                 self.slot_entries.update(slots_before)
-                raise SubcError(f"table {name} has room for {self.sizes.get(name, 0)} entries; the change needs "
-                                f"{self.held[name] + d}")
+                raise SubcError(
+                    f"table {name} has room for {self.sizes.get(name, 0)} entries; the change needs "
+                    f"{self.held[name] + d}"
+                )
         saved = (dict(self.groups), Counter(self.group_refs), list(self.free_groups), self.next_group)
         old_group = saved[0]  # how the old actions name their groups
         new_groups: list = []
@@ -283,15 +293,28 @@ class LiveEntries:
                     marked.append((lv, state))
                     (self.written.add if op == "INSERT" else self.written.discard)((lv, state))
         old_ports = {g: ports for ports, g in saved[0].items()}
-        updates = [pr.Update(type=pr.Update.INSERT, entity=pr.Entity(
-            packet_replication_engine_entry=multicast_entry(g, list(ports)))) for g, ports in new_groups]
-        inverse = [pr.Update(type=pr.Update.DELETE, entity=pr.Entity(
-            packet_replication_engine_entry=multicast_entry(g, []))) for g, _ in new_groups] + inverse
+        updates = [
+            pr.Update(
+                type=pr.Update.INSERT, entity=pr.Entity(packet_replication_engine_entry=multicast_entry(g, list(ports)))
+            )
+            for g, ports in new_groups
+        ]
+        inverse = [
+            pr.Update(type=pr.Update.DELETE, entity=pr.Entity(packet_replication_engine_entry=multicast_entry(g, [])))
+            for g, _ in new_groups
+        ] + inverse
         updates += entries
-        updates += [pr.Update(type=pr.Update.DELETE, entity=pr.Entity(
-            packet_replication_engine_entry=multicast_entry(g, []))) for g in dead]
-        inverse += [pr.Update(type=pr.Update.INSERT, entity=pr.Entity(
-            packet_replication_engine_entry=multicast_entry(g, list(old_ports[g])))) for g in dead]
+        updates += [
+            pr.Update(type=pr.Update.DELETE, entity=pr.Entity(packet_replication_engine_entry=multicast_entry(g, [])))
+            for g in dead
+        ]
+        inverse += [
+            pr.Update(
+                type=pr.Update.INSERT,
+                entity=pr.Entity(packet_replication_engine_entry=multicast_entry(g, list(old_ports[g]))),
+            )
+            for g in dead
+        ]
         try:
             self.s.write(updates)
         except SubcError as e:
@@ -334,13 +357,17 @@ class LiveEntries:
         inverse: the switch then holds part of a change until a restarted daemon adopts it."""
         applied = getattr(e, "applied", None)
         if applied is None:
-            raise SubcError(f"{e.message}; the switch did not say which updates it applied: restart the daemon to "
-                            "take the switch over again") from None
+            raise SubcError(
+                f"{e.message}; the switch did not say which updates it applied: restart the daemon to "
+                "take the switch over again"
+            ) from None
         try:
             self.s.write([inverse[k] for k in reversed(applied)])
         except SubcError as again:
-            raise SubcError(f"{e.message}; undoing the {len(applied)} applied updates failed too ({again.message}): "
-                            "restart the daemon to take the switch over again") from None
+            raise SubcError(
+                f"{e.message}; undoing the {len(applied)} applied updates failed too ({again.message}): "
+                "restart the daemon to take the switch over again"
+            ) from None
 
     def switch(self, slot: int) -> None:
         """Publish root slot ``slot`` (after the buffered writes): one MODIFY of the root's

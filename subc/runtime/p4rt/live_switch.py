@@ -103,8 +103,12 @@ class SwitchPlane:
         keep = set(w.groups.values()) | {g["group"] for g in self._fixed_groups()}
         for g in s.multicast_groups():
             if g.multicast_group_id not in keep:
-                ups.append(pr.Update(type=pr.Update.DELETE, entity=pr.Entity(
-                    packet_replication_engine_entry=multicast_entry(g.multicast_group_id, []))))
+                ups.append(
+                    pr.Update(
+                        type=pr.Update.DELETE,
+                        entity=pr.Entity(packet_replication_engine_entry=multicast_entry(g.multicast_group_id, [])),
+                    )
+                )
         if ups:
             s.write(ups)
         inh.entries.clear()
@@ -116,8 +120,14 @@ class SwitchPlane:
         self.session.close()
 
 
-def open_switch(program_dir: str, addr: str, device_id: int = 0, election_id: tuple[int, int] = (0, 1),
-                config: str | None = None, grace_s: float = 0.05) -> SwitchPlane:
+def open_switch(
+    program_dir: str,
+    addr: str,
+    device_id: int = 0,
+    election_id: tuple[int, int] = (0, 1),
+    config: str | None = None,
+    grace_s: float = 0.05,
+) -> SwitchPlane:
     """Open the switch at ``addr`` for ``subc serve`` (see the module docstring).  SubcError when
     ``program_dir`` is not a ``subc serve-program`` directory, the switch is unreachable or runs
     another program, or the switch refuses a write."""
@@ -141,16 +151,22 @@ def open_switch(program_dir: str, addr: str, device_id: int = 0, election_id: tu
         adopted = any(held.get(n) for n in live_tables)
         ups = []
         groups = {g.multicast_group_id for g in s.multicast_groups()}
-        for g in (doc.get("multicast_groups", []) if doc.get("messages") else []):
+        for g in doc.get("multicast_groups", []) if doc.get("messages") else []:
             if g["group"] not in groups:
-                ups.append(pr.Update(type=pr.Update.INSERT, entity=pr.Entity(
-                    packet_replication_engine_entry=multicast_entry(g["group"], g["ports"]))))
+                ups.append(
+                    pr.Update(
+                        type=pr.Update.INSERT,
+                        entity=pr.Entity(packet_replication_engine_entry=multicast_entry(g["group"], g["ports"])),
+                    )
+                )
             writer.next_group = max(writer.next_group, g["group"] + 1)
         for t in doc["tables"]:
             if t["name"] in live_tables or held.get(t["name"]):
                 continue
             for e in t["entries"]:
-                ups.append(pr.Update(type=pr.Update.INSERT, entity=pr.Entity(table_entry=table_entry(s.index, t["name"], e))))
+                ups.append(
+                    pr.Update(type=pr.Update.INSERT, entity=pr.Entity(table_entry=table_entry(s.index, t["name"], e)))
+                )
         if not adopted:
             ups.append(root_update(s.index, doc, 0))  # nothing is delivered until the first change
         if ups:

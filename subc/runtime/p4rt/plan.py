@@ -119,7 +119,9 @@ def rows(doc: dict) -> list[Row]:
         bits = [k["bitwidth"] for k in t["keys"]]
         for e in t["entries"]:
             match = tuple(canonical_match(m, b) for m, b in zip(e["match"], bits))
-            out.append(Row(t["name"], (match, e.get("priority")), e["action"], tuple(sorted(e.get("params", {}).items()))))
+            out.append(
+                Row(t["name"], (match, e.get("priority")), e["action"], tuple(sorted(e.get("params", {}).items())))
+            )
     return out
 
 
@@ -204,7 +206,7 @@ class Diagram:
             elif (r.action, p) == GROUP_ACTION:
                 v = self.groups.get(v, ("missing group", v))
             params.append((p, v))
-        return (r.table, match[:i] + match[i + 1:], priority, r.action, tuple(params))
+        return (r.table, match[:i] + match[i + 1 :], priority, r.action, tuple(params))
 
     def abstract_rows(self) -> dict[str, list[str]]:
         """Table name -> sorted abstract rows (states as signatures) of the states the root
@@ -252,42 +254,66 @@ class UpdatePlan:
     @property
     def writes(self) -> int:
         """Updates the plan sends."""
-        return (len(self.group_inserts) + len(self.spare_deletes) + len(self.inserts) + len(self.modifies)
-                + (self.root is not None) + len(self.deletes) + len(self.group_deletes))
+        return (
+            len(self.group_inserts)
+            + len(self.spare_deletes)
+            + len(self.inserts)
+            + len(self.modifies)
+            + (self.root is not None)
+            + len(self.deletes)
+            + len(self.group_deletes)
+        )
 
 
 def _check_same_program(old: dict, new: dict) -> None:
     if "state" in old or "state" in new:
-        raise SubcError("the rules compare state (aggregates): their registers belong to the program, which an "
-                        "update over P4Runtime cannot empty or reshape together with the switch to the new rule set; "
-                        "reload the switch with the new program (subc load --config), which starts them empty")
+        raise SubcError(
+            "the rules compare state (aggregates): their registers belong to the program, which an "
+            "update over P4Runtime cannot empty or reshape together with the switch to the new rule set; "
+            "reload the switch with the new program (subc load --config), which starts them empty"
+        )
     if old["field_order"] != new["field_order"]:
-        raise SubcError(f"the new rule set's field order {', '.join(new['field_order'])} is not the loaded program's "
-                        f"({', '.join(old['field_order'])}): compile it with --field-order "
-                        f"{','.join(old['field_order'])}, or reload the switch with the new program (subc load --config)")
+        raise SubcError(
+            f"the new rule set's field order {', '.join(new['field_order'])} is not the loaded program's "
+            f"({', '.join(old['field_order'])}): compile it with --field-order "
+            f"{','.join(old['field_order'])}, or reload the switch with the new program (subc load --config)"
+        )
     om, nm = old.get("messages") or {}, new.get("messages") or {}
-    for what, key in (("subscriber ports (the port bitmap's bits)", "ports"), ("withheld actions' codes", "held"),
-                      ("message slots", "max_messages")):
+    for what, key in (
+        ("subscriber ports (the port bitmap's bits)", "ports"),
+        ("withheld actions' codes", "held"),
+        ("message slots", "max_messages"),
+    ):
         if om.get(key) != nm.get(key):
-            raise SubcError(f"the new rule set's {what} {nm.get(key)} differ from the loaded program's {om.get(key)}: "
-                            "reload the switch with the new program (subc load --config)")
+            raise SubcError(
+                f"the new rule set's {what} {nm.get(key)} differ from the loaded program's {om.get(key)}: "
+                "reload the switch with the new program (subc load --config)"
+            )
     ot, nt = {t["name"]: t for t in old["tables"]}, {t["name"]: t for t in new["tables"]}
     for name in ot:
         if name not in nt:
-            raise SubcError(f"table {name} of the loaded program is not in the new rule set's: reload the switch "
-                            "with the new program (subc load --config)")
+            raise SubcError(
+                f"table {name} of the loaded program is not in the new rule set's: reload the switch "
+                "with the new program (subc load --config)"
+            )
     for name in nt:
         if name not in ot:
-            raise SubcError(f"table {name} of the new rule set is not in the loaded program: "
-                            "reload the switch with the new program (subc load --config)")
+            raise SubcError(
+                f"table {name} of the new rule set is not in the loaded program: "
+                "reload the switch with the new program (subc load --config)"
+            )
         a, b = ot[name], nt[name]
         if [(k["name"], k["match_kind"]) for k in a["keys"]] != [(k["name"], k["match_kind"]) for k in b["keys"]]:
-            raise SubcError(f"table {name} has other keys in the new rule set's program: reload the switch "
-                            "with the new program (subc load --config)")
+            raise SubcError(
+                f"table {name} has other keys in the new rule set's program: reload the switch "
+                "with the new program (subc load --config)"
+            )
         if a.get("default_action") != b.get("default_action"):
-            raise SubcError(f"table {name}: the new rule set's default action {b.get('default_action')} differs from "
-                            f"the loaded {a.get('default_action')} (fixed by the program): reload the switch with "
-                            "the new program (subc load --config)")
+            raise SubcError(
+                f"table {name}: the new rule set's default action {b.get('default_action')} differs from "
+                f"the loaded {a.get('default_action')} (fixed by the program): reload the switch with "
+                "the new program (subc load --config)"
+            )
 
 
 def plan_update(old: dict, new: dict) -> UpdatePlan:
@@ -324,8 +350,7 @@ def plan_update(old: dict, new: dict) -> UpdatePlan:
     plan.group_deletes = sorted(g for g in od.groups if g not in kept_groups)
     # the new rule set with the loaded group ids
     remapped = dict(new)
-    remapped["tables"] = [
-        {**t, "entries": [_map_groups(e, group_map) for e in t["entries"]]} for t in new["tables"]]
+    remapped["tables"] = [{**t, "entries": [_map_groups(e, group_map) for e in t["entries"]]} for t in new["tables"]]
     remapped["multicast_groups"] = [{"group": group_map[g], "ports": list(p)} for g, p in sorted(nd_groups.items())]
     nd = Diagram(remapped)
     # state numbers: kept where the signature is loaded, else free ones
@@ -353,9 +378,11 @@ def plan_update(old: dict, new: dict) -> UpdatePlan:
             free[k] = (n for n in range(1, 1 << width) if n not in used)
         n = next(free[k], None)
         if n is None:
-            raise SubcError(f"the new rule set needs more states at stage {k} than the loaded program's {width}-bit "
-                            f"state field holds beside the {len(taken.get(k, ()))} loaded ones: reload the switch "
-                            "with the new program (subc load --config)")
+            raise SubcError(
+                f"the new rule set needs more states at stage {k} than the loaded program's {width}-bit "
+                f"state field holds beside the {len(taken.get(k, ()))} loaded ones: reload the switch "
+                "with the new program (subc load --config)"
+            )
         number[node] = n
         plan.new_states += 1
     renum = _renumber(remapped, number)
@@ -374,9 +401,11 @@ def plan_update(old: dict, new: dict) -> UpdatePlan:
                 plan.modifies.append((r.table, r.entry(nd.tables[r.table]["keys"])))
                 continue
             kind = "is keyed by state" if od.state_at.get(r.table) is not None else "is shared by both rule sets"
-            raise SubcError(f"table {r.table} {kind} and the update changes its entry {list(o.key[0])} "
-                            f"from {o.action}{dict(o.params)} to {r.action}{dict(r.params)}: that cannot be switched "
-                            "atomically; reload the switch (subc load --config)")
+            raise SubcError(
+                f"table {r.table} {kind} and the update changes its entry {list(o.key[0])} "
+                f"from {o.action}{dict(o.params)} to {r.action}{dict(r.params)}: that cannot be switched "
+                "atomically; reload the switch (subc load --config)"
+            )
     for k, r in old_rows.items():
         if k in new_rows:
             continue
@@ -460,8 +489,10 @@ def compare(switch: dict, compiled: dict) -> list[str]:
             sx, sy = set(x), set(y)
             missing = sum(1 for r in y if r not in sx)
             extra = sum(1 for r in x if r not in sy)
-            out.append(f"{name}: {missing} entries of the rule set are missing on the switch and {extra} entries "
-                       f"on the switch are not in the rule set ({len(x)} on the switch, {len(y)} compiled)")
+            out.append(
+                f"{name}: {missing} entries of the rule set are missing on the switch and {extra} entries "
+                f"on the switch are not in the rule set ({len(x)} on the switch, {len(y)} compiled)"
+            )
     ga, gb = sorted(a.groups.values()), sorted(b.groups.values())
     if ga != gb:
         out.append(f"multicast groups: the switch has port sets {ga}, the rule set {gb}")

@@ -20,7 +20,7 @@ def decode_value(raw: bytes) -> int:
 
 def _action_name(table: str, full: str) -> str:
     control = table.rsplit(".", 1)[0] + "."
-    return full[len(control):] if full.startswith(control) else full
+    return full[len(control) :] if full.startswith(control) else full
 
 
 def decode_entry(index: P4InfoIndex, te) -> tuple[str, dict]:
@@ -38,8 +38,9 @@ def decode_entry(index: P4InfoIndex, te) -> tuple[str, dict]:
         if fm is None:
             if kind not in ("range", "lpm", "ternary"):
                 raise SubcError(f"{table}: the switch returned an entry without its {kind} field {name}")
-            match.append({"range": [0, top]} if kind == "range" else {"lpm": [0, 0]} if kind == "lpm"
-                         else {"ternary": [0, 0]})
+            match.append(
+                {"range": [0, top]} if kind == "range" else {"lpm": [0, 0]} if kind == "lpm" else {"ternary": [0, 0]}
+            )
             continue
         which = fm.WhichOneof("field_match_type")
         if which == "exact":
@@ -88,8 +89,10 @@ def switch_document(skeleton: dict, index: P4InfoIndex, entries: list, root_entr
         if table == root_table:
             continue
         if table not in by_table:
-            raise SubcError(f"the switch holds entries of table {table}, which the rule set's program does not have: "
-                            "it runs another program (reload it: subc load --config)")
+            raise SubcError(
+                f"the switch holds entries of table {table}, which the rule set's program does not have: "
+                "it runs another program (reload it: subc load --config)"
+            )
         by_table[table].append(e)
     action, params = decode_action(index, root_table, root_entry)
     if action != skeleton["root"]["action"]:
@@ -99,5 +102,6 @@ def switch_document(skeleton: dict, index: P4InfoIndex, entries: list, root_entr
     doc["tables"] = [{**t, "entries": by_table[t["name"]]} for t in skeleton["tables"]]
     doc["multicast_groups"] = sorted(
         ({"group": g.multicast_group_id, "ports": sorted(r.egress_port for r in g.replicas)} for g in groups),
-        key=lambda g: g["group"])
+        key=lambda g: g["group"],
+    )
     return doc

@@ -57,11 +57,16 @@ class P4InfoIndex:
 
     def __init__(self, p4info):
         self.p4info = p4info
-        self.tables = {t.preamble.name: TableInfo(t.preamble.id, [(f.id, f.name, f.bitwidth, self.KINDS.get(f.match_type, "?"))
-                                                                   for f in t.match_fields])
-                       for t in p4info.tables}
-        self.actions = {a.preamble.name: ActionInfo(a.preamble.id, {p.name: (p.id, p.bitwidth) for p in a.params})
-                        for a in p4info.actions}
+        self.tables = {
+            t.preamble.name: TableInfo(
+                t.preamble.id, [(f.id, f.name, f.bitwidth, self.KINDS.get(f.match_type, "?")) for f in t.match_fields]
+            )
+            for t in p4info.tables
+        }
+        self.actions = {
+            a.preamble.name: ActionInfo(a.preamble.id, {p.name: (p.id, p.bitwidth) for p in a.params})
+            for a in p4info.actions
+        }
         self.table_names = {t.id: n for n, t in self.tables.items()}
         self.action_names = {a.id: n for n, a in self.actions.items()}
 

@@ -87,8 +87,14 @@ class Session:
     Attributes: ``index`` (:class:`~.requests.P4InfoIndex` of the switch's P4Info), ``p4info``.
     SubcError when no server answers, the session is not primary, or the pipeline is refused."""
 
-    def __init__(self, addr: str, device_id: int = 0, election_id: tuple[int, int] = (0, 1),
-                 config: tuple[str, str] | None = None, read_only: bool = False):
+    def __init__(
+        self,
+        addr: str,
+        device_id: int = 0,
+        election_id: tuple[int, int] = (0, 1),
+        config: tuple[str, str] | None = None,
+        read_only: bool = False,
+    ):
         import p4runtime_sh.shell as sh
 
         self.sh, self.addr, self.device_id = sh, addr, device_id
@@ -106,18 +112,24 @@ class Session:
                     with contextlib.suppress(Exception):
                         sh.teardown()
                 if config:
-                    raise SubcError(f"{addr}: could not set the forwarding pipeline (device {device_id}) from "
-                                    f"{config[0]} and {config[1]}{': ' + said if said else ''}; {CONNECT_HINT}") from None
-                raise SubcError(f"{addr}: no P4Runtime session with device {device_id}: the server did not answer "
-                                f"the arbitration or has no pipeline; {CONNECT_HINT}") from None
+                    raise SubcError(
+                        f"{addr}: could not set the forwarding pipeline (device {device_id}) from "
+                        f"{config[0]} and {config[1]}{': ' + said if said else ''}; {CONNECT_HINT}"
+                    ) from None
+                raise SubcError(
+                    f"{addr}: no P4Runtime session with device {device_id}: the server did not answer "
+                    f"the arbitration or has no pipeline; {CONNECT_HINT}"
+                ) from None
             except Exception as e:  # noqa: BLE001 - grpc and protobuf errors alike
                 with contextlib.suppress(Exception):
                     sh.teardown()
                 raise SubcError(f"{addr}: P4Runtime setup failed: {e}") from None
         if "not the primary" in out.getvalue() and not read_only:
             self.close()
-            raise SubcError(f"{addr}: another controller is primary for device {device_id} (a higher election id "
-                            f"than {election_id[0]},{election_id[1]}): pass a higher --election-id")
+            raise SubcError(
+                f"{addr}: another controller is primary for device {device_id} (a higher election id "
+                f"than {election_id[0]},{election_id[1]}): pass a higher --election-id"
+            )
         self.p4info = sh.context.p4info
         self.index = P4InfoIndex(self.p4info)
         self.stub = sh.client.stub
@@ -131,17 +143,21 @@ class Session:
         self.channel = grpc.insecure_channel(self.addr)
         self.stub = p4runtime_pb2_grpc.P4RuntimeStub(self.channel)
         req = pr.GetForwardingPipelineConfigRequest(
-            device_id=self.device_id, response_type=pr.GetForwardingPipelineConfigRequest.P4INFO_AND_COOKIE)
+            device_id=self.device_id, response_type=pr.GetForwardingPipelineConfigRequest.P4INFO_AND_COOKIE
+        )
         try:
             rep = self.stub.GetForwardingPipelineConfig(req, timeout=10)
         except grpc.RpcError as e:
             self.close()
-            raise SubcError(f"{self.addr}: no P4Runtime answer for device {self.device_id} ({e.code().name}: "
-                            f"{e.details()}); {CONNECT_HINT}") from None
+            raise SubcError(
+                f"{self.addr}: no P4Runtime answer for device {self.device_id} ({e.code().name}: "
+                f"{e.details()}); {CONNECT_HINT}"
+            ) from None
         if not rep.config.HasField("p4info") or not rep.config.p4info.tables:
             self.close()
-            raise SubcError(f"{self.addr}: device {self.device_id} has no forwarding pipeline (set one with subc load "
-                            "--config)")
+            raise SubcError(
+                f"{self.addr}: device {self.device_id} has no forwarding pipeline (set one with subc load --config)"
+            )
         self.p4info = rep.config.p4info
         self.index = P4InfoIndex(self.p4info)
 
@@ -177,7 +193,7 @@ class Session:
 
         client = self.sh.client
         for i in range(0, len(updates), BATCH):
-            batch = updates[i:i + BATCH]
+            batch = updates[i : i + BATCH]
             req = pr.WriteRequest(device_id=self.device_id)
             req.election_id.high, req.election_id.low = client.election_id
             if client.role_name is not None:
@@ -208,16 +224,21 @@ class Session:
             lines.append(f"{kind} of {_describe(batch[k], self.index)}: {said}")
         more = f" (and {len(failed) - 5} more)" if len(failed) > 5 else ""
         applied = list(range(i)) + [i + k for k in range(len(batch)) if k not in bad] if known else None
-        return WriteRejected(f"{self.addr}: the switch rejected {len(failed)} of {len(batch)} updates{more} after {i} "
-                             "were written: " + "; ".join(lines), applied)
+        return WriteRejected(
+            f"{self.addr}: the switch rejected {len(failed)} of {len(batch)} updates{more} after {i} "
+            "were written: " + "; ".join(lines),
+            applied,
+        )
 
     def _rpc_error(self, err, when: str) -> str:
         import grpc
 
         code = err.code()
         if code == grpc.StatusCode.PERMISSION_DENIED:
-            return (f"{self.addr}: this session is no longer the primary controller of device {self.device_id} "
-                    f"(another took over: {err.details()}); {when}")
+            return (
+                f"{self.addr}: this session is no longer the primary controller of device {self.device_id} "
+                f"(another took over: {err.details()}); {when}"
+            )
         if code == grpc.StatusCode.UNAVAILABLE:
             return f"{self.addr}: the P4Runtime server went away ({err.details()}); {when}"
         return f"{self.addr}: P4Runtime error {code.name}: {err.details()}; {when}"
@@ -268,5 +289,7 @@ class Session:
 
         out = []
         for c in self.p4info.counters:
-            out += [e.counter_entry for e in self.read([pr.Entity(counter_entry=pr.CounterEntry(counter_id=c.preamble.id))])]
+            out += [
+                e.counter_entry for e in self.read([pr.Entity(counter_entry=pr.CounterEntry(counter_id=c.preamble.id))])
+            ]
         return out

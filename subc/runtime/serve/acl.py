@@ -81,9 +81,13 @@ def load_acl(path: str | Path | None) -> Acl:
                 raise ValueError(f"grant {i + 1}: give one of 'source' or 'token'")
             if not isinstance(g.get("to"), list) or not g["to"]:
                 raise ValueError(f"grant {i + 1}: 'to' must be a list of networks")
-            acl.grants.append(Grant([ipaddress.IPv4Network(n) for n in g["to"]],
-                                    ipaddress.IPv4Network(g["source"]) if "source" in g else None,
-                                    str(g["token"]) if "token" in g else None))
+            acl.grants.append(
+                Grant(
+                    [ipaddress.IPv4Network(n) for n in g["to"]],
+                    ipaddress.IPv4Network(g["source"]) if "source" in g else None,
+                    str(g["token"]) if "token" in g else None,
+                )
+            )
     except (ValueError, TypeError) as e:
         raise SubcError(f"{path}: {e}") from None
     if acl.subs_per_source < 1 or acl.requests_per_second <= 0:

@@ -159,7 +159,6 @@ class Pending:
     t0: float = 0.0
 
 
-
 def bind_udp_tcp(host: str, port: int, tries: int = PORT_TRIES) -> tuple[socket.socket, socket.socket, int]:
     """A UDP and a TCP socket bound to one port of ``host`` (UDP with a receive buffer of
     :data:`UDP_RCVBUF` bytes): ``port``, or with port 0 a port free for both, tried up to ``tries``
@@ -229,8 +228,10 @@ class Daemon:
         self.sw = open_switch(sw.program, sw.addr, sw.device_id, sw.election_id, sw.config, sw.grace)
         try:
             if list(cfg.field_order) != self.sw.doc["field_order"]:
-                raise SubcError(f"{sw.program} tests {', '.join(self.sw.doc['field_order'])}; --field-order gives "
-                                f"{', '.join(cfg.field_order)}")
+                raise SubcError(
+                    f"{sw.program} tests {', '.join(self.sw.doc['field_order'])}; --field-order gives "
+                    f"{', '.join(cfg.field_order)}"
+                )
             port_map = load_port_map(sw.port_map, self.sw.ports)
             self.store = Store(cfg.state_dir)
         except BaseException:
@@ -269,8 +270,9 @@ class Daemon:
         function that frees the inherited entries)."""
         cfg = self.cfg
         self.sw = None
-        self.dp: DataPlane = open_dataplane(cfg.spec, cfg.iface, cfg.field_order, cfg.capacity, cfg.state_dir,
-                                            cfg.xdp_mode)
+        self.dp: DataPlane = open_dataplane(
+            cfg.spec, cfg.iface, cfg.field_order, cfg.capacity, cfg.state_dir, cfg.xdp_mode
+        )
         self.store = Store(cfg.state_dir)
         self._topics()
         fields = [cfg.spec.query_fields[f] for f in cfg.field_order]
@@ -285,8 +287,11 @@ class Daemon:
             return None, None
         inh = self.writer.inherit()
         # numbers the inherited leaves may deliver to, beyond the stored endpoints'
-        in_use = {s for s in range(L.MAX_SUBSCRIBERS)
-                  if L.sub_struct(1).unpack(self.dp.maps["subc_subs"].lookup(L.U32.pack(v=s)))["count"]}
+        in_use = {
+            s
+            for s in range(L.MAX_SUBSCRIBERS)
+            if L.sub_struct(1).unpack(self.dp.maps["subc_subs"].lookup(L.U32.pack(v=s)))["count"]
+        }
         held = self._held = self.endpoints.hold(in_use - set(known.values()))
 
         def free() -> None:
@@ -309,8 +314,12 @@ class Daemon:
             self.endpoints.free_sids(held)
         restored = len(self.subs)
         self._open_sockets()
-        for name, fn in (("network", self._network), ("updater", self._updater), ("reclaimer", self._reclaimer),
-                         ("lease", self._lease_timer)):
+        for name, fn in (
+            ("network", self._network),
+            ("updater", self._updater),
+            ("reclaimer", self._reclaimer),
+            ("lease", self._lease_timer),
+        ):
             t = threading.Thread(target=fn, name=f"subc-{name}", daemon=True)
             t.start()
             self.threads.append(t)
@@ -321,8 +330,16 @@ class Daemon:
         # time.  What a batch leaves alive is frozen after it (see _updater).
         gc.set_threshold(GC_YOUNG, 10, 10)
         self.metrics.subscriptions.set(len(self.subs))
-        _event(logging.INFO, "serving", iface=cfg.iface, switch=cfg.switch and cfg.switch.addr,
-               listen=f"{cfg.listen[0]}:{self.port}", adopted=self.adopted, restored=restored, field_order=cfg.field_order)
+        _event(
+            logging.INFO,
+            "serving",
+            iface=cfg.iface,
+            switch=cfg.switch and cfg.switch.addr,
+            listen=f"{cfg.listen[0]}:{self.port}",
+            adopted=self.adopted,
+            restored=restored,
+            field_order=cfg.field_order,
+        )
         self.started.set()
 
     def _restore(self, inherited_slot: int | None, release) -> list:
@@ -346,8 +363,9 @@ class Daemon:
                         raise SubcError("a topic subscription, and the spec has no topic fields")
                     cond, names = self.topics.condition(parse_filter(s.filter, self.depth), s.text)
                 else:
-                    cond = parse_rules(s.text + " : fwd(0);", self.cfg.spec, "<store>",
-                                       limits=self.cfg.limits)[0].condition
+                    cond = parse_rules(s.text + " : fwd(0);", self.cfg.spec, "<store>", limits=self.cfg.limits)[
+                        0
+                    ].condition
                 region = self.diagram.region(cond)
                 sid, _ = self.endpoints.acquire((s.ip, s.port), fresh=False)
             except (SubcError, TopicError) as e:
@@ -516,8 +534,7 @@ class Daemon:
             if now - self.complained.get(src, 0.0) >= 1.0:  # one complaint per second, no amplification
                 self.complained[src] = now
                 reply(f"ERR rate limit: {self.cfg.acl.requests_per_second:g} requests per second")
-        parsed = parse_requests([raw for raw, _, _ in allowed], self.cfg.spec, self.cfg.limits, self.depth,
-                                self.shapes)
+        parsed = parse_requests([raw for raw, _, _ in allowed], self.cfg.spec, self.cfg.limits, self.depth, self.shapes)
         for (raw, source, reply), req in zip(allowed, parsed):
             if isinstance(req, ProtocolError):
                 verb = raw.split(None, 1)[0].upper() if raw.split() else b""
@@ -615,8 +632,11 @@ class Daemon:
             if p.kind in ("REGISTER", "UNREGISTER"):
                 after.append((p, self._registration(p, now)))
             elif p.kind == "RENEW":
-                ids = [p.req.sub_id] if p.req.sub_id is not None else [
-                    i for i, lv in self.subs.items() if lv.source == p.source[0]]
+                ids = (
+                    [p.req.sub_id]
+                    if p.req.sub_id is not None
+                    else [i for i, lv in self.subs.items() if lv.source == p.source[0]]
+                )
                 ids = [i for i in ids if i in self.subs and self.subs[i].source == p.source[0]]
                 exp = now + self.cfg.lease if self.cfg.lease else None
                 for i in ids:
@@ -654,8 +674,13 @@ class Daemon:
                 return f"ERR {src} has no registration of {req.topic_text}"
             return f"UNREGACK {req.topic_text}"
         try:
-            labels = self.topics.register(req.topic_text, req.topic, src, now + self.cfg.lease if self.cfg.lease
-                                          else None, self.cfg.acl.subs_per_source)
+            labels = self.topics.register(
+                req.topic_text,
+                req.topic,
+                src,
+                now + self.cfg.lease if self.cfg.lease else None,
+                self.cfg.acl.subs_per_source,
+            )
         except SubcError as e:
             return f"ERR {e.message}"
         return f"REGACK {req.topic_text} {' '.join(map(str, labels))}"
@@ -703,8 +728,9 @@ class Daemon:
         if first:
             ep_new[ep] = sid
         self.per_source[src] = self.per_source.get(src, 0) + 1
-        live = Live(self.next_id, req.text, req.condition, ep, sid, src,
-                    now + self.cfg.lease if self.cfg.lease else None)
+        live = Live(
+            self.next_id, req.text, req.condition, ep, sid, src, now + self.cfg.lease if self.cfg.lease else None
+        )
         self.next_id += 1
         return live
 
@@ -742,8 +768,13 @@ class Daemon:
         self.work.set()
         if self.sw is not None:
             eps = {}
-        self.store.commit([lv.stored() for _, lv in ok_subs], [lv.id for _, lv in ok_unsubs], eps,
-                          next_id=self.next_id, topics=self.topics.changes() if self.topics is not None else None)
+        self.store.commit(
+            [lv.stored() for _, lv in ok_subs],
+            [lv.id for _, lv in ok_unsubs],
+            eps,
+            next_id=self.next_id,
+            topics=self.topics.changes() if self.topics is not None else None,
+        )
         done = time.perf_counter()
         for p, lv in ok_subs:
             p.reply(f"SUBACK {lv.id}")

@@ -30,8 +30,10 @@ ENTRY_ROLES = ("bounds", "exact", "lpm")
 def default_field_order(spec: Spec) -> list[str]:
     """Every query field of ``spec``: exact ones first, then lpm, then range (each in spec order)."""
     rank = {"exact": 0, "lpm": 1, "range": 2}
-    return sorted(spec.query_fields, key=lambda n: (rank.get(spec.query_fields[n].match_kind, 3),
-                                                    list(spec.query_fields).index(n)))
+    return sorted(
+        spec.query_fields,
+        key=lambda n: (rank.get(spec.query_fields[n].match_kind, 3), list(spec.query_fields).index(n)),
+    )
 
 
 def serve_caps(doc: dict, capacity: int) -> dict[str, int]:
@@ -66,8 +68,9 @@ class DataPlane:
         return [self.caps[st["maps"][0]] - 1 for st in self.doc["stages"][1:]] + [self.caps["subc_leaf"] - 1]
 
 
-def open_dataplane(spec: Spec, iface: str, order: list[str], capacity: int, state_dir: str | None,
-                   xdp_mode: str = "auto") -> DataPlane:
+def open_dataplane(
+    spec: Spec, iface: str, order: list[str], capacity: int, state_dir: str | None, xdp_mode: str = "auto"
+) -> DataPlane:
     """Adopt the data path ``subc serve`` left on ``iface`` (same spec text, field order and
     capacity), or load a new one.  Raises SubcError when ``iface`` runs something else (a rule
     set of ``subc load``, another spec or order: unload first) or the program cannot be loaded."""
@@ -99,15 +102,33 @@ def open_dataplane(spec: Spec, iface: str, order: list[str], capacity: int, stat
         attach.check_data_path(lf.program, lf.maps, home, ifindex, [])
         info = {"xdp": prog_info(lf.program.xdp.fd), "tc": prog_info(lf.program.tc.fd)}
         state = {
-            "iface": iface, "ifindex": ifindex, "netns_inode": home.netns.inode, "netns_cookie": home.netns.cookie,
-            "pins": str(home.pins), "mode": "serve", "spec": str(Path(spec.path).resolve()),
-            "spec_sha256": spec_hash, "field_order": order, "capacity": capacity,
+            "iface": iface,
+            "ifindex": ifindex,
+            "netns_inode": home.netns.inode,
+            "netns_cookie": home.netns.cookie,
+            "pins": str(home.pins),
+            "mode": "serve",
+            "spec": str(Path(spec.path).resolve()),
+            "spec_sha256": spec_hash,
+            "field_order": order,
+            "capacity": capacity,
             "state_dir": state_dir and str(Path(state_dir).resolve()),
-            "generation": 0, "capacities": lf.caps, "max_endpoints": 1, "regions_used": {}, "xdp_mode": xdp_mode,
-            "programs": info, "subscribers": None, "subscriber_names": {}, "leaves": {},
-            "maps": {m["name"]: {"key": m["key"]["size"], "value": lf.maps[m["name"]].value_size, "type": m["type"]}
-                     for m in doc["maps"]},
-            "loaded_at": time.time(), "links": [], "fanout": {"enabled": False, "reason": "subc serve"},
+            "generation": 0,
+            "capacities": lf.caps,
+            "max_endpoints": 1,
+            "regions_used": {},
+            "xdp_mode": xdp_mode,
+            "programs": info,
+            "subscribers": None,
+            "subscriber_names": {},
+            "leaves": {},
+            "maps": {
+                m["name"]: {"key": m["key"]["size"], "value": lf.maps[m["name"]].value_size, "type": m["type"]}
+                for m in doc["maps"]
+            },
+            "loaded_at": time.time(),
+            "links": [],
+            "fanout": {"enabled": False, "reason": "subc serve"},
         }
         write_state(home, state, doc)
     except BaseException:

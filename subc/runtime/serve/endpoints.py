@@ -129,8 +129,9 @@ class EndpointTable:
             restart = sid is not None and not fresh
             if sid is None:
                 if not self.free:
-                    raise SubcError(f"every subscriber number (0..{MAX_SUBSCRIBER_ID}) is in use: "
-                                    "no room for a new endpoint")
+                    raise SubcError(
+                        f"every subscriber number (0..{MAX_SUBSCRIBER_ID}) is in use: no room for a new endpoint"
+                    )
                 sid = self.free.pop()
             try:
                 self._write(self.resolver(ep[0], ep[1], sid), restart)
@@ -196,5 +197,6 @@ class EndpointTable:
 
     def _everyone(self) -> None:
         """``subc_all[0]``: every endpoint with a subscription (heartbeats go to them)."""
-        self.maps["subc_all"].update(L.U32.pack(v=0), L.SUBSET.pack(subs=subscriber_words(
-            e.sid for e in self.by_ep.values())))
+        self.maps["subc_all"].update(
+            L.U32.pack(v=0), L.SUBSET.pack(subs=subscriber_words(e.sid for e in self.by_ep.values()))
+        )

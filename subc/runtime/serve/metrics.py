@@ -27,8 +27,12 @@ class Metrics:
     def __init__(self, listen: tuple[str, int] | None = None):
         self.registry = r = CollectorRegistry()
         self.requests = Counter("subc_serve_requests", "requests by verb and outcome", ["verb", "result"], registry=r)
-        self.suback = Histogram("subc_serve_suback_seconds", "SUBSCRIBE arrival to SUBACK (data plane updated), s",
-                                buckets=SUBACK_BUCKETS, registry=r)
+        self.suback = Histogram(
+            "subc_serve_suback_seconds",
+            "SUBSCRIBE arrival to SUBACK (data plane updated), s",
+            buckets=SUBACK_BUCKETS,
+            registry=r,
+        )
         self.changes = Counter("subc_serve_changes", "changes applied to the data plane (root switches)", registry=r)
         self.subscriptions = Gauge("subc_serve_subscriptions", "live subscriptions", registry=r)
         self.endpoints = Gauge("subc_serve_endpoints", "delivery endpoints with a subscription", registry=r)

@@ -43,8 +43,10 @@ def load_port_map(path: str, ports: list[int]) -> list[tuple[ipaddress.IPv4Netwo
             raise SubcError(f"{path}:{n}:{col}: error: {e}\n{line}\n{' ' * (col - 1)}^") from None
         pcol = line.index(parts[1], col + len(parts[0]) - 1) + 1
         if not parts[1].isdigit() or int(parts[1]) not in ports:
-            raise SubcError(f"{path}:{n}:{pcol}: error: port {parts[1]} is not a subscriber port of the program "
-                            f"({', '.join(map(str, ports))})\n{line}\n{' ' * (pcol - 1)}^")
+            raise SubcError(
+                f"{path}:{n}:{pcol}: error: port {parts[1]} is not a subscriber port of the program "
+                f"({', '.join(map(str, ports))})\n{line}\n{' ' * (pcol - 1)}^"
+            )
         out.append((net, int(parts[1])))
     return sorted(out, key=lambda x: -x[0].prefixlen)
 

@@ -112,24 +112,31 @@ def _condition(text: str, col: int, spec: Spec, limits: Limits, shapes: ShapeCac
         if c > len(text):  # in the part the broker appended: the condition has an action part
             m = _ACTION.search(text)
             if m:
-                raise ProtocolError(col + m.start(), "a condition has no action part (the broker "
-                                    "delivers to the subscriber)") from None
+                raise ProtocolError(
+                    col + m.start(), "a condition has no action part (the broker delivers to the subscriber)"
+                ) from None
             raise ProtocolError(col + len(text), e.message) from None
         raise ProtocolError(col + c - 1, e.message) from None
     if len(rules) != 1 or len(rules[0].actions) != 1:
         raise ProtocolError(col, "a subscription takes one condition, without actions")
     preds = state_predicates(rules[0].condition)
     if preds:
-        raise ProtocolError(col + preds[0].location.column - 1,
-                            "live subscriptions do not take comparisons on state (aggregates) yet")
+        raise ProtocolError(
+            col + preds[0].location.column - 1, "live subscriptions do not take comparisons on state (aggregates) yet"
+        )
     return rules[0].condition
 
 
 _WHERE = re.compile(r"\s+WHERE(?=\s|\Z)", re.IGNORECASE)
 
 
-def parse_requests(raws: list[bytes], spec: Spec, limits: Limits = DEFAULT_LIMITS, depth: int | None = None,
-                   shapes: ShapeCache | None = None) -> list[Request | ProtocolError]:
+def parse_requests(
+    raws: list[bytes],
+    spec: Spec,
+    limits: Limits = DEFAULT_LIMITS,
+    depth: int | None = None,
+    shapes: ShapeCache | None = None,
+) -> list[Request | ProtocolError]:
     """:func:`parse_request` of each line of ``raws``, in order: a request, or its error."""
     out: list[Request | ProtocolError] = []
     for raw in raws:
@@ -140,8 +147,9 @@ def parse_requests(raws: list[bytes], spec: Spec, limits: Limits = DEFAULT_LIMIT
     return out
 
 
-def parse_request(raw: bytes, spec: Spec, limits: Limits = DEFAULT_LIMITS, depth: int | None = None,
-                  shapes: ShapeCache | None = None) -> Request:
+def parse_request(
+    raw: bytes, spec: Spec, limits: Limits = DEFAULT_LIMITS, depth: int | None = None, shapes: ShapeCache | None = None
+) -> Request:
     """The request of one line ``raw`` (without its newline); ``depth``: the levels a topic may
     have (the spec's label fields), None when the spec has no topic fields; ``shapes``: condition
     shapes kept between requests (:class:`~subc.compiler.rule_shapes.ShapeCache` of ``spec`` and
@@ -181,7 +189,7 @@ def parse_request(raw: bytes, spec: Spec, limits: Limits = DEFAULT_LIMITS, depth
             m = _WHERE.match(" " + tail)
             if not m:
                 raise ProtocolError(col + len(name) + 1, "expected WHERE <condition> after the topic filter")
-            where = (" " + tail)[m.end():]
+            where = (" " + tail)[m.end() :]
             wcol = col + len(name) + m.end()
             if not where.strip():
                 raise ProtocolError(wcol, "WHERE needs a condition")
@@ -201,5 +209,7 @@ def parse_request(raw: bytes, spec: Spec, limits: Limits = DEFAULT_LIMITS, depth
         if rest.strip():
             raise ProtocolError(rest_col, f"{verb} takes no argument")
         return Request(verb)
-    raise ProtocolError(lead + 1, f"unknown request '{verb[:40]}' (SUBSCRIBE, UNSUBSCRIBE, RENEW, LIST, PING, "
-                        "REGISTER, UNREGISTER, SUB)")
+    raise ProtocolError(
+        lead + 1,
+        f"unknown request '{verb[:40]}' (SUBSCRIBE, UNSUBSCRIBE, RENEW, LIST, PING, REGISTER, UNREGISTER, SUB)",
+    )

@@ -5,7 +5,8 @@ in s, NULL for a subscription without a lease; ``filter``: a topic subscription'
 ``condition`` is then its ``WHERE`` part or empty), ``endpoint(ip, port, sid)`` (the subscriber
 number each delivery endpoint has in the data plane, kept so that a restarted daemon gives every
 endpoint the number the pinned maps' leaves use), ``label(name, label)`` (the topic level names'
-labels, which publishers keep) and ``registration(topic, source, expires)``.  Every change is committed before the request
+labels, which publishers keep) and ``registration(topic, source, expires)``.  Every change is
+committed before the request
 is acknowledged, so a daemon that restarts finds every subscription it acknowledged.
 """
 
@@ -112,8 +113,14 @@ class Store:
             self.db.executemany("UPDATE subscription SET expires = ? WHERE id = ?", [(expires, i) for i in ids])
             self.db.execute("COMMIT")
 
-    def commit(self, adds: list[Stored], removes: list[int], endpoints: dict[tuple[str, int], int | None],
-               next_id: int | None = None, topics: TopicChanges | None = None) -> None:
+    def commit(
+        self,
+        adds: list[Stored],
+        removes: list[int],
+        endpoints: dict[tuple[str, int], int | None],
+        next_id: int | None = None,
+        topics: TopicChanges | None = None,
+    ) -> None:
         """One transaction: insert ``adds``, delete the ids ``removes``, set (sid) or forget
         (None) the ``endpoints``, record the next free subscription id and the ``topics``
         changes."""
@@ -171,8 +178,9 @@ class Store:
 
     def all(self) -> list[Stored]:
         with self.lock:
-            rows = self.db.execute("SELECT id, condition, ip, port, source, expires, filter FROM subscription "
-                                   "ORDER BY id")
+            rows = self.db.execute(
+                "SELECT id, condition, ip, port, source, expires, filter FROM subscription ORDER BY id"
+            )
             return [Stored(*r) for r in rows.fetchall()]
 
     def checkpoint(self) -> None:

@@ -241,8 +241,9 @@ class TopicBook:
         self.labels.release(names)
 
     # -- registrations ------------------------------------------------------------------------
-    def register(self, topic: str, levels: tuple[str, ...], source: str, expires: float | None,
-                 per_source: int) -> list[int]:
+    def register(
+        self, topic: str, levels: tuple[str, ...], source: str, expires: float | None, per_source: int
+    ) -> list[int]:
         """Register (or renew) ``topic`` for ``source``; returns its labels.  Raises SubcError
         when ``source`` has ``per_source`` registrations already or the labels are exhausted."""
         key = (topic, source)
