@@ -25,7 +25,7 @@ a feed does between quiet periods and the open: 2,072 datagrams, 5.8 messages ea
 a price, and of another symbol of at least some shares (symbols, prices and share thresholds drawn
 per subscriber, seeded, from the sample's values), so each message goes to its own subset of the
 subscribers and copies differ: every subscriber of at least one message of a datagram gets one
-datagram with exactly its messages, its own sequence number and count (README "Delivery
+datagram with exactly its messages, its own sequence number and count (docs/ebpf.md "Delivery
 semantics").  Non-Add-Order messages go to no one.
 
 * Publisher, pinned to CPU 0, for ``--seconds`` per offered rate of ``--rates`` (messages/s; 0: as

@@ -18,7 +18,7 @@ duration of BPF_PROG_TEST_RUN).
 
 ``--stateful M,...`` adds, for each M, a run of the same rule set plus M rules of the paper's
 stateful shape ``add_order.stock == S and avg(add_order.price, window=1000) > X : fwd(H)``
-(README "Stateful subscriptions": M aggregate instances, each under its own bpf_spin_lock, time
+(docs/state.md "Stateful subscriptions": M aggregate instances, each under its own bpf_spin_lock, time
 from bpf_ktime_get_ns); the row's ``stateful_rules`` says which.  ``--counters M,...`` adds
 instead M rate limits ``add_order.stock == S and cK < N : fwd(H), inc(cK)`` over M named counters
 declared for the run (``@pragma query_counter(cK, 1000)`` appended to the spec): each read at

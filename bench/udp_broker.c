@@ -1,5 +1,5 @@
 /* The user-space baseline of bench/broker_throughput.py: a pub/sub broker on UDP sockets that does
- * what the eBPF broker does (README "Delivery semantics"), with batched recvmmsg/sendmmsg.
+ * what the eBPF broker does (docs/ebpf.md "Delivery semantics"), with batched recvmmsg/sendmmsg.
  *
  *   udp_broker classify TABLES PAYLOADS     per message: leaf state, leaf kind, subscriber ids (tests)
  *   udp_broker repack TABLES PAYLOADS       per payload: the copies it gives (tests), see cmd_repack

@@ -454,7 +454,7 @@ def _p4rt_load(out_dir: str, p4rt: str, device_id: int, election_id: tuple[int, 
     help="broadcast a datagram whose recipients span interfaces to every endpoint (dropping the "
     "clones of non-recipients) when the endpoints are at most this many times its recipients; "
     "above 1, faster, but a bulk of dropped clones loses the kernel's flush and can delay "
-    "copies (README, XDP fan-out)",
+    "copies (docs/ebpf.md, \"XDP fan-out\")",
 )
 def load_cmd(
     out_dir: str,
@@ -475,7 +475,7 @@ def load_cmd(
     drop XDP-redirected frames); findings are printed on stderr.
 
     With --p4runtime, load a bmv2/tofino output directory on a switch: its multicast groups and
-    entries, then the root state (README, "Loading a switch over P4Runtime")."""
+    entries, then the root state (docs/p4runtime.md, "Loading a switch over P4Runtime")."""
     _one_of(iface, p4rt)
     if p4rt:
         _p4rt_load(out_dir, p4rt, device_id, election_id, config)
@@ -690,7 +690,7 @@ def serve_program_cmd(
 ) -> None:
     """Write the P4 program that subc serve --p4runtime fills with live subscriptions: a table
     per query field of the field order, every port of --ports, tables sized for --capacity
-    (README, "Live subscriptions on a switch").  Compile subc.p4 with the target's compiler."""
+    (docs/p4runtime.md, "Live subscriptions on a switch").  Compile subc.p4 with the target's compiler."""
     from .compiler.spec import load_spec
     from .compiler.targets.output import write_directory
     from .compiler.targets.serve_program import serve_program
@@ -770,7 +770,7 @@ def _port_list(text: str) -> list[int]:
     help="directory of the subscription store (SQLite, WAL); without it nothing survives a restart",
 )
 @click.option("--lease", type=click.FloatRange(min=0.05), help="seconds a subscription lives unless renewed")
-@click.option("--acl", type=click.Path(dir_okay=False, exists=True), help="ACL and limits (TOML, README)")
+@click.option("--acl", type=click.Path(dir_okay=False, exists=True), help="ACL and limits (TOML, docs/serve.md)")
 @click.option("--metrics", help="ADDR:PORT of the Prometheus metrics")
 @click.option(
     "--field-order",
@@ -811,11 +811,11 @@ def serve_cmd(
     max_states: int,
 ) -> None:
     """Run the live broker on IFACE: subscribers come and go with SUBSCRIBE/UNSUBSCRIBE requests
-    (README, "Live subscriptions"); the data path stays loaded when the daemon stops, and a
+    (docs/serve.md, "Live subscriptions"); the data path stays loaded when the daemon stops, and a
     restarted daemon takes it over.  Logs are JSON lines on stderr.
 
     With --p4runtime, the subscriptions are entries of a switch running a program of subc
-    serve-program (README, "Live subscriptions on a switch")."""
+    serve-program (docs/p4runtime.md, "Live subscriptions on a switch")."""
     import logging
     import signal
 
@@ -1114,7 +1114,7 @@ def publish_cmd(
 ) -> None:
     """REGISTER TOPIC with the broker and send PAYLOAD (else each line of standard input) as
     messages of TOPIC: the spec's topic header with the level labels, then the topic name and the
-    payload (README, "Live subscriptions"); then UNREGISTER unless --keep."""
+    payload (docs/serve.md, "Live subscriptions"); then UNREGISTER unless --keep."""
     from .compiler.parse_graph import ParseGraph
     from .compiler.spec import load_spec
     from .runtime.topic_client import Publisher

@@ -132,7 +132,7 @@ def call_in_netns(ns: str, fn):
 
 def shared_bpffs():
     """Context: a BPF file system on ``/run/subc/bpffs`` (the host's ``/sys/fs/bpf`` bound there,
-    mounted first when missing), which every ``ip netns exec`` command sees, as README says to
+    mounted first when missing), which every ``ip netns exec`` command sees, as docs/ebpf.md says to
     make one for brokers in namespaces; removed afterwards when this made it."""
     import contextlib
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command (README, "Tests"):  bash tests/run.sh [pytest arguments]
+# The test command (README, "Quick start"; docs/tests.md):  bash tests/run.sh [pytest arguments]
 #
 # Works alone on a fresh Debian 12 machine.  As root with apt-get, it first installs the Debian
 # packages the tests need, when one is missing (then only: apt-get update + install):
@@ -33,7 +33,7 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         fi
         DEBIAN_FRONTEND=noninteractive apt-get install -y -q $missing
     fi
-    # No headers are packaged for this kernel: point bcc at Debian's (see README, "eBPF target").
+    # No headers are packaged for this kernel: point bcc at Debian's (see docs/ebpf.md, "eBPF target").
     if [ ! -e "$kdir/build/include" ]; then
         build="$(ls -d /usr/src/linux-headers-*-"$arch" 2>/dev/null | sort -V | tail -1)" || true
         common="$(ls -d /usr/src/linux-headers-*-common 2>/dev/null | sort -V | tail -1)" || true

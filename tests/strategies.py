@@ -87,7 +87,7 @@ def boundary_packets(rules, qs, draw):
     return pkts
 
 
-# -- comparisons on state (README "Stateful subscriptions") ------------------------------------
+# -- comparisons on state (docs/state.md "Stateful subscriptions") ------------------------------------
 
 
 @st.composite
@@ -163,7 +163,7 @@ def timed_messages(draw, values, time_field, max_messages=40):
     return out
 
 
-# -- named counters (README "Stateful subscriptions") ------------------------------------------
+# -- named counters (docs/state.md "Stateful subscriptions") ------------------------------------------
 
 
 @st.composite

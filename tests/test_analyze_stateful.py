@@ -1,4 +1,4 @@
-"""`subc analyze` with comparisons on state (README "Stateful subscriptions", "The data pipeline").
+"""`subc analyze` with comparisons on state (docs/state.md "Stateful subscriptions", "The data pipeline").
 
 Hypothesis draws stateful rule sets over the ITCH example spec (aggregates; named counters with
 rate limits and sums) and timed ITCH messages built with scapy from values (times stepping onto

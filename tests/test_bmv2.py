@@ -180,7 +180,7 @@ def test_p4c_compiles_lpm_spec_actions_and_default(tmp_path):
                     "-o", str(out)], check=True, capture_output=True)
     src = (out / "subc.p4").read_text()
     # every message is classified on its own: a spec action withholds its message (counted by its
-    # code) and its body is not run per message (README "P4: every message of a datagram")
+    # code) and its body is not run per message (docs/p4-messages.md "P4: every message of a datagram")
     assert "hdr.ipv4.dstAddr : lpm" in src and "action tag(" not in src
     doc = json.loads((out / "entries.json").read_text())
     held = {(h["action"], tuple(h["params"].items())) for h in doc["messages"]["held"]}

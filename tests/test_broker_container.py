@@ -8,7 +8,7 @@ path tail-calls through: datagrams with several recipients were lost while ``sub
 
 * without a bpffs that outlives the command, ``subc load`` refuses with the fix and leaves the
   interface as it was;
-* with one shared as README says (``/run/subc/bpffs``), the six-endpoint delivery of
+* with one shared as docs/ebpf.md says (``/run/subc/bpffs``), the six-endpoint delivery of
   ``test_delivery_netns`` is exact under ``ip netns exec`` (one and many messages per datagram,
   XDP fan-out on with its daemon, and off), each subscriber's sequence numbers gap-free;
 * two brokers in two namespaces whose feed interfaces have the same name run at once, each exact;

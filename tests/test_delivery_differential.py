@@ -1,4 +1,4 @@
-"""Differential tests of the delivery semantics (README, "Delivery semantics") on random specs,
+"""Differential tests of the delivery semantics (docs/ebpf.md, "Delivery semantics") on random specs,
 rule sets and multi-message datagrams.
 
 Specs, messages and frames come from :mod:`spec_model` (which imports nothing from subc; frames are

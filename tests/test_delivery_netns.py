@@ -10,7 +10,7 @@ drops a datagram with a wrong one), and its subscriber's own gap-free sequence n
 heartbeat and the end of session reach every endpoint.
 
 Copies are compared as multisets per endpoint: a datagram sent whole from XDP and a neighbour
-copied in TC may reach a subscriber in either order (README, "Delivery semantics").  No verdict
+copied in TC may reach a subscriber in either order (docs/ebpf.md, "Delivery semantics").  No verdict
 depends on speed: listeners end on the end-of-session packet.
 """
 

@@ -1,4 +1,4 @@
-"""Multi-message delivery on the P4 targets (README "P4: every message of a datagram").
+"""Multi-message delivery on the P4 targets (docs/p4-messages.md "P4: every message of a datagram").
 
 Datagrams of up to K messages of mixed types, more than K, heartbeats, end of session and
 datagrams the switch cannot split are built with scapy from values (ITCH 5.0 layouts written

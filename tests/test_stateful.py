@@ -1,4 +1,4 @@
-"""Comparisons on state (README "Stateful subscriptions"): language, spec pragmas, and the
+"""Comparisons on state (docs/state.md "Stateful subscriptions"): language, spec pragmas, and the
 differential test of the compiled tables with their register model against the reference.
 
 Hypothesis draws rule sets that mix predicates on header fields with comparisons on aggregates
@@ -98,7 +98,7 @@ def test_count_window_boundaries_and_time_going_back():
 
 def test_aggregate_a_message_does_not_update_keeps_its_window():
     """Time going back: a message of an earlier window that does not update the aggregate leaves
-    it alone (README "Stateful subscriptions", rule 1); one that updates it starts that window."""
+    it alone (docs/state.md "Stateful subscriptions", rule 1); one that updates it starts that window."""
     text = "h.a == 1 and count(window=1) >= 2 : fwd(1);"
     seq = msgs((1000, 1, 0), (1001, 1, 0), (500, 2, 0), (1002, 1, 0), (500, 1, 0), (1003, 1, 0), (1004, 1, 0))
     _, got = run(SPEC_TIMED, text, seq, timed=True)

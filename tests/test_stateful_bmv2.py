@@ -1,4 +1,4 @@
-"""Comparisons on state in the BMv2 (v1model) programs (README "Stateful subscriptions").
+"""Comparisons on state in the BMv2 (v1model) programs (docs/state.md "Stateful subscriptions").
 
 The window id ``floor(now / W)`` the P4 program computes without division is checked against
 Python's integer division.  Hypothesis draws rule sets over the ITCH example spec (with

@@ -1,4 +1,4 @@
-"""Comparisons on state in the eBPF program (README "Stateful subscriptions"), in the kernel.
+"""Comparisons on state in the eBPF program (docs/state.md "Stateful subscriptions"), in the kernel.
 
 Hypothesis draws rule sets that mix header predicates with aggregates and timed message
 sequences (times in a message field the spec names with ``query_time``, so the test controls
@@ -106,7 +106,7 @@ def test_xdp_counter_values_are_exact(data):
 
 def test_aggregate_a_message_does_not_update_keeps_its_window():
     """Time going back: a message of an earlier window that does not update the aggregate leaves
-    it alone (README "Stateful subscriptions", rule 1), so the later window goes on counting."""
+    it alone (docs/state.md "Stateful subscriptions", rule 1), so the later window goes on counting."""
     need_root()
     text = "m.c == 1 and count(window=1) >= 2 : fwd(1);"
     rows = [(1000, 1), (1001, 1), (500, 2), (1002, 1), (2000, 1)]

@@ -4,7 +4,7 @@ broker does, so that the eBPF-versus-sockets ratio compares brokers that do the 
 * Classification: hypothesis rule sets over the eight message fields of the eBPF differential
   spec (one message per datagram; every match kind, unaligned fields up to 64 bits), then every
   message of the real ITCH sample: each message gets the reference's decision.
-* Per-subscriber repacking (README "Delivery semantics"): hypothesis rule sets over the Add Order
+* Per-subscriber repacking (docs/ebpf.md "Delivery semantics"): hypothesis rule sets over the Add Order
   fields of the ITCH spec and MoldUDP64 datagrams built with scapy from drawn values (Add Orders
   with and without MPID, other ITCH types, messages of a wrong length, unknown types, heartbeats,
   an end of session, malformed framing): every subscriber's copy must be, byte for byte, the

@@ -18,7 +18,7 @@ blocks of 1,024 x 128-bit words; 12 stages on Tofino 1 and 20 on Tofino 2; multi
   interval-code table matches on the field alone and is placed in the previous step's stages,
   except in the first step, which then needs one more stage.
 
-* **Every message of a datagram** (the multi-message program, README "P4: every message of a
+* **Every message of a datagram** (the multi-message program, docs/p4-messages.md "P4: every message of a
   datagram"): K slots each apply their own copy of every table.  The slots' chains are independent,
   so they share MAU stages: a step needs ``max(1, ceil(K x TCAM blocks / 24), ceil(K x SRAM blocks /
   80))`` stages; then the union of the K port bitmaps (a tree of ceil(log2 K) OR stages) and the
@@ -330,7 +330,7 @@ def _instruction_counts(doc: dict, src: str, caps: dict[str, int]) -> dict:
 
 
 def state_fit(res: CompileResult) -> dict:
-    """What comparisons on state need (README "Stateful subscriptions"): the aggregate instances
+    """What comparisons on state need (docs/state.md "Stateful subscriptions"): the aggregate instances
     (function, field, window in us, avg thresholds, the rules sharing it; a named counter's
     name), the state values the pipeline matches, the named counters' updates (what each adds)
     and the leaves that apply some, and per target the registers: eBPF, ``subc_agg`` entries (two generations per

@@ -1,6 +1,6 @@
 """The stateful pass: comparisons on state -> aggregate instances, update rules, state values.
 
-Semantics (README "Stateful subscriptions"; the reference is
+Semantics (docs/state.md "Stateful subscriptions"; the reference is
 :mod:`subc.runtime.stateful_reference`): every rule has its own aggregates; a message updates a
 rule's aggregates when it matches the rule's *stateless part* (its condition holds for some truth
 values of its comparisons on state), and its comparisons see the aggregates after that update.

@@ -79,7 +79,7 @@ def _pred_values(width: int, op: str, operands: tuple[Operand, ...]) -> Interval
     return IntervalSet(top, [lo_hi])
 
 
-#: Aggregate functions of stateful predicates (README "Stateful subscriptions").
+#: Aggregate functions of stateful predicates (docs/state.md "Stateful subscriptions").
 AGGREGATES = ("count", "sum", "avg", "min", "max")
 #: The kind of a named counter's :class:`Aggregate`.
 COUNTER = "counter"
@@ -96,7 +96,7 @@ class Aggregate:
     ``field`` ('header.field', None for ``count()``) of ``width`` bits (0 without a field), and
     ``window_ns``, the window's length in ns (0: one window that never ends).
 
-    Its value over a window (README "Stateful subscriptions"): ``count`` the messages, ``sum``
+    Its value over a window (docs/state.md "Stateful subscriptions"): ``count`` the messages, ``sum``
     their field values (saturating at 2**64 - 1), ``avg`` the exact mean (a
     :class:`~fractions.Fraction`), ``min``/``max`` the extremes; ``avg``, ``min`` and ``max`` of
     an empty window are None.

@@ -150,7 +150,7 @@ def write_json_atomically(path: str, doc) -> None:
 def datagram_copies(positions: np.ndarray, codes: np.ndarray, ports: list[tuple[int, ...]]) -> dict[str, int]:
     """Per port (as text), the datagrams it receives of messages at ``positions`` (int64: a
     capture's frame number, a BinaryFILE message's byte offset, which is its own datagram) with
-    decision ``codes`` (``ports[code]``: its subscribers), under the delivery semantics (README,
+    decision ``codes`` (``ports[code]``: its subscribers), under the delivery semantics (docs/ebpf.md,
     "Delivery semantics"): one copy per datagram holding any message for the port, so the distinct
     (position, port) pairs.  The messages of one datagram are in one split, so per-split counts
     add up.  Ports that receive nothing are left out."""

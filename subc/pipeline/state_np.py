@@ -1,6 +1,6 @@
 """The registers of an ``entries.json`` ``state`` section over columns of messages in trace order.
 
-The same model as :mod:`subc.runtime.state_model` (README "Stateful subscriptions"), computed
+The same model as :mod:`subc.runtime.state_model` (docs/state.md "Stateful subscriptions"), computed
 for a whole chunk of messages at once and carried from one chunk to the next, so that ``subc
 analyze`` can run the trace's messages through the registers split by split, in order:
 

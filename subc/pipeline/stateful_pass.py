@@ -1,5 +1,5 @@
 """The stateful pass of ``subc analyze``: every classified message, in trace order, through the
-compiled tables with their registers and through the reference (README "Stateful subscriptions").
+compiled tables with their registers and through the reference (docs/state.md "Stateful subscriptions").
 
 Comparisons on state make a message's decision depend on the messages before it, so the tasks of
 ``subc analyze`` only decode (each writes its split's classified messages with their raw field

@@ -3,7 +3,7 @@
     spark-submit --master yarn --py-files subc.zip "$(python3 -m subc.pipeline.submit --path)" \\
         analyze rules.sub --spec spec.p4 --trace /shared/itch/day.itch -o /shared/out
 
-(see README.md, "Running on a cluster").  ``--path`` prints this file's path.
+(see docs/pipeline.md, "Running on a cluster").  ``--path`` prints this file's path.
 """
 
 from __future__ import annotations

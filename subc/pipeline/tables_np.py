@@ -134,7 +134,7 @@ class PipelineEvaluator:
     :attr:`decisions`).  Raises ValueError for a document that is not ``subc-entries`` or a key on
     a field missing from ``fields``.
 
-    With comparisons on state (the document's ``state`` section, README "Stateful
+    With comparisons on state (the document's ``state`` section, docs/state.md "Stateful
     subscriptions") the pipeline runs in two parts around the registers: :meth:`run` over
     :attr:`head_steps` (the header stages and the update table) gives each packet's state and
     update mask (an index into :attr:`masks`), the caller computes the state values, and

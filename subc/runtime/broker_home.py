@@ -27,7 +27,7 @@ reference, ``kernel/bpf/arraymap.c``): datagrams that take a tail call would be 
    exec`` command, which keeps the host's ``/run``), else ``/sys/fs/bpf`` when it is one;
 3. else, when loading, subc mounts a bpffs on ``/sys/fs/bpf`` only if its mount namespace outlives
    it (another process that is not its child shares it: a container's, the host's); otherwise it
-   refuses, naming the fix (README, "The broker in a container or a namespace").
+   refuses, naming the fix (docs/ebpf.md, "The broker in a container or a namespace").
 
 The run directory is ``$SUBC_RUN_DIR``, else ``/run/subc`` (``ip netns exec`` keeps the host's
 ``/run``; a container has its own).
@@ -157,7 +157,7 @@ def bpffs_root(mount: bool) -> Path:
     if not mount:
         raise SubcError(
             f"subc is not loaded where this process can reach it: no BPF file system is mounted on "
-            f"{RUN_BPFFS} or {SYS_BPFFS} in this mount namespace (under `ip netns exec`, see README, "
+            f"{RUN_BPFFS} or {SYS_BPFFS} in this mount namespace (under `ip netns exec`, see docs/ebpf.md, "
             '"The broker in a container or a namespace")'
         )
     if not mount_ns_outlives_us():

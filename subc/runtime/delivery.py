@@ -1,6 +1,6 @@
 """Per-recipient delivery of MoldUDP64 datagrams: the semantics every target implements.
 
-README "Delivery semantics".  A datagram to a feed port carries a MoldUDP64 header (MoldUDP64
+docs/ebpf.md "Delivery semantics".  A datagram to a feed port carries a MoldUDP64 header (MoldUDP64
 Protocol Specification v1.00) and N messages; each message is classified on its own (a
 :class:`~subc.runtime.reference.Decision`, or None when it is not decoded: the spec's parser
 rejects it or its length differs from its type's).  A *recipient* is a subscriber (a ``fwd()``

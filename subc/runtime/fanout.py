@@ -4,7 +4,7 @@ A datagram with recipient endpoints leaves XDP by one ``bpf_redirect_map(.., BPF
 over a ``BPF_MAP_TYPE_DEVMAP`` whose entries carry a devmap (egress) program, ``subc_egress``: the
 kernel clones the frame once per entry (the last entry takes the frame itself) and runs the
 program on each clone before transmitting it, and the program builds the copy (the recipient's
-messages, its sequence number, its addresses: README "Delivery semantics").  The kernel runs
+messages, its sequence number, its addresses: docs/ebpf.md "Delivery semantics").  The kernel runs
 one program for all the frames a CPU queues to one device before a flush, so a clone cannot tell
 its entry: the k-th clone of a datagram on an interface serves that interface's k-th recipient
 (or endpoint).  Endpoints on one interface form a *group*.  The device maps are the inner maps

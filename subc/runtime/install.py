@@ -16,7 +16,7 @@ message to the local stack; ``drop`` sends it nowhere.  The subscribers' endpoin
 (``subc_subs``) and sequence numbers (``subc_seq``) do not depend on the rule set: they are
 written once, at load (:func:`install_subscribers`).
 
-Comparisons on state (README "Stateful subscriptions"): ``subc_upd`` (update masks) and
+Comparisons on state (docs/state.md "Stateful subscriptions"): ``subc_upd`` (update masks) and
 ``subc_cnt`` (a leaf's named-counter updates) are arrays indexed by state like ``stN_info``;
 ``subc_agg`` holds instance k of generation 0 at slot k and of
 generation 1 at capacity - 1 - k, and a generation's registers are written empty when it is

@@ -1,6 +1,6 @@
 """Checks of the interfaces the eBPF broker sends copies by, before ``subc load`` attaches it.
 
-What would make copies disappear without an error anywhere (README, "Veth and checksums"):
+What would make copies disappear without an error anywhere (docs/ebpf.md, "Veth and checksums"):
 
 * a **missing** interface (an error: nothing can be loaded);
 * an interface that is **down**, or a veth whose **peer is down** (veth drops what it cannot

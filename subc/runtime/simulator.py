@@ -197,7 +197,7 @@ class TableSimulator:
 
 
 class SwitchSimulator:
-    """Datagrams through the multi-message P4 program as the switch runs it (README "P4: every
+    """Datagrams through the multi-message P4 program as the switch runs it (docs/p4-messages.md "P4: every
     message of a datagram"), from its ``entries.json`` document ``doc`` alone.
 
     ``decode(message bytes, network)`` gives a message's ``(field values, valid instances)``, or

@@ -1,7 +1,7 @@
 """A model of a target's registers for comparisons on state, read from ``entries.json`` alone.
 
 The table simulator (:mod:`.simulator`) runs it between the update table and the first
-state-value stage, as the generated programs do (README "Stateful subscriptions"): an aggregate
+state-value stage, as the generated programs do (docs/state.md "Stateful subscriptions"): an aggregate
 instance of the document's ``state`` section holds the window of its last update; a classified
 message updates the instances whose bit its update mask has (emptying one whose window id is not
 the message's first), then the state values are written to the metadata the stages match, read

@@ -1,6 +1,6 @@
 """Reference semantics of comparisons on state: the rules evaluated on a timed message sequence.
 
-This is the definition the compiled targets are checked against (README "Stateful
+This is the definition the compiled targets are checked against (docs/state.md "Stateful
 subscriptions"); it shares nothing with the compiler's encoding (no update rules, no state
 values, no excess registers): it keeps every rule's aggregates as plain Python numbers and
 evaluates the rules' own conditions.

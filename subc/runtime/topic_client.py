@@ -1,5 +1,5 @@
 """A small client of ``subc serve``'s topics: publishers label and send, subscribers subscribe and
-receive (``subc publish``, ``subc subscribe``; README, "Live subscriptions").
+receive (``subc publish``, ``subc subscribe``; docs/serve.md, "Live subscriptions").
 
 A topic message is built from the spec alone: :class:`~.encoder.MessageEncoder` writes the level
 count, each level's label (from ``REGISTER`` -> ``REGACK``) and the priority into the fields that

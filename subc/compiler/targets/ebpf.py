@@ -282,7 +282,7 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
 
 
 def state_doc(ir: SubscriptionIR) -> dict:
-    """The ``state`` section of ``maps.json`` (README "Stateful subscriptions"): ``time``
+    """The ``state`` section of ``maps.json`` (docs/state.md "Stateful subscriptions"): ``time``
     (``field`` giving a message's time in ``unit_ns``, or null: ``bpf_ktime_get_ns`` when the
     datagram is taken), ``instances`` (``index``, ``kind``, ``field``, ``window_ns``,
     ``thresholds``; instance k of generation g is slot k, or capacity - 1 - k, of ``subc_agg``)
@@ -429,7 +429,7 @@ def _load_ctx(plan: ParsePlan, name: str) -> dict:
 
 
 def _aggregates_context(res: CompileResult, plan: ParsePlan) -> dict:
-    """The template's view of the aggregates' code (README "Stateful subscriptions"): the fields
+    """The template's view of the aggregates' code (docs/state.md "Stateful subscriptions"): the fields
     loaded at the boundary (``loads``: a variable per distinct field the updates add), the
     instances the update mask can name (``updates``, with the mask word and bit of each), what
     each state-value stage reads (``values``: instance, kind, window, ``avg`` excess slot) and the

@@ -281,7 +281,7 @@ def sub_struct(max_endpoints: int) -> Struct:
 
 
 def agg_struct(n_thresholds: int) -> Struct:
-    """``struct subc_agg``: one aggregate instance's registers (README "Stateful subscriptions"):
+    """``struct subc_agg``: one aggregate instance's registers (docs/state.md "Stateful subscriptions"):
     a ``struct bpf_spin_lock`` (4 bytes, written here as ``lock``), the window id, count, sum
     (saturating), extreme (min or max) and one signed excess per ``avg`` threshold (at least 1).
     The C declaration is the template's (with the lock's type)."""

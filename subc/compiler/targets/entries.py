@@ -1,7 +1,7 @@
 """Control-plane outputs: ``entries.json``, BMv2 ``commands.txt``, Tofino ``bfrt_setup.py``, ``report.json``.
 
 ``entries.json`` (format ``subc-entries``, version 1) is the one documented form of every table
-entry and multicast group (see docs in README.md, "Outputs")::
+entry and multicast group (docs/outputs.md)::
 
     {"format": "subc-entries", "version": 2, "target": "bmv2", "control": "SubcIngress",
      "state_width": 3, "code_width": 1, "initial_state": 1, "state_key": "meta.subc_state",

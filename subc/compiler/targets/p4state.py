@@ -1,5 +1,5 @@
 """Comparisons on state in the P4 programs: the template context of the registers and of the
-window, update and read code (README "Stateful subscriptions"; the pass is
+window, update and read code (docs/state.md "Stateful subscriptions"; the pass is
 :mod:`subc.compiler.aggregates`, the model the simulator runs :mod:`subc.runtime.state_model`).
 
 v1model (BMv2): one ``register`` array per quantity, indexed by aggregate instance (``wid``:

@@ -1,4 +1,4 @@
-"""``subc serve``: the broker daemon whose subscribers come and go (see README, "Live subscriptions").
+"""``subc serve``: the broker daemon whose subscribers come and go (see docs/serve.md, "Live subscriptions").
 
 Threads (the data structures of each are owned by one thread, or by the broker's lock):
 
