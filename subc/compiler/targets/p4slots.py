@@ -1,4 +1,4 @@
-"""Multi-message classification on the P4 targets: the slot plan (docs/p4-messages.md "P4: every message of a datagram").
+"""Multi-message classification on the P4 targets: the slot plan (docs/p4-messages.md).
 
 A MoldUDP64 datagram (MoldUDP64 Protocol Specification v1.00: a 20-byte header -- session 80
 bits, sequence number 64, message count 16 -- then message blocks of a 16-bit length and the

@@ -1,0 +1,10 @@
+"""The ``subc`` command line: the group (:mod:`.app`) and one module per group of commands.
+
+Exit status: 0 on success, 1 when a simulation finds disagreements, 2 on bad input (with a
+``file:line:col: error:`` diagnostic on stderr).
+"""
+
+from . import analysis_cmds, compile_cmds, dataplane_cmds, gen_cmds, serve_cmds, traffic_cmds  # noqa: F401 (register)
+from .app import main
+
+__all__ = ["main"]

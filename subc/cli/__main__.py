@@ -1,0 +1,5 @@
+"""``python -m subc.cli``."""
+
+from . import main
+
+main()

@@ -1,0 +1,270 @@
+"""Loading a compiled rule set on a data plane and running it: ``subc load``, ``update``, ``unload``,
+``fanout``, ``verify`` and ``stats``, on an interface (eBPF) or a switch (P4Runtime)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import click
+
+from ..errors import SubcError
+from .app import fail, main, one_of, p4runtime_options
+
+
+def p4rt_load(out_dir: str, p4rt: str, device_id: int, election_id: tuple[int, int], config: str | None) -> None:
+    from ..runtime.p4rt.control import load
+
+    t = time.perf_counter()
+    try:
+        w = load(out_dir, p4rt, device_id, election_id, config)
+    except SubcError as e:
+        fail(e)
+    click.echo(
+        f"loaded {out_dir} on {p4rt} (device {device_id}){' with its pipeline' if config else ''}: "
+        f"{w.phases['groups']} multicast groups, {w.phases['entries']} entries, root last; "
+        f"{time.perf_counter() - t:.2f} s"
+    )
+
+
+@main.command("load")
+@click.argument("out_dir", type=click.Path(file_okay=False, exists=True))
+@click.option("--iface", help="interface the market data arrives on (eBPF)")
+@p4runtime_options
+@click.option(
+    "--config",
+    type=click.Path(dir_okay=False, exists=True),
+    help="--p4runtime: set the forwarding pipeline first, with OUT_DIR/p4info.txtpb and this device "
+    "config (BMv2: the JSON p4c-bm2-ss writes for subc.p4)",
+)
+@click.option("--subscribers", type=click.Path(dir_okay=False, exists=True), help="subscribers file (TOML)")
+@click.option("--xdp-mode", type=click.Choice(["auto", "native", "generic"]), default="auto", show_default=True)
+@click.option(
+    "--capacity-factor",
+    type=float,
+    default=2.0,
+    show_default=True,
+    help="map capacity as a multiple of the compiled entries (2: room for one update)",
+)
+@click.option(
+    "--fix-links/--no-fix-links",
+    default=True,
+    show_default=True,
+    help="turn GRO on at veth peers of subscriber interfaces that would drop XDP-redirected copies",
+)
+@click.option(
+    "--fanout/--no-fanout",
+    default=True,
+    show_default=True,
+    help="build copies in devmap egress programs (XDP fan-out; driver-mode XDP only), else in TC",
+)
+@click.option(
+    "--fan-ratio",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="broadcast a datagram whose recipients span interfaces to every endpoint (dropping the "
+    "clones of non-recipients) when the endpoints are at most this many times its recipients; "
+    "above 1, faster, but a bulk of dropped clones loses the kernel's flush and can delay "
+    'copies (docs/ebpf.md, "XDP fan-out")',
+)
+def load_cmd(
+    out_dir: str,
+    iface: str | None,
+    p4rt: str | None,
+    device_id: int,
+    election_id: tuple[int, int],
+    config: str | None,
+    subscribers: str | None,
+    xdp_mode: str,
+    capacity_factor: float,
+    fix_links: bool,
+    fanout: bool,
+    fan_ratio: int,
+) -> None:
+    """Load an eBPF output directory on IFACE: XDP + TC ingress, maps filled and pinned.  The
+    subscribers' interfaces are checked first (missing, down, MTU below IFACE's, veth peers that
+    drop XDP-redirected frames); findings are printed on stderr.
+
+    With --p4runtime, load a bmv2/tofino output directory on a switch: its multicast groups and
+    entries, then the root state (docs/p4runtime.md, "Loading a switch over P4Runtime")."""
+    one_of(iface, p4rt)
+    if p4rt:
+        p4rt_load(out_dir, p4rt, device_id, election_id, config)
+        return
+    from ..runtime.broker import load
+
+    try:
+        state = load(out_dir, iface, subscribers, xdp_mode, capacity_factor, fix_links, fanout, fan_ratio)
+    except SubcError as e:
+        fail(e)
+    for lp in state.get("links", []):
+        click.echo(f"{'fixed' if lp['fixed'] else lp['severity']}: {lp['message']}", err=True)
+    for msg in state.get("cleared", []):
+        click.echo(f"note: {msg}", err=True)
+    p = state["programs"]
+    mode = "filter mode: matches go to the local stack" if not subscribers else f"subscribers {subscribers}"
+    click.echo(
+        f"loaded {out_dir} on {iface} ({mode}); XDP {p['xdp']['xlated_insns']} instructions (id {p['xdp']['id']}), "
+        f"TC {p['tc']['xlated_insns']} instructions (id {p['tc']['id']}); maps pinned under {state['pins']}/"
+    )
+    fan = state.get("fanout") or {}
+    click.echo(
+        f"XDP fan-out: {'on' if fan.get('enabled') else 'off'}"
+        + (
+            f" ({fan['device_maps']} device maps, {fan['groups']} interfaces)"
+            if fan.get("enabled")
+            else f" ({fan.get('reason', 'not requested')}): copies to several recipients are built in TC"
+        )
+    )
+
+
+@main.command("unload")
+@click.option("--iface", required=True)
+def unload_cmd(iface: str) -> None:
+    """Detach subc from IFACE and remove its pinned maps and state."""
+    from ..runtime.broker import unload
+
+    try:
+        unload(iface)
+    except SubcError as e:
+        fail(e)
+    click.echo(f"unloaded subc from {iface}")
+
+
+@main.command("update")
+@click.argument("out_dir", type=click.Path(file_okay=False, exists=True))
+@click.option("--iface")
+@p4runtime_options
+@click.option(
+    "--grace",
+    type=click.FloatRange(0.0),
+    default=0.05,
+    show_default=True,
+    help="--p4runtime: seconds between the root switch and deleting the old entries",
+)
+def update_cmd(
+    out_dir: str, iface: str | None, p4rt: str | None, device_id: int, election_id: tuple[int, int], grace: float
+) -> None:
+    """Swap in a recompiled rule set on IFACE under traffic (generation switch).
+
+    With --p4runtime, on a switch: only the entries of states the switch lacks are written, the
+    root is switched in one write, then the entries only the old rule set used are deleted."""
+    one_of(iface, p4rt)
+    if p4rt:
+        from ..runtime.p4rt.control import update as p4rt_update
+
+        t = time.perf_counter()
+        try:
+            w = p4rt_update(out_dir, p4rt, device_id, election_id, grace)
+        except SubcError as e:
+            fail(e)
+        p = w.plan
+        click.echo(
+            f"{p4rt}: {out_dir} live; {'root switched, ' if p.root is not None else 'no change to the root, '}"
+            f"{len(p.inserts)} entries inserted, {len(p.modifies)} modified and "
+            f"{w.phases['spare_deletes'] + w.phases['deletes']} deleted, {w.phases['groups']} multicast groups "
+            f"written and {w.phases['group_deletes']} deleted; "
+            f"{p.kept_states} states kept, {p.new_states} new; {time.perf_counter() - t:.2f} s"
+        )
+        return
+    from ..runtime.broker import update
+
+    try:
+        r = update(out_dir, iface)
+    except SubcError as e:
+        fail(e)
+    click.echo(f"{iface}: generation {r.gen} live; {r.written} entries written, {r.deleted} old entries deleted")
+
+
+@main.command("fanout")
+@click.option("--iface", required=True)
+@click.option(
+    "--interval", type=click.FloatRange(min=0.0001), default=0.005, show_default=True, help="seconds between passes"
+)
+@click.option("--once", is_flag=True, help="one pass, then exit")
+@click.option(
+    "--idle",
+    type=click.FloatRange(min=0.0),
+    default=1.0,
+    show_default=True,
+    help="seconds without a datagram after which a set's map may give way to a new set when all maps are in use",
+)
+def fanout_cmd(iface: str, interval: float, once: bool, idle: float) -> None:
+    """Run the XDP fan-out's control loop on IFACE: make an exact recipient-set device map for every
+    set of recipients on several interfaces that XDP has seen (until then such datagrams take the
+    broadcast-to-every-endpoint or TC way), until subc is unloaded or the command is interrupted.
+    When every map is in use, the maps of idle sets are reused."""
+    from ..runtime.broker import fanout_sets
+
+    try:
+        res = fanout_sets(iface, interval, once, idle_s=idle)
+    except SubcError as e:
+        fail(e)
+    except KeyboardInterrupt:
+        return
+    click.echo(json.dumps(res))
+
+
+@main.command("verify")
+@click.argument("out_dir", type=click.Path(file_okay=False, exists=True))
+@p4runtime_options
+def verify_cmd(out_dir: str, p4rt: str | None, device_id: int, election_id: tuple[int, int]) -> None:
+    """Read every entry of the switch back and compare it with OUT_DIR/entries.json (up to the
+    numbering of states and multicast groups that updates choose).  Exit status 1 when they
+    differ, each difference on a line."""
+    from ..runtime.p4rt.control import verify
+
+    if not p4rt:
+        raise click.UsageError("verify needs --p4runtime HOST:PORT")
+    try:
+        diff = verify(out_dir, p4rt, device_id, election_id)
+    except SubcError as e:
+        fail(e)
+    for line in diff:
+        click.echo(line)
+    if diff:
+        sys.exit(1)
+    click.echo(f"{p4rt}: every entry of {out_dir} is on the switch, and nothing else")
+
+
+@main.command("stats")
+@click.option("--iface")
+@p4runtime_options
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def stats_cmd(iface: str | None, p4rt: str | None, device_id: int, election_id: tuple[int, int], as_json: bool) -> None:
+    """Print the broker's counters on IFACE: global, per subscriber, per leaf.  With --p4runtime,
+    a switch's entries per table and its counters."""
+    one_of(iface, p4rt)
+    from ..runtime.broker import stats
+    from ..runtime.p4rt.control import stats as p4rt_stats
+
+    try:
+        doc = p4rt_stats(p4rt, device_id, election_id) if p4rt else stats(iface)
+    except SubcError as e:
+        fail(e)
+    if as_json:
+        click.echo(json.dumps(doc, indent=1))
+        return
+    if p4rt:
+        click.echo(f"{p4rt} (device {device_id})")
+        for name, n in doc["tables"].items():
+            click.echo(f"  {n:>10}  {name}")
+        for name, cells in doc["counters"].items():
+            for idx, pk, by in cells:
+                if pk or by:
+                    click.echo(f"  {name}[{idx}]: {pk} packets, {by} bytes")
+        return
+    click.echo(f"{iface}: generation {doc['generation']}")
+    for k, v in doc["stats"].items():
+        click.echo(f"  {k:<14} {v:>12}")
+    click.echo("subscriber    datagrams     messages        bytes     next_seq")
+    for sid, c in doc["subscribers"].items():
+        click.echo(
+            f"  {sid:>8} {c['datagrams']:>12} {c['messages']:>12} {c['bytes']:>12} {c['next_seq']:>12}  "
+            f"{c['name'] or ''}"
+        )
+    click.echo("leaf state     messages        bytes  action")
+    for st, c in doc["leaves"].items():
+        click.echo(f"  {st:>8} {c['messages']:>12} {c['bytes']:>12}  {c['action']}")

@@ -1,0 +1,365 @@
+"""Live subscriptions: ``subc serve`` and ``subc serve-program``, and the topic clients ``subc publish``
+and ``subc subscribe``."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from ..errors import SubcError
+from .app import fail, ip_port, limit_options, limits_of, main, one_of, p4runtime_options
+
+
+@main.command("serve-program")
+@click.option(
+    "--spec",
+    "spec_path",
+    required=True,
+    type=click.Path(dir_okay=False, exists=True),
+    help="message-format spec (P4_16)",
+)
+@click.option("--ports", required=True, help="switch ports subscribers may be behind: 1,2,5-8")
+@click.option("--target", type=click.Choice(["bmv2", "tofino"]), default="bmv2", show_default=True)
+@click.option(
+    "--field-order", help="comma-separated fields (default: every query field, exact ones first, then lpm, then range)"
+)
+@click.option(
+    "--capacity",
+    type=click.IntRange(1),
+    default=10_000,
+    show_default=True,
+    help="live subscriptions the tables are sized for",
+)
+@click.option(
+    "--max-messages",
+    type=click.IntRange(1),
+    default=8,
+    show_default=True,
+    help="MoldUDP64 specs: messages per datagram the program classifies",
+)
+@click.option("-o", "--output", "out_dir", default="serve-program", show_default=True, type=click.Path(file_okay=False))
+def serve_program_cmd(
+    spec_path: str, ports: str, target: str, field_order: str | None, capacity: int, max_messages: int, out_dir: str
+) -> None:
+    """Write the P4 program that subc serve --p4runtime fills with live subscriptions: a table
+    per query field of the field order, every port of --ports, tables sized for --capacity
+    (docs/p4runtime.md, "Live subscriptions on a switch").  Compile subc.p4 with the target's compiler."""
+    from ..compiler.spec import load_spec
+    from ..compiler.targets.output import write_directory
+    from ..compiler.targets.serve_program import serve_program
+    from ..runtime.serve.dataplane import default_field_order
+
+    try:
+        port_list = parse_ports(ports)
+        spec = load_spec(spec_path)
+        order = [f.strip() for f in field_order.split(",") if f.strip()] if field_order else default_field_order(spec)
+        files = serve_program(spec, order, port_list, capacity, target, max_messages)
+        write_directory(out_dir, files)
+    except SubcError as e:
+        fail(e)
+    click.echo(
+        f"wrote {out_dir}: {len(order)} field tables ({', '.join(order)}), ports {ports}, "
+        f"room for {capacity} subscriptions"
+    )
+
+
+def parse_ports(text: str) -> list[int]:
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            if "-" in part:
+                a, b = part.split("-", 1)
+                out += list(range(int(a), int(b) + 1))
+            elif part:
+                out.append(int(part))
+        except ValueError:
+            raise SubcError(f"--ports: {part!r} is not a port or a range of ports") from None
+    return out
+
+
+@main.command("serve")
+@click.option(
+    "--spec",
+    "spec_path",
+    required=True,
+    type=click.Path(dir_okay=False, exists=True),
+    help="message-format spec (P4_16)",
+)
+@click.option("--iface", help="interface the publishers' datagrams arrive on (the eBPF data path)")
+@p4runtime_options
+@click.option(
+    "--program",
+    type=click.Path(file_okay=False, exists=True),
+    help="--p4runtime: the directory of subc serve-program the switch runs",
+)
+@click.option(
+    "--config",
+    type=click.Path(dir_okay=False, exists=True),
+    help="--p4runtime: set the switch's pipeline from this device config (BMv2: p4c-bm2-ss's JSON)",
+)
+@click.option(
+    "--port-map",
+    type=click.Path(dir_okay=False, exists=True),
+    help="--p4runtime: '<network>/<len> <port>' lines: the switch port of each subscriber address",
+)
+@click.option(
+    "--grace",
+    type=click.FloatRange(0.0),
+    default=0.05,
+    show_default=True,
+    help="--p4runtime: seconds between a root switch and deleting the entries only the old root used",
+)
+@click.option("--listen", required=True, help="ADDR:PORT for requests (UDP and TCP)")
+@click.option(
+    "--rules",
+    type=click.Path(dir_okay=False, exists=True),
+    help="subscriptions made at every start: '<condition> TO <ip>:<port>' per line",
+)
+@click.option(
+    "--state",
+    "state_dir",
+    type=click.Path(file_okay=False),
+    help="directory of the subscription store (SQLite, WAL); without it nothing survives a restart",
+)
+@click.option("--lease", type=click.FloatRange(min=0.05), help="seconds a subscription lives unless renewed")
+@click.option("--acl", type=click.Path(dir_okay=False, exists=True), help="ACL and limits (TOML, docs/serve.md)")
+@click.option("--metrics", help="ADDR:PORT of the Prometheus metrics")
+@click.option(
+    "--field-order",
+    help="comma-separated fields the data path tests (default: every query field, "
+    "exact ones first, then lpm, then range)",
+)
+@click.option(
+    "--capacity",
+    type=click.IntRange(1),
+    default=100_000,
+    show_default=True,
+    help="live subscriptions the maps are sized for",
+)
+@click.option("--xdp-mode", type=click.Choice(["auto", "native", "generic"]), default="auto", show_default=True)
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info", show_default=True)
+@limit_options
+def serve_cmd(
+    spec_path: str,
+    iface: str | None,
+    p4rt: str | None,
+    device_id: int,
+    election_id: tuple[int, int],
+    program: str | None,
+    config: str | None,
+    port_map: str | None,
+    grace: float,
+    listen: str,
+    rules: str | None,
+    state_dir: str | None,
+    lease: float | None,
+    acl: str | None,
+    metrics: str | None,
+    field_order: str | None,
+    capacity: int,
+    xdp_mode: str,
+    log_level: str,
+    max_rules: int,
+    max_states: int,
+) -> None:
+    """Run the live broker on IFACE: subscribers come and go with SUBSCRIBE/UNSUBSCRIBE requests
+    (docs/serve.md, "Live subscriptions"); the data path stays loaded when the daemon stops, and a
+    restarted daemon takes it over.  Logs are JSON lines on stderr.
+
+    With --p4runtime, the subscriptions are entries of a switch running a program of subc
+    serve-program (docs/p4runtime.md, "Live subscriptions on a switch")."""
+    import logging
+    import signal
+
+    from ..compiler.spec import load_spec
+    from ..runtime.bpf import require_root
+    from ..runtime.serve.acl import load_acl
+    from ..runtime.serve.daemon import Daemon, JsonFormatter, ServeConfig, SwitchOptions
+    from ..runtime.serve.dataplane import default_field_order
+
+    one_of(iface, p4rt)
+    switch = None
+    if p4rt:
+        if not program or not port_map:
+            raise click.UsageError("--p4runtime needs --program (subc serve-program) and --port-map")
+        switch = SwitchOptions(p4rt, program, port_map, config, device_id, election_id, grace)
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter())
+    logging.getLogger("subc.serve").addHandler(handler)
+    logging.getLogger("subc.serve").setLevel(log_level.upper())
+    try:
+        if not p4rt:
+            require_root("subc serve")
+        spec = load_spec(spec_path)
+        if field_order:
+            order = [f.strip() for f in field_order.split(",") if f.strip()]
+        elif program:
+            from pathlib import Path
+
+            order = json.loads((Path(program) / "serve.json").read_text())["field_order"]
+        else:
+            order = default_field_order(spec)
+        cfg = ServeConfig(
+            spec,
+            iface or "",
+            ip_port(listen),
+            order,
+            state_dir,
+            rules,
+            lease,
+            load_acl(acl),
+            ip_port(metrics) if metrics else None,
+            capacity,
+            limits_of(max_rules, max_states),
+            xdp_mode,
+            switch=switch,
+        )
+        daemon = Daemon(cfg)
+        daemon.start()
+    except SubcError as e:
+        fail(e)
+    except OSError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(2)
+
+    def stop(signum, frame):
+        daemon.stopping.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    click.echo(
+        f"serving on {cfg.listen[0]}:{daemon.port} (UDP and TCP); {len(daemon.subs)} subscriptions restored", err=True
+    )
+    daemon.serve_forever()
+    daemon.stop()
+
+
+def field_values(spec, items: tuple[str, ...]) -> dict[str, int]:
+    """``FIELD=VALUE`` options (an integer, raw) as query field values."""
+    out = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        q = spec.resolve_field(name.strip())
+        try:
+            v = int(text.strip(), 0)
+        except ValueError:
+            v = -1
+        if not sep or q is None or not 0 <= v <= q.max_value:
+            raise click.BadParameter(
+                f"'{item}' is not FIELD=VALUE with a query field of the spec and an integer that fits it"
+            )
+        out[q.name] = v
+    return out
+
+
+@main.command("publish")
+@click.argument("topic")
+@click.argument("payload", required=False)
+@click.option(
+    "--spec",
+    "spec_path",
+    required=True,
+    type=click.Path(dir_okay=False, exists=True),
+    help="the broker's spec (with @pragma query_topic)",
+)
+@click.option("--broker", required=True, help="IP:PORT of subc serve's requests")
+@click.option("--feed", help="IP:PORT the messages go to (default: the broker's address, the spec's feed port)")
+@click.option("--set", "sets", multiple=True, help="FIELD=VALUE of another header field (repeat)")
+@click.option("--count", type=click.IntRange(1), default=1, show_default=True, help="send the payload this many times")
+@click.option("--keep", is_flag=True, help="stay registered after sending (else UNREGISTER at the end)")
+def publish_cmd(
+    topic: str,
+    payload: str | None,
+    spec_path: str,
+    broker: str,
+    feed: str | None,
+    sets: tuple[str, ...],
+    count: int,
+    keep: bool,
+) -> None:
+    """REGISTER TOPIC with the broker and send PAYLOAD (else each line of standard input) as
+    messages of TOPIC: the spec's topic header with the level labels, then the topic name and the
+    payload (docs/serve.md, "Live subscriptions"); then UNREGISTER unless --keep."""
+    from ..compiler.parse_graph import ParseGraph
+    from ..compiler.spec import load_spec
+    from ..runtime.topic_client import Publisher
+
+    try:
+        spec = load_spec(spec_path)
+        b = ip_port(broker)
+        dest = ip_port(feed) if feed else (b[0], ParseGraph(spec).feed().ports[0][0])
+        pub = Publisher(spec, b, dest)
+        values = field_values(spec, sets)
+        labels = pub.register(topic)
+        items = (
+            [(topic, payload.encode())] * count
+            if payload is not None
+            else [(topic, line.rstrip("\n").encode()) for line in sys.stdin]
+        )
+        n = pub.publish(items, values)
+        if not keep:
+            pub.unregister(topic)
+    except SubcError as e:
+        fail(e)
+    click.echo(
+        f"{topic} labels {' '.join(map(str, labels))}: {len(items)} messages in {n} datagrams to {dest[0]}:{dest[1]}",
+        err=True,
+    )
+
+
+@main.command("subscribe")
+@click.argument("topic_filter")
+@click.option(
+    "--spec",
+    "spec_path",
+    required=True,
+    type=click.Path(dir_okay=False, exists=True),
+    help="the broker's spec (with @pragma query_topic)",
+)
+@click.option("--broker", required=True, help="IP:PORT of subc serve's requests")
+@click.option("--bind", default="0.0.0.0:0", show_default=True, help="IP:PORT of this subscriber's socket")
+@click.option("--where", help="a condition the messages must also meet (rule language)")
+@click.option("--count", type=click.IntRange(1), help="stop after this many messages")
+@click.option("--timeout", type=float, help="stop after this many idle seconds")
+def subscribe_cmd(
+    topic_filter: str,
+    spec_path: str,
+    broker: str,
+    bind: str,
+    where: str | None,
+    count: int | None,
+    timeout: float | None,
+) -> None:
+    """SUB TOPIC_FILTER (MQTT wildcards + and #) and print each message received as
+    'TOPIC<TAB>PAYLOAD' (the payload as UTF-8, undecodable bytes escaped); unsubscribes at the end."""
+    from ..compiler.spec import load_spec
+    from ..runtime.topic_client import Subscriber
+
+    try:
+        sub = Subscriber(
+            load_spec(spec_path), ip_port(broker), ip_port(bind) if bind != "0.0.0.0:0" else ("0.0.0.0", 0)
+        )
+        sid = sub.sub(topic_filter, where)
+    except SubcError as e:
+        fail(e)
+    click.echo(f"subscribed {sid} on {sub.sock.getsockname()[0]}:{sub.sock.getsockname()[1]}", err=True)
+    n = 0
+    try:
+        while count is None or n < count:
+            m = sub.recv(timeout)
+            if m is None:
+                break
+            click.echo(f"{m.topic}\t{m.payload.decode('utf-8', 'backslashreplace')}")
+            n += 1
+    except KeyboardInterrupt:
+        pass
+    finally:
+        try:
+            sub.unsubscribe(sid)
+        except SubcError:
+            pass
+        sub.close()
