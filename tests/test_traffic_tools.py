@@ -253,7 +253,7 @@ def test_replay_rate_is_paced_without_busy_waiting():
         sent = replay(path, rx.getsockname(), rate=100, count=31, batch=1)
         cpu = time.process_time() - cpu
     assert sent.messages == 31
-    assert 0.29 <= sent.seconds < 1.5  # message i is due at i/100 s
+    assert 0.29 <= sent.seconds < 3.0  # message i is due at i/100 s (10x margin: a busy machine oversleeps)
     assert cpu < 0.5 * sent.seconds
 
 
