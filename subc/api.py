@@ -28,7 +28,8 @@ from .compiler.limits import DEFAULT_LIMITS, Limits
 from .compiler.rules import load_rules, parse_rules
 from .compiler.spec import load_spec, parse_spec
 from .compiler.spec_model import Spec
-from .compiler.targets import TARGETS, target_files
+from .compiler.target import Target, target_of
+from .compiler.targets import target_files
 from .compiler.targets.output import write_directory
 from .errors import SubcError
 
@@ -82,7 +83,7 @@ class Compilation:
     @cached_property
     def entries(self) -> dict:
         """The control-plane entries: ``entries.json`` (P4 targets) or ``maps.json`` (eBPF), parsed."""
-        return json.loads(self.files["maps.json" if self.target == "ebpf" else "entries.json"])
+        return json.loads(self.files["maps.json" if self.target == Target.EBPF else "entries.json"])
 
     @cached_property
     def report(self) -> dict:
@@ -115,10 +116,14 @@ def compile(
     ``rules_path`` is named in the outputs' comments).  The field order is searched under the
     target's cost model unless ``field_order`` is given.  Raises SubcError for an unknown target,
     conflicting actions (naming both rules), a bad field order, or a rule set over ``limits``."""
-    if target not in TARGETS:
-        raise SubcError(f"unknown target {target!r} (one of {', '.join(TARGETS)})")
     res = compile_rules(
-        rules, spec, target, field_order, limits=limits, capacity_factor=capacity_factor, state_bits=state_bits
+        rules,
+        spec,
+        target_of(target),
+        field_order,
+        limits=limits,
+        capacity_factor=capacity_factor,
+        state_bits=state_bits,
     )
     return Compilation(res, rules_path, max_messages, overflow_port, dot)
 

@@ -21,6 +21,7 @@ from ..compiler.spec import Spec, load_spec
 from ..errors import SubcError
 from .analysis import RuleSpace, changes_nothing, conflicts, unsatisfiable
 from .diagnostics import Diagnostic, to_json
+from ..compiler.target import Target
 
 
 @dataclass
@@ -110,9 +111,9 @@ def check(
                 rep.diagnostics.append(Diagnostic.from_error(e, "limit" if isinstance(e, LimitError) else "target-fit"))
                 res = None
             if res is not None:
-                if target == "tofino":
+                if target == Target.TOFINO:
                     rep.target_fit, more = fit.tofino_fit(res, max_messages)
-                elif target == "ebpf":
+                elif target == Target.EBPF:
                     rep.target_fit, more = fit.ebpf_fit(res, str(paths[0]) if paths else "", load_ebpf)
                 else:
                     rep.target_fit, more = fit.bmv2_fit(res)
@@ -130,7 +131,7 @@ def check(
                                 first.location,
                             )
                         )
-                    elif target == "tofino":
+                    elif target == Target.TOFINO:
                         rep.diagnostics += _tofino_state(res, rep.target_fit, max_messages)
     rep.diagnostics.sort(key=Diagnostic.sort_key)
     return rep

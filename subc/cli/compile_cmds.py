@@ -10,6 +10,7 @@ import click
 
 from ..errors import SubcError
 from .app import compile_paths, fail, limit_options, limits_of, main, write_text
+from ..compiler.target import Target
 
 
 @main.command("compile")
@@ -107,7 +108,7 @@ def compile_cmd(
 
 def compile_summary(res, files: dict[str, str], target: str, spec_path: str, out_dir: str) -> list[tuple[str, bool]]:
     """The lines ``subc compile`` prints: (text, to stderr)."""
-    if target == "ebpf":
+    if target == Target.EBPF:
         doc = json.loads(files["report.json"])
         return [
             (

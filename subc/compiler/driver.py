@@ -26,6 +26,7 @@ from .limits import DEFAULT_LIMITS, Limits
 from .parse_graph import check_parsed
 from .spec_model import Spec
 from .tables import Pipeline, build_pipeline
+from .target import P4_TARGETS, Target, target_of
 
 EXHAUSTIVE_ORDER_FIELDS = 4
 #: Above this many rules only the heuristic field order is compiled (each order is a compile).
@@ -60,7 +61,7 @@ class CompileResult:
     def pipeline(self) -> Pipeline:
         """The P4 match-action pipeline of the IR (:func:`~.tables.build_pipeline`) for the target
         ('bmv2' for the eBPF target, whose table view the table simulator and ``simulate`` use)."""
-        p4_target = self.target if self.target in ("bmv2", "tofino") else "bmv2"
+        p4_target = self.target if self.target in P4_TARGETS else Target.BMV2
         return build_pipeline(self.ir, self.spec, p4_target, self.range_form, self.capacity_factor, self.state_bits)
 
     @cached_property
@@ -104,7 +105,7 @@ def _build(rules, spec, order, target, range_form="auto", max_work=None, limits=
     sliced = slice_rules(rules, fields or spec.query_fields, order, max_work, limits)
     t1 = time.perf_counter()
     ir = build_ir(sliced, rules, spec, plan)
-    if target == "ebpf":
+    if target == Target.EBPF:
         cost, pipe = ebpf_cost(ir), None
     else:
         cost, pipe = p4_cost(ir, spec, target, range_form)
@@ -138,7 +139,7 @@ def compile_rules(
     capacity_factor: float = 2.0,
     state_bits: int = 0,
 ) -> CompileResult:
-    """Compile ``rules`` for ``target`` ('bmv2', 'tofino' or 'ebpf').
+    """Compile ``rules`` for ``target`` ('bmv2', 'tofino' or 'ebpf': :class:`~.target.Target`).
 
     The field order is ``field_order`` when given, else the candidate (see
     :func:`candidate_orders`) of least cost under the target's cost model (:mod:`.costs`: P4 table
@@ -154,6 +155,7 @@ def compile_rules(
     :class:`~.layered.StateLimitExceeded` when every candidate order needs more states than
     ``limits`` allow (a candidate over the limit is skipped when another fits).
     """
+    target = target_of(target)
     rules = list(rules)
     sliced_rules, plan, fields = plan_state(rules, spec)
     used = [f for f in fields_used(sliced_rules) if not is_state_field(f)]

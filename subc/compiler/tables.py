@@ -36,6 +36,7 @@ from .decisions import COUNT_ATOM
 from .intervals import prefix_cover_count
 from .ir import FieldStage, SubscriptionIR, fallback_target
 from .spec_model import Spec
+from .target import Target
 
 MIN_ROOM = 16  # entries: the least size of a table declared with room for updates
 
@@ -303,7 +304,7 @@ def build_pipeline(
                     direct.append(_state_entry(st.state, (0, st.runs[-1][1]), fb, FALLBACK_PRIORITY))
             direct_tcam = sum(prefix_cover_count(*e.match[1], q.width) for e in direct)
             use_code = False
-            if stage.states and (target == "tofino" or range_form == "code"):
+            if stage.states and (target == Target.TOFINO or range_form == "code"):
                 runs, per_state, ncodes = _code_form(stage)
                 cfb = fallback_target(Counter(c for _, _, c in runs))
                 code_runs = [r for r in runs if r[2] != cfb]

@@ -16,11 +16,10 @@ from .p4info import p4info_text
 from .p4program import render_program
 from .p4slots import DEFAULT_MAX_MESSAGES, check_options, slot_plan
 from .p4state import tofino_problems
+from ..target import P4_TARGETS, TARGETS, Target  # noqa: F401 (P4_TARGETS, TARGETS: part of this package's names)
 
-P4_TARGETS = ("bmv2", "tofino")
-TARGETS = P4_TARGETS + ("ebpf",)
 #: The targets whose programs keep the registers of comparisons on state.
-STATEFUL_TARGETS: tuple[str, ...] = ("ebpf", "bmv2", "tofino")
+STATEFUL_TARGETS: tuple[Target, ...] = (Target.EBPF, Target.BMV2, Target.TOFINO)
 
 
 def check_tofino_state(res: CompileResult, max_messages: int, overflow_port: int | None) -> None:
@@ -66,11 +65,11 @@ def target_files(
             f"the rules compare state (aggregates), which the {res.target} target does not support yet "
             f"(supported: {', '.join(STATEFUL_TARGETS) or 'none'}; `subc simulate` runs them on the tables)"
         )
-    if res.ir.state is not None and res.target == "tofino":
+    if res.ir.state is not None and res.target == Target.TOFINO:
         check_tofino_state(res, max_messages, overflow_port)
     t0 = time.perf_counter()
     files: dict[str, str] = {}
-    if res.target == "ebpf":
+    if res.target == Target.EBPF:
         from .ebpf import build_maps, ebpf_plan, render_filter, report
 
         plan = ebpf_plan(res)
@@ -89,7 +88,7 @@ def target_files(
     files["entries.json"] = dumps(doc)
     if res.spec.whole_program:
         files["p4info.txtpb"] = p4info_text(res, plan)
-    if res.target == "bmv2":
+    if res.target == Target.BMV2:
         files["commands.txt"] = bmv2_commands(res.pipeline, plan)
     else:
         files["bfrt_setup.py"] = bfrt_setup(res.pipeline, plan=plan)

@@ -40,6 +40,7 @@ from ..decisions import COUNT_ATOM
 from ..driver import CompileResult
 from ..tables import COUNT_TABLE, UPDATE_TABLE, Pipeline, Table, field_key_name
 from .safety import check_pipeline, identifier
+from ..target import P4_TARGETS, Target
 
 CONTROL = "SubcIngress"
 
@@ -236,7 +237,7 @@ def _message_tables(pipe: Pipeline, plan) -> list[Table]:
 def _delivery_tables(plan, target: str) -> list[tuple[Table, str]]:
     from .p4slots import deliver_table, port_bit_table
 
-    port_key = "eg_intr_md.egress_port" if target == "tofino" else "standard_metadata.egress_port"
+    port_key = "eg_intr_md.egress_port" if target == Target.TOFINO else "standard_metadata.egress_port"
     return [(deliver_table(plan), CONTROL), (port_bit_table(plan, port_key), "SubcEgress")]
 
 
@@ -396,7 +397,7 @@ def report_json(res: CompileResult, plan=None, single_reason: str | None = None)
 
 
 def _messages_report(res: CompileResult, plan, single_reason: str | None) -> dict | None:
-    if res.target not in ("bmv2", "tofino") or not res.spec.whole_program:
+    if res.target not in P4_TARGETS or not res.spec.whole_program:
         return None
     if plan is None:
         return {"mode": "single", "max_messages": 1, "reason": single_reason}

@@ -29,6 +29,7 @@ from ..driver import CompileResult
 from ..aggregates import UPDATE_ATOM
 from ..decisions import COUNT_ATOM
 from ..tables import Table
+from ..target import Target
 from .p4slots import COUNTERS, SlotPlan
 from .p4state import registers as state_registers, tofino_registers
 
@@ -171,7 +172,7 @@ def control_plane(res: CompileResult, plan: SlotPlan | None) -> ControlPlane:
     """The controller's view of the program :func:`~.p4program.render_program` writes for
     ``res`` (bmv2 or tofino, a whole program) with the multi-message ``plan`` (or None)."""
     pipe, spec = res.pipeline, res.spec
-    tna = res.target == "tofino"
+    tna = res.target == Target.TOFINO
     q = lambda a: f"{CONTROL}.{a}"  # noqa: E731
     uses_code = any(t.role == "code" for t in pipe.tables)
     spec_actions = [P4Action(q(a.name), list(a.params)) for a in spec.actions.values()]

@@ -33,6 +33,7 @@ from .p4slots import (
 )
 from .p4state import tna_state, v1model_state
 from .safety import check_action, check_pipeline, comment_text, identifier, number
+from ..target import Target
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "templates"
 
@@ -409,7 +410,7 @@ def render_program(
     ``max_messages`` slots, datagrams it cannot handle to ``overflow_port`` or dropped, counted);
     any other spec the single-message program.  Raises SubcError for bad options
     (:func:`~.p4slots.check_options`)."""
-    tna = res.target == "tofino"
+    tna = res.target == Target.TOFINO
     ctx = program_context(res, rules_path, tna)
     env = environment()
     if not res.spec.whole_program:

@@ -22,6 +22,7 @@ from ..driver import compile_rules
 from ..literals import show_value
 from ..rules import parse_rules
 from ..spec_model import Spec
+from ..target import P4_TARGETS
 from .p4slots import DEFAULT_MAX_MESSAGES
 
 #: Versions of the root (level-0 states 1..ROOT_SLOTS) a switch holds at once: changes in flight
@@ -68,7 +69,7 @@ def serve_program(
     from ...errors import SubcError
     from . import target_files
 
-    if target not in ("bmv2", "tofino"):
+    if target not in P4_TARGETS:
         raise SubcError(f"a program for subc serve --p4runtime is for bmv2 or tofino, not {target}")
     ports = sorted(set(ports))
     if not ports or ports[0] < 0 or ports[-1] > 511:
