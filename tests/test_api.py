@@ -78,6 +78,9 @@ def test_import_subc_is_light():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.stdout.split() == ["False", "True"], r.stderr
     assert sorted(subc.__all__) == sorted([*subc.API, "__version__"])
+    from subc import api
+
+    assert sorted(api.__all__) == sorted(subc.API)  # the two lists (linters need api's literal) agree
     with pytest.raises(AttributeError):
         subc.no_such_name  # noqa: B018
 
