@@ -250,3 +250,28 @@ def test_the_load_check_names_every_missing_delivery_path(bpffs, tmp_path):
     assert len(said) == 1, said
     assert "tail call subc_jmp_xdp[1] -> subc_xdp_one" in said[0] and "TC program" in said[0], said[0]
     assert "subc_jmp_xdp[0]" not in said[0] and "XDP program" not in said[0], said[0]
+
+
+def test_two_loads_at_once_on_one_interface(topo, tmp_path):
+    """Two ``subc load`` commands started together on the same interface of one namespace: one
+    loads, the other waits for it (the home's lock) and then refuses with "already loaded"; the
+    loaded broker is whole (its own after-load check passed, and stats reads it)."""
+    out = compile_out(tmp_path, "m", RULES)
+    subs = tmp_path / "subscribers.toml"
+    subs.write_text(topo.subscribers_toml(ENDPOINTS))
+    procs = []
+    args = ("load", str(out), "--iface", topo.b0, "--subscribers", str(subs))
+    try:
+        procs = [topo.popen_subc(topo.brk, *args) for _ in range(2)]
+        results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+        assert sorted(rc for rc, _ in results) == [0, 2], results
+        refused = next(err for rc, err in results if rc == 2)
+        assert "already loaded" in refused and "Traceback" not in refused, refused
+        st = json.loads(topo.subc(topo.brk, "stats", "--iface", topo.b0, "--json").stdout)
+        assert st["generation"] == 0
+        assert xdp_attached(topo)
+    finally:
+        topo.subc(topo.brk, "unload", "--iface", topo.b0, check=False)
+        for p in procs:
+            if p.poll() is None:
+                p.kill()

@@ -129,7 +129,10 @@ def pin_and_attach(
     exist, a pin or an attachment fails (another XDP program attached, a mode the device lacks)."""
     pins = home.pins
     pins.parent.mkdir(parents=True, exist_ok=True)
-    pins.mkdir(exist_ok=False)
+    try:
+        pins.mkdir(exist_ok=False)
+    except FileExistsError:
+        raise SubcError(f"{pins} exists: another broker is loaded on {home.iface} here") from None
     link = -1
     try:
         for name, m in maps.items():

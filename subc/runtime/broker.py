@@ -24,7 +24,7 @@ from ..compiler.targets.ebpf import MAX_SEARCH_STEPS, steps_needed
 from ..errors import SubcError
 from . import attach, install
 from .bpf import Map, Program, compile_and_load, obj_get, possible_cpus, prog_info, require_root
-from .broker_home import BrokerHome, broker_home, stale_reason
+from .broker_home import BrokerHome, broker_home, home_lock, stale_reason
 from .fanout import (
     DEFAULT_RATIO,
     SetCache,
@@ -191,13 +191,13 @@ def ifindex_of(iface: str) -> int:
     return attach.ifindex_of(iface)
 
 
-def claim_home(iface: str) -> tuple[BrokerHome, list[str]]:
-    """The home of a broker about to be loaded on ``iface`` (:func:`~.broker_home.broker_home`,
-    mounting a bpffs when needed and possible), after clearing the brokers whose device is gone
+def claim_home(home: BrokerHome) -> list[str]:
+    """Make ``home`` free for a broker about to be loaded there (the caller holds
+    :func:`~.broker_home.home_lock`): clear the brokers whose device is gone
     (:func:`~.attach.clear_dead`) and a stale broker in this very home
-    (:func:`~.broker_home.stale_reason`).  Returns the home and what was cleared, as messages.
-    Raises SubcError when a live broker is loaded on ``iface`` here, and as ``broker_home``."""
-    home = broker_home(iface, mount=True)
+    (:func:`~.broker_home.stale_reason`; pins without a state, left by an interrupted load).
+    Returns what was cleared, as messages.  Raises SubcError when a live broker is loaded there."""
+    iface = home.iface
     cleared = [f"cleared the broker {k}: its interface is gone" for k in attach.clear_dead(home.bpffs, home.run)]
     if home.exists():
         try:
@@ -216,7 +216,7 @@ def claim_home(iface: str) -> tuple[BrokerHome, list[str]]:
             )
         attach.remove(home)
         cleared.append(f"cleared the stale broker state of {iface} ({home.state_dir}): {reason}")
-    return home, cleared
+    return cleared
 
 
 def load(
@@ -246,59 +246,65 @@ def load(
     require_root("subc load")
     doc, src = read_maps_doc(out_dir)
     subs = load_subscribers(subscribers) if subscribers else None
-    home, cleared = claim_home(iface)
-    problems = []
-    if subs is not None:
-        problems = check_links([e.iface for e in subs.endpoints], iface, fix=fix_links)
-        if any(p.severity == "error" for p in problems):
-            raise SubcError(f"{subs.path}: " + "; ".join(p.message for p in problems if p.severity == "error"))
-        resolve_endpoints(subs)
-    ifindex = ifindex_of(iface)
-    lf = LoadedFilter.build(doc, src, subs, capacity_factor, egress=subs is not None and fanout)
-    attach.pin_and_attach(lf.program, lf.maps, home, ifindex, xdp_mode)
-    try:
-        fan = {"enabled": False, "reason": "no subscribers file" if subs is None else "--no-fanout"}
-        fan_indexes: list[int] = []
-        if subs is not None and fanout:
-            if xdp_attach_mode(iface) != XDP_ATTACHED_DRV:
-                fan["reason"] = "XDP is not attached in driver mode (devmap programs need it)"
-            else:
-                fan = install_fanout(lf.maps, lf.program.egress.fd, subs, fan_ratio)
-                fan_indexes = sorted(fan_plan(subs)) if fan["enabled"] else []
-        attach.check_data_path(lf.program, lf.maps, home, ifindex, fan_indexes)
-        info = {"xdp": prog_info(lf.program.xdp.fd), "tc": prog_info(lf.program.tc.fd)}
-        state = {
-            "iface": iface,
-            "ifindex": ifindex,
-            "netns_inode": home.netns.inode,
-            "netns_cookie": home.netns.cookie,
-            "pins": str(home.pins),
-            "out_dir": str(Path(out_dir).resolve()),
-            "generation": 0,
-            "capacities": lf.caps,
-            "max_endpoints": lf.max_endpoints,
-            "regions_used": lf.regions_used,
-            "xdp_mode": xdp_mode,
-            "programs": info,
-            "subscribers": subscribers and str(Path(subscribers).resolve()),
-            "subscriber_names": {str(k): v for k, v in (subs.names if subs else {}).items()},
-            "leaves": _leaf_labels(doc),
-            "maps": {
-                m["name"]: {"key": m["key"]["size"], "value": _map_struct(m, lf.max_endpoints)[1], "type": m["type"]}
-                for m in doc["maps"]
-            },
-            "loaded_at": time.time(),
-            "links": [p.as_dict() for p in problems],
-            "fanout": fan,
-        }
-        write_state(home, state, doc)
-    except BaseException:
-        attach.remove(home)
-        raise
-    finally:
-        lf.close()
-    record_instructions(out_dir, info)
-    return {**state, "cleared": cleared}
+    home = broker_home(iface, mount=True)
+    with home_lock(home):  # one load, update or unload of this home at a time
+        cleared = claim_home(home)
+        problems = []
+        if subs is not None:
+            problems = check_links([e.iface for e in subs.endpoints], iface, fix=fix_links)
+            if any(p.severity == "error" for p in problems):
+                raise SubcError(f"{subs.path}: " + "; ".join(p.message for p in problems if p.severity == "error"))
+            resolve_endpoints(subs)
+        ifindex = ifindex_of(iface)
+        lf = LoadedFilter.build(doc, src, subs, capacity_factor, egress=subs is not None and fanout)
+        attach.pin_and_attach(lf.program, lf.maps, home, ifindex, xdp_mode)
+        try:
+            fan = {"enabled": False, "reason": "no subscribers file" if subs is None else "--no-fanout"}
+            fan_indexes: list[int] = []
+            if subs is not None and fanout:
+                if xdp_attach_mode(iface) != XDP_ATTACHED_DRV:
+                    fan["reason"] = "XDP is not attached in driver mode (devmap programs need it)"
+                else:
+                    fan = install_fanout(lf.maps, lf.program.egress.fd, subs, fan_ratio)
+                    fan_indexes = sorted(fan_plan(subs)) if fan["enabled"] else []
+            attach.check_data_path(lf.program, lf.maps, home, ifindex, fan_indexes)
+            info = {"xdp": prog_info(lf.program.xdp.fd), "tc": prog_info(lf.program.tc.fd)}
+            state = {
+                "iface": iface,
+                "ifindex": ifindex,
+                "netns_inode": home.netns.inode,
+                "netns_cookie": home.netns.cookie,
+                "pins": str(home.pins),
+                "out_dir": str(Path(out_dir).resolve()),
+                "generation": 0,
+                "capacities": lf.caps,
+                "max_endpoints": lf.max_endpoints,
+                "regions_used": lf.regions_used,
+                "xdp_mode": xdp_mode,
+                "programs": info,
+                "subscribers": subscribers and str(Path(subscribers).resolve()),
+                "subscriber_names": {str(k): v for k, v in (subs.names if subs else {}).items()},
+                "leaves": _leaf_labels(doc),
+                "maps": {
+                    m["name"]: {
+                        "key": m["key"]["size"],
+                        "value": _map_struct(m, lf.max_endpoints)[1],
+                        "type": m["type"],
+                    }
+                    for m in doc["maps"]
+                },
+                "loaded_at": time.time(),
+                "links": [p.as_dict() for p in problems],
+                "fanout": fan,
+            }
+            write_state(home, state, doc)
+        except BaseException:
+            attach.remove(home)
+            raise
+        finally:
+            lf.close()
+        record_instructions(out_dir, info)
+        return {**state, "cleared": cleared}
 
 
 def record_instructions(out_dir: str | Path, info: dict) -> bool:
@@ -402,9 +408,10 @@ def unload(iface: str) -> None:
     namespaces are not touched."""
     require_root("subc unload")
     home = broker_home(iface)
-    if not home.exists():
-        raise SubcError(f"subc is not loaded on {iface} in this network namespace")
-    attach.remove(home)
+    with home_lock(home):
+        if not home.exists():
+            raise SubcError(f"subc is not loaded on {iface} in this network namespace")
+        attach.remove(home)
 
 
 def update(out_dir: str, iface: str, grace_s: float = GRACE_S) -> GenerationResult:

@@ -35,9 +35,12 @@ The run directory is ``$SUBC_RUN_DIR``, else ``/run/subc`` (``ip netns exec`` ke
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -201,6 +204,18 @@ class BrokerHome:
     def exists(self) -> bool:
         """Whether anything of a broker is here (a state or pins)."""
         return self.state_path.exists() or self.pins.exists()
+
+
+@contextmanager
+def home_lock(home: BrokerHome) -> Iterator[None]:
+    """Hold the exclusive lock of ``home`` (``flock`` on ``<run dir>/net<inode>/<iface>.lock``,
+    waiting for a holder): loads and unloads of one broker never interleave, so a load
+    never takes another's half-made pins for an interrupted load's."""
+    d = home.run / home.netns.key
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / f"{home.iface}.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
 
 
 def check_iface_name(iface: str) -> None:

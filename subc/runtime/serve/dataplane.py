@@ -20,7 +20,7 @@ from ...errors import SubcError
 from .. import attach
 from ..bpf import Map, prog_info
 from ..broker import LoadedFilter, claim_home, ifindex_of, pinned_maps, read_state, write_state
-from ..broker_home import BrokerHome, broker_home
+from ..broker_home import BrokerHome, broker_home, home_lock
 
 ROOT_SLOTS = 32  # versions of the root (stage 0 states 1..32): changes in flight before a grace period ends
 STATE_ROLES = ("state_info", "leaf", "leaf_sets", "leaf_counters")
@@ -78,61 +78,62 @@ def open_dataplane(
 
     spec_hash = hashlib.sha256(Path(spec.path).read_bytes()).hexdigest()
     home = broker_home(iface, mount=True)
-    state = None
-    if home.state_path.exists():
+    with home_lock(home):  # one load or unload of this home at a time
+        state = None
+        if home.state_path.exists():
+            try:
+                state = read_state(home)
+            except SubcError:
+                state = None  # stale (its namespace or interface is gone): claim_home clears it
+        if state is not None:
+            want = {"mode": "serve", "spec_sha256": spec_hash, "field_order": order, "capacity": capacity}
+            have = {k: state.get(k) for k in want}
+            if have != want:
+                diff = ", ".join(f"{k} {have[k]!r} (now {want[k]!r})" for k in want if have[k] != want[k])
+                raise SubcError(f"{iface} runs a data path loaded with {diff}: run subc unload --iface {iface} first")
+            doc = json.loads((home.state_dir / "maps.json").read_text())
+            return DataPlane(iface, pinned_maps(home, state), doc, state["capacities"], True, home=home)
+        claim_home(home)
+        doc, src, _ = live_program(spec, order)
+        caps = serve_caps(doc, capacity)
+        ifindex = ifindex_of(iface)
+        lf = LoadedFilter.build(doc, src, None, min_caps=caps, max_endpoints=1)
+        attach.pin_and_attach(lf.program, lf.maps, home, ifindex, xdp_mode)
         try:
-            state = read_state(home)
-        except SubcError:
-            state = None  # stale (its namespace or interface is gone): claim_home clears it
-    if state is not None:
-        want = {"mode": "serve", "spec_sha256": spec_hash, "field_order": order, "capacity": capacity}
-        have = {k: state.get(k) for k in want}
-        if have != want:
-            diff = ", ".join(f"{k} {have[k]!r} (now {want[k]!r})" for k in want if have[k] != want[k])
-            raise SubcError(f"{iface} runs a data path loaded with {diff}: run subc unload --iface {iface} first")
-        doc = json.loads((home.state_dir / "maps.json").read_text())
-        return DataPlane(iface, pinned_maps(home, state), doc, state["capacities"], True, home=home)
-    home, _ = claim_home(iface)
-    doc, src, _ = live_program(spec, order)
-    caps = serve_caps(doc, capacity)
-    ifindex = ifindex_of(iface)
-    lf = LoadedFilter.build(doc, src, None, min_caps=caps, max_endpoints=1)
-    attach.pin_and_attach(lf.program, lf.maps, home, ifindex, xdp_mode)
-    try:
-        attach.check_data_path(lf.program, lf.maps, home, ifindex, [])
-        info = {"xdp": prog_info(lf.program.xdp.fd), "tc": prog_info(lf.program.tc.fd)}
-        state = {
-            "iface": iface,
-            "ifindex": ifindex,
-            "netns_inode": home.netns.inode,
-            "netns_cookie": home.netns.cookie,
-            "pins": str(home.pins),
-            "mode": "serve",
-            "spec": str(Path(spec.path).resolve()),
-            "spec_sha256": spec_hash,
-            "field_order": order,
-            "capacity": capacity,
-            "state_dir": state_dir and str(Path(state_dir).resolve()),
-            "generation": 0,
-            "capacities": lf.caps,
-            "max_endpoints": 1,
-            "regions_used": {},
-            "xdp_mode": xdp_mode,
-            "programs": info,
-            "subscribers": None,
-            "subscriber_names": {},
-            "leaves": {},
-            "maps": {
-                m["name"]: {"key": m["key"]["size"], "value": lf.maps[m["name"]].value_size, "type": m["type"]}
-                for m in doc["maps"]
-            },
-            "loaded_at": time.time(),
-            "links": [],
-            "fanout": {"enabled": False, "reason": "subc serve"},
-        }
-        write_state(home, state, doc)
-    except BaseException:
-        attach.remove(home)
-        lf.close()
-        raise
-    return DataPlane(iface, lf.maps, doc, lf.caps, False, lf, home)
+            attach.check_data_path(lf.program, lf.maps, home, ifindex, [])
+            info = {"xdp": prog_info(lf.program.xdp.fd), "tc": prog_info(lf.program.tc.fd)}
+            state = {
+                "iface": iface,
+                "ifindex": ifindex,
+                "netns_inode": home.netns.inode,
+                "netns_cookie": home.netns.cookie,
+                "pins": str(home.pins),
+                "mode": "serve",
+                "spec": str(Path(spec.path).resolve()),
+                "spec_sha256": spec_hash,
+                "field_order": order,
+                "capacity": capacity,
+                "state_dir": state_dir and str(Path(state_dir).resolve()),
+                "generation": 0,
+                "capacities": lf.caps,
+                "max_endpoints": 1,
+                "regions_used": {},
+                "xdp_mode": xdp_mode,
+                "programs": info,
+                "subscribers": None,
+                "subscriber_names": {},
+                "leaves": {},
+                "maps": {
+                    m["name"]: {"key": m["key"]["size"], "value": lf.maps[m["name"]].value_size, "type": m["type"]}
+                    for m in doc["maps"]
+                },
+                "loaded_at": time.time(),
+                "links": [],
+                "fanout": {"enabled": False, "reason": "subc serve"},
+            }
+            write_state(home, state, doc)
+        except BaseException:
+            attach.remove(home)
+            lf.close()
+            raise
+        return DataPlane(iface, lf.maps, doc, lf.caps, False, lf, home)
