@@ -46,6 +46,7 @@ from subc.compiler.driver import compile_rules  # noqa: E402
 from subc.compiler.rules import parse_rules  # noqa: E402
 from subc.compiler.spec import load_spec, parse_spec  # noqa: E402
 from subc.compiler.targets import target_files  # noqa: E402
+from subc.compiler.targets.ebpf_source import program_source  # noqa: E402
 from subc.runtime.bpf import compile_and_load, test_run  # noqa: E402
 from subc.runtime.broker import LoadedFilter, cflags  # noqa: E402
 from subc.workloads.itch_codec import encode_add_order, stock_value  # noqa: E402
@@ -132,7 +133,7 @@ def main() -> None:
         res = compile_rules(rules, sp, "ebpf", field_order=["add_order.stock", "add_order.shares"])
         files, _ = target_files(res, f"camus{n}.sub")
         t_compile = time.perf_counter() - t0
-        doc, src = json.loads(files["maps.json"]), files["subc_filter.bpf.c"]
+        doc, src = json.loads(files["maps.json"]), program_source(files)
         lf = LoadedFilter.build(doc, src, None)
         base = compile_and_load(src, cflags(lf.caps, lf.max_endpoints) + ["-DSUBC_PARSE_ONLY"])
         from subc.runtime.bpf import prog_info

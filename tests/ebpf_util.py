@@ -13,6 +13,7 @@ from subc.compiler.rules import parse_rules
 from subc.compiler.spec import parse_spec
 from subc.compiler.targets import ebpf_layout as L
 from subc.compiler.targets import target_files
+from subc.compiler.targets.ebpf_source import program_source
 from subc.runtime.reference import Decision
 from subc.runtime.subscribers import Endpoint, Subscribers
 
@@ -72,7 +73,7 @@ def compile_ebpf(text: str, spec, order=None):
     rules = parse_rules(text, spec, "gen.sub")
     res = compile_rules(rules, spec, "ebpf", field_order=order)
     files, _ = target_files(res, "gen.sub")
-    return rules, json.loads(files["maps.json"]), files["subc_filter.bpf.c"]
+    return rules, json.loads(files["maps.json"]), program_source(files)
 
 
 def need_root():

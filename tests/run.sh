@@ -6,6 +6,8 @@
 #   - python3-bpfcc and kernel headers: bcc compiles the eBPF programs against them;
 #   - iproute2, util-linux (nsenter), ethtool: the network-namespace tests;
 #   - gcc: the benchmark's user-space baseline (bench/udp_broker.c, tests/test_udp_baseline.py);
+#   - clang, libbpf-dev, clang-format: the eBPF program built as a BPF object and its static C's
+#     style checked (tests/test_ebpf_source.py);
 #   - openjdk-17-jre-headless (when there is no java): the data pipeline (PySpark);
 #   - python3-pip when python3 has no pip.
 # Then it installs the package with its test extra (pip; on Debian's "externally managed" system
@@ -19,7 +21,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     arch="$(dpkg --print-architecture)"
     missing=""
-    for p in python3-bpfcc "linux-headers-$arch" iproute2 util-linux ethtool gcc; do
+    for p in python3-bpfcc "linux-headers-$arch" iproute2 util-linux ethtool gcc clang libbpf-dev clang-format; do
         dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
     done
     command -v java >/dev/null || missing="$missing openjdk-17-jre-headless"

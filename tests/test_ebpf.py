@@ -18,6 +18,7 @@ from subc.compiler.driver import compile_rules
 from subc.compiler.rules import parse_rules
 from subc.compiler.spec import parse_spec
 from subc.compiler.targets import target_files
+from subc.compiler.targets.ebpf_source import program_source
 from subc.errors import SubcError
 from subc.runtime.reference import reference_decision
 
@@ -164,7 +165,7 @@ def itch_filter():
     import json
 
     subs = fake_subscribers(ids=range(1, 6), multi={4: 3})
-    lf = LoadedFilter.build(json.loads(files["maps.json"]), files["subc_filter.bpf.c"], subs)
+    lf = LoadedFilter.build(json.loads(files["maps.json"]), program_source(files), subs)
     yield spec, rules, subs, lf
     lf.close()
 
@@ -331,7 +332,7 @@ def test_100k_rule_program_passes_the_verifier():
     doc = json.loads(files["maps.json"])
     assert sum(len(m["entries"]) for m in doc["maps"]) > 20_000
     subs = fake_subscribers(ids=range(1, 201))
-    with LoadedFilter.build(doc, files["subc_filter.bpf.c"], subs) as lf:
+    with LoadedFilter.build(doc, program_source(files), subs) as lf:
         for prog in (lf.program.xdp, lf.program.tc):
             info = prog_info(prog.fd)
             assert info["xlated_insns"] > 100 and info["verified_insns"] > 0
@@ -375,7 +376,7 @@ def test_regression_spec_programs_pass_the_verifier():
     files, _ = target_files(compile_rules(rules, spec, "ebpf"), "r.sub")
     import json
 
-    with LoadedFilter.build(json.loads(files["maps.json"]), files["subc_filter.bpf.c"], None) as lf:
+    with LoadedFilter.build(json.loads(files["maps.json"]), program_source(files), None) as lf:
         verified = _programs_verified(lf)
     assert set(verified) >= {"subc_xdp", "subc_tc", "subc_xdp_more"}
     assert all(0 < n < 500_000 for n in verified.values()), verified
@@ -400,5 +401,5 @@ def test_programs_of_random_specs_pass_the_verifier(data, form):
     except SubcError as e:
         assert "spans more than 8 bytes" in e.message  # an unaligned 64-bit field: a stated limit
         return
-    with LoadedFilter.build(json.loads(files["maps.json"]), files["subc_filter.bpf.c"], None) as lf:
+    with LoadedFilter.build(json.loads(files["maps.json"]), program_source(files), None) as lf:
         assert all(n > 0 for n in _programs_verified(lf).values())

@@ -274,6 +274,7 @@ def ebpf_fit(res: CompileResult, rules_path: str, load: bool = True) -> tuple[di
     """(fit report, diagnostics) for the eBPF target: map entries against capacities and, with
     ``load`` (root and bcc needed, else a note says why not), the programs' instruction counts."""
     from ..compiler.targets.ebpf import build_maps, ebpf_plan, render_filter
+    from ..compiler.targets.ebpf_source import program_source
     from ..runtime import install
 
     out: list[Diagnostic] = []
@@ -296,7 +297,7 @@ def ebpf_fit(res: CompileResult, rules_path: str, load: bool = True) -> tuple[di
             )
     if not load:
         return fit, out
-    src = render_filter(res, plan, doc, rules_path)
+    src = program_source(render_filter(res, plan, doc, rules_path))
     try:
         counts = _instruction_counts(doc, src, caps)
     except Exception as e:  # noqa: BLE001 - any reason bcc cannot load here is reported, not fatal

@@ -39,11 +39,9 @@ def ebpf_cost(ir: SubscriptionIR) -> tuple[int, int]:
                 entries += 1 + len(st.runs)
                 steps = max(steps, math.ceil(math.log2(len(st.runs))) if len(st.runs) > 1 else 0)
         elif kind == "exact":
-            points = stage.exact_points
             for st in stage.states:
-                entries += 1 + len(FieldStage.exact_form(st, points)[0])
+                entries += 1 + len(FieldStage.exact_form(st)[0])
         else:
-            prefixes = stage.prefixes
             for st in stage.states:
-                entries += len(FieldStage.lpm_form(st, prefixes, stage.field.width))
+                entries += len(FieldStage.lpm_form(st, stage.field.width))
     return entries, steps

@@ -48,6 +48,7 @@ from operator import itemgetter
 from typing import Iterable, Sequence
 
 from ..errors import SubcError
+from . import lowering
 from .ast import And, Expr, Not, Or, Pred
 from .root_runs import ChunkBuilder, ChunkedRuns
 from .spec_model import QueryField
@@ -110,6 +111,16 @@ class Node:
 
 
 _LO = itemgetter(0)
+
+
+def is_dead(node: Node) -> bool:
+    """Whether delivery node ``node`` is on the dead chain (state 0: no subscriber below)."""
+    return node.state == 0
+
+
+def exact_miss(node: Node) -> Node:
+    """The miss target of an exact delivery node (:func:`.lowering.exact_miss`)."""
+    return lowering.exact_miss(node.runs, is_dead)
 
 
 def _emit(out: list, lo: int, hi: int, child) -> None:

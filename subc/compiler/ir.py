@@ -12,8 +12,8 @@ The IR of a rule set in one field order is the sliced diagram (Algorithm 1 of Je
   widths in bits.
 
 The match forms of a state that back ends share (a per-state fallback for range fields, the miss
-target and the mentioned values for exact fields, the prefix entries of lpm fields) are computed
-here once (:meth:`FieldStage.range_form`, :meth:`FieldStage.exact_form`,
+target for exact fields, the prefix entries of lpm fields) are those of :mod:`.lowering`, which
+the live writers use too (:meth:`FieldStage.range_form`, :meth:`FieldStage.exact_form`,
 :meth:`FieldStage.lpm_form`); how they become match-action table entries or BPF map entries is
 each back end's business (:mod:`.tables`, :mod:`.targets.ebpf`), and so is the cost model the
 field-order search uses (:mod:`.costs`).
@@ -21,12 +21,13 @@ field-order search uses (:mod:`.costs`).
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Sequence
 
 from ..errors import SubcError
+from . import lowering
 from .aggregates import StatePlan, boundary_updates, is_state_field, leaf_count_masks
 from .ast import Rule, evaluate
 from .decisions import FWD, STATE_ATOMS, Decision, conflict_message, conflicting_pair, decide, default_decision_of
@@ -54,12 +55,11 @@ class StateRuns:
 
 
 def fallback_target(targets: Counter) -> int:
-    """The next state that a per-state fallback entry should lead to: the one that saves most
-    entries, state 0 (which needs no entry) preferred on ties, then the smallest."""
+    """The next state that a per-state fallback entry should lead to, given how many entries each
+    would save (:func:`.lowering.preferred_target`; ties to state 0, then the smallest)."""
     if not targets:
         return 0
-    total = sum(targets.values())
-    return min(targets, key=lambda t: (total - targets[t] + (1 if t else 0), t))
+    return lowering.preferred_target(dict(targets), {t: t for t in targets}, is_dead_state)
 
 
 @dataclass(frozen=True)
@@ -87,70 +87,28 @@ class FieldStage:
 
     @staticmethod
     def range_form(st: StateRuns) -> tuple[list[tuple[int, int, int]], int]:
-        """Range entries of a state: (the runs that differ from its fallback, fallback target).
-
-        A range table holds these at a higher priority than one full-range fallback entry (none
-        when the fallback is state 0)."""
-        fb = fallback_target(Counter(t for _, _, t in st.runs))
-        return [r for r in st.runs if r[2] != fb], fb
+        """Range entries of a state: (the runs that differ from its fallback, fallback target);
+        a range table holds these above one full-range fallback entry, none when the fallback is
+        state 0 (:func:`.lowering.range_form`)."""
+        return lowering.range_form(st.runs, is_dead_state)
 
     @staticmethod
-    def exact_form(st: StateRuns, points: Sequence[int]) -> tuple[list[tuple[int, int]], int]:
-        """Exact entries of a state over the mentioned ``points`` (sorted): ([(value, next state)]
-        for values whose next state differs from the miss target, miss target).  Every value the
-        rules do not mention leads to one state (the miss target)."""
-        miss, counts = None, Counter()
-        for lo, hi, t in st.runs:
-            n_points = bisect_right(points, hi) - bisect_left(points, lo)
-            counts[t] += n_points
-            if n_points < hi - lo + 1:
-                miss = t  # the run holds an unmentioned value: all of those lead to one target
-        if miss is None:
-            miss = fallback_target(counts)
-        out = []
-        for v in points:
-            t = st.target(v)
-            if t != miss:
-                out.append((v, t))
-        return out, miss
+    def exact_form(st: StateRuns) -> tuple[list[tuple[int, int]], int]:
+        """Exact entries of a state: ([(value, next state)] of the values whose next state is not
+        the miss target, miss target) (:func:`.lowering.exact_form`)."""
+        return lowering.exact_form(st.runs, is_dead_state)
 
     @staticmethod
-    def lpm_form(st: StateRuns, prefixes: Sequence[tuple[int, int]], width: int) -> list[tuple[int, int, int]]:
-        """Lpm entries of a state over the prefix tree of ``prefixes`` [(value, length)]:
-        [(value, prefix length, next state)], one per prefix whose target differs from that of
-        its nearest enclosing entry (the /0 root leads to state 0 when it has no entry)."""
-        top = (1 << width) - 1
-        spans = [(v, v | (top >> plen if plen else top), plen) for v, plen in prefixes]
-        spans = sorted(set(spans) | {(0, top, 0)}, key=lambda s: (s[0], s[2]))
-        parent: dict[tuple, tuple | None] = {}
-        children: dict[tuple, list] = {s: [] for s in spans}
-        stack: list[tuple] = []
-        for s in spans:
-            while stack and not (stack[-1][0] <= s[0] and s[1] <= stack[-1][1]):
-                stack.pop()
-            parent[s] = stack[-1] if stack else None
-            if stack:
-                children[stack[-1]].append(s)
-            stack.append(s)
-        los = [lo for lo, _, _ in st.runs]
-        effective: dict[tuple, int] = {}
-        out = []
-        for s in spans:
-            inherited = effective[parent[s]] if parent[s] is not None else 0
-            cursor = s[0]
-            for c in children[s]:
-                if c[0] == cursor:
-                    cursor = c[1] + 1
-                else:
-                    break
-            if cursor > s[1]:
-                effective[s] = inherited
-                continue
-            t = st.runs[bisect_right(los, cursor) - 1][2]
-            effective[s] = t
-            if t != inherited:
-                out.append((s[0], s[2], t))
-        return out
+    def lpm_form(st: StateRuns, width: int) -> list[tuple[int, int, int]]:
+        """Lpm entries of a state: the fewest [(value, prefix length, next state)] whose longest
+        match gives every value its next state, none matching meaning state 0
+        (:func:`.lowering.lpm_form`)."""
+        return lowering.lpm_form(st.runs, width, is_dead_state)
+
+
+def is_dead_state(state: int) -> bool:
+    """Whether next state ``state`` is the dead state 0 of a stage."""
+    return state == 0
 
 
 @dataclass(frozen=True)

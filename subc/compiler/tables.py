@@ -360,10 +360,9 @@ def build_pipeline(
             steps.append(Step(base, f"{base}_miss"))
         elif q.match_kind == "exact":
             forms[q.name] = "exact"
-            points = stage.exact_points
             entries, misses = [], []
             for st in stage.states:
-                es, miss = FieldStage.exact_form(st, points)
+                es, miss = FieldStage.exact_form(st)
                 entries.extend(_state_entry(st.state, v, t) for v, t in es)
                 if miss:
                     misses.append(Entry((st.state,), "subc_set_state", (("next_state", miss),)))
@@ -374,12 +373,9 @@ def build_pipeline(
             steps.append(Step(base, f"{base}_miss"))
         else:
             forms[q.name] = "lpm"
-            prefixes = stage.prefixes
             entries = []
             for st in stage.states:
-                entries.extend(
-                    _state_entry(st.state, (v, plen), t) for v, plen, t in FieldStage.lpm_form(st, prefixes, q.width)
-                )
+                entries.extend(_state_entry(st.state, (v, plen), t) for v, plen, t in FieldStage.lpm_form(st, q.width))
             tables.append(Table(base, [state_key, fkey("lpm")], entries, to_dead, "stage", q.name, ["subc_set_state"]))
             steps.append(Step(base))
     # widths of code keys are known only now

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import SubcError
+from ..compiler.targets.ebpf_source import bcc_dialect
 
 ENOTSUPP = 524  # the kernel's internal 'operation not supported' (include/linux/errno.h)
 
@@ -127,7 +128,10 @@ BPF_XDP_DEVMAP = 33
 def compile_and_load(
     src: str, cflags: list[str], xdp_fn: str = "subc_xdp", tc_fn: str = "subc_tc", egress_fn: str | None = None
 ) -> Program:
-    """Compile C source ``src`` with bcc and load ``xdp_fn`` (XDP) and ``tc_fn`` (SCHED_CLS), the
+    """Compile C source ``src`` (one translation unit in standard helper syntax:
+    :func:`~subc.compiler.targets.ebpf_source.program_source`; rewritten for bcc by
+    :func:`~subc.compiler.targets.ebpf_source.bcc_dialect`) with bcc and load ``xdp_fn`` (XDP)
+    and ``tc_fn`` (SCHED_CLS), the
     tail-call targets of :data:`TAIL_CALLS` into their prog arrays, and ``egress_fn`` (when given)
     as a devmap program (expected attach type BPF_XDP_DEVMAP).
 
@@ -139,7 +143,7 @@ def compile_and_load(
     check_kernel_headers()
     with _StderrCapture() as cap:
         try:
-            b = bcc.BPF(text=src.encode(), cflags=cflags)
+            b = bcc.BPF(text=bcc_dialect(src).encode(), cflags=cflags)
         except Exception as e:  # bcc raises Exception on compile errors
             err = e
         else:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..compiler.targets import ebpf_layout as L
 from ..compiler.targets.ebpf import MAX_SEARCH_STEPS, steps_needed
+from ..compiler.targets.ebpf_source import program_source, read_program
 from ..errors import SubcError
 from . import attach, install
 from .bpf import Map, Program, compile_and_load, obj_get, possible_cpus, prog_info, require_root
@@ -41,11 +42,13 @@ GRACE_S = 0.2  # wait after switching generations before deleting the old one
 
 
 def read_maps_doc(out_dir: str | Path) -> tuple[dict, str]:
-    """(maps.json document, C source) of an ``subc compile --target ebpf`` output directory."""
+    """(maps.json document, C source: one translation unit, :func:`program_source`) of an
+    ``subc compile --target ebpf`` output directory.  Raises SubcError for a directory that is not
+    one (or one an older subc wrote, without the program's headers)."""
     out = Path(out_dir)
     try:
         doc = json.loads((out / "maps.json").read_text())
-        src = (out / doc["program"]).read_text()
+        src = program_source(read_program(out), doc["program"])
     except (OSError, ValueError, KeyError) as e:
         raise SubcError(f"{out}: not an eBPF output directory of subc compile --target ebpf ({e})") from None
     if doc.get("format") != "subc-ebpf-maps":

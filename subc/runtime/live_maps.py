@@ -8,14 +8,15 @@ change rewrites a free slot where it differs from what the slot held, then switc
 ``subc_root`` to it (one 4-byte write).  A packet reads ``subc_root`` once per datagram, so it is
 classified by one root and the persistent nodes below it: never by a mix of two diagrams.
 
-Per match kind (the same forms as the batch compiler's, :mod:`subc.compiler.targets.ebpf`):
+Per match kind (the forms of :mod:`subc.compiler.lowering`, as the batch compiler's,
+:mod:`subc.compiler.targets.ebpf`):
 
 * range: ``stN_info[state] = (offset, count)`` and the runs' lower bounds and next states in a
   segment of ``stN_bnd`` (segments are allocated in power-of-two size classes, :class:`Segments`);
 * exact: ``stN_ex[(state, value)] = next`` for the values whose next state is not the node's
   *miss* target, which ``stN_info[state]`` holds;
-* lpm: ``stN_lpm[(state, prefix)] = next``, the prefixes covering each run that does not lead to
-  the dead state;
+* lpm: ``stN_lpm[(state, prefix)] = next``, the fewest prefixes whose longest match gives every
+  value its next state (:func:`~subc.compiler.lowering.lpm_form`);
 * leaves: ``subc_leaf[state]`` (the subscriber set, its count and, for one subscriber, its id),
   ``subc_leaf_set[state]`` and zeroed ``subc_leaf_cnt[state]``.
 
@@ -27,16 +28,14 @@ restarted daemon keeps those (:meth:`LiveMaps.inherit`) until its own diagram is
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 
-from ..compiler.incremental import Node
+from ..compiler import lowering
+from ..compiler.incremental import Node, exact_miss, is_dead
 from ..compiler.targets import ebpf_layout as L
 from ..errors import SubcError
 from .bpf import Map
 from .install import subscriber_words
-
-MAX_EXACT_RUN = 1 << 16  # values of one run an exact field may enumerate
 
 
 class Segments:
@@ -92,39 +91,6 @@ class Inherited:
     states: dict[int, set[int]] = field(default_factory=dict)
     keys: dict[str, list[bytes]] = field(default_factory=dict)
     segments: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
-
-
-def exact_miss(node: Node) -> Node:
-    """The miss target of an exact node: the child of its runs that hold values no rule
-    mentions (a run of more than one value), else its most common child."""
-    for lo, hi, c in node.runs:
-        if hi > lo:
-            return c
-    return Counter(r[2] for r in node.runs).most_common(1)[0][0]
-
-
-def exact_entries(node: Node, miss: Node, lo: int = 0, hi: int | None = None):
-    """(value, child) of ``node``'s values in [lo, hi] whose child is not ``miss``."""
-    if hi is None:
-        hi = node.runs[-1][1]
-    for rlo, rhi, c in node.between(lo, hi):
-        if c is miss:
-            continue
-        a, b = max(rlo, lo), min(rhi, hi)
-        if b - a >= MAX_EXACT_RUN:
-            raise SubcError(f"an exact field's state would need {b - a + 1} entries for one run")
-        for v in range(a, b + 1):
-            yield v, c
-
-
-def prefix_cover(lo: int, hi: int, width: int):
-    """The aligned prefixes (value, length) that cover [lo, hi] exactly, in order."""
-    while lo <= hi:
-        size = lo & -lo if lo else 1 << width
-        while size > hi - lo + 1:
-            size >>= 1
-        yield lo, width - (size.bit_length() - 1)
-        lo += size
 
 
 class LiveMaps:
@@ -210,10 +176,8 @@ class LiveMaps:
         return L.LPM_KEY.pack(prefixlen=32 + plen, state=state, value=(v << (64 - width)) & ((1 << 64) - 1))
 
     def _lpm_entries(self, node: Node, width: int):
-        for lo, hi, c in node.runs:
-            if c.state:
-                for v, plen in prefix_cover(lo, hi, width):
-                    yield (v, plen), c
+        for v, plen, c in lowering.lpm_form(node.runs, width, is_dead):
+            yield (v, plen), c
 
     def write(self, node: Node, state: int | None = None) -> None:
         """Write every entry of (new) ``node`` under its state (or ``state``: a root slot)."""
@@ -233,7 +197,7 @@ class LiveMaps:
         elif st["kind"] == "exact":
             info, ex = st["maps"]
             miss = exact_miss(node)
-            for v, c in exact_entries(node, miss):
+            for v, c in lowering.exact_values(node.runs, miss):
                 self._put(ex, self._exact_key(state, v), L.U32.pack(v=c.state))
             self._put(info, L.U32.pack(v=state), L.INFO.pack(a=miss.state))
         else:
@@ -258,7 +222,7 @@ class LiveMaps:
         elif st["kind"] == "exact":
             self._put(st["maps"][0], L.U32.pack(v=state), L.INFO.pack())
             name = st["maps"][1]
-            for v, _ in exact_entries(node, exact_miss(node)):
+            for v, _ in lowering.exact_values(node.runs, exact_miss(node)):
                 self._del(name, self._exact_key(state, v))
         else:
             name = st["maps"][0]
@@ -340,8 +304,8 @@ class LiveMaps:
         if old is not None and miss is not None and spans is not None and exact_miss(old) is miss:
             info, ex = self.stages[0]["maps"]
             for lo, hi in spans:
-                new = dict(exact_entries(root, miss, lo, hi))
-                for v, _ in exact_entries(old, miss, lo, hi):
+                new = dict(lowering.exact_values(root.between(lo, hi), miss, lo, hi))
+                for v, _ in lowering.exact_values(old.between(lo, hi), miss, lo, hi):
                     if v not in new:
                         self._del(ex, self._exact_key(slot, v))
                 for v, c in new.items():

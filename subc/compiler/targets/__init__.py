@@ -55,7 +55,8 @@ def target_files(
 
     bmv2: ``subc.p4``, ``commands.txt``; tofino: ``subc.p4``, ``bfrt_setup.py``; both:
     ``entries.json``, ``report.json`` and, for a whole program, ``p4info.txtpb``
-    (:mod:`.p4info`); ebpf: ``subc_filter.bpf.c``, ``maps.json``,
+    (:mod:`.p4info`); ebpf: the program (``subc_filter.bpf.c``, its static headers and the generated
+    ``subc_config.h`` and ``subc_classify.h``: :mod:`.ebpf_source`), ``maps.json``,
     ``report.json``; all: with ``dot``, ``bdd.dot``.  Raises SubcError when the rules or the
     spec cannot be expressed on the target.
     """
@@ -74,7 +75,7 @@ def target_files(
 
         plan = ebpf_plan(res)
         doc = build_maps(res, plan)
-        files["subc_filter.bpf.c"] = render_filter(res, plan, doc, rules_path)
+        files.update(render_filter(res, plan, doc, rules_path))
         files["maps.json"] = dumps(doc)
         if dot:
             files["bdd.dot"] = to_dot(res.rbdd)

@@ -1,4 +1,5 @@
-"""The eBPF target: ``subc_filter.bpf.c`` (XDP + TC), ``maps.json`` and ``report.json``.
+"""The eBPF target: the program (``subc_filter.bpf.c``, XDP + TC: static C plus two generated
+headers, :mod:`.ebpf_source`), ``maps.json`` and ``report.json``.
 
 Each field stage of the IR (:mod:`subc.compiler.ir`) becomes BPF maps keyed by state (Algorithm 1 of Jepsen et al.,
 HotNets 2018, with maps in place of match-action tables).  The IR numbers each stage's input
@@ -39,6 +40,7 @@ from ..decisions import default_decision_of
 from ..ir import FieldStage, SubscriptionIR
 from . import ebpf_layout as L
 from .ebpf_parse import FieldLayout, ParsePlan, check_fields, plan_parser
+from .ebpf_source import GENERATED_FILES, MAIN_FILE, program_source, static_files
 from .safety import comment_text, identifier
 from .p4program import environment
 
@@ -181,22 +183,20 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
                 }
             )
         elif q.match_kind == "exact":
-            points = stage.exact_points
             info, ex = [], []
             for st in stage.states:
-                es, miss = FieldStage.exact_form(st, points)
+                es, miss = FieldStage.exact_form(st)
                 info.append({"state": st.state, "miss": miss})
                 ex.extend({"state": st.state, "value": v, "next": t} for v, t in es)
             add(f"{base}_info", "array", L.U32, L.INFO, info, "state_info", q.name, cap=state_capacity(info))
             add(f"{base}_ex", "hash", L.EXACT_KEY, L.U32, ex, "exact", q.name)
             stages.append({"field": q.name, "kind": "exact", "maps": [f"{base}_info", f"{base}_ex"]})
         else:
-            prefixes = stage.prefixes
             lpm = []
             for st in stage.states:
                 lpm.extend(
                     {"state": st.state, "value": v, "prefix_len": plen, "next": t}
-                    for v, plen, t in FieldStage.lpm_form(st, prefixes, q.width)
+                    for v, plen, t in FieldStage.lpm_form(st, q.width)
                 )
             add(f"{base}_lpm", "lpm_trie", L.LPM_KEY, L.U32, lpm, "lpm", q.name)
             stages.append({"field": q.name, "kind": "lpm", "maps": [f"{base}_lpm"]})
@@ -264,7 +264,7 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
     return {
         "format": "subc-ebpf-maps",
         "version": 1,
-        "program": "subc_filter.bpf.c",
+        "program": MAIN_FILE,
         "functions": {"xdp": "subc_xdp", "tc": "subc_tc", "xdp_more": "subc_xdp_more", "tc_more": "subc_tc_more"},
         "moldudp64": plan.moldudp64,
         "generation_bit": L.GEN_BIT,
@@ -314,8 +314,12 @@ def state_doc(ir: SubscriptionIR) -> dict:
     }
 
 
-def render_filter(res: CompileResult, plan: ParsePlan, doc: dict, rules_path: str) -> str:
-    """The C source of the XDP and TC programs for ``res`` (bcc dialect)."""
+def render_filter(res: CompileResult, plan: ParsePlan, doc: dict, rules_path: str) -> dict[str, str]:
+    """The eBPF program for ``res`` (name -> text): the static C (:mod:`.ebpf_source`) and the two
+    headers generated from the rule set and the spec, ``subc_config.h`` (variant, constants, map
+    capacities and layouts, the field stages' maps) and ``subc_classify.h`` (the spec's parser and
+    the stage walk).  Raises SubcError for a map, field or parser state name that is no C
+    identifier."""
     spec = res.spec
     hb = plan.header_bytes
     states = []
@@ -385,8 +389,7 @@ def render_filter(res: CompileResult, plan: ParsePlan, doc: dict, rules_path: st
     message_insts = [i for i in plan.header_bytes if i not in (plan.eth, plan.ipv4, plan.udp)]
     structs = [s.c_decl() for s in L.STRUCTS]
     agg = _aggregates_context(res, plan) if sp is not None else None
-    tmpl = environment().get_template("ebpf/subc_filter.bpf.c.j2")
-    return tmpl.render(
+    ctx = dict(
         version=__version__,
         rules_path=comment_text(rules_path),
         spec_path=comment_text(spec.path),
@@ -421,6 +424,10 @@ def render_filter(res: CompileResult, plan: ParsePlan, doc: dict, rules_path: st
         need_valid=hex(need),
         agg=agg,
     )
+    files = static_files()
+    for name in GENERATED_FILES:
+        files[name] = environment().get_template(f"ebpf/{name}.j2").render(**ctx)
+    return files
 
 
 def _load_ctx(plan: ParsePlan, name: str) -> dict:
@@ -542,7 +549,8 @@ def report(res: CompileResult, doc: dict) -> dict:
 
 
 def live_program(spec, field_order: list[str]) -> tuple[dict, str, ParsePlan]:
-    """(``maps.json`` document, C source, parse plan) of a program over ``field_order`` with no
+    """(``maps.json`` document, C source (one translation unit: :func:`.ebpf_source.program_source`),
+    parse plan) of a program over ``field_order`` with no
     rule: the data path of ``subc serve``, whose maps the broker fills incrementally
     (:mod:`subc.runtime.live_maps`).  Raises SubcError for an unknown or unsupported field."""
     fields = []
@@ -558,4 +566,4 @@ def live_program(spec, field_order: list[str]) -> tuple[dict, str, ParsePlan]:
     res = CompileResult(ir, [], spec, "ebpf")
     plan = ebpf_plan(res)
     doc = build_maps(res, plan)
-    return doc, render_filter(res, plan, doc, "<subc serve>"), plan
+    return doc, program_source(render_filter(res, plan, doc, "<subc serve>")), plan

@@ -7,17 +7,23 @@ periods, with entries instead of map elements.  A node of level ``k`` (field ``k
 with state ``s`` is, in the table(s) of field ``k`` (one per message slot of a multi-message
 program, all with the same entries):
 
-* **range**: one entry ``(s, [lo, hi])`` per run whose action is not the table's default;
+* **range**: the runs that do not lead to the node's fallback child, at priority
+  :data:`~subc.compiler.tables.SPECIFIC_PRIORITY`, above one whole-field entry for the fallback
+  at :data:`~subc.compiler.tables.FALLBACK_PRIORITY` unless that is the dead state
+  (:func:`~subc.compiler.lowering.range_form`);
 * **exact**: one entry ``(s, v)`` per value whose child differs from the node's miss target
-  (:func:`~subc.runtime.live_maps.exact_miss`), and ``(s)`` in the ``_miss`` table for the miss
+  (:func:`~subc.compiler.lowering.exact_form`), and ``(s)`` in the ``_miss`` table for the miss
   target unless that is the default;
-* **lpm**: the aligned prefixes of each run (:func:`~subc.runtime.live_maps.prefix_cover`).
+* **lpm**: the fewest prefixes whose longest match gives every value its child
+  (:func:`~subc.compiler.lowering.lpm_form`), those to the dead state included.
 
-The action is ``subc_set_state(child's state)``, except on the last field, where it is the leaf's
-delivery: ``subc_fwd(port)``, ``subc_mcast(group)`` with one multicast group per set of ports
-(made before the first entry that uses it, deleted after the last), or in a multi-message program
-``subc_msg_fwd(port bitmap)``; a leaf without ports is the table's default (the spec's default
-action).  A subscriber number of the diagram *is* a switch port here.
+These are the forms a compile of the same rules gives (:mod:`subc.compiler.lowering`; checked
+entry for entry by ``tests/test_live_lowering.py``).  The action is ``subc_set_state(child's
+state)``, except on the last field, where it is the leaf's delivery: ``subc_fwd(port)``,
+``subc_mcast(group)`` with one multicast group per set of ports (made before the first entry that
+uses it, deleted after the last), or in a multi-message program ``subc_msg_fwd(port bitmap)``; a
+leaf without ports has the spec's default action (the tables' default).  A subscriber number of
+the diagram *is* a switch port here.
 
 Root slots (level-0 states 1..ROOT_SLOTS) are rewritten by difference with what they hold;
 :meth:`LiveEntries.switch` is the one MODIFY of ``subc_root``'s default action.  Buffered writes
@@ -35,7 +41,9 @@ from dataclasses import dataclass, field
 
 from ...compiler.incremental import Node
 from ...errors import SubcError
-from ..live_maps import exact_entries, exact_miss, prefix_cover
+from ...compiler import lowering
+from ...compiler.incremental import exact_miss, is_dead
+from ...compiler.tables import FALLBACK_PRIORITY, SPECIFIC_PRIORITY
 from .requests import multicast_entry, table_entry
 
 MAX_GROUP = 0xFFFF
@@ -176,23 +184,21 @@ class LiveEntries:
         lv, L = node.level, self.levels[node.level]
         out = {}
         if L.kind == "range":
-            for lo, hi, c in node.runs:
-                a = self._act(lv, c)
-                if a != L.stage_default:
-                    out[("stage", ("range", lo, hi))] = a
+            runs, fb = lowering.range_form(node.runs, is_dead)
+            for lo, hi, c in runs:
+                out[("stage", ("range", lo, hi, SPECIFIC_PRIORITY))] = self._act(lv, c)
+            if not is_dead(fb):
+                out[("stage", ("range", 0, (1 << L.width) - 1, FALLBACK_PRIORITY))] = self._act(lv, fb)
         elif L.kind == "exact":
             miss = exact_miss(node)
-            for v, c in exact_entries(node, miss):
+            for v, c in lowering.exact_values(node.runs, miss):
                 out[("stage", ("exact", v))] = self._act(lv, c)
             a = self._act(lv, miss)
             if a != L.miss_default:
                 out[("miss", ("miss",))] = a
-        else:
-            for lo, hi, c in node.runs:
-                a = self._act(lv, c)
-                if a != L.stage_default:
-                    for v, plen in prefix_cover(lo, hi, L.width):
-                        out[("stage", ("lpm", v, plen))] = a
+        else:  # every entry counts, those to the dead state too: they override an enclosing prefix
+            for v, plen, c in lowering.lpm_form(node.runs, L.width, is_dead):
+                out[("stage", ("lpm", v, plen))] = self._act(lv, c)
         return out
 
     def write(self, node: Node, state: int | None = None) -> None:
@@ -242,7 +248,7 @@ class LiveEntries:
             match = [{"exact": state}, {"lpm": [key[1], key[2]]}]
         e = {"match": match, "action": action[0], "params": dict(action[1])}
         if key[0] == "range":
-            e["priority"] = 1
+            e["priority"] = key[3]
         return e
 
     def flush(self) -> None:
