@@ -6,11 +6,11 @@ itch``, price form, default 100,000 rules over the same 500 symbols, 32 ports).
 
 Measured, each the median of --repeat runs (the compile is done once and timed separately):
 
-* ``spark``: the whole job after the session is up (:func:`subc.pipeline.analyze.analyze`: read,
+* ``spark``: the whole job after the session is up (:func:`subc.analysis.analyze.analyze`: read,
   decode, tables, messages.parquet, counts, reference, outputs), messages per second;
-* ``spark_read``: the trace alone as a DataFrame (:func:`subc.pipeline.trace_df.read_messages`),
+* ``spark_read``: the trace alone as a DataFrame (:func:`subc.analysis.trace_df.read_messages`),
   every column decoded and handed to the JVM, counted;
-* ``numpy``: the same per-split work as a Spark task (:func:`subc.pipeline.evaluate.process_split`,
+* ``numpy``: the same per-split work as a Spark task (:func:`subc.analysis.evaluate.process_split`,
   including writing the Parquet parts) in one Python process, split after split, plus the
   reference on the driver side: the cost of the evaluation without Spark;
 * ``numpy_read``: reading and decoding alone in one process.
@@ -19,7 +19,7 @@ With ``--stateful M`` the rule set also has M rules that compare an aggregate, `
 avg(price, window=1000000) > P : fwd(H)`` (S, P and H from the generated rules), and with
 ``--counters C`` C rate limits ``stock == S and seen < 100 : fwd(H), inc(seen)`` over one named
 counter (1 s windows); the spec gets ``query_time(add_order.timestamp, ns)``.  Then only ``spark``
-is measured (the per-split work and the stateful pass, :mod:`subc.pipeline.stateful_pass`), with
+is measured (the per-split work and the stateful pass, :mod:`subc.analysis.stateful_pass`), with
 the pass's own time in its steps.
 
 Prints a table and writes JSON (--json).  Run it alone: ``python3 bench/analyze_bench.py``.
@@ -77,9 +77,9 @@ def numpy_run(res, trace: Path, out: Path) -> dict:
     import numpy as np
     import pandas as pd
 
-    from subc.pipeline.analyze import auto_split_bytes, make_bundle
-    from subc.pipeline.evaluate import process_split, representatives
-    from subc.pipeline.reference_np import evaluate_rules
+    from subc.analysis.analyze import auto_split_bytes, make_bundle
+    from subc.analysis.evaluate import process_split, representatives
+    from subc.analysis.reference_np import evaluate_rules
 
     t0 = time.perf_counter()
     bundle = make_bundle(res, [str(trace)], auto_split_bytes([str(trace)], 2))
@@ -95,11 +95,11 @@ def numpy_run(res, trace: Path, out: Path) -> dict:
 
 def numpy_read(trace: Path, spec) -> dict:
     """Reading and decoding alone (the spec's vectorised decoder), one split after another."""
-    from subc.pipeline.analyze import auto_split_bytes
-    from subc.pipeline.gather import VectorDecoder
-    from subc.pipeline.messages import decode
-    from subc.pipeline.splits import plan_splits, read_split
-    from subc.runtime.decoder import MessageDecoder
+    from subc.analysis.analyze import auto_split_bytes
+    from subc.analysis.gather import VectorDecoder
+    from subc.analysis.messages import decode
+    from subc.analysis.splits import plan_splits, read_split
+    from subc.wire.decoder import MessageDecoder
 
     t0 = time.perf_counter()
     vector = VectorDecoder(MessageDecoder(spec))
@@ -124,18 +124,18 @@ def main() -> None:
     args = ap.parse_args()
 
     from subc.compiler.driver import compile_rules
-    from subc.compiler.rules import load_rules
-    from subc.compiler.spec import load_spec
-    from subc.pipeline.analyze import analyze
-    from subc.pipeline.session import get_session
-    from subc.pipeline.trace_df import read_messages
+    from subc.lang.rules import load_rules
+    from subc.spec.front_end import load_spec
+    from subc.analysis.analyze import analyze
+    from subc.analysis.session import get_session
+    from subc.analysis.trace_df import read_messages
 
     trace, rules_path = ensure_inputs(args.work, args.messages, args.rules, args.symbols)
     t = time.perf_counter()
     stateful = bool(args.stateful or args.counters)
     if stateful:
-        from subc.compiler.rules import parse_rules
-        from subc.compiler.spec import parse_spec
+        from subc.lang.rules import parse_rules
+        from subc.spec.front_end import parse_spec
 
         spec = parse_spec(SPEC.read_text() + STATEFUL_PRAGMAS, str(SPEC))
         rules = load_rules(rules_path, spec) + parse_rules(stateful_rules(rules_path, args.stateful, args.counters),

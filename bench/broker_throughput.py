@@ -10,7 +10,7 @@ Topologies (network namespaces made here, removed afterwards; addresses only ins
 ``per-subscriber``: each subscriber behind its own interface (containers or VMs on the broker's
 host); ``shared``: every subscriber behind one link (hosts on the broker's LAN, the usual feed
 handler deployment).  The eBPF broker fans a datagram out from XDP through device maps either way
-(subc/runtime/fanout.py): on a shared link each copy is one clone; across interfaces a datagram
+(subc/dataplane/ebpf/fanout.py): on a shared link each copy is one clone; across interfaces a datagram
 goes over its recipient set's device map, which ``subc fanout`` (run next to the broker, on its
 CPU, unless ``--no-fanout-daemon``) makes after XDP first sees the set, each copy one clone; until
 then, to TC, which builds the copies with bpf_clone_redirect.
@@ -100,11 +100,11 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from udp_tables import build_udp_broker, payloads_file, tables_text  # noqa: E402
 
-from subc.compiler.rules import parse_rules  # noqa: E402
-from subc.compiler.spec import load_spec  # noqa: E402
-from subc.compiler.targets.ebpf_parse import plan_parser  # noqa: E402
-from subc.runtime.delivery import Delivery, recipients_of  # noqa: E402
-from subc.runtime.reference import reference_decision  # noqa: E402
+from subc.lang.rules import parse_rules  # noqa: E402
+from subc.spec.front_end import load_spec  # noqa: E402
+from subc.backends.ebpf.parse_plan import plan_parser  # noqa: E402
+from subc.semantics.delivery import Delivery, recipients_of  # noqa: E402
+from subc.semantics.reference import reference_decision  # noqa: E402
 from subc.workloads.feed import feed_datagrams  # noqa: E402
 from subc.workloads.itch_codec import decode_add_order, read_binaryfile, stock_symbol  # noqa: E402
 
@@ -173,7 +173,7 @@ class Sinks:
     sink namespace through setns); :meth:`counts` reads (copies, messages, out of order)."""
 
     def __init__(self, devices: list[str]):
-        from subc.runtime.bpf import import_bcc
+        from subc.dataplane.ebpf.bpf import import_bcc
 
         bcc = import_bcc()
         self.bpf = bcc.BPF(text=SINK_PROG)

@@ -43,14 +43,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from subc.compiler.driver import compile_rules  # noqa: E402
-from subc.compiler.rules import parse_rules  # noqa: E402
-from subc.compiler.spec import load_spec, parse_spec  # noqa: E402
-from subc.compiler.targets import target_files  # noqa: E402
-from subc.compiler.targets.ebpf_source import program_source  # noqa: E402
-from subc.runtime.bpf import compile_and_load, test_run  # noqa: E402
-from subc.runtime.broker import LoadedFilter, cflags  # noqa: E402
+from subc.lang.rules import parse_rules  # noqa: E402
+from subc.spec.front_end import load_spec, parse_spec  # noqa: E402
+from subc.backends.files import target_files  # noqa: E402
+from subc.backends.ebpf.source import program_source  # noqa: E402
+from subc.dataplane.ebpf.bpf import compile_and_load, test_run  # noqa: E402
+from subc.dataplane.ebpf.broker import LoadedFilter, cflags  # noqa: E402
 from subc.workloads.itch_codec import encode_add_order, stock_value  # noqa: E402
-from subc.runtime.moldudp64 import encode_packet  # noqa: E402
+from subc.wire.moldudp64 import encode_packet  # noqa: E402
 
 SYMBOLS = [f"S{i:03d}" for i in range(100)]
 
@@ -136,7 +136,7 @@ def main() -> None:
         doc, src = json.loads(files["maps.json"]), program_source(files)
         lf = LoadedFilter.build(doc, src, None)
         base = compile_and_load(src, cflags(lf.caps, lf.max_endpoints) + ["-DSUBC_PARSE_ONLY"])
-        from subc.runtime.bpf import prog_info
+        from subc.dataplane.ebpf.bpf import prog_info
 
         for k in per:
             pkts = frames(k)

@@ -87,17 +87,17 @@ def measure(name: str) -> dict:
     """Generated line counts and (as root) instruction counts of variant ``name``."""
     files = variant_files(name)
     try:
-        from subc.compiler.targets.ebpf_source import GENERATED_FILES, program_source
+        from subc.backends.ebpf.source import GENERATED_FILES, program_source
     except ImportError:  # before the static C (issue 39): one generated file
         GENERATED_FILES, program_source = ("subc_filter.bpf.c",), lambda f: f["subc_filter.bpf.c"]
 
     row = {"variant": name, "generated_lines": sum(files[f].count("\n") for f in GENERATED_FILES if f in files)}
     if os.geteuid() == 0:
-        from subc.runtime.broker import LoadedFilter
+        from subc.dataplane.ebpf.broker import LoadedFilter
 
         doc = json.loads(files["maps.json"])
         with LoadedFilter.build(doc, program_source(files), None) as lf:
-            from subc.runtime.bpf import prog_info
+            from subc.dataplane.ebpf.bpf import prog_info
 
             for fn in ("xdp", "tc"):
                 info = prog_info(getattr(lf.program, fn).fd)

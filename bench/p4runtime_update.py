@@ -49,7 +49,7 @@ def main() -> None:
     ap.add_argument("--ports", type=int, default=32)
     ap.add_argument("--max-messages", type=int, default=1, help="message slots of the program (1: smallest)")
     args = ap.parse_args()
-    from subc.runtime.p4rt.plan import plan_update, with_spare_root
+    from subc.dataplane.p4rt.plan import plan_update, with_spare_root
 
     out: dict = {"rules": args.rules, "max_messages": args.max_messages}
     with tempfile.TemporaryDirectory() as d:

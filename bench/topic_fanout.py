@@ -9,7 +9,7 @@ must reach every subscriber:
 
 * **subc**: ``subc serve --spec examples/topics/spec.p4`` on ``tfb0``; subscribers are UDP sockets
   that send ``SUB market/#`` and receive MoldUDP64 datagrams built by the XDP/TC data path; the
-  publisher (:class:`subc.runtime.topic_client.Publisher`) REGISTERs the topic, then sends
+  publisher (:class:`subc.traffic.topic_client.Publisher`) REGISTERs the topic, then sends
   pre-built datagrams of as many messages as fit 1,400 bytes.
 * **Mosquitto** (Debian's ``mosquitto`` 2.0): MQTT 3.1.1 over TCP, QoS 0; each subscriber is a
   TCP connection SUBSCRIBEd to ``market/#`` (SUBACK received before the publisher starts); the
@@ -124,8 +124,8 @@ def subc_receiver(n: int, expected: int) -> None:
 
 
 def subc_publisher(messages: int, payload: int) -> None:
-    from subc.compiler.spec import load_spec
-    from subc.runtime.topic_client import MAX_DATAGRAM, MOLD_HEADER, Publisher, mold_datagram
+    from subc.spec.front_end import load_spec
+    from subc.traffic.topic_client import MAX_DATAGRAM, MOLD_HEADER, Publisher, mold_datagram
 
     pub = Publisher(load_spec(SPEC), (BRK_PUB_IP, SERVE_PORT), (BRK_PUB_IP, FEED_PORT), source=(PUB_IP, 0))
     labels = pub.register(TOPIC)

@@ -1,7 +1,7 @@
 """Flatten a compiled eBPF rule set (``maps.json`` and the spec's parse plan) for ``udp_broker.c``.
 
 The user-space baseline of ``bench/broker_throughput.py`` classifies with the same tables as the
-eBPF program: the message parse states of :func:`subc.compiler.targets.ebpf_parse.plan_parser`
+eBPF program: the message parse states of :func:`subc.backends.ebpf.parse_plan.plan_parser`
 and the per-field maps of ``maps.json`` (logical entries: states untagged, bounds from 0).  This
 module writes them as whitespace-separated integers in the section order ``udp_broker.c`` reads
 (version 2): ``mold`` (1 when the spec frames messages in MoldUDP64: every message of a datagram
@@ -16,7 +16,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from subc.compiler.targets.ebpf_parse import ParsePlan
+from subc.backends.ebpf.parse_plan import ParsePlan
 
 HERE = Path(__file__).resolve().parent
 ACCEPT, REJECT = -1, -2

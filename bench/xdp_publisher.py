@@ -82,7 +82,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from subc.runtime.bpf import _TestRunOpts, import_bcc  # noqa: E402
+from subc.dataplane.ebpf.bpf import _TestRunOpts, import_bcc  # noqa: E402
 
 BPF_F_TEST_XDP_LIVE_FRAMES = 1 << 1
 XDP_FLAGS_SKB_MODE = 1 << 1

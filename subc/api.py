@@ -22,15 +22,15 @@ from functools import cached_property
 from pathlib import Path
 from typing import Sequence
 
-from .compiler.ast import Rule
+from .lang.ast import Rule
 from .compiler.driver import CompileResult, compile_rules
-from .compiler.limits import DEFAULT_LIMITS, Limits
-from .compiler.rules import load_rules, parse_rules
-from .compiler.spec import load_spec, parse_spec
-from .compiler.spec_model import Spec
+from .lang.limits import DEFAULT_LIMITS, Limits
+from .lang.rules import load_rules, parse_rules
+from .spec.front_end import load_spec, parse_spec
+from .spec.model import Spec
 from .compiler.target import Target, target_of
-from .compiler.targets import target_files
-from .compiler.targets.output import write_directory
+from .backends.files import target_files
+from .backends.output import write_directory
 from .errors import SubcError
 
 __all__ = [
@@ -131,10 +131,10 @@ def compile(
 def simulate(compilation: Compilation, trace: str | Path, strict: bool = False, udp_port: int | None = None):
     """Run every message of ``trace`` (a BinaryFILE, or a pcap/pcapng capture of MoldUDP64
     datagrams) through the compiled tables and through the reference semantics, as ``subc
-    simulate`` does; returns the :class:`~subc.runtime.simulate.SimulationResult` (``messages``,
+    simulate`` does; returns the :class:`~subc.sim.trace.SimulationResult` (``messages``,
     ``per_port``, ``disagreements``, ``as_json()``...).  Raises SubcError for an unreadable or
     malformed trace, or with ``strict`` the first message the spec cannot decode."""
-    from .runtime.simulate import simulate_trace
+    from .sim.trace import simulate_trace
 
     return simulate_trace(compilation.result, trace, strict, udp_port)
 

@@ -16,7 +16,7 @@ SHARED_ITCH = ROOT.parent / "shared" / "data" / "itch"
 
 @pytest.fixture(scope="session")
 def example_spec():
-    from subc.compiler.spec import load_spec
+    from subc.spec.front_end import load_spec
 
     return load_spec(EXAMPLE / "spec.p4")
 

@@ -9,13 +9,13 @@ import os
 import pytest
 
 from subc.compiler.driver import compile_rules
-from subc.compiler.rules import parse_rules
-from subc.compiler.spec import parse_spec
-from subc.compiler.targets import ebpf_layout as L
-from subc.compiler.targets import target_files
-from subc.compiler.targets.ebpf_source import program_source
-from subc.runtime.reference import Decision
-from subc.runtime.subscribers import Endpoint, Subscribers
+from subc.lang.rules import parse_rules
+from subc.spec.front_end import parse_spec
+from subc.backends.ebpf import layout as L
+from subc.backends.files import target_files
+from subc.backends.ebpf.source import program_source
+from subc.semantics.reference import Decision
+from subc.dataplane.ebpf.subscribers import Endpoint, Subscribers
 
 XDP_DROP, XDP_PASS, XDP_TX, XDP_REDIRECT = 1, 2, 3, 4
 
@@ -83,7 +83,7 @@ def need_root():
     if os.geteuid() != 0:
         pytest.skip("eBPF tests need root (CI runs them as root)")
     from subc.errors import SubcError
-    from subc.runtime.bpf import check_kernel_headers, import_bcc
+    from subc.dataplane.ebpf.bpf import check_kernel_headers, import_bcc
 
     try:
         import_bcc()
@@ -107,7 +107,7 @@ def fake_subscribers(ids=range(1, 7), multi: dict[int, int] | None = None) -> Su
 
 def leaf_totals(lf) -> dict[int, int]:
     """Messages per (tagged) leaf state of the live generation, summed over CPUs."""
-    from subc.runtime.install import leaf_counters, tag
+    from subc.dataplane.ebpf.install import leaf_counters, tag
 
     return {tag(st, lf.gen): c["messages"] for st, c in leaf_counters(lf.maps, lf.doc, lf.gen, lf.caps).items()}
 
@@ -119,7 +119,7 @@ def stat_totals(lf) -> dict[str, int]:
 
 
 class Runner:
-    """Runs frames through a :class:`~subc.runtime.broker.LoadedFilter`'s XDP program and tells
+    """Runs frames through a :class:`~subc.dataplane.ebpf.broker.LoadedFilter`'s XDP program and tells
     which leaf each reached (None: the frame was not classified)."""
 
     def __init__(self, lf):
@@ -127,7 +127,7 @@ class Runner:
         self.before = leaf_totals(lf)
 
     def run(self, frame: bytes):
-        from subc.runtime.bpf import test_run
+        from subc.dataplane.ebpf.bpf import test_run
 
         ret, out, _ = test_run(self.lf.program.xdp.fd, frame)
         after = leaf_totals(self.lf)
@@ -141,7 +141,7 @@ class Runner:
         """(XDP verdict, Counter of leaf state -> messages of the frame that reached it)."""
         from collections import Counter
 
-        from subc.runtime.bpf import test_run
+        from subc.dataplane.ebpf.bpf import test_run
 
         ret, _, _ = test_run(self.lf.program.xdp.fd, frame)
         after = leaf_totals(self.lf)

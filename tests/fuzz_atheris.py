@@ -37,8 +37,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 #: The modules under test, imported with coverage instrumentation (before test_fuzz imports them).
-TARGET_MODULES = ["dpkt", "subc.compiler.p4lexer", "subc.compiler.spec", "subc.workloads.itch_codec", "subc.runtime.moldudp64",
-                  "subc.pipeline.splits", "subc.pipeline.messages"]
+TARGET_MODULES = ["dpkt", "subc.spec.p4lexer", "subc.spec.front_end", "subc.workloads.itch_codec", "subc.wire.moldudp64",
+                  "subc.analysis.splits", "subc.analysis.messages"]
 with atheris.instrument_imports(include=["subc", "dpkt"]):
     for _name in TARGET_MODULES:
         importlib.import_module(_name)

@@ -136,7 +136,7 @@ def shared_bpffs():
     make one for brokers in namespaces; removed afterwards when this made it."""
     import contextlib
 
-    from subc.runtime.broker_home import RUN_BPFFS, SYS_BPFFS, is_bpffs
+    from subc.dataplane.ebpf.broker_home import RUN_BPFFS, SYS_BPFFS, is_bpffs
 
     @contextlib.contextmanager
     def ctx():
@@ -160,7 +160,7 @@ def no_shared_bpffs():
     there, and bound again afterwards)."""
     import contextlib
 
-    from subc.runtime.broker_home import RUN_BPFFS, SYS_BPFFS, is_bpffs
+    from subc.dataplane.ebpf.broker_home import RUN_BPFFS, SYS_BPFFS, is_bpffs
 
     @contextlib.contextmanager
     def ctx():

@@ -68,7 +68,7 @@ def rule_set(draw, qs, allow_drop=False, max_port=6):
 
 def boundary_packets(rules, qs, draw):
     """Packets on, below and above every operand of the rules, plus random ones."""
-    from subc.compiler.ast import predicates
+    from subc.lang.ast import predicates
 
     cands = {f: {0, qs[f].max_value} for f in qs}
     for r in rules:
@@ -225,9 +225,9 @@ def counter_probe(data, spec, messages, counters, add_fields, cond_field, fixed=
     drawn value, and compares it with ``==`` against 1 to 3 values it takes on ``messages`` ((time
     ns, message) pairs, completed by ``fixed``) or one off: an update that adds too much or too
     little, or a window moved at the wrong time, changes some decision.  The values come from
-    :class:`~subc.runtime.stateful_reference.StatefulReference` run on the update rule alone."""
-    from subc.compiler.rules import parse_rules
-    from subc.runtime.stateful_reference import StatefulReference
+    :class:`~subc.semantics.stateful_reference.StatefulReference` run on the update rule alone."""
+    from subc.lang.rules import parse_rules
+    from subc.semantics.stateful_reference import StatefulReference
 
     c = data.draw(st.sampled_from(counters))
     adds = ["inc({c})", "{c} <- count()"] + [f"{{c}} <- sum({f})" for f in add_fields]

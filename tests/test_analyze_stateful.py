@@ -4,9 +4,9 @@ Hypothesis draws stateful rule sets over the ITCH example spec (aggregates; name
 rate limits and sums) and timed ITCH messages built with scapy from values (times stepping onto
 and around window boundaries, sometimes back), written as one or two BinaryFILE traces (time in
 the message, ``query_time``) or as a nanosecond pcap of MoldUDP64 datagrams (time = capture
-time, no time field).  The job's tasks (:func:`~subc.pipeline.evaluate.process_split`, run here
+time, no time field).  The job's tasks (:func:`~subc.analysis.evaluate.process_split`, run here
 in a plain loop over splits as small as the planner allows) and the stateful pass must give every
-message exactly the ports that :class:`~subc.runtime.stateful_reference.StatefulReference`
+message exactly the ports that :class:`~subc.semantics.stateful_reference.StatefulReference`
 decides from the drawn values, in order, across splits and files.  The Spark job itself runs in
 ``tests/test_pipeline_spark.py``.
 """
@@ -21,15 +21,15 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from subc.compiler.ast import state_predicates
+from subc.lang.ast import state_predicates
 from subc.compiler.driver import compile_rules
-from subc.compiler.rules import parse_rules
-from subc.compiler.spec import parse_spec
+from subc.lang.rules import parse_rules
+from subc.spec.front_end import parse_spec
 from subc.errors import SubcError
-from subc.pipeline.analyze import make_bundle
-from subc.pipeline.evaluate import process_split
-from subc.pipeline.stateful_pass import StatefulPass
-from subc.runtime.stateful_reference import StatefulReference
+from subc.analysis.analyze import make_bundle
+from subc.analysis.evaluate import process_split
+from subc.analysis.stateful_pass import StatefulPass
+from subc.semantics.stateful_reference import StatefulReference
 from test_p4_multi_message import frame, mold_payload
 from strategies import counter_rules, stateful_rules, timed_messages
 from test_p4_multi_message import SYMBOLS

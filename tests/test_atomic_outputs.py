@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from subc.compiler.targets import output
-from subc.compiler.targets.output import write_directory
+from subc.backends import output
+from subc.backends.output import write_directory
 from subc.errors import SubcError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from subc.compiler.bdd import build_bdd, index_segments
+from subc.ir.bdd import build_bdd, index_segments
 from subc.compiler.driver import compile_rules
-from subc.compiler.rules import parse_rules
-from subc.compiler.spec import parse_spec
+from subc.lang.rules import parse_rules
+from subc.spec.front_end import parse_spec
 
 SPEC = parse_spec(
     "@pragma query_field(h.price, 32)\n@pragma query_field(h.shares, 32)\n@pragma query_field_exact(h.sym, 16)\n",

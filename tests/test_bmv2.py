@@ -66,9 +66,9 @@ def _tna_include():
 def test_p4test_accepts_tna_program(tmp_path, range_form):
     """The TNA program type-checks against Tofino's tna.p4 (front and mid end of p4c)."""
     from subc.compiler.driver import compile_rules
-    from subc.compiler.rules import load_rules
-    from subc.compiler.spec import load_spec
-    from subc.compiler.targets.p4program import render_program
+    from subc.lang.rules import load_rules
+    from subc.spec.front_end import load_spec
+    from subc.backends.p4.program import render_program
 
     spec = load_spec(EXAMPLE / "spec.p4")
     res = compile_rules(load_rules(EXAMPLE / "rules.sub", spec), spec, "tofino", range_form=range_form)
@@ -128,9 +128,9 @@ def _run_switch(out, tmp_path, wait: int) -> bool:
 def test_bmv2_forwards_real_itch_as_the_rules_say(tmp_path):
     from scapy.all import rdpcap, wrpcap
 
-    from subc.compiler.rules import load_rules
-    from subc.compiler.spec import load_spec
-    from subc.runtime.reference import reference_decision
+    from subc.lang.rules import load_rules
+    from subc.spec.front_end import load_spec
+    from subc.semantics.reference import reference_decision
 
     out = compile_example(tmp_path)
     subprocess.run([P4C, "--std", "p4-16", str(out / "subc.p4"), "-o", str(out / "subc.json")], check=True)

@@ -87,7 +87,7 @@ def _compile(rules: Path, out: Path, order: str | None = None) -> None:
 def _reference_ports(rules, spec, fields) -> list[frozenset]:
     """Per frame, the ports the reference interpreter gives on its decoded fields (none for a
     frame without an Add Order)."""
-    from subc.runtime.reference import reference_decision
+    from subc.semantics.reference import reference_decision
 
     out = []
     for f in fields:
@@ -149,8 +149,8 @@ def namespace():
 
 
 def test_load_and_update_under_traffic_deliver_as_the_reference_says(tmp_path, namespace):
-    from subc.compiler.rules import load_rules
-    from subc.compiler.spec import load_spec
+    from subc.lang.rules import load_rules
+    from subc.spec.front_end import load_spec
 
     spec = load_spec(EXAMPLE / "spec.p4")
     (tmp_path / "b.sub").write_text(RULES_B)
@@ -211,8 +211,8 @@ def test_serve_on_a_switch_delivers_as_the_reference_says(tmp_path, namespace):
     """``subc serve --p4runtime`` on BMv2 under traffic (tests/bmv2_serve_driver.py): a packet
     sent after a reply reaches exactly the ports of the live subscriptions' reference decision; one
     sent while a request is applied, exactly the decision before or after it."""
-    from subc.compiler.rules import parse_rules
-    from subc.compiler.spec import load_spec
+    from subc.lang.rules import parse_rules
+    from subc.spec.front_end import load_spec
     from subc.workloads.itch_codec import decode_add_order
 
     spec = load_spec(EXAMPLE / "spec.p4")

@@ -134,7 +134,7 @@ def test_a_broker_whose_namespace_is_gone_blocks_nothing(bpffs, tmp_path):
     once the kernel has destroyed the namespace (its XDP link has no device any more), the next
     ``subc load``, in a new namespace that may reuse the old one's inode and with the same
     interface name, clears them, says so, and loads."""
-    from subc.runtime.bpf import link_xdp_ifindex, obj_get
+    from subc.dataplane.ebpf.bpf import link_xdp_ifindex, obj_get
 
     old = Topology("cts", b0="feed0", container=True)
     try:
@@ -176,7 +176,7 @@ def netns_inode(topo: Topology) -> int:
 def test_serve_under_ip_netns_exec(bpffs, tmp_path):
     """``subc serve`` in a container: SUBSCRIBE, delivery, UNSUBSCRIBE, SIGKILL and restart with
     ``--state`` (the pinned data path keeps delivering meanwhile; every subscription is kept)."""
-    from subc.runtime.broker import stats
+    from subc.dataplane.ebpf.broker import stats
     from test_serve_netns import World
 
     topo = Topology("cvt", 3, container=True)
@@ -215,10 +215,10 @@ def test_the_load_check_names_every_missing_delivery_path(bpffs, tmp_path):
     """``check_data_path`` (run by every ``subc load`` after attaching) passes on a complete
     broker and names what is missing after a tail-call slot is emptied and the TC program
     detached: each would drop a class of datagrams."""
-    from subc.compiler.targets import ebpf_layout as L
-    from subc.runtime import attach
-    from subc.runtime.broker import LoadedFilter, read_maps_doc
-    from subc.runtime.broker_home import broker_home
+    from subc.backends.ebpf import layout as L
+    from subc.dataplane.ebpf import attach
+    from subc.dataplane.ebpf.broker import LoadedFilter, read_maps_doc
+    from subc.dataplane.ebpf.broker_home import broker_home
     from subc.errors import SubcError
 
     t = Topology("cck", 1, container=True)

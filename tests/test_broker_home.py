@@ -1,4 +1,4 @@
-"""Where a broker lives (``subc/runtime/broker_home.py``): keys, staleness, which BPF file system.
+"""Where a broker lives (``subc/dataplane/ebpf/broker_home.py``): keys, staleness, which BPF file system.
 
 The end-to-end behaviour (brokers under ``ip netns exec``, two namespaces, a namespace deleted
 under a broker) is in ``test_broker_container.py``; these check the rules on their own, most of
@@ -16,8 +16,15 @@ from pathlib import Path
 import pytest
 
 from subc.errors import SubcError
-from subc.runtime.broker_home import (BrokerHome, NetNs, bpffs_root, check_iface_name, current_netns,
-                                      mount_ns_outlives_us, stale_reason)
+from subc.dataplane.ebpf.broker_home import (
+    BrokerHome,
+    NetNs,
+    bpffs_root,
+    check_iface_name,
+    current_netns,
+    mount_ns_outlives_us,
+    stale_reason,
+)
 
 HOME = BrokerHome("feed0", NetNs(4026532300, 77), Path("/sys/fs/bpf"), Path("/run/subc"))
 
@@ -67,7 +74,7 @@ def test_reading_commands_never_mount():
     command that only reads says that nothing is loaded where it can reach, and mounts nothing."""
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare (util-linux)")
-    code = ("from subc.runtime.broker_home import bpffs_mounts, bpffs_root\n"
+    code = ("from subc.dataplane.ebpf.broker_home import bpffs_mounts, bpffs_root\n"
             "from subc.errors import SubcError\n"
             "before = bpffs_mounts()\n"
             "try:\n    bpffs_root(mount=False)\nexcept SubcError as e:\n    print(e)\n"
@@ -90,7 +97,7 @@ def test_a_private_mount_namespace_does_not():
     check is made in a child of that command, which it must not count."""
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare (util-linux)")
-    code = "from subc.runtime.broker_home import mount_ns_outlives_us as f; print(f())"
+    code = "from subc.dataplane.ebpf.broker_home import mount_ns_outlives_us as f; print(f())"
     r = subprocess.run(["unshare", "-m", sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "False"

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from subc.compiler.spec import load_spec
-from subc.compiler.rules import parse_rules
+from subc.spec.front_end import load_spec
+from subc.lang.rules import parse_rules
 from subc.workloads.itch_codec import decode_add_order, encode_add_order, read_binaryfile, stock_value
-from subc.runtime.reference import reference_decision
+from subc.semantics.reference import reference_decision
 
 from conftest import EXAMPLE, real_sample
 from netns_util import SUBC, Topology, need_root_and_netns, sh
@@ -120,7 +120,7 @@ def end_listeners(topo: Topology, endpoints) -> None:
     eps = [(f"10.10.{k}.2", port) for k, port in endpoints]
     code = (
         "import socket\n"
-        "from subc.runtime.moldudp64 import encode_end_of_session\n"
+        "from subc.wire.moldudp64 import encode_end_of_session\n"
         "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
         f"for ep in {eps!r}:\n"
         "    s.sendto(encode_end_of_session('SUBCEND000', 1), ep)\n"
@@ -171,7 +171,7 @@ def send_frames_from_publisher(topo: Topology, frames_py: str) -> None:
     """Run scapy in the publisher namespace to send raw frames (the code builds a list ``frames``)."""
     code = (
         "from scapy.all import Ether, IP, UDP, Raw, sendp\n"
-        "from subc.runtime.moldudp64 import encode_packet\n"
+        "from subc.wire.moldudp64 import encode_packet\n"
         f"{frames_py}\n"
         f"sendp(frames, iface='{topo.tag}p0', verbose=False)\n"
     )

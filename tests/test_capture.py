@@ -1,4 +1,4 @@
-"""The capture reader (subc.runtime.capture), replay of captures as captured, and the feed packer.
+"""The capture reader (subc.wire.capture), replay of captures as captured, and the feed packer.
 
 Captures are built with scapy: mixed traffic (ARP, LLDP, STP, HSRP, TCP, IPv4 fragments, IPv6),
 VLAN tags (802.1Q, 802.1ad), frames cut by the snap length, malformed IP and MoldUDP64, zeroed
@@ -23,18 +23,11 @@ from hypothesis import strategies as st
 
 from subc.cli import main
 from subc.errors import SubcError
-from subc.pipeline.splits import read_pcap
-from subc.runtime.capture import (
-    FRAME_KINDS,
-    CaptureStats,
-    detect_feed_ports,
-    iter_moldudp64,
-    read_datagrams,
-    read_records,
-)
+from subc.analysis.splits import read_pcap
+from subc.wire.capture import FRAME_KINDS, CaptureStats, detect_feed_ports, iter_moldudp64, read_datagrams, read_records
 from subc.workloads.itch_codec import encode_add_order, read_binaryfile, stock_value
-from subc.runtime.moldudp64 import HEADER_LEN, MAX_COUNT, decode_packet, encode_packet
-from subc.runtime.replay import replay
+from subc.wire.moldudp64 import HEADER_LEN, MAX_COUNT, decode_packet, encode_packet
+from subc.traffic.replay import replay
 from subc.workloads.feed import DEFAULT_WINDOW_NS, feed_datagrams, message_timestamp, pack_messages
 
 from conftest import real_sample

@@ -15,11 +15,11 @@ from subc.checker.analysis import RuleSpace, changes_nothing, conflicts, unsatis
 from subc.checker.fit import tofino_fit
 from subc.checker.run import check
 from subc.compiler.driver import compile_rules
-from subc.compiler.layered import slice_rules
-from subc.compiler.rules import parse_rules
-from subc.compiler.spec import parse_spec
+from subc.ir.layered import slice_rules
+from subc.lang.rules import parse_rules
+from subc.spec.front_end import parse_spec
 from subc.errors import SubcError
-from subc.runtime.reference import reference_decision
+from subc.semantics.reference import reference_decision
 
 from strategies import rule_set
 

@@ -29,10 +29,10 @@ from hypothesis import strategies as st
 
 from spec_model import (build_message, messages_for, moldudp64_payload, reference_fields, render_p4_14, render_p4_16,
                         spec_models, valid_instances)
-from subc.compiler.ast import evaluate, predicates
+from subc.lang.ast import evaluate, predicates
 from subc.compiler.driver import compile_rules
-from subc.compiler.rules import parse_rules
-from subc.compiler.spec import parse_spec
+from subc.lang.rules import parse_rules
+from subc.spec.front_end import parse_spec
 from subc.errors import SubcError
 
 RENDER = {"p4_16": render_p4_16, "p4_14": render_p4_14}
@@ -143,7 +143,7 @@ def write_capture(path: Path, model, pays: list[bytes]) -> None:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(data=st.data(), form=st.sampled_from(sorted(RENDER)))
 def test_simulate_copies_are_the_rules_on_built_values(tmp_path_factory, data, form):
-    from subc.runtime.simulate import simulate_trace
+    from subc.sim.trace import simulate_trace
 
     case = draw_case(data, form)
     if case is None:
@@ -192,9 +192,9 @@ def test_ebpf_copies_are_the_rules_on_built_values(topo, tmp_path_factory, data,
     time and takes it the second.  With the fan-out, every
     endpoint receives its copies in sequence-number order, and in feed order when no datagram went
     to TC (only datagrams with a local-stack recipient do here)."""
-    from subc.compiler.targets import target_files
-    from subc.compiler.targets.output import write_directory
-    from subc.runtime.delivery import split_payload
+    from subc.backends.files import target_files
+    from subc.backends.output import write_directory
+    from subc.semantics.delivery import split_payload
     from test_broker_netns import LISTENER_IDLE, stop, wait_bound
     from test_delivery_netns import received, send
 

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from subc.compiler.rules import parse_rules
-from subc.compiler.spec import load_spec
-from subc.runtime.delivery import Delivery, recipients_of, split_payload
-from subc.runtime.reference import reference_decision
+from subc.lang.rules import parse_rules
+from subc.spec.front_end import load_spec
+from subc.semantics.delivery import Delivery, recipients_of, split_payload
+from subc.semantics.reference import reference_decision
 from subc.workloads.itch_codec import decode_add_order, read_binaryfile
 
 from conftest import EXAMPLE, real_sample
@@ -49,7 +49,7 @@ def topo():
 def pack(messages: list[bytes], rng: random.Random, most: int = 40) -> list[bytes]:
     """MoldUDP64 payloads of 1 to ``most`` messages each (at most 1,400 bytes), a heartbeat after
     every 50th, and an end of session; sequence numbers as a publisher numbers them."""
-    from subc.runtime.moldudp64 import encode_end_of_session, encode_packet
+    from subc.wire.moldudp64 import encode_end_of_session, encode_packet
 
     out, i, seq = [], 0, 1
     while i < len(messages):
@@ -83,7 +83,7 @@ def send(topo: Topology, payloads: list[bytes], tmp: Path, dport: int = 26400) -
 
 def received(procs, tmp: Path) -> dict:
     """The UDP payloads each endpoint received, in order (a listener ends on its end of session)."""
-    from subc.runtime.capture import read_datagrams
+    from subc.wire.capture import read_datagrams
 
     out = {}
     for ep, p in procs.items():

@@ -13,12 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from subc.compiler.driver import compile_rules
-from subc.compiler.rules import parse_rules
-from subc.compiler.spec import parse_spec
-from subc.compiler.targets.entries import entries_json
+from subc.lang.rules import parse_rules
+from subc.spec.front_end import parse_spec
+from subc.backends.p4.entries import entries_json
 from subc.errors import SubcError
-from subc.runtime.reference import reference_decision
-from subc.runtime.simulator import TableSimulator
+from subc.semantics.reference import reference_decision
+from subc.sim.switch import TableSimulator
 
 from strategies import boundary_packets, rule_set
 

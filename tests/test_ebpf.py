@@ -15,12 +15,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from subc.compiler.driver import compile_rules
-from subc.compiler.rules import parse_rules
-from subc.compiler.spec import parse_spec
-from subc.compiler.targets import target_files
-from subc.compiler.targets.ebpf_source import program_source
+from subc.lang.rules import parse_rules
+from subc.spec.front_end import parse_spec
+from subc.backends.files import target_files
+from subc.backends.ebpf.source import program_source
 from subc.errors import SubcError
-from subc.runtime.reference import reference_decision
+from subc.semantics.reference import reference_decision
 
 from conftest import EXAMPLE, real_sample
 from ebpf_util import (DIFF_SPEC, DIFF_SPEC_TEXT, NET_HEADERS, XDP_DROP, XDP_PASS, XDP_REDIRECT, Runner, check_rewrite,
@@ -94,7 +94,7 @@ _LOADED: dict[int, object] = {}
 
 def loaded_for(order_ix: int, subs):
     """One loaded program per field order, reused across examples (each install is a new generation)."""
-    from subc.runtime.broker import LoadedFilter
+    from subc.dataplane.ebpf.broker import LoadedFilter
 
     if order_ix not in _LOADED:
         _, doc, src = compile_ebpf(ALL_FIELDS_RULE, DIFF_SPEC, ORDERS[order_ix])
@@ -155,8 +155,8 @@ def test_header_not_parsed_gets_the_default_action():
 @pytest.fixture(scope="module")
 def itch_filter():
     need_root()
-    from subc.compiler.spec import load_spec
-    from subc.runtime.broker import LoadedFilter
+    from subc.spec.front_end import load_spec
+    from subc.dataplane.ebpf.broker import LoadedFilter
 
     spec = load_spec(EXAMPLE / "spec.p4")
     rules = parse_rules((EXAMPLE / "rules.sub").read_text(), spec, str(EXAMPLE / "rules.sub"))
@@ -176,7 +176,7 @@ def itch_frame(msg: bytes, vlan: int | None = None, options: bool = False, dport
     from scapy.layers.l2 import Dot1Q, Ether
     from scapy.packet import Raw
 
-    from subc.runtime.moldudp64 import encode_packet
+    from subc.wire.moldudp64 import encode_packet
 
     eth = Ether(src="02:00:00:00:00:aa", dst="02:00:00:00:00:bb")
     if vlan is not None:
@@ -263,7 +263,7 @@ def test_truncated_and_malformed_frames_are_never_delivered(itch_filter):
     ret, _, leaf = run.run(good[:-10])
     assert ret == XDP_DROP and leaf is None
     # a consistent datagram whose Add Order is shorter than its type: not decoded, sent nowhere
-    from subc.runtime.moldudp64 import encode_packet
+    from subc.wire.moldudp64 import encode_packet
 
     from scapy.layers.inet import IP, UDP
     from scapy.layers.l2 import Ether
@@ -290,8 +290,8 @@ def test_truncated_and_malformed_frames_are_never_delivered(itch_filter):
 
 
 def test_update_refuses_a_rule_set_that_does_not_fit(itch_filter):
-    from subc.compiler.spec import load_spec
-    from subc.runtime.broker import LoadedFilter
+    from subc.spec.front_end import load_spec
+    from subc.dataplane.ebpf.broker import LoadedFilter
 
     spec = load_spec(EXAMPLE / "spec.p4")
     order = "add_order.stock,add_order.shares".split(",")
@@ -315,9 +315,9 @@ def test_100k_rule_program_passes_the_verifier():
     import random
     import sys
 
-    from subc.compiler.spec import load_spec
-    from subc.runtime.bpf import prog_info
-    from subc.runtime.broker import LoadedFilter
+    from subc.spec.front_end import load_spec
+    from subc.dataplane.ebpf.bpf import prog_info
+    from subc.dataplane.ebpf.broker import LoadedFilter
     from subc.workloads.itch_codec import encode_add_order, stock_value
 
     from conftest import ROOT
@@ -353,7 +353,7 @@ def test_100k_rule_program_passes_the_verifier():
 
 def _programs_verified(lf) -> dict[str, int]:
     """Instructions the verifier explored per loaded program (``bpf_prog_info.verified_insns``)."""
-    from subc.runtime.bpf import TAIL_CALLS, prog_info
+    from subc.dataplane.ebpf.bpf import TAIL_CALLS, prog_info
 
     progs = {"subc_xdp": lf.program.xdp, "subc_tc": lf.program.tc}
     progs.update({name: fn for (name, *_), fn in zip(TAIL_CALLS, lf.program.tails)})
@@ -368,7 +368,7 @@ def test_regression_spec_programs_pass_the_verifier():
     need_root()
     from conftest import ROOT
 
-    from subc.runtime.broker import LoadedFilter
+    from subc.dataplane.ebpf.broker import LoadedFilter
 
     specs = ROOT / "tests" / "specs"
     spec = parse_spec((specs / "random_verifier_p4_14.p4").read_text(), "random_verifier_p4_14.p4")
@@ -390,7 +390,7 @@ def test_programs_of_random_specs_pass_the_verifier(data, form):
     need_root()
     import json
 
-    from subc.runtime.broker import LoadedFilter
+    from subc.dataplane.ebpf.broker import LoadedFilter
 
     case = draw_case(data, form)
     if case is None:

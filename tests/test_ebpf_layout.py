@@ -1,4 +1,4 @@
-"""Byte layouts of BPF map keys and values (subc/compiler/targets/ebpf_layout.py).
+"""Byte layouts of BPF map keys and values (subc/backends/ebpf/layout.py).
 
 ``Struct.pack`` runs compiled :mod:`struct` packers (one per stretch of fields in one byte
 order); hypothesis draws structs and values and compares the bytes with the fields encoded one
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from subc.compiler.targets.ebpf_layout import STRUCTS, Struct
+from subc.backends.ebpf.layout import STRUCTS, Struct
 
 SIZES = {"u8": 1, "u16": 2, "u32": 4, "u64": 8, "be16": 2, "be32": 4, "be64": 8, "pad": 1}
 

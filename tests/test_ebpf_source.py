@@ -23,7 +23,7 @@ from ebpf_util import DIFF_SPEC_TEXT
 from spec_model import render_p4_14, render_p4_16, spec_models
 from subc import compile as subc_compile
 from subc import parse_rules, parse_spec
-from subc.compiler.targets.ebpf_source import (
+from subc.backends.ebpf.source import (
     GENERATED_FILES,
     MAIN_FILE,
     PROGRAM_FILES,
@@ -36,7 +36,7 @@ from subc.compiler.targets.ebpf_source import (
 from subc.errors import SubcError
 
 ROOT = Path(__file__).resolve().parent.parent
-EBPF_DIR = ROOT / "subc" / "templates" / "ebpf"
+EBPF_DIR = ROOT / "subc" / "backends" / "ebpf" / "bpf"
 ITCH_SPEC = ROOT / "examples" / "itch" / "spec.p4"
 
 

@@ -1,4 +1,4 @@
-"""The XDP fan-out's device maps (subc/runtime/fanout.py), checked without a kernel: for random
+"""The XDP fan-out's device maps (subc/dataplane/ebpf/fanout.py), checked without a kernel: for random
 subscriber sets, every datagram recipient set has a device map that clones it exactly once per
 recipient endpoint on the right interface (one group), or the ALL map, and the groups partition
 the endpoints by interface."""
@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from subc.compiler.targets import ebpf_layout as L
-from subc.runtime.fanout import ALL_INDEX, endpoint_groups, fan_plan
-from subc.runtime.subscribers import Endpoint, Subscribers
+from subc.backends.ebpf import layout as L
+from subc.dataplane.ebpf.fanout import ALL_INDEX, endpoint_groups, fan_plan
+from subc.dataplane.ebpf.subscribers import Endpoint, Subscribers
 
 
 @st.composite
@@ -88,7 +88,7 @@ def test_set_cache_evicts_only_idle_sets_and_never_serves_a_stale_map(capacity, 
     previous read): every published set's index holds a map of exactly its endpoints; a set that
     sent since the previous read keeps its map; an evicted set's key is deleted before its map,
     and its map before the index is reused; and a steady working set that fits gets its maps."""
-    from subc.runtime import fanout
+    from subc.dataplane.ebpf import fanout
 
     ifindexes = [10, 11, 12, 13]
     log: list = []

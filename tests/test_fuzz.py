@@ -32,16 +32,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from subc.compiler.spec import MAX_FIELD_WIDTH, load_spec, parse_spec
+from subc.spec.front_end import MAX_FIELD_WIDTH, load_spec, parse_spec
 from subc.errors import SubcError
-from subc.pipeline.messages import decode
-from subc.pipeline.splits import (
-    file_kind,
-    plan_splits,
-    read_pcap,
-    read_split,
-    walk_binaryfile,
-)
+from subc.analysis.messages import decode
+from subc.analysis.splits import file_kind, plan_splits, read_pcap, read_split, walk_binaryfile
 from subc.workloads.itch_codec import (
     decode_add_order,
     encode_add_order,
@@ -49,9 +43,9 @@ from subc.workloads.itch_codec import (
     read_binaryfile,
     stock_value,
 )
-from subc.runtime.moldudp64 import decode_packet, encode_end_of_session, encode_packet
-from subc.runtime.decoder import MessageDecoder
-from subc.runtime.simulate import SimulationResult, binaryfile_messages
+from subc.wire.moldudp64 import decode_packet, encode_end_of_session, encode_packet
+from subc.wire.decoder import MessageDecoder
+from subc.sim.trace import SimulationResult, binaryfile_messages
 
 HERE = Path(__file__).resolve().parent
 CORPUS = HERE / "fuzz_corpus"
@@ -62,7 +56,7 @@ TYPES = DECODER.types
 
 
 def _vector():
-    from subc.pipeline.gather import VectorDecoder
+    from subc.analysis.gather import VectorDecoder
 
     return VectorDecoder(DECODER)
 
@@ -198,7 +192,7 @@ def check_decode(buf) -> None:
     """The vectorised decoder gives valid Arrow data, the scalar decoder's status and values for
     every message, and on well-formed Add Orders the values of ``decode_add_order`` (an ITCH codec
     that does not use the spec)."""
-    from subc.pipeline.gather import STATUSES
+    from subc.analysis.gather import STATUSES
 
     batch, vd = decode(buf, 0, VECTOR)
     batch.validate(full=True)

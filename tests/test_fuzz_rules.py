@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from subc.compiler.rules import parse_rules
-from subc.compiler.spec import load_spec
+from subc.lang.rules import parse_rules
+from subc.spec.front_end import load_spec
 
 from test_fuzz import bounded, fuzz_settings, outcome
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from subc.compiler.ast import And, Not, Or, Pred
-from subc.compiler.rules import parse_rules
-from subc.compiler.spec import parse_spec
+from subc.lang.ast import And, Not, Or, Pred
+from subc.lang.rules import parse_rules
+from subc.spec.front_end import parse_spec
 from subc.errors import SubcError
 
 SPEC = """

@@ -1,4 +1,4 @@
-"""Incremental slicing (subc/compiler/incremental.py) against the rules and against a full compile.
+"""Incremental slicing (subc/ir/incremental.py) against the rules and against a full compile.
 
 Hypothesis draws subscriptions (conditions of every comparison kind with nested and/or/not, on
 range, exact and lpm fields) and a sequence of additions and removals, applied in batches.  After
@@ -8,7 +8,7 @@ every batch:
   the delivery diagram (what the data plane holds), exactly the subscribers of the live
   subscriptions whose conditions the AST evaluator (the reference semantics) accepts;
 * the delivery diagram is the reduced sliced diagram of the live subscriptions compiled as rules
-  ``condition : fwd(subscriber)`` by the batch slicer (:mod:`subc.compiler.layered`): the same
+  ``condition : fwd(subscriber)`` by the batch slicer (:mod:`subc.ir.layered`): the same
   number of states per stage and of leaves;
 * states are unique per level among the live nodes, and freed states come back once the roots
   that held them are released.
@@ -21,11 +21,11 @@ from hypothesis import strategies as st
 from strategies import boundary_packets, condition
 from test_differential import FIELDS, SPEC
 
-from subc.compiler.ast import evaluate
-from subc.compiler import root_runs
-from subc.compiler.incremental import CapacityError, LiveDiagram
-from subc.compiler.layered import slice_rules
-from subc.compiler.rules import parse_rules
+from subc.lang.ast import evaluate
+from subc.ir import root_runs
+from subc.ir.incremental import CapacityError, LiveDiagram
+from subc.ir.layered import slice_rules
+from subc.lang.rules import parse_rules
 
 
 def reachable(root):
@@ -36,7 +36,7 @@ def reachable(root):
         if id(n) in seen:
             continue
         seen[id(n)] = n
-        runs = tuple(n.runs)  # a root's runs are chunked (subc/compiler/root_runs.py)
+        runs = tuple(n.runs)  # a root's runs are chunked (subc/ir/root_runs.py)
         if runs and isinstance(runs[0], tuple) and len(runs[0]) == 3 and hasattr(runs[0][2], "level"):
             stack.extend(r[2] for r in runs)
     return list(seen.values())

@@ -8,10 +8,10 @@ import re
 import pytest
 
 from subc.compiler.driver import compile_rules
-from subc.compiler.rules import parse_rules
-from subc.compiler.spec import parse_spec
-from subc.compiler.targets import target_files
-from subc.compiler.targets.safety import identifier
+from subc.lang.rules import parse_rules
+from subc.spec.front_end import parse_spec
+from subc.backends.files import target_files
+from subc.backends.safety import identifier
 from subc.errors import SubcError
 
 PAYLOADS = ['"', "'", "{", "}", "#include <x.h>", "\n", "/*", "*/", "//", ";", "\\", "$(id)", "`", "\x00", "é"]

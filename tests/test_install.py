@@ -1,4 +1,4 @@
-"""Generations in the BPF maps (subc/runtime/install.py), checked without a kernel.
+"""Generations in the BPF maps (subc/dataplane/ebpf/install.py), checked without a kernel.
 
 For two random rule sets A and B, A is installed as generation 0 and B as generation 1 into
 in-memory maps (arrays indexed by state slot, hash and trie maps keyed by tagged state), as
@@ -13,10 +13,10 @@ from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 from subc.compiler.driver import compile_rules
-from subc.compiler.rules import parse_rules
-from subc.compiler.targets import ebpf_layout as L
+from subc.lang.rules import parse_rules
+from subc.backends.ebpf import layout as L
 from subc.errors import SubcError
-from subc.runtime import install
+from subc.dataplane.ebpf import install
 
 from ebpf_util import DIFF_SPEC, compile_ebpf, fake_subscribers
 from strategies import boundary_packets, rule_set

@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 from strategies import rule_set
 from test_differential import FIELDS, SPEC
 
-from subc.compiler.bdd import build_bdd, fields_used
-from subc.compiler.layered import slice_rules
-from subc.compiler.rules import parse_rules
-from subc.compiler.slicing import slice_bdd
+from subc.ir.bdd import build_bdd, fields_used
+from subc.ir.layered import slice_rules
+from subc.lang.rules import parse_rules
+from subc.ir.slicing import slice_bdd
 
 
 def assert_same(a, b):

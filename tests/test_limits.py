@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from subc.compiler.driver import compile_rules
-from subc.compiler.layered import StateLimitExceeded
-from subc.compiler.limits import Limits
-from subc.compiler.rules import parse_rules
+from subc.ir.layered import StateLimitExceeded
+from subc.lang.limits import Limits
+from subc.lang.rules import parse_rules
 from subc.errors import SubcError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,7 +66,7 @@ def siena_text(n_attrs=8, n=60):
 
 
 def test_state_limit_stops_exponential_rule_sets():
-    from subc.compiler.spec import parse_spec
+    from subc.spec.front_end import parse_spec
 
     spec_text, rules_text = siena_text()
     spec = parse_spec(spec_text, "s.p4")

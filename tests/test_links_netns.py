@@ -1,4 +1,4 @@
-"""`subc load` checks the subscribers' interfaces (subc/runtime/links.py), in network namespaces
+"""`subc load` checks the subscribers' interfaces (subc/dataplane/ebpf/links.py), in network namespaces
 made by the test (removed afterwards; addresses in 10.11.0.0/16 inside them only).
 
     lkpub: lkp0 --- lkb0 (feed, MTU 1500) lkbrk
@@ -77,7 +77,7 @@ def topo():
                             ("lks2", "lks4", "on"), ("lks2", "lks5", "on"), ("lks2", "lks6", "off")]:
             sh(*ns_cmd(ns, "ethtool", "-K", dev, "gro", on))
         # an XDP program on lks6 (and no GRO): redirected frames reach it
-        code = ("import sys; sys.path.insert(0, %r); from subc.runtime.bpf import import_bcc; b = import_bcc(); "
+        code = ("import sys; sys.path.insert(0, %r); from subc.dataplane.ebpf.bpf import import_bcc; b = import_bcc(); "
                 "p = b.BPF(text=%r); b.BPF.attach_xdp('lks6', p.load_func('pass', b.BPF.XDP), 0)") % (str(ROOT), XDP_PASS)
         sh(*ns_cmd("lks2", sys.executable, "-c", code))
         yield
@@ -87,7 +87,7 @@ def topo():
 
 def check(fix: bool) -> list[dict]:
     """check_links run in the broker's namespace (a separate process), as dicts."""
-    code = ("import json, sys; sys.path.insert(0, %r); from subc.runtime.links import check_links; "
+    code = ("import json, sys; sys.path.insert(0, %r); from subc.dataplane.ebpf.links import check_links; "
             "print(json.dumps([p.as_dict() for p in check_links(%r, 'lkb0', fix=%r)]))") % (str(ROOT), IFACES, fix)
     return json.loads(sh(*ns_cmd("lkbrk", sys.executable, "-c", code)).stdout)
 
@@ -122,7 +122,7 @@ def test_fix_turns_gro_on(topo):
 def test_load_fixes_the_peer_and_copies_arrive(topo, tmp_path):
     """`subc load` turns GRO on at lks1, and a datagram whose messages all go to subscriber 1 (sent
     whole from XDP by bpf_redirect) reaches it; `subc load` refuses a missing interface."""
-    from subc.runtime.moldudp64 import encode_packet
+    from subc.wire.moldudp64 import encode_packet
     from subc.workloads.itch_codec import encode_add_order, stock_value
 
     assert not gro("lks1", "lks1")

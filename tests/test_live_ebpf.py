@@ -2,7 +2,7 @@
 
 Hypothesis draws subscriptions over fields of every match kind (DIFF_SPEC of the eBPF tests: 2- to
 64-bit fields at unaligned offsets) and a sequence of additions and removals; each batch is
-applied by :class:`~subc.runtime.live_broker.LiveBroker` (new nodes, a root slot rewritten in
+applied by :class:`~subc.dataplane.live_broker.LiveBroker` (new nodes, a root slot rewritten in
 place, the root switched, retired slots reclaimed after a grace period), then frames built with
 scapy from values go through the XDP program with BPF_PROG_TEST_RUN.  The leaf each frame reaches
 (its per-leaf counter) must hold, in the kernel's ``subc_leaf`` map, exactly the subscribers of
@@ -18,10 +18,10 @@ from ebpf_util import DIFF_SPEC, fake_subscribers, need_root
 from strategies import boundary_packets, condition
 from ebpf_util import diff_frame
 
-from subc.compiler.ast import evaluate
-from subc.compiler.incremental import LiveDiagram
-from subc.compiler.rules import parse_rules
-from subc.compiler.targets import ebpf_layout as L
+from subc.lang.ast import evaluate
+from subc.ir.incremental import LiveDiagram
+from subc.lang.rules import parse_rules
+from subc.backends.ebpf import layout as L
 
 QS = dict(DIFF_SPEC.query_fields)
 ORDERS = [["m.c", "m.a", "ip.dstAddr", "m.g"], ["m.e", "m.f", "m.d", "m.b", "m.h"]]
@@ -31,10 +31,10 @@ _LOADED: dict = {}
 def loaded(ix: int):
     """One loaded live program and its live broker per field order (each example ends with no
     subscription, so the next starts from an empty diagram in maps that have been used)."""
-    from subc.compiler.targets.ebpf import live_program
-    from subc.runtime.broker import LoadedFilter
-    from subc.runtime.fanout import grace_waiter
-    from subc.runtime.install import install_subscribers
+    from subc.backends.ebpf.target import live_program
+    from subc.dataplane.ebpf.broker import LoadedFilter
+    from subc.dataplane.ebpf.fanout import grace_waiter
+    from subc.dataplane.ebpf.install import install_subscribers
 
     if ix not in _LOADED:
         doc, src, _ = live_program(DIFF_SPEC, ORDERS[ix])
@@ -42,8 +42,8 @@ def loaded(ix: int):
                                                                      "leaf_sets", "leaf_counters")}
         lf = LoadedFilter.build(doc, src, None, min_caps=caps, max_endpoints=1)
         install_subscribers(lf.maps, fake_subscribers(range(0, 6)), 1)
-        from subc.runtime.live_broker import LiveBroker
-        from subc.runtime.live_maps import LiveMaps
+        from subc.dataplane.live_broker import LiveBroker
+        from subc.dataplane.ebpf.live_maps import LiveMaps
 
         stage_caps = [lf.caps[st["maps"][0]] - 1 for st in lf.doc["stages"][1:]] + [lf.caps["subc_leaf"] - 1]
         diagram = LiveDiagram([QS[f] for f in ORDERS[ix]], stage_caps)
@@ -73,7 +73,7 @@ def leaf_subscribers(lf, state: int) -> tuple[int, ...]:
 @given(st.integers(0, 1), st.data())
 def test_live_changes_in_the_kernel_agree_with_the_rules(ix, data):
     need_root()
-    from subc.runtime.bpf import test_run
+    from subc.dataplane.ebpf.bpf import test_run
 
     lf, broker = loaded(ix)
     diagram = broker.diagram

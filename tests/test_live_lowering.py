@@ -1,10 +1,10 @@
-"""One lowering for batch and live (subc/compiler/lowering.py): the entries ``subc serve`` writes for
+"""One lowering for batch and live (subc/ir/lowering.py): the entries ``subc serve`` writes for
 its live subscriptions are, entry for entry, those ``subc compile`` gives the same rules.
 
 Hypothesis draws subscriptions over fields of every match kind (DIFF_SPEC of ebpf_util: range,
 exact of 2 and 8 bits, lpm of 8 and 32 bits) in a random field order, and a sequence of additions
-and removals.  After every change, the live delivery diagram (subc/compiler/incremental.py) is
-written by the live eBPF writer (:class:`~subc.runtime.live_maps.LiveMaps`) into maps held in
+and removals.  After every change, the live delivery diagram (subc/ir/incremental.py) is
+written by the live eBPF writer (:class:`~subc.dataplane.ebpf.live_maps.LiveMaps`) into maps held in
 memory, and the live rules ``condition : fwd(subscriber)`` are compiled for the eBPF target
 (``maps.json``).  Walking both from the root pairs each live node with a compiled state (their
 runs must have the same boundaries, and the pairing must be one to one); then every paired
@@ -22,12 +22,12 @@ from hypothesis import strategies as st
 from ebpf_util import DIFF_SPEC
 from strategies import condition
 from subc.compiler.driver import compile_rules
-from subc.compiler.incremental import LiveDiagram
-from subc.compiler.rules import parse_rules
-from subc.compiler.targets import ebpf_layout as L
-from subc.compiler.targets.ebpf import build_maps, ebpf_plan, live_program
+from subc.ir.incremental import LiveDiagram
+from subc.lang.rules import parse_rules
+from subc.backends.ebpf import layout as L
+from subc.backends.ebpf.target import build_maps, ebpf_plan, live_program
 from subc.errors import SubcError
-from subc.runtime.live_maps import LiveMaps
+from subc.dataplane.ebpf.live_maps import LiveMaps
 
 QS = {f: DIFF_SPEC.query_fields[f] for f in ("m.a", "m.b", "m.c", "m.f", "m.d", "ip.dstAddr")}
 
@@ -272,8 +272,8 @@ def test_live_p4_entries_equal_the_compiled_entries(sc):
     """The same for P4: the live P4Runtime writer's entries of every node
     (:meth:`LiveEntries.entries_of`) are those of the paired state in the bmv2 tables a compile of
     the live rules gives (range in its direct form: specific runs above a fallback entry)."""
-    from subc.compiler.targets.serve_program import serve_program
-    from subc.runtime.p4rt.live_entries import LiveEntries
+    from subc.backends.p4.serve_program import serve_program
+    from subc.dataplane.p4rt.live_entries import LiveEntries
 
     order, subs, steps = sc
     parsed = [parse_rules(f"{c} : fwd({sid});", DIFF_SPEC, "sub")[0] for c, sid in subs]

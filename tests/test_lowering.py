@@ -1,4 +1,4 @@
-"""The one lowering of a state's runs to entries (subc/compiler/lowering.py), against the meaning of
+"""The one lowering of a state's runs to entries (subc/ir/lowering.py), against the meaning of
 the entries and an independent optimum.
 
 Hypothesis draws a state (runs over a narrow field, targets among a few states, 0 dead):
@@ -19,7 +19,7 @@ from functools import lru_cache
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from subc.compiler.lowering import exact_form, lpm_form, range_form
+from subc.ir.lowering import exact_form, lpm_form, range_form
 
 
 def dead(t) -> bool:

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import EXAMPLE, real_sample
 from subc.workloads.itch_codec import decode_add_order, read_binaryfile
-from subc.runtime.moldudp64 import encode_packet
+from subc.wire.moldudp64 import encode_packet
 
 RULES = EXAMPLE / "rules.sub"
 SPEC = EXAMPLE / "spec.p4"

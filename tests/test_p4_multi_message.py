@@ -4,9 +4,9 @@ Datagrams of up to K messages of mixed types, more than K, heartbeats, end of se
 datagrams the switch cannot split are built with scapy from values (ITCH 5.0 layouts written
 here, section 1.3 of the ITCH 5.0 specification, or random specs of ``tests/spec_model.py``); the
 expected copies per port come from the rules evaluated on those values
-(:func:`subc.compiler.ast.evaluate`) and the delivery semantics written out here.  The v1model
+(:func:`subc.lang.ast.evaluate`) and the delivery semantics written out here.  The v1model
 program runs in BMv2 ``simple_switch`` (``--use-files``: pcap files, no network); the table
-simulator's :class:`~subc.runtime.simulator.SwitchSimulator` must give the same copies.  Tests
+simulator's :class:`~subc.sim.switch.SwitchSimulator` must give the same copies.  Tests
 that need p4c/BMv2 skip when they are absent; rendering, entries and options need nothing.
 """
 
@@ -235,7 +235,7 @@ def decide_by_rules(rules, fields_used: set[str]):
     """values -> sorted ports: the union of the fwd ports of the rules the values match; a message
     without values (another type) or without a field the rules test gets the default action,
     which forwards nowhere."""
-    from subc.compiler.ast import evaluate
+    from subc.lang.ast import evaluate
 
     def decide(values):
         if values is None or not fields_used <= set(values):
@@ -262,8 +262,8 @@ def verify(feed: Feed, outs: dict[int, list[bytes]], counts: dict[str, int]) -> 
 def simulate(doc: dict, spec, feed: Feed) -> dict[int, list[bytes]]:
     """The table simulator's copies of the feed's datagrams (decoded by subc's decoder: the
     values side; the copies are compared with the test's own expectation)."""
-    from subc.runtime.decoder import MessageDecoder
-    from subc.runtime.simulator import SwitchSimulator
+    from subc.wire.decoder import MessageDecoder
+    from subc.sim.switch import SwitchSimulator
 
     dec = MessageDecoder(spec)
 
@@ -284,9 +284,9 @@ def simulate(doc: dict, spec, feed: Feed) -> dict[int, list[bytes]]:
 
 def load(rules_text: str, spec_path: Path, tmp: Path):
     """(spec, rules, fields the rules test) of ``rules_text`` over the spec at ``spec_path``."""
-    from subc.compiler.ast import predicates
-    from subc.compiler.rules import load_rules
-    from subc.compiler.spec import load_spec
+    from subc.lang.ast import predicates
+    from subc.lang.rules import load_rules
+    from subc.spec.front_end import load_spec
 
     spec = load_spec(spec_path)
     (tmp / "r.sub").write_text(rules_text)

@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from subc.compiler.driver import compile_rules
-from subc.compiler.rules import parse_rules
-from subc.compiler.spec import parse_spec
-from subc.compiler.targets import target_files
+from subc.lang.rules import parse_rules
+from subc.spec.front_end import parse_spec
+from subc.backends.files import target_files
 
 from ebpf_util import DIFF_SPEC
 from spec_model import spec_models
@@ -199,7 +199,7 @@ def test_pragma_only_specs_get_no_p4info():
     from conftest import ROOT
 
     spec_path = ROOT / "tests" / "specs" / "dns_pragma_only.p4"
-    from subc.compiler.spec import load_spec
+    from subc.spec.front_end import load_spec
 
     spec = load_spec(spec_path)
     rules = parse_rules((ROOT / "tests" / "specs" / "dns.sub").read_text(), spec, "dns.sub")
@@ -209,7 +209,7 @@ def test_pragma_only_specs_get_no_p4info():
 
 def test_ids_and_aliases_follow_p4c():
     """Values p4c 1.2.4.8 printed for the ITCH example's P4Info."""
-    from subc.compiler.targets.p4info import aliases, assign_ids
+    from subc.backends.p4.p4info import aliases, assign_ids
 
     ids = assign_ids({"action": ["NoAction", "SubcIngress.subc_set_state", "SubcEgress.subc_set_port_bit"],
                       "table": ["SubcIngress.subc_s0_add_order_stock"], "counter": ["SubcIngress.subc_datagrams"],
@@ -227,7 +227,7 @@ def test_ids_and_aliases_follow_p4c():
 def test_colliding_hashes_probe_to_the_next_id():
     """p4c's linear probing: the later name (in sorted order) of two with the same low 24 bits
     takes the next value."""
-    from subc.compiler.targets import p4info
+    from subc.backends.p4 import p4info
 
     saved = p4info.jenkins_hash
     try:

@@ -1,4 +1,4 @@
-"""P4Runtime updates of compiled rule sets (subc.runtime.p4rt.requests).
+"""P4Runtime updates of compiled rule sets (subc.dataplane.p4rt.requests).
 
 The updates are decoded here from the protobuf fields alone (byte strings read as big-endian
 integers, omitted fields as "any value") and must give back every entry and multicast group of
@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from subc.compiler.driver import compile_rules
-from subc.compiler.rules import parse_rules
-from subc.compiler.targets import target_files
+from subc.lang.rules import parse_rules
+from subc.backends.files import target_files
 from subc.errors import SubcError
 
 from ebpf_util import DIFF_SPEC
@@ -89,7 +89,7 @@ def _norm(doc: dict, p4info) -> tuple[dict, dict]:
 
 
 def _check(files: dict) -> None:
-    from subc.runtime.p4rt.requests import P4InfoIndex, generation_entities, insert_updates, read_p4info
+    from subc.dataplane.p4rt.requests import P4InfoIndex, generation_entities, insert_updates, read_p4info
 
     doc = json.loads(files["entries.json"])
     p4info = read_p4info(files["p4info.txtpb"])
@@ -124,7 +124,7 @@ def test_updates_of_single_message_programs_encode_every_entry(rules):
 
 
 def test_values_are_canonical_and_checked():
-    from subc.runtime.p4rt.requests import encode_value
+    from subc.dataplane.p4rt.requests import encode_value
 
     assert encode_value(0, 9) == b"\x00"
     assert encode_value(255, 9) == b"\xff"
@@ -138,7 +138,7 @@ def test_values_are_canonical_and_checked():
 def test_dont_care_fields_are_omitted_and_prefixes_masked():
     from p4.config.v1 import p4info_pb2
 
-    from subc.runtime.p4rt.requests import P4InfoIndex, table_entry
+    from subc.dataplane.p4rt.requests import P4InfoIndex, table_entry
 
     info = p4info_pb2.P4Info()
     t = info.tables.add()

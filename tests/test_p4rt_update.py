@@ -1,4 +1,4 @@
-"""Generation-safe P4Runtime updates (subc.runtime.p4rt.plan, .control) without a switch.
+"""Generation-safe P4Runtime updates (subc.dataplane.p4rt.plan, .control) without a switch.
 
 (Also on multi-message programs of random P4_14 and P4_16 specs: each message slot's tables,
 checked every few updates, classify as A until the root switch and as B after it.)
@@ -30,12 +30,12 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from subc.compiler.driver import compile_rules
-from subc.compiler.rules import parse_rules
-from subc.compiler.targets import target_files
-from subc.compiler.targets.entries import entries_json
+from subc.lang.rules import parse_rules
+from subc.backends.files import target_files
+from subc.backends.p4.entries import entries_json
 from subc.errors import SubcError
-from subc.runtime.reference import reference_decision
-from subc.runtime.simulator import TableSimulator
+from subc.semantics.reference import reference_decision
+from subc.sim.switch import TableSimulator
 
 from ebpf_util import DIFF_SPEC
 from strategies import boundary_packets, condition
@@ -144,7 +144,7 @@ def test_every_step_of_an_update_classifies_as_one_rule_set(chain, spare, data):
     """Two updates in a row (A to B, B to C) from a switch loaded with or without the spare root:
     every update of each, applied one at a time, classifies as the rule set before until the root
     switch and as the next one after it."""
-    from subc.runtime.p4rt.plan import plan_update, with_spare_root
+    from subc.dataplane.p4rt.plan import plan_update, with_spare_root
 
     fields, texts = chain
     compiled = [_compile(t, fields) for t in texts]
@@ -191,7 +191,7 @@ def test_every_step_of_an_update_classifies_as_one_rule_set(chain, spare, data):
 
 
 def test_an_unchanged_rule_set_writes_nothing():
-    from subc.runtime.p4rt.plan import plan_update
+    from subc.dataplane.p4rt.plan import plan_update
 
     fields = ["h.a", "h.c"]
     _, res = _compile("h.a > 5 and h.c == 3 : fwd(1);\nh.a < 9 : fwd(2, 3);", fields)
@@ -201,7 +201,7 @@ def test_an_unchanged_rule_set_writes_nothing():
 
 
 def test_another_program_is_refused():
-    from subc.runtime.p4rt.plan import plan_update
+    from subc.dataplane.p4rt.plan import plan_update
 
     _, ra = _compile("h.a > 5 and h.c == 3 : fwd(1);", ["h.a", "h.c"])
     _, rb = _compile("h.a > 5 and h.c == 3 : fwd(1);", ["h.c", "h.a"])
@@ -211,7 +211,7 @@ def test_another_program_is_refused():
 
 def test_a_rule_set_with_state_needs_a_reload():
     """Registers belong to the program: an update from or to a rule set comparing state is refused."""
-    from subc.runtime.p4rt.plan import plan_update
+    from subc.dataplane.p4rt.plan import plan_update
 
     plain = entries_json(_compile("h.a > 5 : fwd(1);", None)[1].pipeline, "bmv2")
     stateful = entries_json(_compile("h.a > 5 and count() > 2 : fwd(1);", None)[1].pipeline, "bmv2")
@@ -253,8 +253,8 @@ def test_load_and_update_requests_captured_from_a_p4runtime_server(fields, text_
 def _load_and_update(tmp_path, fields, text_a, text_b, data):
     from p4.v1 import p4runtime_pb2 as pr
 
-    from subc.runtime.p4rt.control import load, stats, update, verify
-    from subc.runtime.p4rt.requests import read_p4info
+    from subc.dataplane.p4rt.control import load, stats, update, verify
+    from subc.dataplane.p4rt.requests import read_p4info
 
     outs, rules = {}, {}
     for name, text in (("a", text_a), ("b", text_b)):
@@ -344,7 +344,7 @@ def sw_groups(sw: FakeSwitch) -> dict:
 def test_unreachable_server_is_a_clear_error(tmp_path):
     import socket
 
-    from subc.runtime.p4rt.control import load
+    from subc.dataplane.p4rt.control import load
 
     res = compile_rules(parse_rules("m.e > 3 : fwd(4);", DIFF_SPEC, "r.sub"), DIFF_SPEC, "bmv2")
     files, _ = target_files(res, "r.sub")
@@ -383,8 +383,8 @@ def test_updates_of_multi_message_programs_of_random_specs(data, form):
     from spec_model import spec_models
     from test_delivery_differential import RENDER, rule_sets
 
-    from subc.compiler.spec import parse_spec
-    from subc.runtime.p4rt.plan import plan_update, with_spare_root
+    from subc.spec.front_end import parse_spec
+    from subc.dataplane.p4rt.plan import plan_update, with_spare_root
 
     model = data.draw(spec_models())
     assume(model.query_fields)

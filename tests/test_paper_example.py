@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 
 from subc.compiler.driver import compile_rules
-from subc.compiler.rules import parse_rules
-from subc.compiler.targets.entries import entries_json
-from subc.runtime.reference import reference_decision
-from subc.runtime.simulator import TableSimulator
+from subc.lang.rules import parse_rules
+from subc.backends.p4.entries import entries_json
+from subc.semantics.reference import reference_decision
+from subc.sim.switch import TableSimulator
 
 RULES = """
 shares < 60 and stock == "AAPL" : fwd(3);

@@ -11,20 +11,20 @@ import pandas as pd
 import pytest
 
 from subc.compiler.driver import compile_rules
-from subc.compiler.rules import load_rules
+from subc.lang.rules import load_rules
 from subc.errors import SubcError
-from subc.pipeline.analyze import analyze
-from subc.pipeline.validate import pieces, statements, validate
+from subc.analysis.analyze import analyze
+from subc.analysis.validate import pieces, statements, validate
 from subc.workloads.itch_codec import decode_add_order, read_binaryfile
-from subc.runtime.reference import Decision, reference_decision
-from subc.runtime.simulate import simulate_trace
+from subc.semantics.reference import Decision, reference_decision
+from subc.sim.trace import simulate_trace
 
 from conftest import EXAMPLE, real_sample
 
 
 @pytest.fixture(scope="module")
 def spark():
-    from subc.pipeline.session import get_session
+    from subc.analysis.session import get_session
 
     s = get_session("local[2]", "subc tests", {"spark.ui.enabled": "false"})
     yield s
@@ -71,7 +71,7 @@ def test_analyze_counts_disagreements(spark, compiled, tmp_path):
     """Entries broken to drop what goes to port 5 alone must show up as disagreements."""
     import copy
 
-    from subc.compiler.tables import Entry
+    from subc.backends.p4.tables import Entry
 
     broken = copy.deepcopy(compiled)
     changed = 0
@@ -98,7 +98,7 @@ def test_analyze_pcap_with_several_messages_per_packet(spark, compiled, tmp_path
     from scapy.layers.l2 import Ether
     from scapy.utils import wrpcap
 
-    from subc.runtime.moldudp64 import encode_packet
+    from subc.wire.moldudp64 import encode_packet
 
     trace = real_sample()
     msgs = [m for _, m in read_binaryfile(trace)]
@@ -226,8 +226,8 @@ STATEFUL_SETS = {
 def test_analyze_stateful_rules_decide_every_message_as_simulate(spark, tmp_path, name, kind):
     """Comparisons on state over the real sample's ITCH timestamps, in splits of 50 kB (the
     registers carried from split to split): every message's subscribers equal ``subc simulate``'s."""
-    from subc.compiler.rules import parse_rules
-    from subc.compiler.spec import parse_spec
+    from subc.lang.rules import parse_rules
+    from subc.spec.front_end import parse_spec
 
     spec = parse_spec((EXAMPLE / "spec.p4").read_text() + STATEFUL_EXTRA, str(tmp_path / "spec.p4"))
     res = compile_rules(parse_rules(STATEFUL_SETS[kind], spec), spec, "bmv2")
@@ -281,7 +281,7 @@ def test_validate_takes_comparisons_on_state(spark, tmp_path):
     """Rules with aggregates and named counters validate (they crashed the tasks before): the same
     comparison written another way is a duplicate, one with another window or counter is not; an
     equality and a range on one field (which crashed it too) likewise."""
-    from subc.compiler.spec import parse_spec
+    from subc.spec.front_end import parse_spec
 
     spec = parse_spec((EXAMPLE / "spec.p4").read_text() + STATEFUL_EXTRA, str(tmp_path / "spec.p4"))
     path = tmp_path / "state.sub"

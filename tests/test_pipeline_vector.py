@@ -11,18 +11,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from subc.compiler.driver import compile_rules
-from subc.compiler.rules import parse_rules
-from subc.compiler.targets.entries import entries_json
+from subc.lang.rules import parse_rules
+from subc.backends.p4.entries import entries_json
 from subc.errors import SubcError
-from subc.pipeline.evaluate import representatives
-from subc.pipeline.messages import decode
-from subc.pipeline.reference_np import ValueClasses, evaluate_rules
-from subc.pipeline.splits import file_kind, plan_splits, read_pcap, read_split, walk_binaryfile
-from subc.runtime.capture import CaptureStats
-from subc.pipeline.tables_np import PipelineEvaluator
+from subc.analysis.evaluate import representatives
+from subc.analysis.messages import decode
+from subc.analysis.reference_np import ValueClasses, evaluate_rules
+from subc.analysis.splits import file_kind, plan_splits, read_pcap, read_split, walk_binaryfile
+from subc.wire.capture import CaptureStats
+from subc.analysis.tables_np import PipelineEvaluator
 from subc.workloads.itch_codec import decode_add_order, read_binaryfile
-from subc.runtime.reference import reference_decision
-from subc.runtime.simulator import TableSimulator
+from subc.semantics.reference import reference_decision
+from subc.sim.switch import TableSimulator
 
 from conftest import EXAMPLE, real_sample
 from strategies import boundary_packets, rule_set
@@ -32,9 +32,9 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
 def _example_vector():
-    from subc.compiler.spec import load_spec
-    from subc.pipeline.gather import VectorDecoder
-    from subc.runtime.decoder import MessageDecoder
+    from subc.spec.front_end import load_spec
+    from subc.analysis.gather import VectorDecoder
+    from subc.wire.decoder import MessageDecoder
 
     return VectorDecoder(MessageDecoder(load_spec(EXAMPLE / "spec.p4")))
 
@@ -85,7 +85,7 @@ def test_value_class_reference_agrees_with_the_per_packet_reference(fields_text,
     for p, k in zip(pkts, inv):
         assert ref.decisions[k] == reference_decision(rules, SPEC, p), p
         for r in rules:
-            from subc.compiler.ast import evaluate
+            from subc.lang.ast import evaluate
 
             hits[r.index] += evaluate(r.condition, p)
     assert hits.tolist() == ref.rule_hits.tolist()
@@ -94,7 +94,7 @@ def test_value_class_reference_agrees_with_the_per_packet_reference(fields_text,
 def test_equality_index_matches_a_full_evaluation(example_spec):
     """Rules with a top-level ``==`` go through the per-value buckets; with the index disabled the
     same rules must give the same decisions and hits."""
-    from subc.pipeline import reference_np
+    from subc.analysis import reference_np
     from subc.workloads.itch_codec import stock_value
     from subc.workloads.distributions import symbol_names
     from subc.workloads.itch_rules import itch_rules
@@ -177,7 +177,7 @@ def test_pcap_with_several_messages_per_packet(tmp_path):
     from scapy.layers.l2 import Ether
     from scapy.utils import wrpcap
 
-    from subc.runtime.moldudp64 import encode_packet
+    from subc.wire.moldudp64 import encode_packet
 
     msgs = [m for _, m in read_binaryfile(real_sample())][:50]
     frames = []

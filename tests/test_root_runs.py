@@ -1,4 +1,4 @@
-"""Chunked root runs (subc/compiler/root_runs.py) against a value-by-value reference.
+"""Chunked root runs (subc/ir/root_runs.py) against a value-by-value reference.
 
 Hypothesis draws small value domains, source roots (chunked or plain tuples) and new roots
 assembled from emitted runs and copied spans of the sources, with tiny chunk sizes so that
@@ -13,9 +13,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from subc.compiler import root_runs
-from subc.compiler.incremental import Node
-from subc.compiler.root_runs import ChunkBuilder, ChunkedRuns
+from subc.ir import root_runs
+from subc.ir.incremental import Node
+from subc.ir.root_runs import ChunkBuilder, ChunkedRuns
 
 CHILDREN = [object() for _ in range(4)]
 

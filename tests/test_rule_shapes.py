@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 import pickle
 
-import subc.compiler.rule_shapes as rs
-from subc.compiler.limits import Limits, check_rule_text
-from subc.compiler.rule_shapes import rule_ends
-from subc.compiler.rules import parse_rules, parse_rules_lark
+import subc.lang.rule_shapes as rs
+from subc.lang.limits import Limits, check_rule_text
+from subc.lang.rule_shapes import rule_ends
+from subc.lang.rules import parse_rules, parse_rules_lark
 from subc.errors import SubcError
 
 from strategies import rule_set

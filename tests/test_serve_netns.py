@@ -34,9 +34,9 @@ from pathlib import Path
 
 import pytest
 
-from subc.compiler.ast import evaluate
-from subc.compiler.rules import parse_rules
-from subc.compiler.spec import load_spec
+from subc.lang.ast import evaluate
+from subc.lang.rules import parse_rules
+from subc.spec.front_end import load_spec
 
 from conftest import EXAMPLE
 from netns_util import SUBC, Topology, call_in_netns, need_root_and_netns
@@ -175,7 +175,7 @@ class Broker:
 def messages_counted(topo: Topology) -> int:
     """The broker's message counter, read as a process in the broker's namespace would
     (the broker's pins and state are keyed by its network namespace)."""
-    from subc.runtime.broker import stats
+    from subc.dataplane.ebpf.broker import stats
 
     return call_in_netns(topo.brk, lambda: stats(topo.b0))["stats"]["messages"]
 

@@ -27,14 +27,14 @@ from spec_model import spec_models
 from strategies import boundary_packets, condition
 from test_delivery_differential import RENDER
 
-from subc.compiler.rules import parse_rules
-from subc.compiler.spec import load_spec, parse_spec
-from subc.compiler.targets.serve_program import serve_program
-from subc.runtime.p4rt.readback import switch_document
-from subc.runtime.p4rt.requests import P4InfoIndex
-from subc.runtime.reference import reference_decision
-from subc.runtime.serve.daemon import Daemon, ServeConfig, SwitchOptions
-from subc.runtime.simulator import TableSimulator
+from subc.lang.rules import parse_rules
+from subc.spec.front_end import load_spec, parse_spec
+from subc.backends.p4.serve_program import serve_program
+from subc.dataplane.p4rt.readback import switch_document
+from subc.dataplane.p4rt.requests import P4InfoIndex
+from subc.semantics.reference import reference_decision
+from subc.serve.daemon import Daemon, ServeConfig, SwitchOptions
+from subc.sim.switch import TableSimulator
 
 SPEC = load_spec(EXAMPLE / "spec.p4")
 ORDER = ["add_order.stock", "add_order.buy_sell_indicator", "add_order.shares", "add_order.price"]

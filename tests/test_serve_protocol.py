@@ -16,11 +16,11 @@ from strategies import condition
 from test_differential import FIELDS, SPEC
 from test_topics import topic_spec
 
-from subc.compiler.ast import Not, Pred
-from subc.compiler.rules import parse_rules
-from subc.compiler.rule_shapes import ShapeCache
-from subc.runtime.serve.protocol import MAX_LINE, ProtocolError, Request, parse_request, parse_requests
-from subc.runtime.serve.store import Store, Stored
+from subc.lang.ast import Not, Pred
+from subc.lang.rules import parse_rules
+from subc.lang.rule_shapes import ShapeCache
+from subc.serve.protocol import MAX_LINE, ProtocolError, Request, parse_request, parse_requests
+from subc.serve.store import Store, Stored
 
 
 @settings(max_examples=500, deadline=None)
@@ -109,7 +109,7 @@ def test_topic_requests_give_a_request_or_a_located_error(raw):
 
 
 def test_store_keeps_labels_and_registrations(tmp_path):
-    from subc.runtime.serve.store import REMOVED, TopicChanges
+    from subc.serve.store import REMOVED, TopicChanges
 
     s = Store(tmp_path)
     s.commit([Stored(1, "", "10.0.0.2", 5000, "10.0.0.2", None, "a/+")], [], {},
@@ -172,7 +172,7 @@ def test_listen_port_zero_finds_a_port_free_for_udp_and_tcp(monkeypatch):
     import errno
     import socket
 
-    from subc.runtime.serve import daemon
+    from subc.serve import daemon
 
     real = socket.socket
     failures = []
@@ -199,7 +199,7 @@ def test_listen_on_a_taken_port_is_a_clear_error():
     import pytest
 
     from subc.errors import SubcError
-    from subc.runtime.serve.daemon import bind_udp_tcp
+    from subc.serve.daemon import bind_udp_tcp
 
     held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     held.bind(("127.0.0.1", 0))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from subc.compiler.spec import parse_spec
+from subc.spec.front_end import parse_spec
 from subc.errors import SubcError
 
 

@@ -26,12 +26,12 @@ from hypothesis import strategies as st
 from spec_model import (binaryfile, build_frame, build_message, message_length, messages_for, reference_fields,
                         render_p4_14, render_p4_16, spec_models, valid_instances)
 from subc.compiler.driver import compile_rules
-from subc.compiler.rules import parse_rules
-from subc.compiler.spec import parse_spec
-from subc.compiler.targets.ebpf_source import program_source
+from subc.lang.rules import parse_rules
+from subc.spec.front_end import parse_spec
+from subc.backends.ebpf.source import program_source
 from subc.errors import SubcError
-from subc.runtime.decoder import MessageDecoder
-from subc.runtime.simulate import simulate_trace
+from subc.wire.decoder import MessageDecoder
+from subc.sim.trace import simulate_trace
 
 SPECS = Path(__file__).parent / "specs"
 CORPUS = [("camus_itch_p4_14", "camus_itch_p4_14.p4"), ("camus_itch_p4_16", "camus_itch_p4_16.p4"),
@@ -97,7 +97,7 @@ def test_simulate_matches_rules_on_built_values(tmp_path_factory, data, form):
     out = simulate_trace(res, trace)
     assert out.disagreements == 0 and out.messages == len(drawn)
     # expected per-port counts: the rules evaluated on the values the messages were built from
-    from subc.compiler.ast import evaluate, predicates
+    from subc.lang.ast import evaluate, predicates
 
     headers = {p.field.split(".")[0] for r in rules for p in predicates(r.condition)}
     want: dict[int, int] = {}
@@ -221,10 +221,10 @@ def test_xdp_classifies_random_specs_as_the_rules_on_built_values(data, form):
     """The eBPF program compiled from a random spec (BPF_PROG_TEST_RUN) gives every frame, built with
     scapy from field values, the decision of the rules evaluated on those values."""
     from ebpf_util import Runner, fake_subscribers, need_root
-    from subc.compiler.ast import evaluate, predicates
-    from subc.compiler.targets import target_files
-    from subc.runtime.broker import LoadedFilter
-    from subc.runtime.reference import combine, default_decision
+    from subc.lang.ast import evaluate, predicates
+    from subc.backends.files import target_files
+    from subc.dataplane.ebpf.broker import LoadedFilter
+    from subc.semantics.reference import combine, default_decision
 
     need_root()
     model = data.draw(spec_models(max_messages=3))
@@ -276,9 +276,9 @@ def test_vector_decoder_equals_the_message_decoder(data, form):
     (messages of every type, unknown types, cut and extended messages, one BinaryFILE buffer)."""
     import numpy as np
 
-    from subc.pipeline.gather import STATUSES, VectorDecoder
-    from subc.pipeline.messages import pad
-    from subc.pipeline.splits import walk_binaryfile
+    from subc.analysis.gather import STATUSES, VectorDecoder
+    from subc.analysis.messages import pad
+    from subc.analysis.splits import walk_binaryfile
 
     model = data.draw(spec_models())
     spec = parse_spec(RENDER[form](model), "m.p4")
@@ -312,8 +312,8 @@ def test_vector_decoder_equals_the_message_decoder(data, form):
 def test_gather_bits_reads_any_alignment(data, draw):
     import numpy as np
 
-    from subc.compiler.parse_graph import bits_at
-    from subc.pipeline.gather import gather_bits
+    from subc.spec.parse_graph import bits_at
+    from subc.analysis.gather import gather_bits
 
     width = draw.draw(st.integers(1, 64))
     bits = [draw.draw(st.integers(0, max(0, len(data) * 8 - width))) for _ in range(5)] if len(data) * 8 >= width else []
@@ -330,7 +330,7 @@ def test_gather_bits_reads_any_alignment(data, draw):
 def test_encoder_builds_messages_that_carry_the_values(data, form):
     """``subc check``'s example messages: bytes built from field values with the spec, read back by
     an independent bit slicer that follows the model (not subc's decoder)."""
-    from subc.runtime.encoder import MessageEncoder
+    from subc.wire.encoder import MessageEncoder
 
     model = data.draw(spec_models())
     spec = parse_spec(RENDER[form](model), "m.p4")
@@ -387,11 +387,11 @@ def test_analyze_tasks_match_rules_on_built_values(tmp_path_factory, data, form)
     """``subc analyze``'s per-split work (decode with the spec in NumPy, tables, value classes) on a
     BinaryFILE of scapy-built messages: every classified message gets the decision of the rules
     evaluated on the values it was built from, and the reference's value classes agree."""
-    from subc.compiler.ast import evaluate, predicates
-    from subc.pipeline.analyze import make_bundle
-    from subc.pipeline.evaluate import evaluate_split, representatives
-    from subc.pipeline.reference_np import evaluate_rules
-    from subc.runtime.reference import combine
+    from subc.lang.ast import evaluate, predicates
+    from subc.analysis.analyze import make_bundle
+    from subc.analysis.evaluate import evaluate_split, representatives
+    from subc.analysis.reference_np import evaluate_rules
+    from subc.semantics.reference import combine
 
     model = data.draw(spec_models())
     if not model.query_fields:
@@ -426,7 +426,7 @@ def test_analyze_tasks_match_rules_on_built_values(tmp_path_factory, data, form)
 @given(data=st.data(), form=st.sampled_from(sorted(RENDER)))
 def test_p4test_accepts_programs_of_random_specs(tmp_path, data, form):
     """The v1model program of a random spec, P4_16 or translated from P4_14, passes p4c's front end."""
-    from subc.compiler.targets import target_files
+    from subc.backends.files import target_files
 
     model = data.draw(spec_models())
     if not model.query_fields:

@@ -5,8 +5,8 @@ Hypothesis draws rule sets that mix predicates on header fields with comparisons
 (``count``, ``sum``, ``avg``, ``min``, ``max``, windows of 0 to 5 us, every operator, under
 ``and``/``or``/``not``), and timed message sequences whose times step onto, just before and just
 after window boundaries (sometimes backwards).  The table simulator over the emitted entries
-(:mod:`subc.runtime.state_model` updating registers between the update table and the state-value
-stages) must decide every message as :class:`~subc.runtime.stateful_reference.StatefulReference`
+(:mod:`subc.semantics.state_model` updating registers between the update table and the state-value
+stages) must decide every message as :class:`~subc.semantics.stateful_reference.StatefulReference`
 does, which keeps the aggregates as plain numbers (exact fractions for ``avg``).
 """
 
@@ -19,14 +19,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from subc.compiler.aggregates import stateless_part
+from subc.ir.aggregates import stateless_part
 from subc.compiler.driver import compile_rules
-from subc.compiler.rules import parse_rules
-from subc.compiler.spec import parse_spec
-from subc.compiler.targets.entries import entries_json
+from subc.lang.rules import parse_rules
+from subc.spec.front_end import parse_spec
+from subc.backends.p4.entries import entries_json
 from subc.errors import SubcError
-from subc.runtime.simulator import TableSimulator
-from subc.runtime.stateful_reference import StatefulReference
+from subc.sim.switch import TableSimulator
+from subc.semantics.stateful_reference import StatefulReference
 
 from strategies import counter_probe, counter_rules, stateful_rules, timed_messages
 
@@ -127,7 +127,7 @@ def test_stateless_part():
     (r,) = parse_rules("(h.a == 1 and count() > 3) or (h.b == 2 and not count() > 3) : fwd(1);", spec)
     part = stateless_part(r.condition)
     # the packets that match for some truth of count() > 3: h.a == 1 or h.b == 2
-    from subc.compiler.ast import evaluate
+    from subc.lang.ast import evaluate
     for a in (0, 1):
         for b in (0, 2):
             assert evaluate(part, {"h.a": a, "h.b": b}) == (a == 1 or b == 2)
@@ -277,10 +277,10 @@ def test_check_understands_comparisons_on_state(tmp_path):
 def test_live_subscriptions_refuse_comparisons_on_state():
     """Live subscriptions do not keep registers yet: a SUBSCRIBE with an aggregate says so instead
     of deciding statelessly."""
-    from subc.runtime.serve.protocol import ProtocolError, parse_request
+    from subc.serve.protocol import ProtocolError, parse_request
 
     from conftest import EXAMPLE
-    from subc.compiler.spec import load_spec
+    from subc.spec.front_end import load_spec
 
     itch = load_spec(EXAMPLE / "spec.p4")
     with pytest.raises(ProtocolError, match="comparisons on state"):
@@ -349,8 +349,8 @@ def test_tofino_program_keeps_state_in_register_actions(tmp_path):
     import shutil
     import subprocess
 
-    from subc.compiler.spec import load_spec
-    from subc.compiler.targets import target_files
+    from subc.spec.front_end import load_spec
+    from subc.backends.files import target_files
 
     spec = load_spec(_tofino_spec(tmp_path, "@pragma query_time(m.g, us)\n@pragma query_window(1024)\n"))
     text = ("m.a == 1 and count() > 2 : fwd(1);\nm.a == 2 and avg(m.e) > 7 : fwd(2);\nm.a == 2 and avg(m.e) < 9 : fwd(3);\n"
@@ -382,8 +382,8 @@ def test_tofino_program_keeps_state_in_register_actions(tmp_path):
     ("@pragma query_time(m.g, us)\n", "m.a == 1 and sum(m.g, window=0) > 2 : fwd(1);", "32-bit cells"),
 ])
 def test_what_tofino_cannot_keep_is_refused(tmp_path, pragmas, text, message):
-    from subc.compiler.spec import load_spec
-    from subc.compiler.targets import target_files
+    from subc.spec.front_end import load_spec
+    from subc.backends.files import target_files
 
     spec = load_spec(_tofino_spec(tmp_path, pragmas))
     res = compile_rules(parse_rules(text, spec), spec, "tofino")

@@ -5,7 +5,7 @@ Python's integer division.  Hypothesis draws rule sets over the ITCH example spe
 ``query_time(add_order.timestamp, ns)``, so the test controls time) that mix header predicates
 with aggregates, and MoldUDP64 datagrams of up to K timed messages (Add Orders and other types,
 times stepping onto and around window boundaries, sometimes back), built with scapy from values.
-The copies each port must get come from :class:`~subc.runtime.stateful_reference.StatefulReference`
+The copies each port must get come from :class:`~subc.semantics.stateful_reference.StatefulReference`
 evaluating the rules on those values in order; the multi-message program's table simulator
 (which needs nothing) and, when p4c and ``simple_switch`` are on PATH, BMv2 itself must send
 exactly those.  The single-message program is run through BMv2 with frames of the eBPF tests'
@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 
 from conftest import EXAMPLE
 from strategies import aggregate_comparison, counter_comparison
-from subc.compiler.targets.p4state import reciprocal
-from subc.runtime.stateful_reference import StatefulReference
+from subc.backends.p4.state import reciprocal
+from subc.semantics.stateful_reference import StatefulReference
 from bmv2_util import CLI, SWITCH
 from test_p4_multi_message import (K, NEEDS_BMV2, P4C, SYMBOLS, Feed, _done, _itch_classes, _tail, compile_p4, load,
                                    run_bmv2, simulate, verify)
@@ -304,8 +304,8 @@ def test_bmv2_single_message_timed_sequence(tmp_path_factory, data):
     through simple_switch: the frames each port sends are those the reference forwards to it."""
     from ebpf_util import DIFF_SPEC_TEXT
     from strategies import stateful_rules, timed_messages
-    from subc.compiler.rules import load_rules
-    from subc.compiler.spec import load_spec
+    from subc.lang.rules import load_rules
+    from subc.spec.front_end import load_spec
 
     values = {"m.a": [0, 1, 2, 5, 255], "m.b": [0, 3, 7, 100, 65535], "m.c": [0, 1, 2], "m.e": [0, 10, 20, 4294967295]}
     tmp = tmp_path_factory.mktemp("stb1")

@@ -4,7 +4,7 @@ Hypothesis draws rule sets that mix header predicates with aggregates and timed 
 sequences (times in a message field the spec names with ``query_time``, so the test controls
 them, stepping onto and around window boundaries); each rule set is compiled, loaded and every
 frame run through XDP with BPF_PROG_TEST_RUN in order.  The leaf each frame reaches must carry
-the decision :class:`~subc.runtime.stateful_reference.StatefulReference` gives it.  Frames are
+the decision :class:`~subc.semantics.stateful_reference.StatefulReference` gives it.  Frames are
 built from the values with scapy.
 """
 
@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from ebpf_util import DIFF_SPEC_TEXT, Runner, compile_ebpf, diff_frame, fake_subscribers, need_root
 from strategies import counter_probe, counter_rules, stateful_rules, timed_messages
-from subc.compiler.spec import parse_spec
-from subc.runtime.stateful_reference import StatefulReference
+from subc.spec.front_end import parse_spec
+from subc.semantics.stateful_reference import StatefulReference
 
 SPEC = parse_spec(DIFF_SPEC_TEXT + "@pragma query_time(m.g, ns)\n", "stateful_ebpf.p4")
 SPEC_ARRIVAL = parse_spec(DIFF_SPEC_TEXT, "stateful_ebpf_arrival.p4")
@@ -28,7 +28,7 @@ SUBS = fake_subscribers()
 
 
 def run_in_kernel(spec, text, messages):
-    from subc.runtime.broker import LoadedFilter
+    from subc.dataplane.ebpf.broker import LoadedFilter
 
     rules, doc, src = compile_ebpf(text, spec)
     lf = LoadedFilter.build(doc, src, SUBS, max_endpoints=8)
@@ -147,7 +147,7 @@ def test_update_refuses_more_thresholds_than_the_program_searches():
     keeps deciding), and loads on its own."""
     need_root()
     from subc.errors import SubcError
-    from subc.runtime.broker import LoadedFilter
+    from subc.dataplane.ebpf.broker import LoadedFilter
 
     _, few, src = compile_ebpf("m.c == 1 and c0 > 1 : fwd(1);\nm.c == 1 : inc(c0);", SPEC_COUNTERS)
     many_text = "\n".join(f"m.c == 1 and c0 == {x} : fwd({1 + x % 6});" for x in range(20)) + "\nm.c == 1 : inc(c0);"

@@ -16,12 +16,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from subc.compiler.ast import evaluate
-from subc.compiler.limits import DEFAULT_LIMITS
-from subc.compiler.spec import parse_spec
+from subc.lang.ast import evaluate
+from subc.lang.limits import DEFAULT_LIMITS
+from subc.spec.front_end import parse_spec
 from subc.errors import SubcError
-from subc.runtime.serve.protocol import ProtocolError, parse_request
-from subc.runtime.serve.topics import LabelTable, TopicBook, TopicError, parse_filter, parse_topic
+from subc.serve.protocol import ProtocolError, parse_request
+from subc.serve.topics import LabelTable, TopicBook, TopicError, parse_filter, parse_topic
 
 
 # -- the reference: MQTT 3.1.1 section 4.7, on strings ----------------------------------------------

@@ -11,15 +11,9 @@ import pytest
 
 from subc.errors import SubcError
 from subc.workloads.itch_codec import read_binaryfile
-from subc.runtime.listen import listen
-from subc.runtime.moldudp64 import (
-    END_OF_SESSION,
-    HEADER_LEN,
-    decode_packet,
-    encode_end_of_session,
-    encode_packet,
-)
-from subc.runtime.replay import MAX_PAYLOAD, iter_trace_messages, replay
+from subc.traffic.listen import listen
+from subc.wire.moldudp64 import END_OF_SESSION, HEADER_LEN, decode_packet, encode_end_of_session, encode_packet
+from subc.traffic.replay import MAX_PAYLOAD, iter_trace_messages, replay
 
 from conftest import real_sample
 

@@ -38,11 +38,11 @@ from strategies import boundary_packets, rule_set
 from ebpf_util import DIFF_SPEC_TEXT, MSG_LAYOUT
 
 from subc.compiler.driver import compile_rules
-from subc.compiler.rules import parse_rules
-from subc.compiler.spec import load_spec, parse_spec
-from subc.compiler.targets import target_files
-from subc.compiler.targets.ebpf_parse import plan_parser
-from subc.runtime.reference import reference_decision
+from subc.lang.rules import parse_rules
+from subc.spec.front_end import load_spec, parse_spec
+from subc.backends.files import target_files
+from subc.backends.ebpf.parse_plan import plan_parser
+from subc.semantics.reference import reference_decision
 
 sys.path.insert(0, str(ROOT / "bench"))
 from udp_tables import build_udp_broker, payloads_file, tables_text
@@ -283,8 +283,8 @@ def test_repacking_agrees_with_reference(udp_broker, tmp_path, fields_text, data
 
 def test_repacking_the_real_sample(udp_broker, tmp_path):
     """The sample in datagrams of 1 to 40 messages through the example's rules: the reference is
-    subc's delivery semantics (runtime/delivery.py) with the ITCH codec of the workloads."""
-    from subc.runtime.delivery import Delivery, recipients_of
+    subc's delivery semantics (semantics/delivery.py) with the ITCH codec of the workloads."""
+    from subc.semantics.delivery import Delivery, recipients_of
     from subc.workloads.itch_codec import decode_add_order, read_binaryfile
 
     rules = parse_rules((EXAMPLE / "rules.sub").read_text(), ITCH, "rules.sub")

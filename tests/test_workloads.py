@@ -11,8 +11,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from subc.compiler.rules import parse_rules
-from subc.compiler.spec import parse_spec
+from subc.lang.rules import parse_rules
+from subc.spec.front_end import parse_spec
 from subc.workloads.itch_codec import ReadStats, decode_add_order, read_binaryfile
 from subc.workloads.distributions import mean_prices, symbol_names, zipf_weights
 from subc.workloads.itch_rules import itch_rules

@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from udp_tables import payloads_file  # noqa: E402
 from xdp_publisher import build_frame, messages_of  # noqa: E402
 
-from subc.runtime.moldudp64 import encode_end_of_session, encode_packet  # noqa: E402
+from subc.wire.moldudp64 import encode_end_of_session, encode_packet  # noqa: E402
 
 PUB_NS, RCV_NS = "xppub", "xprcv"
 PUB_DEV, RCV_DEV = "xpp0", "xpr0"
@@ -181,7 +181,7 @@ def is_feed(frame: bytes) -> bool:
 
 @pytest.mark.parametrize("receiver", ["gro", "xdp"])
 def test_frames_arrive_byte_exact(veth, tmp_path, receiver):
-    from subc.runtime.bpf import import_bcc
+    from subc.dataplane.ebpf.bpf import import_bcc
 
     ps = payloads()
     n = 2 * len(ps)

@@ -2,7 +2,7 @@
 nothing, and conflicting actions.
 
 All rules' conditions are built in one manager over the fields' elementary intervals (the encoding
-of :mod:`subc.compiler.bdd`), conjoined with the validity constraint, so a non-false BDD always
+of :mod:`subc.ir.bdd`), conjoined with the validity constraint, so a non-false BDD always
 stands for real packets.
 
 * **Unsatisfiable**: the condition is false.  The contradicting predicates are a minimal subset of
@@ -29,12 +29,12 @@ from typing import Sequence
 
 from dd import cudd
 
-from ..compiler.ast import And, Expr, Pred, Rule, evaluate
-from ..compiler.bdd import ConditionBuilder, field_domains, fields_used, index_range_bdd
-from ..compiler.decisions import action_class, conflict_message
-from ..compiler.layered import CubeMaker
-from ..compiler.literals import show_value
-from ..compiler.spec_model import Spec
+from ..lang.ast import And, Expr, Pred, Rule, evaluate
+from ..ir.bdd import ConditionBuilder, field_domains, fields_used, index_range_bdd
+from ..ir.decisions import action_class, conflict_message
+from ..ir.layered import CubeMaker
+from ..lang.literals import show_value
+from ..spec.model import Spec
 from ..errors import Location
 from .diagnostics import Diagnostic
 
@@ -75,7 +75,7 @@ def _conjuncts(e: Expr) -> list[Expr]:
 
 class RuleSpace:
     """The BDDs of a rule set: one manager over the used fields (declared in first-use order;
-    ``fields``: the query fields with the state values of :func:`~subc.compiler.aggregates.plan_state`
+    ``fields``: the query fields with the state values of :func:`~subc.ir.aggregates.plan_state`
     when the rules are its rewritten rules, whose comparisons on state are predicates on them).
 
     ``cond[i]`` is rule i's condition AND the validity constraint; ``box[i]`` its bounding box
@@ -253,7 +253,7 @@ def changes_nothing(space: RuleSpace) -> list[Diagnostic]:
 
 def conflicts(space: RuleSpace) -> list[Diagnostic]:
     """An error for every pair of rules whose actions cannot apply to one packet together (atoms
-    of different :func:`~subc.compiler.decisions.action_class`: a ``fwd`` and another action, or
+    of different :func:`~subc.ir.decisions.action_class`: a ``fwd`` and another action, or
     two different non-forwarding actions), with an example packet; at most
     :data:`MAX_CONFLICTS_PER_PAIR` rule pairs per pair of action classes."""
     rules, cond, f = space.rules, space.cond, space.bdd.false

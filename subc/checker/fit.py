@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 
 from ..compiler.driver import CompileResult
-from ..compiler.tables import Table
+from ..backends.p4.tables import Table
 from .diagnostics import Diagnostic
 
 TCAM_BLOCKS, TCAM_BLOCK_WORDS, TCAM_WORD_BITS = 24, 512, 44
@@ -160,7 +160,7 @@ def message_stages(res: CompileResult, max_messages: int, overflow_port: int | N
     (see the module docstring): ``{'max_messages', 'per_k': [{'k', 'ingress_stages',
     'egress_stages', 'stages', 'phv_bits'}]}``, or None when the spec is not slotted (the program
     is single-message; ``reason`` then says why).  Raises SubcError for a bad ``max_messages``."""
-    from ..compiler.targets.p4slots import check_options, slot_plan
+    from ..backends.p4.slots import check_options, slot_plan
 
     check_options(max_messages, overflow_port)
     plan, reason = slot_plan(res, max_messages, overflow_port) if res.spec.whole_program else (None, "pragma-only spec")
@@ -273,9 +273,9 @@ def bmv2_fit(res: CompileResult) -> tuple[dict, list[Diagnostic]]:
 def ebpf_fit(res: CompileResult, rules_path: str, load: bool = True) -> tuple[dict, list[Diagnostic]]:
     """(fit report, diagnostics) for the eBPF target: map entries against capacities and, with
     ``load`` (root and bcc needed, else a note says why not), the programs' instruction counts."""
-    from ..compiler.targets.ebpf import build_maps, ebpf_plan, render_filter
-    from ..compiler.targets.ebpf_source import program_source
-    from ..runtime import install
+    from ..backends.ebpf.target import build_maps, ebpf_plan, render_filter
+    from ..backends.ebpf.source import program_source
+    from ..dataplane.ebpf import install
 
     out: list[Diagnostic] = []
     plan = ebpf_plan(res)
@@ -320,8 +320,8 @@ def ebpf_fit(res: CompileResult, rules_path: str, load: bool = True) -> tuple[di
 
 
 def _instruction_counts(doc: dict, src: str, caps: dict[str, int]) -> dict:
-    from ..runtime.bpf import compile_and_load, prog_info
-    from ..runtime.broker import cflags
+    from ..dataplane.ebpf.bpf import compile_and_load, prog_info
+    from ..dataplane.ebpf.broker import cflags
 
     prog = compile_and_load(src, cflags(caps, doc["max_endpoints"]))
     try:
@@ -337,9 +337,9 @@ def state_fit(res: CompileResult) -> dict:
     and the leaves that apply some, and per target the registers: eBPF, ``subc_agg`` entries (two generations per
     instance) and their bytes; BMv2, the v1model register arrays (64-bit cells) and their bytes;
     Tofino, the registers (one 32-bit cell and one stateful ALU each) and the MAU stages they add
-    (:func:`~subc.compiler.targets.p4state.tofino_resources`)."""
-    from ..compiler.targets import ebpf_layout as L
-    from ..compiler.targets.p4state import registers, tofino_registers, tofino_resources
+    (:func:`~subc.backends.p4.state.tofino_resources`)."""
+    from ..backends.ebpf import layout as L
+    from ..backends.p4.state import registers, tofino_registers, tofino_resources
 
     st = res.ir.state
     size = L.agg_struct(max([len(i.thresholds) for i in st.instances], default=1)).size

@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from ..compiler.aggregates import is_state_field, plan_state
+from ..ir.aggregates import is_state_field, plan_state
 from ..compiler.gcpause import paused_gc
-from ..compiler.targets import STATEFUL_TARGETS, check_tofino_state
-from ..compiler.limits import DEFAULT_LIMITS, LimitError, Limits
-from ..compiler.rules import parse_rules
-from ..compiler.spec import Spec, load_spec
+from ..backends.files import STATEFUL_TARGETS, check_tofino_state
+from ..lang.limits import DEFAULT_LIMITS, LimitError, Limits
+from ..lang.rules import parse_rules
+from ..spec.front_end import Spec, load_spec
 from ..errors import SubcError
 from .analysis import RuleSpace, changes_nothing, conflicts, unsatisfiable
 from .diagnostics import Diagnostic, to_json
@@ -53,7 +53,7 @@ def _read(path: str) -> str:
 def parse_all(paths: Sequence[str], spec: Spec, limits: Limits = DEFAULT_LIMITS) -> tuple[list, list[Diagnostic]]:
     """(rules of all files, numbered in order, and a diagnostic per error).  A file over a limit
     gets one 'limit' error and contributes no rule; a file with errors is parsed rule by rule."""
-    from ..pipeline.validate import Piece, statements
+    from ..analysis.validate import Piece, statements
 
     rules: list = []
     diags: list[Diagnostic] = []
@@ -138,7 +138,7 @@ def check(
 
 
 def _tofino_state(res, target_fit: dict, max_messages: int) -> list[Diagnostic]:
-    """Errors for comparisons on state Tofino cannot run (:func:`~subc.compiler.targets.check_tofino_state`)
+    """Errors for comparisons on state Tofino cannot run (:func:`~subc.backends.check_tofino_state`)
     and for a pipeline whose header-field and state stages together exceed Tofino 2's."""
     first = next(r for r in res.rules if r.index == res.ir.state.instances[0].rules[0])
     out = []
@@ -169,11 +169,11 @@ def _tofino_state(res, target_fit: dict, max_messages: int) -> list[Diagnostic]:
 
 def _example_messages(spec: Spec, diagnostics: list[Diagnostic]) -> None:
     """Give each diagnostic with an example packet the bytes of that message, built with the spec
-    (:class:`~subc.runtime.encoder.MessageEncoder`), when the spec describes a MoldUDP64 feed."""
+    (:class:`~subc.wire.encoder.MessageEncoder`), when the spec describes a MoldUDP64 feed."""
     if not any(d.example for d in diagnostics):
         return
-    from ..runtime.decoder import MessageDecoder
-    from ..runtime.encoder import MessageEncoder
+    from ..wire.decoder import MessageDecoder
+    from ..wire.encoder import MessageEncoder
 
     try:
         encoder = MessageEncoder(MessageDecoder(spec))

@@ -58,7 +58,7 @@ def analyze_cmd(
 ) -> None:
     """What each subscriber receives from TRACE(s), filtering vs broadcast, and whether the compiled
     tables agree with the rules on every message (a Spark job; exit 1 on disagreements)."""
-    from ..pipeline.analyze import analyze
+    from ..analysis.analyze import analyze
 
     paths = list(traces) + list(more_traces)
     if not paths:
@@ -120,8 +120,8 @@ def analyze_cmd(
 def validate_cmd(rules: tuple, spec_path: str, master: str | None, piece_chars: int, as_json: bool) -> None:
     """Parse and check RULES files in parallel: every error with its line, and statistics
     (exit 2 when any rule is bad)."""
-    from ..compiler.spec import load_spec
-    from ..pipeline.validate import validate
+    from ..spec.front_end import load_spec
+    from ..analysis.validate import validate
 
     try:
         spec = load_spec(spec_path)

@@ -22,17 +22,17 @@ def fail(e: SubcError) -> None:
 
 
 def limits_of(max_rules: int | None, max_states: int | None):
-    """The default :class:`~subc.compiler.limits.Limits` with the options' rule and state limits."""
+    """The default :class:`~subc.lang.limits.Limits` with the options' rule and state limits."""
     from dataclasses import replace
 
-    from ..compiler.limits import DEFAULT_LIMITS as d
+    from ..lang.limits import DEFAULT_LIMITS as d
 
     return replace(d, max_rules=max_rules or d.max_rules, max_states=max_states or d.max_states)
 
 
 def limit_options(f):
-    """The ``--max-rules`` and ``--max-states`` options (:class:`subc.compiler.limits.Limits`)."""
-    from ..compiler.limits import DEFAULT_LIMITS as d
+    """The ``--max-rules`` and ``--max-states`` options (:class:`subc.lang.limits.Limits`)."""
+    from ..lang.limits import DEFAULT_LIMITS as d
 
     f = click.option(
         "--max-states",
@@ -65,9 +65,9 @@ def compile_paths(
     (a :class:`~subc.progress.PhaseProgress`) advances after parsing and after compiling.
     Raises SubcError as :func:`~subc.compiler.driver.compile_rules` and the front end do."""
     from ..compiler.driver import compile_rules
-    from ..compiler.limits import DEFAULT_LIMITS
-    from ..compiler.rules import load_rules
-    from ..compiler.spec import load_spec
+    from ..lang.limits import DEFAULT_LIMITS
+    from ..lang.rules import load_rules
+    from ..spec.front_end import load_spec
 
     limits = limits or DEFAULT_LIMITS
     t0 = time.perf_counter()
@@ -151,7 +151,7 @@ def one_of(iface: str | None, p4rt: str | None) -> None:
 
 def write_text(path: str | None, text: str) -> None:
     """Write ``text`` to ``path`` atomically (temporary file, then rename), or to stdout."""
-    from ..compiler.targets.output import atomic_file
+    from ..backends.output import atomic_file
 
     if path is None:
         click.echo(text, nl=False)

@@ -70,8 +70,8 @@ def compile_cmd(
     max_states: int,
 ) -> None:
     """Compile RULES into a P4 program and control-plane entries in OUTPUT (written atomically)."""
-    from ..compiler.targets import target_files
-    from ..compiler.targets.output import write_directory
+    from ..backends.files import target_files
+    from ..backends.output import write_directory
 
     from ..compiler.gcpause import paused_gc
     from ..progress import PhaseProgress
@@ -238,8 +238,8 @@ def simulate_cmd(
     copies_dir: str | None,
 ) -> None:
     """Run every message of TRACE through the reference semantics and the compiled tables."""
-    from ..compiler.targets.output import write_directory
-    from ..runtime.simulate import copies_pcaps, simulate_trace
+    from ..backends.output import write_directory
+    from ..sim.trace import copies_pcaps, simulate_trace
 
     try:
         res = compile_paths(rules, spec_path, target, None)

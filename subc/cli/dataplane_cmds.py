@@ -14,7 +14,7 @@ from .app import fail, main, one_of, p4runtime_options
 
 
 def p4rt_load(out_dir: str, p4rt: str, device_id: int, election_id: tuple[int, int], config: str | None) -> None:
-    from ..runtime.p4rt.control import load
+    from ..dataplane.p4rt.control import load
 
     t = time.perf_counter()
     try:
@@ -93,7 +93,7 @@ def load_cmd(
     if p4rt:
         p4rt_load(out_dir, p4rt, device_id, election_id, config)
         return
-    from ..runtime.broker import load
+    from ..dataplane.ebpf.broker import load
 
     try:
         state = load(out_dir, iface, subscribers, xdp_mode, capacity_factor, fix_links, fanout, fan_ratio)
@@ -124,7 +124,7 @@ def load_cmd(
 @click.option("--iface", required=True)
 def unload_cmd(iface: str) -> None:
     """Detach subc from IFACE and remove its pinned maps and state."""
-    from ..runtime.broker import unload
+    from ..dataplane.ebpf.broker import unload
 
     try:
         unload(iface)
@@ -153,7 +153,7 @@ def update_cmd(
     root is switched in one write, then the entries only the old rule set used are deleted."""
     one_of(iface, p4rt)
     if p4rt:
-        from ..runtime.p4rt.control import update as p4rt_update
+        from ..dataplane.p4rt.control import update as p4rt_update
 
         t = time.perf_counter()
         try:
@@ -169,7 +169,7 @@ def update_cmd(
             f"{p.kept_states} states kept, {p.new_states} new; {time.perf_counter() - t:.2f} s"
         )
         return
-    from ..runtime.broker import update
+    from ..dataplane.ebpf.broker import update
 
     try:
         r = update(out_dir, iface)
@@ -196,7 +196,7 @@ def fanout_cmd(iface: str, interval: float, once: bool, idle: float) -> None:
     set of recipients on several interfaces that XDP has seen (until then such datagrams take the
     broadcast-to-every-endpoint or TC way), until subc is unloaded or the command is interrupted.
     When every map is in use, the maps of idle sets are reused."""
-    from ..runtime.broker import fanout_sets
+    from ..dataplane.ebpf.broker import fanout_sets
 
     try:
         res = fanout_sets(iface, interval, once, idle_s=idle)
@@ -214,7 +214,7 @@ def verify_cmd(out_dir: str, p4rt: str | None, device_id: int, election_id: tupl
     """Read every entry of the switch back and compare it with OUT_DIR/entries.json (up to the
     numbering of states and multicast groups that updates choose).  Exit status 1 when they
     differ, each difference on a line."""
-    from ..runtime.p4rt.control import verify
+    from ..dataplane.p4rt.control import verify
 
     if not p4rt:
         raise click.UsageError("verify needs --p4runtime HOST:PORT")
@@ -237,8 +237,8 @@ def stats_cmd(iface: str | None, p4rt: str | None, device_id: int, election_id: 
     """Print the broker's counters on IFACE: global, per subscriber, per leaf.  With --p4runtime,
     a switch's entries per table and its counters."""
     one_of(iface, p4rt)
-    from ..runtime.broker import stats
-    from ..runtime.p4rt.control import stats as p4rt_stats
+    from ..dataplane.ebpf.broker import stats
+    from ..dataplane.p4rt.control import stats as p4rt_stats
 
     try:
         doc = p4rt_stats(p4rt, device_id, election_id) if p4rt else stats(iface)

@@ -46,10 +46,10 @@ def serve_program_cmd(
     """Write the P4 program that subc serve --p4runtime fills with live subscriptions: a table
     per query field of the field order, every port of --ports, tables sized for --capacity
     (docs/p4runtime.md, "Live subscriptions on a switch").  Compile subc.p4 with the target's compiler."""
-    from ..compiler.spec import load_spec
-    from ..compiler.targets.output import write_directory
-    from ..compiler.targets.serve_program import serve_program
-    from ..runtime.serve.dataplane import default_field_order
+    from ..spec.front_end import load_spec
+    from ..backends.output import write_directory
+    from ..backends.p4.serve_program import serve_program
+    from ..serve.dataplane import default_field_order
 
     try:
         port_list = parse_ports(ports)
@@ -174,11 +174,11 @@ def serve_cmd(
     import logging
     import signal
 
-    from ..compiler.spec import load_spec
-    from ..runtime.bpf import require_root
-    from ..runtime.serve.acl import load_acl
-    from ..runtime.serve.daemon import Daemon, JsonFormatter, ServeConfig, SwitchOptions
-    from ..runtime.serve.dataplane import default_field_order
+    from ..spec.front_end import load_spec
+    from ..dataplane.ebpf.bpf import require_root
+    from ..serve.acl import load_acl
+    from ..serve.daemon import Daemon, JsonFormatter, ServeConfig, SwitchOptions
+    from ..serve.dataplane import default_field_order
 
     one_of(iface, p4rt)
     switch = None
@@ -284,9 +284,9 @@ def publish_cmd(
     """REGISTER TOPIC with the broker and send PAYLOAD (else each line of standard input) as
     messages of TOPIC: the spec's topic header with the level labels, then the topic name and the
     payload (docs/serve.md, "Live subscriptions"); then UNREGISTER unless --keep."""
-    from ..compiler.parse_graph import ParseGraph
-    from ..compiler.spec import load_spec
-    from ..runtime.topic_client import Publisher
+    from ..spec.parse_graph import ParseGraph
+    from ..spec.front_end import load_spec
+    from ..traffic.topic_client import Publisher
 
     try:
         spec = load_spec(spec_path)
@@ -336,8 +336,8 @@ def subscribe_cmd(
 ) -> None:
     """SUB TOPIC_FILTER (MQTT wildcards + and #) and print each message received as
     'TOPIC<TAB>PAYLOAD' (the payload as UTF-8, undecodable bytes escaped); unsubscribes at the end."""
-    from ..compiler.spec import load_spec
-    from ..runtime.topic_client import Subscriber
+    from ..spec.front_end import load_spec
+    from ..traffic.topic_client import Subscriber
 
     try:
         sub = Subscriber(

@@ -76,7 +76,7 @@ def replay_cmd(
     """Send TRACE to IP:PORT: a pcap/pcapng capture datagram by datagram as captured (payloads
     unchanged), a BinaryFILE packed into MoldUDP64 datagrams as a live feed does.  Exit 1 when
     nothing was sent, 2 on bad input (and with --strict on a foreign frame)."""
-    from ..runtime.replay import is_capture, replay
+    from ..traffic.replay import is_capture, replay
 
     try:
         if rate is not None and pps is not None:
@@ -87,8 +87,8 @@ def replay_cmd(
             speed = 1.0
         decoder = None
         if spec_path:
-            from ..compiler.spec import load_spec
-            from ..runtime.decoder import MessageDecoder
+            from ..spec.front_end import load_spec
+            from ..wire.decoder import MessageDecoder
 
             decoder = MessageDecoder(load_spec(spec_path))
         st = replay(
@@ -158,14 +158,14 @@ def listen_cmd(
 ) -> None:
     """Receive MoldUDP64 on BIND (IP:PORT): count messages by type and sequence gaps.  Says
     "listening on IP:PORT" on stderr once the socket is bound."""
-    from ..runtime.listen import listen
+    from ..traffic.listen import listen
 
     endpoint = ip_port(bind)
     try:
         decoder = None
         if spec_path:
-            from ..compiler.spec import load_spec
-            from ..runtime.decoder import MessageDecoder
+            from ..spec.front_end import load_spec
+            from ..wire.decoder import MessageDecoder
 
             decoder = MessageDecoder(load_spec(spec_path))
         st = listen(

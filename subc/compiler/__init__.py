@@ -1,7 +1,6 @@
-"""The compiler: the spec and rule front ends, slicing, the IR and the targets' lowerings.
+"""The compiler's driver: spec + rules -> IR in the chosen field order -> a target's lowering.
 
-``spec.py`` + ``p4_14.py`` (-> ``spec_model.py``) and ``rules.py`` (-> ``ast.py``) -> ``layered.py``
-(slicing into one stage per field) -> ``ir.py`` (the target-neutral IR, with ``decisions.py``) ->
-``tables.py`` (P4 match-action tables) and ``targets/`` (P4 programs and entries, eBPF maps and
-program); ``driver.py`` runs the chain and ``costs.py`` chooses the field order.
+:mod:`.driver` runs the chain (:mod:`subc.lang`, :mod:`subc.spec` -> :mod:`subc.ir` ->
+:mod:`subc.backends`) and searches the field order under :mod:`.costs`, each back end's cost
+model; :mod:`.target` names the targets.
 """

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import math
 
-from .ir import FieldStage, SubscriptionIR
-from .spec_model import Spec
-from .tables import Pipeline, build_pipeline
+from ..ir.stages import FieldStage, SubscriptionIR
+from ..spec.model import Spec
+from ..backends.p4.tables import Pipeline, build_pipeline
 
 
 def p4_cost(ir: SubscriptionIR, spec: Spec, target: str, range_form: str = "auto") -> tuple[tuple[int], Pipeline]:

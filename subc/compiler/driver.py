@@ -15,17 +15,17 @@ from functools import cached_property
 from typing import Sequence
 
 from ..errors import SubcError
-from .aggregates import is_state_field, plan_state
-from .ast import Rule
-from .bdd import RuleBDD, build_bdd, fields_used
+from ..ir.aggregates import is_state_field, plan_state
+from ..lang.ast import Rule
+from ..ir.bdd import RuleBDD, build_bdd, fields_used
 from .costs import ebpf_cost, p4_cost
 from .gcpause import paused_gc
-from .ir import SubscriptionIR, build_ir
-from .layered import SliceBudgetExceeded, StateLimitExceeded, slice_rules
-from .limits import DEFAULT_LIMITS, Limits
-from .parse_graph import check_parsed
-from .spec_model import Spec
-from .tables import Pipeline, build_pipeline
+from ..ir.stages import SubscriptionIR, build_ir
+from ..ir.layered import SliceBudgetExceeded, StateLimitExceeded, slice_rules
+from ..lang.limits import DEFAULT_LIMITS, Limits
+from ..spec.parse_graph import check_parsed
+from ..spec.model import Spec
+from ..backends.p4.tables import Pipeline, build_pipeline
 from .target import P4_TARGETS, Target, target_of
 
 EXHAUSTIVE_ORDER_FIELDS = 4
@@ -148,10 +148,10 @@ def compile_rules(
     above :data:`ORDER_SEARCH_MAX_RULES` rules, the first (heuristic) candidate only.
     ``range_form``, ``capacity_factor`` (declared P4 table sizes per entry) and ``state_bits``
     (the least width of the state field) are passed to
-    :func:`~subc.compiler.tables.build_pipeline`.  Raises
+    :func:`~subc.backends.p4.tables.build_pipeline`.  Raises
     :class:`SubcError` for conflicting actions, a bad field order, or a field the spec's parser never
     extracts or extracts past a construct the decoder cannot follow
-    (:func:`~subc.compiler.parse_graph.check_parsed`), and
+    (:func:`~subc.spec.parse_graph.check_parsed`), and
     :class:`~.layered.StateLimitExceeded` when every candidate order needs more states than
     ``limits`` allow (a candidate over the limit is skipped when another fits).
     """

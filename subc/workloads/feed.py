@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
-from ..runtime.moldudp64 import HEADER_LEN, MAX_COUNT, encode_packet
+from ..wire.moldudp64 import HEADER_LEN, MAX_COUNT, encode_packet
 
 #: Byte offset and length of the ITCH 5.0 timestamp in every message (ns since midnight).
 TIMESTAMP_OFFSET, TIMESTAMP_LEN = 5, 6
@@ -101,7 +101,7 @@ def feed_datagrams(
     """The MoldUDP64 datagrams of ``messages``: packed by :func:`pack_messages`, or with ``batch`` exactly
     ``batch`` consecutive messages each (fewer when the payload would exceed ``max_payload``);
     sequence numbers from ``start_seq`` on, gap-free.  Raises :class:`~subc.errors.SubcError` for a
-    bad session or sequence number (:func:`~subc.runtime.moldudp64.encode_packet`), ValueError for a
+    bad session or sequence number (:func:`~subc.wire.moldudp64.encode_packet`), ValueError for a
     negative window."""
     groups = (
         pack_messages(messages, window_ns, max_payload) if batch is None else _batches(messages, batch, max_payload)

@@ -1,6 +1,6 @@
 """An ITCH 5.0 codec for the workloads and the tests, independent of any spec.
 
-subc's commands decode messages with the spec (:mod:`subc.runtime.decoder`); this module knows the
+subc's commands decode messages with the spec (:mod:`subc.wire.decoder`); this module knows the
 ITCH 5.0 layout itself, for what must not depend on a spec: the workload generators, the tests'
 independent references (a checker must not share what it checks), and ``subc replay`` of a
 BinaryFILE without ``--spec``.
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import SubcError
-from ..runtime.binaryfile import iter_frames
+from ..wire.binaryfile import iter_frames
 
 #: Message length in bytes by type (ITCH 5.0 section 1.3).
 MESSAGE_LENGTHS = {
@@ -75,7 +75,7 @@ def iter_binaryfile(
 
     ``length_of(data, pos)``: the length of the message at ``pos`` by its type, for zero length
     prefixes (default: the ITCH 5.0 lengths, whose lengths are then also checked; a spec's
-    :meth:`~subc.runtime.decoder.TypeTable.length_of` checks nothing here, the spec's decoder does).
+    :meth:`~subc.wire.decoder.TypeTable.length_of` checks nothing here, the spec's decoder does).
     Raises :class:`SubcError` naming ``path`` and the byte offset when a length runs past the end
     of the data or a zero-length message has an unknown type.
     """

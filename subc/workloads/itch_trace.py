@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..compiler.targets.output import atomic_file
+from ..backends.output import atomic_file
 from .itch_codec import MESSAGE_LENGTHS
 from .distributions import mean_prices, symbol_names, zipf_weights
 

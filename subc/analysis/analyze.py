@@ -1,0 +1,459 @@
+"""``subc analyze``: what each subscriber receives from a day of market data (a Spark job).
+
+Steps (each Spark step runs on every core in local mode, or on a cluster under ``spark-submit``):
+
+1. The driver compiles the rules (:func:`subc.compiler.driver.compile_rules`), prepares the
+   tables for vectorised lookups and plans the splits of the traces (:mod:`.splits`); all of it is
+   broadcast once.
+2. One task per split reads and decodes every message with the spec (:mod:`.gather`: the spec's
+   parser over the whole split in NumPy) and evaluates the compiled tables on every *classified*
+   message, one that carries every header the rules test (:func:`.evaluate.evaluate_split`,
+   ``mapInArrow``).  Messages whose length differs from their type's length in the spec, or that the
+   parser rejects, are counted, never decoded.
+3. The messages are grouped by (value-class key, table decision).  The driver evaluates the rules
+   directly on one representative per class key (:mod:`.reference_np`); a message whose table
+   decision differs from its class's reference decision is a disagreement.  Rule hits come from
+   the same evaluation, weighted by the messages per key.
+4. Outputs, written to a temporary directory and renamed to ``out_dir`` at the end:
+   ``messages.parquet`` (one row per classified message: where it is in the trace, its type, its
+   query fields (columns named after the spec's fields), the
+   ``subscribers`` (ports) the tables deliver it to and the ``decision``), ``subscribers.parquet``
+   (per port: messages, bytes), ``rules.parquet`` (per rule: line, text, hits),
+   ``summary.json`` (see :func:`analyze`), ``deliveries_per_subscriber.png`` and
+   ``messages_per_second.png``.
+
+Bytes count what a subscriber receives per message in a MoldUDP64 stream: the message and its
+2-byte message-block length (packet headers excluded).  Broadcast sends every message of the trace
+to every subscriber (every port that a rule forwards to); filtering sends each classified message
+to the ports of its decision and no other message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+import warnings
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from ..lang.ast import Rule
+from ..compiler.driver import CompileResult
+from ..backends.p4.entries import entries_json
+from ..errors import SubcError
+from ..wire.decoder import MessageDecoder
+from .evaluate import AGGREGATE_SCHEMA, TIME, TIME_FIELD_NAMES, Bundle, process_split, representatives
+from .gather import LENGTH_MISMATCH_CODE, REJECTED_CODE, VectorDecoder
+from .reference_np import ValueClasses, evaluate_rules
+from .session import get_session, task_error
+from .splits import DEFAULT_SPLIT_BYTES, file_kind, plan_splits
+from .tables_np import PipelineEvaluator
+
+#: Bytes of framing a subscriber receives per message (the MoldUDP64 message-block length).
+BLOCK_LENGTH_BYTES = 2
+
+
+def make_bundle(
+    res: CompileResult,
+    traces: list[str],
+    split_bytes: int = DEFAULT_SPLIT_BYTES,
+    udp_port: int | None = None,
+    strict: bool = False,
+) -> Bundle:
+    """The :class:`Bundle` for ``res`` and the ``traces``.  Raises SubcError for unreadable files, a
+    spec the vectorised decoder cannot follow (:mod:`.gather`), rules that test fields this job
+    does not decode (MoldUDP64 header fields, and network header fields of captures: ``subc
+    simulate`` decodes both), or aggregates over windows of arrival time and a BinaryFILE trace
+    (which has no arrival times)."""
+    decoder = MessageDecoder(res.spec)
+    vector = VectorDecoder(decoder, list(res.spec.query_fields), {TIME: _time_fields(decoder)})
+    captures = [t for t in traces if file_kind(t) == "pcap"]
+    for f in res.pipeline.field_order:
+        inst = f.split(".", 1)[0]
+        if inst in decoder.feed.framing or (captures and inst in decoder.network_instances):
+            what = "the MoldUDP64 header" if inst in decoder.feed.framing else f"the network headers of {captures[0]}"
+            raise SubcError(
+                f"subc analyze does not decode {what}, and a rule tests '{f}'; use `subc simulate`",
+                res.spec.query_fields[f].location,
+            )
+    from ..wire.capture import choose_feed_ports
+
+    stateful = res.ir.state is not None
+    if stateful and res.spec.time_field is None:
+        binary = [t for t in traces if file_kind(t) != "pcap"]
+        if binary and any(i.window_ns for i in res.ir.state.instances):
+            raise SubcError(
+                f"{binary[0]}: the rules' aggregates have windows of arrival time, and a BinaryFILE has "
+                "no arrival times: declare the time field with @pragma query_time"
+            )
+    spec_ports = [p for p, _ in decoder.feed.ports]
+    splits = plan_splits(traces, split_bytes, decoder.types)
+    capture_ports = {
+        sp.file_index: choose_feed_ports(sp.path, spec_ports, udp_port) for sp in splits if sp.kind == "pcap"
+    }
+    return Bundle(
+        splits=splits,
+        tables=PipelineEvaluator(entries_json(res.pipeline, res.target)),
+        classes=ValueClasses(res.rules),
+        fields=list(res.spec.query_fields),
+        vector=vector,
+        types=decoder.types,
+        headers=list(res.pipeline.headers),
+        udp_port=udp_port,
+        capture_ports=capture_ports,
+        strict=strict,
+        stateful=stateful,
+    )
+
+
+def _time_fields(decoder: MessageDecoder) -> list[str]:
+    """The message fields named like a time (:data:`~.evaluate.TIME_FIELD_NAMES`) of 32 to 64 bits."""
+    inside = set(decoder.graph.message_instances()) - set(decoder.network_instances) - set(decoder.feed.framing)
+    return [
+        f
+        for f, slot in decoder.graph.fields.items()
+        if slot.name in TIME_FIELD_NAMES and 32 <= slot.width <= 64 and slot.instance in inside
+    ]
+
+
+def _subscribers(rules: list[Rule]) -> list[int]:
+    return sorted({a[1] for r in rules for a in r.atoms() if a[0] == "fwd"})
+
+
+def auto_split_bytes(traces: list[str], parallelism: int) -> int:
+    """A split size that gives every core the same number of splits of at most
+    :data:`~.splits.DEFAULT_SPLIT_BYTES` (a multiple of ``parallelism`` splits in all)."""
+    import math
+
+    total = sum(os.path.getsize(p) for p in traces if os.path.exists(p))
+    waves = max(1, math.ceil(total / max(1, parallelism) / DEFAULT_SPLIT_BYTES))
+    return max(1 << 20, math.ceil(total / (parallelism * waves)))
+
+
+def analyze(
+    res: CompileResult,
+    traces: list[str],
+    out_dir: str | Path,
+    master: str | None = None,
+    split_bytes: int | None = None,
+    udp_port: int | None = None,
+    spark=None,
+    log=None,
+    strict: bool = False,
+) -> dict:
+    """Run the job (see the module docstring) and return ``summary.json`` as a dict.
+
+    ``split_bytes``: BinaryFILE split size (None: :func:`auto_split_bytes`; 0: one task per file).
+    ``summary.json`` keys: ``files``; ``messages`` and ``by_type`` (every message read);
+    ``classified`` (messages with every header the rules test); ``problems`` (messages not decoded,
+    by kind); ``zero_length_fallbacks``; ``deliveries`` (message -> subscriber copies), ``unicast``
+    / ``multicast`` (messages sent to one / several ports), ``no_rule_matched``, ``actions``
+    (messages given a non-forwarding action, by action); ``subscribers``; ``bytes`` (``filtered``,
+    ``broadcast`` = every message to every subscriber, ``broadcast_classified`` = every classified
+    message to every subscriber, ``saving`` = 1 - filtered/broadcast); ``disagreements``
+    (must be 0) with up to 10 ``disagreement_examples``; ``decisions`` (decision code -> text, as
+    in ``messages.parquet``); ``copies_per_port`` (datagrams per port under the delivery semantics,
+    :func:`~.evaluate.datagram_copies`); ``value_classes`` (distinct class keys the reference evaluated);
+    ``rules``; ``splits``; ``seconds`` (wall time per step) and ``messages_per_second`` (messages
+    over the wall time after Spark started).
+
+    Raises :class:`SubcError` for unreadable or malformed traces (file and byte offset), for
+    conflicting actions, or when the output directory cannot be written.
+    """
+    from pyspark.sql import functions as F
+
+    say = log or (lambda msg: None)
+    out_dir = Path(out_dir)
+    t0 = time.perf_counter()
+    timings: dict[str, float] = {}
+    if spark is None:
+        spark = get_session(master, "subc analyze")
+        timings["spark_start"] = time.perf_counter() - t0
+    t_work = time.perf_counter()
+    sc = spark.sparkContext
+    if split_bytes is None:
+        split_bytes = auto_split_bytes(traces, sc.defaultParallelism)
+    bundle = make_bundle(res, traces, split_bytes, udp_port, strict)
+    stateful = bundle.stateful
+    timings["plan"] = time.perf_counter() - t_work
+    bc = sc.broadcast(bundle)
+    tables = bundle.tables
+    ports = [d.ports for d in tables.decisions]
+
+    parent = out_dir.resolve().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=parent))
+    parts = tmp / "messages.parquet"
+    parts.mkdir()
+    staging = tmp / "staging"  # with comparisons on state: the tasks' parts, before the stateful pass
+    if stateful:
+        staging.mkdir()
+    parts_dir = str(staging if stateful else parts)
+
+    def run(batches):
+        b = bc.value
+        for batch in batches:
+            for i in batch.column(0).to_pylist():
+                yield process_split(b, i, parts_dir, ports)
+
+    n_splits = len(bundle.splits)
+    say(f"analyze: {len(traces)} trace file(s) in {n_splits} split(s), {len(res.rules)} rules")
+    ids = spark.range(0, n_splits, 1, numPartitions=max(1, n_splits))
+    try:
+        # 1. read, decode, evaluate the tables, write messages.parquet; partial counts per split, summed by Spark
+        t = time.perf_counter()
+        with warnings.catch_warnings():  # a task's error is re-raised below; Arrow's warning repeats it
+            warnings.simplefilter("ignore", UserWarning)
+            agg = (
+                ids.mapInArrow(run, AGGREGATE_SCHEMA)
+                .groupBy("class_key", "decision", "type", "second")
+                .agg(*(F.sum(c).alias(c) for c in ("messages", "bytes", "zero_length")))
+                .toPandas()
+            )
+        timings["read_and_tables"] = time.perf_counter() - t
+
+        # 2. reference semantics on one representative per class key, or the stateful pass
+        t = time.perf_counter()
+        if stateful:
+            from .stateful_pass import StatefulPass
+
+            spass = StatefulPass(res, bundle, traces)
+            say(f"analyze: comparisons on state: {n_splits} split(s) in trace order on the driver")
+            for i in range(n_splits):
+                spass.split(i, staging / f"part-{i:05d}.parquet", parts / f"part-{i:05d}.parquet")
+                if n_splits > 1:
+                    say(f"analyze: state: split {i + 1} of {n_splits} ({time.perf_counter() - t:.1f} s)")
+            staging.rmdir()
+            outcome = spass.finish()
+            import pandas as pd
+
+            classified = (
+                pa.Table.from_batches(outcome.counts, schema=outcome.counts[0].schema).to_pandas()
+                if outcome.counts
+                else agg.iloc[0:0]
+            )
+            agg = pd.concat([agg, classified], ignore_index=True)
+            disagreements, examples, no_match = outcome.disagreements, outcome.examples, outcome.no_match
+            rule_hits, n_keys = outcome.rule_hits, outcome.value_classes
+            timings["stateful_pass"] = time.perf_counter() - t
+        else:
+            pairs = agg[agg["class_key"].notna()]
+            per_key = pairs.groupby("class_key")["messages"].sum()
+            keys = per_key.index.to_numpy(dtype=np.int64)
+            counts = per_key.to_numpy(dtype=np.int64)
+            ref = evaluate_rules(res.rules, res.spec, representatives(bundle.classes, keys), counts)
+            ref_codes = np.array([tables.code_of(d) for d in ref.decisions], dtype=np.int64)
+            pair_keys = pairs["class_key"].to_numpy(dtype=np.int64)
+            pair_ref = ref_codes[np.searchsorted(keys, pair_keys)] if len(keys) else np.zeros(0, np.int64)
+            bad = pairs[pair_ref != pairs["decision"].to_numpy(dtype=np.int64)]
+            disagreements = int(bad["messages"].sum())
+            timings["reference"] = time.perf_counter() - t
+            examples = _class_examples(spark, tmp, bad, keys, ref, tables, traces) if disagreements else []
+            no_match = int(counts[ref.matched_rules == 0].sum())
+            rule_hits, n_keys = ref.rule_hits, len(keys)
+
+        # 3. the other outputs, then the temporary directory is renamed
+        t = time.perf_counter()
+        try:
+            summary, per_port, per_sec = _summarize(
+                res, traces, bundle, agg[agg["class_key"].isna()], tables, no_match, disagreements, examples, n_keys
+            )
+            if stateful:
+                summary["stateful"] = {
+                    "reference_one_by_one": outcome.one_by_one,
+                    "tables": "one by one (named counters)" if outcome.tables_one_by_one else "vectorised per split",
+                }
+            summary["capture"] = _capture_summary(tmp, bundle)
+            import pyarrow.parquet as pq
+
+            copies = outcome.copies if stateful else _copies_summary(tmp)
+            summary["copies_per_port"] = {
+                str(p): copies.get(str(p), 0) for p in sorted(set(per_port) | {int(q) for q in copies})
+            }
+            sp = sorted(per_port)
+            pq.write_table(
+                pa.table(
+                    {
+                        "subscriber": pa.array(sp, pa.int32()),
+                        "messages": pa.array([per_port[p][0] for p in sp], pa.int64()),
+                        "bytes": pa.array([per_port[p][1] for p in sp], pa.int64()),
+                        "datagrams": pa.array([copies.get(str(p), 0) for p in sp], pa.int64()),
+                    }
+                ),
+                tmp / "subscribers.parquet",
+            )
+            pq.write_table(
+                pa.table(
+                    {
+                        "rule": pa.array([r.index for r in res.rules], pa.int32()),
+                        "line": pa.array([r.location.line for r in res.rules], pa.int32()),
+                        "text": pa.array([r.text for r in res.rules], pa.string()),
+                        "hits": pa.array(rule_hits, pa.int64()),
+                    }
+                ),
+                tmp / "rules.parquet",
+            )
+            from . import plots
+
+            plots.deliveries_per_subscriber(
+                {p: v[0] for p, v in per_port.items()}, tmp / "deliveries_per_subscriber.png"
+            )
+            plots.messages_per_second(per_sec[0], per_sec[1], tmp / "messages_per_second.png")
+            timings["write"] = time.perf_counter() - t
+            timings["total"] = time.perf_counter() - t0
+            work = time.perf_counter() - t_work
+            summary["seconds"] = {k: round(v, 3) for k, v in timings.items()}
+            summary["messages_per_second"] = round(summary["messages"] / max(work, 1e-9))
+            (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+            os.chmod(tmp, 0o755)
+            if out_dir.exists():
+                shutil.rmtree(out_dir)
+            os.replace(tmp, out_dir)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    except SubcError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    except Exception as e:
+        shutil.rmtree(tmp, ignore_errors=True)  # a task's SubcError arrives wrapped in Spark's exception
+        err = task_error(e)
+        if err is not None:
+            raise err from None
+        raise
+    finally:
+        bc.unpersist()
+    return summary
+
+
+def _class_examples(spark, tmp: Path, bad, keys, ref, tables, traces) -> list[dict]:
+    """Up to 10 messages whose table decision differs from their class's reference decision."""
+    from pyspark.sql import functions as F
+
+    examples = []
+    key_pos = {int(k): i for i, k in enumerate(keys)}
+    bad_keys = [int(k) for k in bad["class_key"]][:1000]
+    sample = (
+        spark.read.parquet(str(tmp / "messages.parquet"))
+        .where(F.col("value_class").isin(bad_keys))
+        .limit(1000)
+        .toPandas()
+    )
+    for _, r in sample.iterrows():
+        ref_d = ref.decisions[key_pos[int(r["value_class"])]]
+        got = tables.decisions[int(r["decision"])]
+        if ref_d != got and len(examples) < 10:
+            examples.append(
+                {
+                    "file": traces[int(r["file_index"])],
+                    "position": int(r["position"]),
+                    "index": int(r["index"]),
+                    "reference": str(ref_d),
+                    "tables": str(got),
+                }
+            )
+    return examples
+
+
+def _copies_summary(tmp: Path) -> Counter:
+    """Per port (as text), the datagrams it receives: the tasks' ``copies-<split>.json``
+    (:func:`~.evaluate.datagram_copies`) summed (the files are removed)."""
+    total: Counter = Counter()
+    for d in sorted(tmp.glob("copies-*.json")):
+        total.update(json.loads(d.read_text()))
+        d.unlink()
+    return total
+
+
+def _capture_summary(tmp: Path, bundle: Bundle) -> dict | None:
+    """The capture counts the tasks wrote (``capture-<split>.json``), summed over the captures (the
+    files are removed), with the feed ports of each capture; None without captures."""
+    docs = sorted(tmp.glob("capture-*.json"))
+    if not docs:
+        return None
+    total: dict = {}
+    examples = []
+    for d in docs:
+        doc = json.loads(d.read_text())
+        d.unlink()
+        for k, v in doc.items():
+            if isinstance(v, int):
+                total[k] = total.get(k, 0) + v
+        examples.extend(doc.get("examples", []))
+    paths = {sp.file_index: sp.path for sp in bundle.splits}
+    total["feed_ports"] = {paths[i]: p for i, p in sorted((bundle.capture_ports or {}).items())}
+    total["examples"] = examples[:20]
+    return total
+
+
+def _summarize(res, traces, bundle, agg, tables, no_match, disagreements, examples, n_keys):
+    """summary.json (without timings), per port (messages, bytes), messages per second series."""
+    subscribers = _subscribers(res.rules)
+    agg = agg.rename(columns={"messages": "n"}).copy()
+    agg["wire"] = agg["bytes"] + agg["n"] * BLOCK_LENGTH_BYTES
+    messages = int(agg["n"].sum())
+    wire_all = int(agg["wire"].sum())
+    decoded = agg[agg["decision"] > REJECTED_CODE]
+    decoded = decoded[decoded["decision"] != LENGTH_MISMATCH_CODE]
+    by_type = decoded.groupby("type")["n"].sum()
+    problems = {
+        name: int(agg.loc[agg["decision"] == code, "n"].sum())
+        for name, code in (("length_mismatch", LENGTH_MISMATCH_CODE), ("rejected", REJECTED_CODE))
+    }
+    evaluated = agg[agg["decision"] >= 0]
+    per_dec = evaluated.groupby("decision")[["n", "wire"]].sum()
+    per_port: dict[int, list[int]] = {p: [0, 0] for p in subscribers}
+    deliveries = unicast = multicast = 0
+    actions: dict[str, int] = {}
+    filtered = 0
+    for code, row in per_dec.iterrows():
+        d = tables.decisions[int(code)]
+        n, wire = int(row["n"]), int(row["wire"])
+        if d.ports:
+            for p in d.ports:
+                per_port.setdefault(p, [0, 0])
+                per_port[p][0] += n
+                per_port[p][1] += wire
+            deliveries += n * len(d.ports)
+            filtered += wire * len(d.ports)
+            if len(d.ports) > 1:
+                multicast += n
+            else:
+                unicast += n
+        else:
+            actions[str(d)] = actions.get(str(d), 0) + n
+    per_sec = agg.groupby("second")["n"].sum().sort_index()
+    ao_wire = int(evaluated["wire"].sum())
+    broadcast = wire_all * len(subscribers)
+    summary = {
+        "files": traces,
+        "messages": messages,
+        "by_type": {(bundle.types.label(int(k)) if k >= 0 else "") or "?": int(v) for k, v in sorted(by_type.items())},
+        "classified": int(evaluated["n"].sum()),
+        "problems": {k: v for k, v in problems.items() if v},
+        "zero_length_fallbacks": int(agg["zero_length"].sum()),
+        "deliveries": deliveries,
+        "unicast": unicast,
+        "multicast": multicast,
+        "no_rule_matched": no_match,
+        "actions": dict(sorted(actions.items())),
+        "subscribers": len(subscribers),
+        "bytes": {
+            "filtered": filtered,
+            "broadcast": broadcast,
+            "broadcast_classified": ao_wire * len(subscribers),
+            "saving": round(1 - filtered / broadcast, 6) if broadcast else 0.0,
+        },
+        "disagreements": disagreements,
+        "disagreement_examples": examples,
+        "decisions": {str(i): str(d) for i, d in enumerate(tables.decisions)},
+        "value_classes": n_keys,
+        "rules": len(res.rules),
+        "splits": len(bundle.splits),
+    }
+    return summary, per_port, ([int(s) for s in per_sec.index], [int(c) for c in per_sec.to_numpy()])

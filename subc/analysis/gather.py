@@ -1,0 +1,284 @@
+"""The spec's parser over many messages at once: NumPy gathers derived from the spec alone.
+
+:class:`VectorDecoder` runs the same parse graph as :class:`~subc.wire.decoder.MessageDecoder`
+(:mod:`subc.spec.parse_graph`) on every message of a :class:`~.splits.MessageBuffer` together:
+the states reachable from the feed's entry state are visited once each, in topological order;
+per message it keeps the state it is in and the parser's cursor (bits from the start of the UDP
+payload: the MoldUDP64 header and block length occupy bits 0 to 175 and are not in the buffer, the
+message starts at bit 176), records where each header instance starts, gathers select keys and
+field values at those offsets (any bit alignment, up to 64 bits), and gives every message the
+status the scalar decoder gives it (``ok``, ``unknown_type``, ``length_mismatch``, ``rejected``).
+The two decoders are tested against each other and against independently built messages.
+
+Limits, each a :class:`~subc.errors.SubcError` naming the field or state: fields and select keys
+of more than 64 bits; a select on a MoldUDP64 header field (the buffer holds the messages only).
+Network header fields (Ethernet, IPv4, UDP) are valid with the value 0, as for a BinaryFILE message
+in ``subc simulate``; rules that test them need ``subc simulate`` for captures.  MoldUDP64 header
+fields read as 0 (the buffer holds the messages only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..spec.parse_graph import MOLD_PREFIX_BYTES, FieldSlot
+from ..errors import SubcError
+from ..wire.decoder import DECODED, LENGTH_MISMATCH, REJECTED, UNKNOWN_TYPE, MessageDecoder
+
+#: Status codes of :attr:`VectorDecoded.status` (index -> the scalar decoder's status).
+STATUSES = (DECODED, UNKNOWN_TYPE, LENGTH_MISMATCH, REJECTED)
+OK, UNKNOWN, MISMATCH, REJECT = range(4)
+#: Decision codes of messages not decoded, in the analyze job's aggregates.
+LENGTH_MISMATCH_CODE, REJECTED_CODE = -2, -3
+_ACCEPT, _REJECT, _SHORT = -1, -2, -3
+MSG_BIT = MOLD_PREFIX_BYTES * 8
+
+
+@dataclass
+class VectorDecoded:
+    """Per message: ``status`` (int8 index into :data:`STATUSES`), ``type_key`` (int64 key of the
+    first select in the message, -1 when none), ``valid`` (instance -> bool array) and ``values``
+    (field -> uint64 array, 0 where the field's instance is not valid)."""
+
+    status: np.ndarray
+    type_key: np.ndarray
+    valid: dict[str, np.ndarray]
+    values: dict[str, np.ndarray]
+
+    def classified(self) -> np.ndarray:
+        return self.status <= UNKNOWN
+
+
+def gather_bits(data: np.ndarray, bit: np.ndarray, width: int) -> np.ndarray:
+    """The unsigned big-endian ``width``-bit integers (1 to 64) at absolute bit offsets ``bit``
+    (int64 array) of ``data`` (uint8; 9 bytes are read from each offset's byte, so ``data`` must be
+    padded by 8 bytes past the last field), as uint64."""
+    byte = bit // 8
+    r = (bit % 8).astype(np.int64)
+    if not r.any():  # byte-aligned (the common case): read only the field's bytes
+        nbytes = (width + 7) // 8
+        if width % 8 == 0 and nbytes in (1, 2, 4, 8):
+            rows = data[byte[:, None] + np.arange(nbytes)]
+            return rows.view(f">u{nbytes}").ravel().astype(np.uint64)
+        acc = np.zeros(len(bit), dtype=np.uint64)
+        for k in range(nbytes):
+            acc = (acc << np.uint64(8)) | data[byte + k].astype(np.uint64)
+        return acc >> np.uint64(nbytes * 8 - width)
+    acc = np.zeros(len(bit), dtype=np.uint64)
+    for k in range(8):
+        acc = (acc << np.uint64(8)) | data[byte + k].astype(np.uint64)
+    mask = np.uint64((1 << width) - 1) if width < 64 else np.uint64(2**64 - 1)
+    fits = r + width <= 64
+    out = np.zeros(len(bit), dtype=np.uint64)
+    if fits.any():  # the field lies in the 8 bytes read
+        shift = (64 - r[fits] - width).astype(np.uint64)
+        out[fits] = (acc[fits] >> shift) & mask
+    far = ~fits
+    if far.any():  # it ends in the ninth byte: 64 - r bits from the 8, extra = r + width - 64 from the ninth
+        rf = r[far].astype(np.uint64)
+        extra = (r[far] + width - 64).astype(np.uint64)  # 1 to 7
+        head = (acc[far] << rf) >> rf
+        nine = data[byte[far] + 8].astype(np.uint64)
+        out[far] = ((head << extra) | (nine >> (np.uint64(8) - extra))) & mask
+    return out
+
+
+class VectorDecoder:
+    """The vectorised form of ``decoder`` (see the module docstring).  ``fields``: the
+    ``instance.field`` names to give values of (default: the decoder's); ``merged``: name -> fields
+    whose values share one array (each message gets the value of the one its headers carry, 0 when
+    none: for example every message type's ``timestamp``)."""
+
+    def __init__(
+        self, decoder: MessageDecoder, fields: list[str] | None = None, merged: dict[str, list[str]] | None = None
+    ):
+        self.decoder = decoder
+        g = decoder.graph
+        self.graph = g
+        self.feed = decoder.feed
+        self.order = g.reachable(self.feed.entry)
+        self.ids = {name: i for i, name in enumerate(self.order)}
+        self.fields = list(decoder.fields if fields is None else fields)
+        self.merged = {k: list(v) for k, v in (merged or {}).items()}
+        self.network = set(decoder.network_instances)
+        for f in self.fields + [x for v in self.merged.values() for x in v]:
+            slot = g.fields[f]
+            if slot.instance not in self.network and slot.width > 64:
+                raise SubcError(
+                    f"field '{f}' is {slot.width} bits wide; the vectorised decoder reads fields of up to 64 bits",
+                    decoder.spec.query_fields[f].location if f in decoder.spec.query_fields else None,
+                )
+        #: per instance, the (output name, field) pairs gathered when it is extracted
+        self.reads: dict[str, list[tuple[str, FieldSlot]]] = {}
+        outside = self.network | set(self.feed.framing)  # not in the buffer: their fields read as 0
+        for f in self.fields:
+            slot = g.fields[f]
+            if slot.instance not in outside:
+                self.reads.setdefault(slot.instance, []).append((f, slot))
+        for name, fs in self.merged.items():
+            for f in fs:
+                if g.fields[f].instance not in outside:
+                    self.reads.setdefault(g.fields[f].instance, []).append((name, g.fields[f]))
+        self.key_instances = set()
+        self.fast: dict[str, tuple] = {}
+        for name in self.order:
+            st = g.state(name)
+            if st.key is None:
+                continue
+            if st.key_width > 64:
+                raise SubcError(
+                    f"state '{name}': a select key of {st.key_width} bits (the vectorised decoder reads up to 64)",
+                    st.location,
+                )
+            for f in st.key:
+                if f.instance in self.feed.framing:
+                    raise SubcError(
+                        f"state '{name}' selects on the MoldUDP64 field '{f.ref}', which the "
+                        "vectorised decoder does not read",
+                        st.location,
+                    )
+                self.key_instances.add(f.instance)
+            self.fast[name] = self._exact_cases(st)
+
+    def _exact_cases(self, st) -> tuple | None:
+        """(sorted values, their target ids, default target id or None) when every case before the
+        first ``default`` is an exact value (the common select on a type field), else None."""
+        full = (1 << st.key_width) - 1
+        values, targets, default = [], [], None
+        for ks, target in st.cases:
+            if ks.default:
+                default = self._next(target)
+                break
+            if ks.mask != full:
+                return None
+            if ks.value not in values:  # the first case of a value wins
+                values.append(ks.value)
+                targets.append(self._next(target))
+        order = np.argsort(np.array(values, dtype=np.uint64), kind="stable")
+        return (np.array(values, dtype=np.uint64)[order], np.array(targets, dtype=np.int64)[order], default)
+
+    def decode(self, data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> VectorDecoded:
+        """Decode the messages at ``starts`` (int64 byte offsets into ``data``, uint8, padded by at
+        least 9 bytes) of ``lengths`` bytes (see the module docstring)."""
+        g = self.graph
+        n = len(starts)
+        base = starts.astype(np.int64) * 8 - MSG_BIT  # absolute bit of payload bit 0
+        limit = (lengths.astype(np.int64) + MOLD_PREFIX_BYTES) * 8
+        state = np.zeros(n, dtype=np.int64)  # index into self.order; terminal codes below 0
+        cursor = np.zeros(n, dtype=np.int64)
+        default = np.zeros(n, dtype=bool)
+        type_key = np.full(n, -1, dtype=np.int64)
+        inst_at: dict[str, np.ndarray] = {}  # where select-key instances start (bits from the payload)
+        valid: dict[str, np.ndarray] = {}
+        values: dict[str, np.ndarray] = {}
+        # the messages waiting in each state (the entry state: all); a state's messages are handed to the
+        # states its transitions lead to, so each message is touched once per state on its path
+        pending: dict[int, list[np.ndarray]] = {0: [np.arange(n, dtype=np.int64)]}
+        for sid, name in enumerate(self.order):
+            parts = pending.pop(sid, [])
+            idx = np.concatenate(parts) if len(parts) > 1 else (parts[0] if parts else np.zeros(0, np.int64))
+            if not len(idx):
+                continue
+            st = g.state(name)
+            cur = cursor[idx]
+            alive = np.ones(len(idx), dtype=bool)
+            for inst in st.extracts:
+                size = g.header_bits[inst]
+                if size is None:
+                    raise SubcError(f"state '{name}': header '{inst}' has a variable size", st.location)
+                fits = cur + size <= limit[idx]
+                state[idx[alive & ~fits]] = _SHORT
+                alive &= fits
+                here = idx[alive]
+                if inst not in valid:
+                    valid[inst] = np.zeros(n, dtype=bool)
+                valid[inst][here] = True
+                if inst in self.key_instances:
+                    inst_at.setdefault(inst, np.full(n, -1, dtype=np.int64))[here] = cur[alive]
+                for out_name, slot in self.reads.get(inst, ()):
+                    if out_name not in values:
+                        values[out_name] = np.zeros(n, dtype=np.uint64)
+                    values[out_name][here] = self._gather(data, base[here] + cur[alive], slot)
+                cur = cur + size
+            cursor[idx] = cur
+            live = idx[alive]
+            if not len(live):
+                continue
+            if st.key is None:
+                target = self._next(st.cases[0][1])
+                state[live] = target
+                if target >= 0:
+                    pending.setdefault(target, []).append(live)
+                continue
+            key = np.zeros(len(live), dtype=np.uint64)
+            for f in st.key:
+                v = self._gather(data, base[live] + inst_at[f.instance][live], f)
+                key = (key << np.uint64(f.width)) | v if f.width < 64 else v
+            first = type_key[live] < 0
+            at_msg = inst_at[st.key[0].instance][live] + st.key[0].bit_offset >= MSG_BIT
+            type_key[live[first & at_msg]] = key[first & at_msg].astype(np.int64)
+            in_msg = cursor[live] >= MSG_BIT
+            fast = self.fast[name]
+            if fast is not None:
+                vals, targets, dflt = fast
+                pos = np.minimum(np.searchsorted(vals, key), max(len(vals) - 1, 0))
+                hit = (vals[pos] == key) if len(vals) else np.zeros(len(key), dtype=bool)
+                nxt = np.where(hit, targets[pos] if len(vals) else _REJECT, _REJECT if dflt is None else dflt)
+                if dflt is not None:
+                    default[live[~hit & in_msg]] = True
+            else:
+                undecided = np.ones(len(live), dtype=bool)
+                nxt = np.full(len(live), _REJECT, dtype=np.int64)
+                for ks, target in st.cases:
+                    if ks.default:
+                        m = undecided
+                        default[live[m & in_msg]] = True
+                    elif ks.mask is None:
+                        m = undecided & (key >= np.uint64(ks.lo)) & (key <= np.uint64(ks.hi))
+                    else:
+                        m = undecided & ((key & np.uint64(ks.mask)) == np.uint64(ks.value & ks.mask))
+                    nxt[m] = self._next(target)
+                    undecided &= ~m
+            state[live] = nxt
+            for target in np.unique(nxt):
+                if target >= 0:
+                    pending.setdefault(int(target), []).append(live[nxt == target])
+        # statuses, as MessageDecoder.decode gives them
+        parsed = cursor - MSG_BIT  # bits
+        lengths = lengths.astype(np.int64) * 8
+        status = np.full(n, REJECT, dtype=np.int8)
+        acc = state == _ACCEPT
+        known = ~default
+        fits = parsed == lengths
+        for inst in self.graph.spec.payload_instances & set(valid):  # a payload follows its headers
+            fits |= valid[inst] & (parsed < lengths)
+        status[acc & known & fits] = OK
+        status[acc & known & ~fits] = MISMATCH
+        status[acc & ~known] = UNKNOWN
+        status[(state == _SHORT) & known & (type_key >= 0)] = MISMATCH
+        ok = status <= UNKNOWN
+        bad = ~ok
+        for name in list(self.fields) + list(self.merged):
+            out = values.get(name)
+            if out is None:
+                values[name] = np.zeros(n, dtype=np.uint64)
+            elif bad.any():
+                out[bad] = 0
+        valid_ok = {i: v & ok for i, v in valid.items()}
+        for i in self.network:
+            valid_ok[i] = ok.copy()
+        return VectorDecoded(status, type_key, valid_ok, values)
+
+    def _next(self, target: str) -> int:
+        if target == "accept":
+            return _ACCEPT
+        if target == "reject":
+            return _REJECT
+        return self.ids[target]
+
+    def _gather(self, data: np.ndarray, header_bit: np.ndarray, f: FieldSlot) -> np.ndarray:
+        if not len(header_bit):
+            return np.zeros(0, dtype=np.uint64)
+        return gather_bits(data, header_bit + f.bit_offset, f.width)

@@ -1,0 +1,569 @@
+"""The eBPF target: the program (``subc_filter.bpf.c``, XDP + TC: static C plus two generated
+headers, :mod:`.ebpf_source`), ``maps.json`` and ``report.json``.
+
+Each field stage of the IR (:mod:`subc.ir.stages`) becomes BPF maps keyed by state (Algorithm 1 of Jepsen et al.,
+HotNets 2018, with maps in place of match-action tables).  The IR numbers each stage's input
+states densely from 1, so per-state data lives in ``BPF_MAP_TYPE_ARRAY`` maps indexed by state
+(one inlined array access, no hashing): generation 0 at the state's index, generation 1 at
+``capacity - 1 - state`` (:func:`subc.dataplane.ebpf.install.state_slot`).
+
+* **range** fields: per state, the sorted lower bounds of its runs in a slice of one
+  ``BPF_MAP_TYPE_ARRAY`` (``stN_bnd``: lower bound, next state), found through an array indexed
+  by state (``stN_info``: offset, count) and searched with a branch-free binary search of at most
+  min(32, key width) steps (a W-bit key has at most 2**W runs; ceil(log2 count) in practice), so
+  the verifier sees a bounded loop (short for narrow keys, such as the 2-bit ``avg`` state values)
+  and the cost is logarithmic in the runs of the state;
+* **exact** fields: a hash map (``stN_ex``: (state, value) -> next state) of the values whose next
+  state differs from the state's miss target, which ``stN_info`` (indexed by state) holds;
+* **lpm** fields: an LPM trie (``stN_lpm``) keyed by 32 bits of state then the field, left
+  aligned, so a prefix of length L is trie prefix 32 + L;
+* the leaf array (``subc_leaf``, indexed by final state) holds each leaf's action and the index
+  of its subscriber set; ``subc_leaf_cnt`` (per CPU, same index) counts its messages and bytes.
+  State 0 of every stage is dead; leaf 0 holds the spec's default action.
+
+``maps.json`` holds every map's key and value layout (:mod:`.ebpf_layout`), its default capacity
+and its entries in logical form (states untagged, bounds indexed from 0, leaf actions as
+subscriber lists); the loader (:mod:`subc.dataplane.ebpf.broker`) resolves subscribers to endpoints,
+adds the generation bit and places states and bounds in their generation's region of the arrays.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ... import __version__
+from ...errors import SubcError
+from ...ir.aggregates import is_state_field
+from ...lang.ast import COUNTER
+from ...compiler.driver import CompileResult
+from ...ir.decisions import default_decision_of
+from ...ir.stages import FieldStage, SubscriptionIR
+from . import layout as L
+from .parse_plan import FieldLayout, ParsePlan, check_fields, plan_parser
+from .source import BPF_DIR, GENERATED_FILES, MAIN_FILE, program_source, static_files
+from ..safety import comment_text, identifier
+from ..templating import environment
+
+DEFAULT_MAX_ENDPOINTS = 8  # endpoints of one subscriber
+DEFAULT_ENDPOINTS = 1024
+#: The state-value stages' shared maps: info by (stage base + state; a state with one run holds
+#: its next state), bounds, and the stages' bases (generation g at index g).
+SV_INFO, SV_BOUNDS, SV_BASE = "subc_sv_info", "subc_sv_bnd", "subc_sv_base"
+MAX_SEARCH_STEPS = 32  # binary search steps of a range stage: a map holds fewer than 2**32 bounds
+CAPACITY_FACTOR = 2.0  # room for two generations of the compiled entries during `subc update`
+MIN_CAPACITY = 16
+
+
+def capacity(n_entries: int, factor: float = CAPACITY_FACTOR) -> int:
+    """Map capacity for ``n_entries`` entries per generation: ``factor`` generations, at least 16."""
+    return max(MIN_CAPACITY, math.ceil(n_entries * factor))
+
+
+def state_capacity(entries: list[dict], factor: float = CAPACITY_FACTOR) -> int:
+    """Capacity of an array map indexed by the ``state`` of ``entries``: ``factor`` times the
+    highest state + 1 (two generations, one from each end, at 2.0), at least 16."""
+    return capacity(max((e["state"] for e in entries), default=0) + 1, factor)
+
+
+def _load_expr(fl: FieldLayout) -> str:
+    expr = "(__u64)p[0]"
+    for i in range(1, fl.n_bytes):
+        expr = f"(({expr} << 8) | p[{i}])"
+    if fl.shift:
+        expr = f"({expr} >> {fl.shift})"
+    if fl.width < 64 and fl.width != fl.n_bytes * 8:
+        expr = f"({expr} & {hex((1 << fl.width) - 1)}ull)"
+    return expr
+
+
+def steps_needed(runs: int) -> int:
+    """Binary search steps that find a run among ``runs`` (ceil(log2 runs); 0 for one or none)."""
+    return max(0, runs - 1).bit_length()
+
+
+def search_steps(width: int, runs: int, state_value: bool) -> int:
+    """Steps of a range stage's binary search over a ``width``-bit key whose states have at most
+    ``runs`` runs: enough for any rule set (min(32, width)) for a header field, so that `subc
+    update` can swap in any rule set; for a state value (64-bit counts and sums, compared against
+    a few thresholds) the steps ``runs`` needs plus 3 (8 times as many thresholds per state), at
+    least 4, which keeps the verifier's work per stage small.  `subc update` refuses a rule set
+    that needs more (:func:`steps_needed`)."""
+    full = min(MAX_SEARCH_STEPS, width)
+    if not state_value:
+        return full
+    return min(full, max(4, steps_needed(runs) + 3))
+
+
+def _leaf_entry(state: int, decision) -> dict:
+    """The ``subc_leaf`` entry of a leaf :class:`~subc.ir.decisions.Decision`."""
+    if decision.ports:
+        return {"state": state, "action": "fwd", "subscribers": list(decision.ports)}
+    name = decision.action[0]
+    if name not in ("drop", "nop"):
+        raise SubcError(f"--target ebpf: action '{name}' has no eBPF meaning (fwd, drop and nop only)")
+    return {"state": state, "action": name}
+
+
+def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
+    """The ``maps.json`` document of ``res`` (see the module docstring): the lowering of its IR.
+
+    Raises SubcError when a decision or the default action has no eBPF meaning."""
+    spec, ir = res.spec, res.ir
+    default = spec.default_action
+    if default not in ("drop", "nop"):
+        raise SubcError(
+            f"--target ebpf: default action '{default}' has no eBPF meaning (drop or nop)", spec.default_action_location
+        )
+    maps: list[dict] = []
+
+    def add(name, mtype, key, value, entries, role, field=None, cap=None):
+        maps.append(
+            {
+                "name": name,
+                "type": mtype,
+                "role": role,
+                "field": field,
+                "key": key.as_json(),
+                "value": value.as_json(),
+                "capacity": cap if cap is not None else capacity(len(entries)),
+                "entries": entries,
+            }
+        )
+
+    add("subc_root", "array", L.U32, L.U32, [{"index": 0, "root_state": ir.root_state}], "root", cap=1)
+    stages = []
+    # the state-value stages share one info array, one bounds array (a program may use at most 64
+    # maps) and an array of each stage's first info slot per generation (subc_sv_base)
+    sv_info: list[dict] = []
+    sv_bounds: list[dict] = []
+    sv_base: list[int] = []
+    sv_next_slot = 0  # the first info slot of the next state-value stage
+    for i, stage in enumerate(ir.stages):
+        q = stage.field
+        base = f"st{i}"
+        if q.match_kind == "range" and is_state_field(q.name):
+            first_slot = sv_next_slot
+            sv_next_slot += max((st.state for st in stage.states), default=0) + 1
+            sv_base.append(first_slot)
+            runs = 0
+            for st in stage.states:
+                if len(st.runs) == 1:  # the next state does not depend on the value: no read, no search
+                    sv_info.append({"state": first_slot + st.state, "next": st.runs[0][2], "count": 1})
+                    continue
+                first = len(sv_bounds)
+                sv_info.append({"state": first_slot + st.state, "offset": first, "count": len(st.runs)})
+                sv_bounds.extend({"index": first + j, "lo": lo, "next": t} for j, (lo, _, t) in enumerate(st.runs))
+                runs = max(runs, len(st.runs))
+            stages.append(
+                {
+                    "field": q.name,
+                    "kind": "range",
+                    "maps": [SV_INFO, SV_BOUNDS],
+                    "base_index": len(sv_base) - 1,
+                    "max_runs": runs,
+                    "search_steps": search_steps(q.width, runs, True),
+                }
+            )
+        elif q.match_kind == "range":
+            info, bounds = [], []
+            for st in stage.states:
+                first = len(bounds)
+                info.append({"state": st.state, "offset": first, "count": len(st.runs)})
+                bounds.extend([{"index": first + j, "lo": lo, "next": t} for j, (lo, _, t) in enumerate(st.runs)])
+            add(f"{base}_info", "array", L.U32, L.INFO, info, "state_info", q.name, cap=state_capacity(info))
+            add(f"{base}_bnd", "array", L.U32, L.BOUND, bounds, "bounds", q.name)
+            runs = max((e["count"] for e in info), default=0)
+            stages.append(
+                {
+                    "field": q.name,
+                    "kind": "range",
+                    "maps": [f"{base}_info", f"{base}_bnd"],
+                    "max_runs": runs,
+                    "search_steps": search_steps(q.width, runs, False),
+                }
+            )
+        elif q.match_kind == "exact":
+            info, ex = [], []
+            for st in stage.states:
+                es, miss = FieldStage.exact_form(st)
+                info.append({"state": st.state, "miss": miss})
+                ex.extend({"state": st.state, "value": v, "next": t} for v, t in es)
+            add(f"{base}_info", "array", L.U32, L.INFO, info, "state_info", q.name, cap=state_capacity(info))
+            add(f"{base}_ex", "hash", L.EXACT_KEY, L.U32, ex, "exact", q.name)
+            stages.append({"field": q.name, "kind": "exact", "maps": [f"{base}_info", f"{base}_ex"]})
+        else:
+            lpm = []
+            for st in stage.states:
+                lpm.extend(
+                    {"state": st.state, "value": v, "prefix_len": plen, "next": t}
+                    for v, plen, t in FieldStage.lpm_form(st, q.width)
+                )
+            add(f"{base}_lpm", "lpm_trie", L.LPM_KEY, L.U32, lpm, "lpm", q.name)
+            stages.append({"field": q.name, "kind": "lpm", "maps": [f"{base}_lpm"]})
+        stages[-1].update({"width": q.width, "states": len(stage.states), "next_states": stage.n_next})
+    if sv_base:
+        add(SV_INFO, "array", L.U32, L.INFO, sv_info, "state_info", cap=state_capacity(sv_info))
+        add(SV_BOUNDS, "array", L.U32, L.BOUND, sv_bounds, "bounds")
+        add(
+            SV_BASE,
+            "array",
+            L.U32,
+            L.bases_struct(len(sv_base)),
+            [{"index": 0, "bases": sv_base}],
+            "state_bases",
+            cap=2,
+        )
+    if ir.state is not None:
+        st = ir.state
+        # every state gets its mask, 0 too: a later rule set in this generation's slots finds none stale
+        masks = dict(st.updates)
+        boundary_states = [x.state for x in ir.stages[st.boundary].states] if st.boundary < len(ir.stages) else []
+        upd = [{"state": s, "mask": masks.get(s, 0)} for s in sorted(set(boundary_states) | set(masks))]
+        add(
+            "subc_upd",
+            "array",
+            L.U32,
+            L.mask_struct("subc_umask", st.mask_width),
+            upd,
+            "update_masks",
+            cap=state_capacity(upd),
+        )
+        agg = L.agg_struct(max([len(i.thresholds) for i in st.instances], default=1))
+        add("subc_agg", "array", L.U32, agg, [], "registers", cap=2 * len(st.instances))
+    leaves = [{"state": 0, "action": default}]
+    leaves += [_leaf_entry(leaf.state, leaf.decision) for leaf in ir.leaves]
+    add("subc_leaf", "array", L.U32, L.LEAF, leaves, "leaf", cap=state_capacity(leaves))
+    add("subc_leaf_set", "array", L.U32, L.SUBSET, [], "leaf_sets", cap=state_capacity(leaves))
+    if ir.state is not None and ir.state.count_updates:  # named counters: each leaf's updates (0 too)
+        cmask = dict(ir.state.leaf_counts)
+        add(
+            "subc_cnt",
+            "array",
+            L.U32,
+            L.mask_struct("subc_cmask", ir.state.count_width),
+            [{"state": e["state"], "mask": cmask.get(e["state"], 0)} for e in leaves],
+            "count_masks",
+            cap=state_capacity(leaves),
+        )
+    add("subc_subs", "array", L.U32, L.sub_struct(DEFAULT_MAX_ENDPOINTS), [], "subscribers", cap=L.MAX_SUBSCRIBERS)
+    add("subc_all", "array", L.U32, L.SUBSET, [], "everyone", cap=2)
+    add("subc_eps", "array", L.U32, L.ENDPOINT, [], "endpoints", cap=DEFAULT_ENDPOINTS)
+    add("subc_seq", "array", L.U32, L.U64, [], "sequence", cap=L.RECIPIENTS)
+    add("subc_stats", "percpu_array", L.U32, L.U64, [], "stats", cap=len(L.STATS))
+    add("subc_sub_cnt", "percpu_array", L.U32, L.SUB_COUNTER, [], "subscriber_counters", cap=L.RECIPIENTS)
+    add("subc_leaf_cnt", "percpu_array", L.U32, L.COUNTER, [], "leaf_counters", cap=state_capacity(leaves))
+    add("subc_jmp_xdp", "prog_array", L.U32, L.U32, [], "tail_calls", cap=3)
+    add("subc_jmp_tc", "prog_array", L.U32, L.U32, [], "tail_calls", cap=1)
+    add("subc_fan_cfg", "array", L.U32, L.FAN_CFG, [], "fan_config", cap=1)
+    add("subc_fan_dev", "hash", L.U32, L.U32, [], "fan_devices", cap=L.FAN_SLOTS)
+    add("subc_fan_geps", "array", L.U32, L.U32, [], "fan_group_endpoints", cap=L.FAN_SLOTS * L.FAN_SLOTS)
+    add("subc_fan", "array_of_maps", L.U32, L.U32, [], "fan", cap=L.FAN_SLOTS * L.FAN_SLOTS + 1 + L.FAN_SETS)
+    add("subc_fan_sets", "hash", L.U64, L.U32, [], "fan_sets", cap=L.FAN_SETS)
+    add("subc_fan_miss", "hash", L.U64, L.U64, [], "fan_misses", cap=L.FAN_MISSES)
+    add("subc_fan_hits", "percpu_array", L.U32, L.U64, [], "fan_set_datagrams", cap=L.FAN_SETS)
+    return {
+        "format": "subc-ebpf-maps",
+        "version": 1,
+        "program": MAIN_FILE,
+        "functions": {"xdp": "subc_xdp", "tc": "subc_tc", "xdp_more": "subc_xdp_more", "tc_more": "subc_tc_more"},
+        "moldudp64": plan.moldudp64,
+        "generation_bit": L.GEN_BIT,
+        "ports": [p for p, _ in plan.ports],
+        "field_order": ir.field_order,
+        "root_state": ir.root_state,
+        "default_action": default,
+        "max_endpoints": DEFAULT_MAX_ENDPOINTS,
+        "stats": L.STATS,
+        "stages": stages,
+        "subscribers": sorted({s for e in leaves for s in e.get("subscribers", ())}),
+        "maps": maps,
+        **({"state": state_doc(ir)} if ir.state is not None else {}),
+    }
+
+
+def state_doc(ir: SubscriptionIR) -> dict:
+    """The ``state`` section of ``maps.json`` (docs/state.md "Stateful subscriptions"): ``time``
+    (``field`` giving a message's time in ``unit_ns``, or null: ``bpf_ktime_get_ns`` when the
+    datagram is taken), ``instances`` (``index``, ``kind``, ``field``, ``window_ns``,
+    ``thresholds``; instance k of generation g is slot k, or capacity - 1 - k, of ``subc_agg``)
+    ``values`` (``stage`` index, ``instance``, ``threshold``) and ``count_updates`` (``index``: bit
+    of a leaf's mask in ``subc_cnt``, ``instance``, ``field`` added or null to add 1)."""
+    st = ir.state
+    return {
+        "time": {"field": st.time_field.name if st.time_field else None, "unit_ns": st.time_unit_ns},
+        "lock": "bpf_spin_lock per instance",
+        "instances": [
+            {
+                "index": i.index,
+                "kind": i.kind,
+                "field": i.field.name if i.field else None,
+                "window_ns": i.window_ns,
+                "thresholds": list(i.thresholds),
+                **({"name": i.name} if i.name is not None else {}),
+            }
+            for i in st.instances
+        ],
+        "values": [
+            {"stage": st.boundary + j, "instance": v.instance, "threshold": v.threshold}
+            for j, v in enumerate(st.values)
+        ],
+        "count_updates": [
+            {"index": u.index, "instance": u.instance, "field": u.field.name if u.field else None}
+            for u in st.count_updates
+        ],
+    }
+
+
+def render_filter(res: CompileResult, plan: ParsePlan, doc: dict, rules_path: str) -> dict[str, str]:
+    """The eBPF program for ``res`` (name -> text): the static C (:mod:`.ebpf_source`) and the two
+    headers generated from the rule set and the spec, ``subc_config.h`` (variant, constants, map
+    capacities and layouts, the field stages' maps) and ``subc_classify.h`` (the spec's parser and
+    the stage walk).  Raises SubcError for a map, field or parser state name that is no C
+    identifier."""
+    spec = res.spec
+    hb = plan.header_bytes
+    states = []
+    for m in doc["maps"]:
+        identifier(m["name"], "BPF map name")
+    for f in res.ir.field_order:
+        identifier(f, "field", dotted=True)
+    for s in plan.states:
+        identifier(s.name, "parser state")
+        extracts = [
+            {"inst": i, "bytes": hb[i], "bit": 1 << plan.bit[i], "payload": i in spec.payload_instances}
+            for i in s.extracts
+        ]
+        sel = None
+        if s.select is not None:
+            sel = {
+                "inst": s.select.instance,
+                "byte_offset": s.select.byte_offset,
+                "n_bytes": s.select.n_bytes,
+                "expr": _load_expr(s.select),
+            }
+        cases = [
+            {"value": v, "target": t if t in ("accept", "reject") else f"st_{t}", "implicit": False} for v, t in s.cases
+        ]
+        if s.implicit_reject:
+            cases[-1]["implicit"] = True
+        if sel is None:
+            cases = [{"value": None, "target": cases[0]["target"], "implicit": False}]
+        states.append(
+            {
+                "name": s.name,
+                "extracts": extracts,
+                "select": sel,
+                "cases": cases,
+                "fix": plan.mold_header.get(s.name, []),
+            }
+        )
+    stage_ctx = []
+    declared: set[str] = set()
+    sp = res.ir.state
+    for i, st in enumerate(doc["stages"]):
+        if sp is not None and i >= sp.boundary:  # a state value, computed by the aggregates' code
+            ctx = {"field": st["field"], "kind": st["kind"], "width": st["width"], "state_value": i - sp.boundary}
+        else:
+            fl = plan.field(st["field"])
+            ctx = {
+                "field": st["field"],
+                "kind": st["kind"],
+                "width": st["width"],
+                "inst": fl.instance,
+                "byte_offset": fl.byte_offset,
+                "n_bytes": fl.n_bytes,
+                "expr": _load_expr(fl),
+                "state_value": None,
+            }
+        ctx["steps"] = st.get("search_steps")
+        ctx["base_index"] = st.get("base_index")
+        ctx["declare"] = not any(m in declared for m in st["maps"])
+        declared.update(st["maps"])
+        for m in st["maps"]:
+            ctx[m.rsplit("_", 1)[1].replace("bnd", "bounds").replace("ex", "exact")] = m
+        stage_ctx.append(ctx)
+    need = 0
+    for h in res.ir.headers:
+        need |= 1 << plan.bit[h]
+    net = (1 << plan.bit[plan.eth]) | (1 << plan.bit[plan.ipv4]) | (1 << plan.bit[plan.udp])
+    message_insts = [i for i in plan.header_bytes if i not in (plan.eth, plan.ipv4, plan.udp)]
+    structs = [s.c_decl() for s in L.STRUCTS]
+    agg = _aggregates_context(res, plan) if sp is not None else None
+    ctx = dict(
+        version=__version__,
+        rules_path=comment_text(rules_path),
+        spec_path=comment_text(spec.path),
+        n_rules=len(res.rules),
+        field_order=res.ir.field_order,
+        ports=[p for p, _ in plan.ports],
+        port_states=[{"port": p, "state": s} for p, s in plan.ports],
+        meta_magic=hex(L.META_MAGIC),
+        fan_slots=L.FAN_SLOTS,
+        fan_tc=L.FAN_TC,
+        fan_list=L.FAN_LIST,
+        fan_all=L.FAN_ALL,
+        fan_set=L.FAN_SET,
+        fan_sets=L.FAN_SETS,
+        fan_misses=L.FAN_MISSES,
+        no_fan=hex(L.NO_FAN) + "u",
+        max_endpoints=doc["max_endpoints"],
+        mold=plan.moldudp64,
+        sub_words=L.SUB_WORDS,
+        local=L.LOCAL,
+        pass_local=L.LEAF_PASS_LOCAL,
+        maps=[{"name": m["name"], "capacity": m["capacity"]} for m in doc["maps"]],
+        stats=L.STATS,
+        structs=structs,
+        stages=stage_ctx,
+        states=states,
+        eth=plan.eth,
+        ipv4=plan.ipv4,
+        udp=plan.udp,
+        offset_vars=message_insts,
+        net_valid=hex(net) + "u",
+        need_valid=hex(need),
+        agg=agg,
+    )
+    files = static_files()
+    for name in GENERATED_FILES:
+        files[name] = environment(BPF_DIR).get_template(f"{name}.j2").render(**ctx)
+    return files
+
+
+def _load_ctx(plan: ParsePlan, name: str) -> dict:
+    fl = plan.field(name)
+    return {"inst": fl.instance, "byte_offset": fl.byte_offset, "n_bytes": fl.n_bytes, "expr": _load_expr(fl)}
+
+
+def _aggregates_context(res: CompileResult, plan: ParsePlan) -> dict:
+    """The template's view of the aggregates' code (docs/state.md "Stateful subscriptions"): the fields
+    loaded at the boundary (``loads``: a variable per distinct field the updates add), the
+    instances the update mask can name (``updates``, with the mask word and bit of each), what
+    each state-value stage reads (``values``: instance, kind, window, ``avg`` excess slot) and the
+    named counters' updates after the last stage (``counts``)."""
+    sp = res.ir.state
+    loads: dict[str, dict] = {}
+
+    def var(field) -> str | None:
+        if field is None:
+            return None
+        if field.name not in loads:
+            loads[field.name] = {"var": f"x{len(loads)}", **_load_ctx(plan, field.name)}
+        return loads[field.name]["var"]
+
+    updates = [
+        {
+            "index": inst.index,
+            "kind": inst.kind,
+            "window_ns": inst.window_ns,
+            "x": var(inst.field),
+            "thresholds": list(inst.thresholds),
+            "word": inst.index // 64,
+            "bit": inst.index % 64,
+        }
+        for inst in sp.instances
+        if inst.kind != COUNTER
+    ]
+    values = []
+    for v in sp.values:
+        inst = sp.instances[v.instance]
+        values.append(
+            {
+                "instance": inst.index,
+                "kind": inst.kind,
+                "window_ns": inst.window_ns,
+                "slot": inst.thresholds.index(v.threshold) if v.threshold is not None else None,
+            }
+        )
+    counts = [
+        {
+            "word": u.index // 64,
+            "bit": u.index % 64,
+            "instance": u.instance,
+            "window_ns": sp.instances[u.instance].window_ns,
+            "x": var(u.field),
+        }
+        for u in sp.count_updates
+    ]
+    time = None
+    if sp.time_field is not None:
+        time = {**_load_ctx(plan, sp.time_field.name), "unit_ns": sp.time_unit_ns}
+    return {
+        "boundary": sp.boundary,
+        "updates": updates,
+        "values": values,
+        "counts": counts,
+        "loads": list(loads.values()),
+        "time": time,
+        "mask_words": L.mask_word_count(sp.mask_width),
+        "count_words": L.mask_word_count(sp.count_width),
+        "n_thresholds": max([len(i.thresholds) for i in sp.instances], default=1) or 1,
+        "n_stages": len(sp.values),
+        "base_map": SV_BASE,
+    }
+
+
+def ebpf_plan(res: CompileResult) -> ParsePlan:
+    """The parse plan of ``res``'s spec, with its fields checked (SubcError when unsupported)."""
+    plan = plan_parser(res.spec)
+    fields = [f for f in res.ir.field_order if not is_state_field(f)]
+    sp = res.ir.state
+    if sp is not None:
+        fields += [i.field.name for i in sp.instances if i.field is not None]
+        fields += [u.field.name for u in sp.count_updates if u.field is not None]
+        fields += [sp.time_field.name] if sp.time_field is not None else []
+    check_fields(res.spec, plan, list(dict.fromkeys(fields)))
+    return plan
+
+
+def report(res: CompileResult, doc: dict) -> dict:
+    """``report.json`` of the eBPF target: states and entries per stage and per map, leaves (no
+    timings, so that a compile's outputs are byte-identical from run to run).
+
+    ``instructions`` is null at compile time (the counts exist only once the kernel has verified
+    and rewritten the programs); ``subc load`` fills it with the XDP and TC programs' counts.
+    """
+    return {
+        "target": "ebpf",
+        "rules": len(res.rules),
+        "diagram_states": res.diagram_states,
+        "field_order": res.ir.field_order,
+        "orders_tried": res.orders_tried,
+        "stages": doc["stages"],
+        "maps": [
+            {
+                "name": m["name"],
+                "type": m["type"],
+                "role": m["role"],
+                "field": m["field"],
+                "entries": len(m["entries"]),
+                "capacity": m["capacity"],
+            }
+            for m in doc["maps"]
+        ],
+        "leaf_states": len(res.ir.leaves),
+        "total_entries": sum(len(m["entries"]) for m in doc["maps"] if m["role"] != "root"),
+        "multicast_groups": len(res.ir.port_sets),
+        "instructions": None,
+    }
+
+
+def live_program(spec, field_order: list[str]) -> tuple[dict, str, ParsePlan]:
+    """(``maps.json`` document, C source (one translation unit: :func:`.ebpf_source.program_source`),
+    parse plan) of a program over ``field_order`` with no
+    rule: the data path of ``subc serve``, whose maps the broker fills incrementally
+    (:mod:`subc.dataplane.ebpf.live_maps`).  Raises SubcError for an unknown or unsupported field."""
+    fields = []
+    for name in field_order:
+        if name not in spec.query_fields:
+            raise SubcError(
+                f"--field-order: '{name}' is not a query field of {spec.path} ({', '.join(spec.query_fields)})"
+            )
+        fields.append(spec.query_fields[name])
+    stages = tuple(FieldStage(q, frozenset(), (), 0) for q in fields)
+    headers = tuple(dict.fromkeys(q.header for q in fields))
+    ir = SubscriptionIR(stages, (), 0, default_decision_of(spec.default_action), (), headers)
+    res = CompileResult(ir, [], spec, "ebpf")
+    plan = ebpf_plan(res)
+    doc = build_maps(res, plan)
+    return doc, program_source(render_filter(res, plan, doc, "<subc serve>")), plan

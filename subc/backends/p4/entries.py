@@ -1,0 +1,460 @@
+"""Control-plane outputs: ``entries.json``, BMv2 ``commands.txt``, Tofino ``bfrt_setup.py``, ``report.json``.
+
+``entries.json`` (format ``subc-entries``, version 1) is the one documented form of every table
+entry and multicast group (docs/outputs.md)::
+
+    {"format": "subc-entries", "version": 2, "target": "bmv2", "control": "SubcIngress",
+     "state_width": 3, "code_width": 1, "initial_state": 1, "state_key": "meta.subc_state",
+     "root": {"table": "SubcIngress.subc_root", "action": "subc_set_root", "param": "root"},
+     "default_action": {"action": "subc_drop", "params": {}}, "headers": ["add_order"],
+     "pipeline": [{"table": "SubcIngress.subc_add_order_stock", "on_miss": "...miss"}, ...],
+     "tables": [{"name": "SubcIngress.subc_add_order_shares", "role": "stage",
+                 "field": "add_order.shares", "size": 2,
+                 "keys": [{"name": "meta.subc_state", "match_kind": "exact", "bitwidth": 2}, ...],
+                 "default_action": {"action": "subc_set_state", "params": {"next_state": 0}},
+                 "entries": [{"match": [{"exact": 1}, {"range": [0, 59]}], "priority": 2,
+                              "action": "subc_set_state", "params": {"next_state": 1}}]}],
+     "multicast_groups": [{"group": 1, "ports": [1, 2]}]}
+
+The last stage's entries (and its ``_miss`` table's) apply the packet's action: ``subc_fwd``
+(``port``), ``subc_mcast`` (``group``), ``subc_drop``, ``subc_nop`` or a spec action;
+``default_action`` is what a packet that matches no rule gets (also when a header the tables
+key on is invalid).  ``root`` names the keyless table whose default action holds the root state
+(``initial_state`` as compiled): a P4Runtime update writes new states next to the old ones and
+switches this one default action last (:mod:`subc.dataplane.p4rt.plan`).  The state width has one
+bit more than the states need, and ``size`` is the entries times ``subc compile
+--capacity-factor``: room for both.  Version 1 had a separate leaf table keyed by the final state.
+
+Match elements are ``{"exact": v}``, ``{"range": [lo, hi]}``, ``{"lpm": [value, prefix_len]}``;
+integers are exact (arbitrary precision).  Priorities follow P4Runtime (larger wins); BMv2
+(``docs/runtime_CLI.md``: smallest value wins) and Tofino ``MATCH_PRIORITY`` (smallest wins) get
+them inverted.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ...ir.aggregates import UPDATE_ATOM
+from ...ir.decisions import COUNT_ATOM
+from ...compiler.driver import CompileResult
+from .tables import COUNT_TABLE, UPDATE_TABLE, Pipeline, Table, field_key_name
+from ..safety import check_pipeline, identifier
+from ...compiler.target import P4_TARGETS, Target
+
+CONTROL = "SubcIngress"
+
+
+def _match_json(kind: str, m) -> dict:
+    if kind == "exact":
+        return {"exact": m}
+    if kind == "range":
+        return {"range": [m[0], m[1]]}
+    if kind == "lpm":
+        return {"lpm": [m[0], m[1]]}
+    return {"ternary": [m[0], m[1]]}
+
+
+def _table_json(t: Table, control: str = CONTROL) -> dict:
+    return {
+        "name": f"{control}.{t.name}",
+        "role": t.role,
+        "field": t.field,
+        "size": t.size,
+        "keys": [{"name": k.name, "match_kind": k.match_kind, "bitwidth": k.width} for k in t.keys],
+        "default_action": {"action": t.default_action[0], "params": dict(t.default_action[1])},
+        "entries": [
+            {
+                "match": [_match_json(k.match_kind, m) for k, m in zip(t.keys, e.match)],
+                **({"priority": e.priority} if e.priority is not None else {}),
+                "action": e.action,
+                "params": dict(e.params),
+            }
+            for e in t.entries
+        ],
+    }
+
+
+def entries_json(pipe: Pipeline, target: str, plan=None) -> dict:
+    """The ``entries.json`` document of ``pipe`` (see the module docstring).
+
+    With ``plan`` (a :class:`~.p4slots.SlotPlan`: the multi-message program), the tables' leaf
+    entries take their per-message form (``subc_msg_fwd(ports)``: a bitmap over
+    ``messages.ports``, ``subc_msg_hold(code)``: a non-forwarding decision of ``messages.held``),
+    every table is written once per message slot (``slot``: its index; the slots' copies carry the
+    same entries, and ``pipeline`` names slot 0's), the delivery tables ``subc_deliver`` (ingress)
+    and ``subc_port_bit`` (egress) are added, and ``multicast_groups`` is the one group of all
+    subscriber ports."""
+    if plan is None:
+        doc = {
+            "format": "subc-entries",
+            "version": 2,
+            "target": target,
+            "control": CONTROL,
+            "state_width": pipe.state_width,
+            "code_width": pipe.code_width,
+            "initial_state": pipe.root_state,
+            "root": {"table": f"{CONTROL}.subc_root", "action": "subc_set_root", "param": "root"},
+            "state_key": f"{pipe.meta}.subc_state",
+            "default_action": {"action": pipe.default_action[0], "params": dict(pipe.default_action[1])},
+            "headers": pipe.headers,
+            "field_order": pipe.field_order,
+            "pipeline": [
+                {"table": f"{CONTROL}.{s.table}", "on_miss": f"{CONTROL}.{s.on_miss}" if s.on_miss else None}
+                for s in pipe.steps
+            ],
+            "tables": [_table_json(t) for t in pipe.tables],
+            "multicast_groups": [{"group": g, "ports": list(p)} for g, p in sorted(pipe.mcast_groups.items())],
+        }
+        if pipe.state is not None:
+            doc["state"] = state_json(pipe)
+        return doc
+    from .slots import ALL_PORTS_GROUP, COUNTERS, message_action, slot_table_name
+
+    doc = entries_json(pipe, target)
+    doc["default_action"] = dict(
+        zip(("action", "params"), _action_json(message_action(plan, pipe, pipe.default_action)))
+    )
+    tables = []
+    for t, names in _installed(pipe, plan, target):
+        base = _table_json(t)
+        for i, name in enumerate(names):
+            # every slot's copy shares one entries list (serialised once by dumps)
+            tj = {**base, "keys": [dict(k) for k in base["keys"]]}
+            tj["name"] = name
+            if t.role not in ("deliver", "egress"):
+                tj["slot"] = i
+                for kj, k in zip(tj["keys"], t.keys):
+                    kj["name"] = slot_key(k.name, i, plan, pipe)
+                    if k.field:
+                        kj["field"] = k.field
+            tables.append(tj)
+    doc["state_key"] = f"{pipe.meta}.subc_s0_state"
+    doc["code_key"] = f"{pipe.meta}.subc_s0_code"
+    doc["pipeline"] = [
+        {
+            "table": f"{CONTROL}.{slot_table_name(s.table, 0)}",
+            "on_miss": f"{CONTROL}.{slot_table_name(s.on_miss, 0)}" if s.on_miss else None,
+        }
+        for s in pipe.steps
+    ]
+    doc["tables"] = tables
+    doc["multicast_groups"] = [{"group": ALL_PORTS_GROUP, "ports": list(plan.ports)}] if plan.ports else []
+    doc["messages"] = {
+        "max_messages": plan.max_messages,
+        "overflow_port": plan.overflow_port,
+        "ports": list(plan.ports),
+        "held": [
+            {"code": c, "action": a, "params": dict(p)} for (a, p), c in sorted(plan.held.items(), key=lambda x: x[1])
+        ],
+        "counters": {
+            "SubcIngress.subc_datagrams": list(COUNTERS),
+            "SubcIngress.subc_held": "messages withheld, by code (Tofino: one counter per slot, subc_held_s<i>)",
+        },
+        "sequence_register": "SubcEgress.subc_seq",
+    }
+    if pipe.state is not None:  # every slot's messages update the one set of registers, in order
+        doc["state"] = state_json(pipe, slot_table_name(UPDATE_TABLE, 0), slot_table_name(COUNT_TABLE, 0))
+    return doc
+
+
+def state_json(pipe: Pipeline, update_table: str = UPDATE_TABLE, count_table: str = COUNT_TABLE) -> dict:
+    """The ``state`` section of ``entries.json``: what a target keeps and computes for comparisons
+    on state (:mod:`subc.ir.aggregates`), for a simulator or a control plane to read.
+
+    ``update_table`` (the full name of the table applied before the first state-value stage, by
+    default :data:`~subc.backends.p4.tables.UPDATE_TABLE`; its ``mask`` parameter, bit k
+    for instance k, goes to ``mask_key``), ``time`` (``field``: the query field giving a message's
+    time in ``unit_ns``, or null for the arrival time), ``instances`` (``index``, ``kind``
+    (``counter`` for a named counter, with its ``name``), ``field``, ``window_ns``,
+    ``thresholds``), ``values`` (``key``: the metadata a stage matches, ``field``, ``instance``,
+    ``threshold``, ``width`` in bits) and, when rules update named counters, ``count_table``
+    (the full name of the table after the last stage; its ``mask`` parameter, bit j for update
+    j, goes to ``count_key``) and ``count_updates`` (``index``, ``instance``, ``field``: added,
+    or null to add 1)."""
+    st = pipe.state
+    return {
+        "update_table": f"{CONTROL}.{update_table}",
+        "mask_key": f"{pipe.meta}.{UPDATE_ATOM}",
+        "time": {"field": st.time_field.name if st.time_field else None, "unit_ns": st.time_unit_ns},
+        "instances": [
+            {
+                "index": i.index,
+                "kind": i.kind,
+                "field": i.field.name if i.field else None,
+                "window_ns": i.window_ns,
+                "thresholds": list(i.thresholds),
+                **({"name": i.name} if i.name is not None else {}),
+            }
+            for i in st.instances
+        ],
+        "values": [
+            {
+                "key": field_key_name(v.field.name, pipe.hdr, pipe.meta),
+                "field": v.field.name,
+                "instance": v.instance,
+                "threshold": v.threshold,
+                "width": v.field.width,
+            }
+            for v in st.values
+        ],
+        **(
+            {
+                "count_table": f"{CONTROL}.{count_table}",
+                "count_key": f"{pipe.meta}.{COUNT_ATOM}",
+                "count_updates": [
+                    {"index": u.index, "instance": u.instance, "field": u.field.name if u.field else None}
+                    for u in st.count_updates
+                ],
+            }
+            if st.count_updates
+            else {}
+        ),
+    }
+
+
+def slot_key(name: str, i: int, plan, pipe: Pipeline) -> str:
+    """The P4 expression of key ``name`` in slot ``i``'s copy of a table."""
+    from .slots import rename_instances
+
+    if name == f"{pipe.meta}.subc_state":
+        return f"{pipe.meta}.subc_s{i}_state"
+    if name == f"{pipe.meta}.subc_code":
+        return f"{pipe.meta}.subc_s{i}_code"
+    return rename_instances(name, pipe.hdr, [inst for inst, _ in plan.slot], f"subc_s{i}")
+
+
+def _action_json(action) -> tuple:
+    return action[0], dict(action[1])
+
+
+def _message_tables(pipe: Pipeline, plan) -> list[Table]:
+    from .slots import message_tables
+
+    return message_tables(plan, pipe)
+
+
+def _delivery_tables(plan, target: str) -> list[tuple[Table, str]]:
+    from .slots import deliver_table, port_bit_table
+
+    port_key = "eg_intr_md.egress_port" if target == Target.TOFINO else "standard_metadata.egress_port"
+    return [(deliver_table(plan), CONTROL), (port_bit_table(plan, port_key), "SubcEgress")]
+
+
+#: How a match element is written: simple_switch_CLI (docs/runtime_CLI.md) and bfrt_python keywords.
+BMV2_MATCH = {"exact": "{0}", "range": "{0}->{1}", "lpm": "{0}/{1}", "ternary": "{0}&&&{1}"}
+BFRT_MATCH = {
+    "exact": "{n}={0}",
+    "range": "{n}_start={0}, {n}_end={1}",
+    "lpm": "{n}={0}, {n}_p_length={1}",
+    "ternary": "{n}={0}, {n}_mask={1}",
+}
+
+
+def _format_match(formats: dict[str, str], kind: str, m, name: str = "") -> str:
+    return formats[kind].format(*((m,) if kind == "exact" else m), n=name)
+
+
+def _max_priority(pipe: Pipeline) -> int:
+    return max([e.priority for t in pipe.tables for e in t.entries if e.priority is not None] or [0])
+
+
+def _installed(pipe: Pipeline, plan, target: str) -> list[tuple[Table, list[str]]]:
+    """(table, the full names of the tables that carry its entries) of what a control plane installs."""
+    if plan is None:
+        return [(t, [f"{CONTROL}.{t.name}"]) for t in pipe.tables]
+    from .slots import slot_table_name
+
+    out = [
+        (t, [f"{CONTROL}.{slot_table_name(t.name, i)}" for i in range(plan.max_messages)])
+        for t in _message_tables(pipe, plan)
+    ]
+    out += [(t, [f"{control}.{t.name}"]) for t, control in _delivery_tables(plan, target)]
+    return out
+
+
+def _groups(pipe: Pipeline, plan) -> list[tuple[int, tuple[int, ...]]]:
+    if plan is None:
+        return sorted(pipe.mcast_groups.items())
+    from .slots import ALL_PORTS_GROUP
+
+    return [(ALL_PORTS_GROUP, tuple(plan.ports))] if plan.ports else []
+
+
+def bmv2_commands(pipe: Pipeline, plan=None) -> str:
+    """``simple_switch_CLI`` commands that install every entry and multicast group (with ``plan``,
+    the multi-message program's: each entry once per message slot, the delivery tables).
+
+    Multicast node handles are assumed to be allocated from 0 in order, as on a freshly started
+    ``simple_switch``.
+    """
+    check_pipeline(pipe)
+    top = _max_priority(pipe) + 1
+    lines = ["// subc: simple_switch_CLI commands (run on a freshly started switch)"]
+    for t, names in _installed(pipe, plan, "bmv2"):
+        tails = []  # what follows the table name, the same in every slot's copy
+        for e in t.entries:
+            keys = [_format_match(BMV2_MATCH, k.match_kind, m) for k, m in zip(t.keys, e.match)]
+            params = " ".join(str(v) for _, v in e.params)
+            prio = f" {top - e.priority}" if e.priority is not None else ""
+            tails.append(f" {e.action} {' '.join(keys)} => {params}{prio}".rstrip())
+        for name in names:
+            lines.extend(f"table_add {name}{tail}" for tail in tails)
+    for handle, (gid, ports) in enumerate(_groups(pipe, plan)):
+        lines.append(f"mc_mgrp_create {gid}")
+        lines.append(f"mc_node_create {gid} {' '.join(str(p) for p in ports)}")
+        lines.append(f"mc_node_associate {gid} {handle}")
+    return "\n".join(lines) + "\n"
+
+
+def bfrt_key_name(key_name: str) -> str:
+    """The ``@name`` a key gets in the TNA program, hence its bfrt_python keyword."""
+    return key_name.split(".", 1)[1].replace(".", "_")
+
+
+def bfrt_setup(pipe: Pipeline, program: str = "subc", plan=None) -> str:
+    """A ``bfrt_python`` script (``bfshell -b bfrt_setup.py``) installing entries and PRE groups
+    (with ``plan``, the multi-message program's: each entry once per message slot)."""
+    check_pipeline(pipe)
+    identifier(program, "program name")
+    top = _max_priority(pipe) + 1
+    out = [
+        "# subc: bfrt_python script; run with `bfshell -b bfrt_setup.py` after loading the program.",
+        f"p4 = bfrt.{program}.pipe",
+        "",
+    ]
+    for t, names in _installed(pipe, plan, "tofino"):
+        for i, name in enumerate(names):
+            keys = [
+                bfrt_key_name(
+                    slot_key(k.name, i, plan, pipe) if plan and t.role not in ("deliver", "egress") else k.name
+                )
+                for k in t.keys
+            ]
+            for e in t.entries:
+                kw = [_format_match(BFRT_MATCH, k.match_kind, m, kn) for k, m, kn in zip(t.keys, e.match, keys)]
+                if e.priority is not None:
+                    kw.append(f"MATCH_PRIORITY={top - e.priority}")
+                kw.extend(f"{p}={v}" for p, v in e.params)
+                out.append(f"p4.{name}.add_with_{e.action}({', '.join(kw)})")
+    for gid, ports in _groups(pipe, plan):
+        out.append(
+            f"bfrt.pre.node.add(MULTICAST_NODE_ID={gid}, MULTICAST_RID={gid}, "
+            f"MULTICAST_LAG_ID=[], DEV_PORT={list(ports)})"
+        )
+        out.append(
+            f"bfrt.pre.mgid.add(MGID={gid}, MULTICAST_NODE_ID=[{gid}], "
+            "MULTICAST_NODE_L1_XID_VALID=[False], MULTICAST_NODE_L1_XID=[0])"
+        )
+    out.append("bfrt.complete_operations()")
+    return "\n".join(out) + "\n"
+
+
+def report_json(res: CompileResult, plan=None, single_reason: str | None = None) -> dict:
+    """``report.json``: rule count, diagram states, field order, per table its match kinds and
+    entries, per stage its states, multicast groups, TCAM estimate, and ``messages``: the
+    multi-message program's K (``max_messages``), overflow port, subscriber ports and entries
+    installed over all slots (with ``plan``), or why the program is single-message
+    (``single_reason``).  No timings, so that a compile's outputs are byte-identical from run to
+    run (``subc compile --timings FILE`` writes them)."""
+    pipe = res.pipeline
+    stages = []
+    for st in res.ir.stages:
+        name = st.field.name
+        tables = [t for t in pipe.tables if t.field == name]
+        stages.append(
+            {
+                "field": name,
+                "form": pipe.match_forms[name],
+                "states": len(st.states),
+                "next_states": st.n_next,
+                "entries": sum(t.entry_count for t in tables),
+            }
+        )
+    return {
+        "target": res.target,
+        "rules": len(res.rules),
+        "diagram_states": res.diagram_states,
+        "field_order": pipe.field_order,
+        "orders_tried": res.orders_tried,
+        "state_width": pipe.state_width,
+        "stages": stages,
+        "tables": [
+            {
+                "name": f"{CONTROL}.{t.name}",
+                "role": t.role,
+                "match_kinds": [k.match_kind for k in t.keys],
+                "entries": t.entry_count,
+                "tcam_words_estimate": t.tcam_words,
+            }
+            for t in pipe.tables
+        ],
+        "leaf_states": len(res.ir.leaves),
+        "total_entries": pipe.total_entries,
+        "multicast_groups": len(_groups(pipe, plan)),
+        "messages": _messages_report(res, plan, single_reason),
+    }
+
+
+def _messages_report(res: CompileResult, plan, single_reason: str | None) -> dict | None:
+    if res.target not in P4_TARGETS or not res.spec.whole_program:
+        return None
+    if plan is None:
+        return {"mode": "single", "max_messages": 1, "reason": single_reason}
+    installed = _installed(res.pipeline, plan, res.target)
+    return {
+        "mode": "multi",
+        "max_messages": plan.max_messages,
+        "overflow_port": plan.overflow_port,
+        "ports": list(plan.ports),
+        "slot_header_bits": plan.slot_bits,
+        "tables_per_slot": len(res.pipeline.tables),
+        "tables": sum(len(names) for _, names in installed),
+        "entries_installed": sum(len(t.entries) * len(names) for t, names in installed),
+        "multicast_groups": len(_groups(res.pipeline, plan)),
+    }
+
+
+#: Nesting depth printed one item per line; deeper values (an entry, a match) go on one line each.
+PRETTY_DEPTH = 4
+
+
+def dumps(doc: dict) -> str:
+    """JSON text of ``doc``: indented (one space per level) down to :data:`PRETTY_DEPTH`, then one
+    compact line per value, lists of scalars on one line (the C encoder: 100K-rule entries in 0.2 s
+    instead of 3 s)."""
+    out: list[str] = []
+    _pretty(doc, 0, out, {})
+    out.append("\n")
+    return "".join(out)
+
+
+def _pretty(v, depth: int, out: list[str], memo: dict) -> None:
+    if (
+        depth >= PRETTY_DEPTH
+        or not isinstance(v, (dict, list))
+        or not v
+        or (isinstance(v, list) and not isinstance(v[0], (dict, list)))
+    ):
+        out.append(json.dumps(v))  # a scalar, or a list of scalars (ports, field names), on one line
+        return
+    pad = "\n" + " " * (depth + 1)
+    if isinstance(v, dict):
+        out.append("{")
+        for i, (k, x) in enumerate(v.items()):
+            out.append(("," if i else "") + pad + json.dumps(k) + ": ")
+            _pretty(x, depth + 1, out, memo)
+        out.append("\n" + " " * depth + "}")
+    else:
+        # a list met again at the same depth (the entries the message slots share) is the same text
+        hit = memo.get((id(v), depth))
+        if hit is not None:
+            out.append(hit)
+            return
+        mine: list[str] = ["["]
+        for i, x in enumerate(v):
+            mine.append(("," if i else "") + pad)
+            _pretty(x, depth + 1, mine, memo)
+        mine.append("\n" + " " * depth + "]")
+        text = memo[(id(v), depth)] = "".join(mine)
+        out.append(text)

@@ -1,0 +1,436 @@
+"""BPF plumbing for the eBPF target: bcc compilation, program loading, maps, pinning, test runs.
+
+Programs are compiled and loaded with bcc (Debian ``python3-bpfcc``); maps of loaded or pinned
+programs are read and written through libbcc's wrappers of the ``bpf(2)`` system call
+(``bpf_update_elem``, ``bpf_lookup_elem``, ``bpf_obj_pin``, ``bpf_obj_get``...), so that a later
+process can reach a program another process loaded.  ``BPF_PROG_TEST_RUN`` goes through
+libbpf's ``bpf_prog_test_run_opts`` (exported by libbcc).
+
+Every failure raises :class:`~subc.errors.SubcError` with what to do: not root, bcc or kernel
+headers missing (naming the Debian package), a verifier rejection (with the verifier's last
+lines), a full map.
+"""
+
+from __future__ import annotations
+
+import ctypes as ct
+import errno
+import os
+import platform
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ...errors import SubcError
+from ...backends.ebpf.source import bcc_dialect
+
+ENOTSUPP = 524  # the kernel's internal 'operation not supported' (include/linux/errno.h)
+
+DIST_PACKAGES = "/usr/lib/python3/dist-packages"
+BPFFS = Path("/sys/fs/bpf")
+BPF_ANY = 0
+
+
+def require_root(what: str) -> None:
+    """Raise SubcError unless running as root (``what`` names the command)."""
+    if os.geteuid() != 0:
+        raise SubcError(f"{what} needs root (CAP_BPF and CAP_NET_ADMIN): run it with sudo")
+
+
+def import_bcc():
+    """The ``bcc`` module (Debian's, on the system Python path); SubcError naming the package if absent."""
+    try:
+        import bcc  # noqa: F401
+    except ImportError:
+        if DIST_PACKAGES not in sys.path and Path(DIST_PACKAGES, "bcc").is_dir():
+            sys.path.append(DIST_PACKAGES)
+        try:
+            import bcc  # noqa: F401, F811
+        except ImportError as e:
+            raise SubcError(
+                "bcc is not installed: install the Debian package python3-bpfcc (apt-get install python3-bpfcc)"
+            ) from e
+    import bcc
+
+    return bcc
+
+
+def check_kernel_headers() -> None:
+    """Raise SubcError when bcc cannot find kernel headers for the running kernel."""
+    build = Path("/lib/modules") / platform.release() / "build"
+    if not (build / "include").exists() and not Path("/sys/kernel/kheaders.tar.xz").exists():
+        raise SubcError(
+            f"no kernel headers for {platform.release()} (bcc needs {build}): install linux-headers-amd64 "
+            f"(or linux-headers-{platform.release()}) and link {build} to /usr/src/linux-headers-*-amd64 "
+            f"and {build.parent / 'source'} to /usr/src/linux-headers-*-common"
+        )
+
+
+class _StderrCapture:
+    """Capture file descriptor 2 (libbcc prints compiler and verifier logs there)."""
+
+    def __enter__(self):
+        sys.stderr.flush()
+        self.tmp = tempfile.TemporaryFile()
+        self.saved = os.dup(2)
+        os.dup2(self.tmp.fileno(), 2)
+        return self
+
+    def __exit__(self, *exc):
+        sys.stderr.flush()
+        os.dup2(self.saved, 2)
+        os.close(self.saved)
+        self.tmp.seek(0)
+        self.text = self.tmp.read().decode("utf-8", "replace")
+        self.tmp.close()
+        return False
+
+
+def _tail(text: str, n: int = 25) -> str:
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return "\n".join(lines[-n:])
+
+
+@dataclass
+class Program:
+    """A compiled BPF object (bcc), its loaded XDP and TC functions, their tail-call targets
+    (``tails``: the programs of :data:`TAIL_CALLS`, in order) and the fan-out's devmap program
+    (``egress``: ``subc_egress``, or None when not loaded)."""
+
+    bpf: object
+    xdp: object
+    tc: object
+    tails: list = field(default_factory=list)
+    egress: object = None
+
+    def map_fd(self, name: str) -> int:
+        return self.bpf[name.encode()].map_fd
+
+    def close(self) -> None:
+        """Release the object's program and map file descriptors (bcc's ``cleanup``); programs
+        and maps that are pinned or attached stay in the kernel."""
+        self.bpf.cleanup()
+
+
+#: Tail-call targets: (function, program type, prog array holding it, index in that array).
+#: ``devmap``: an XDP program loaded for device map entries (expected attach type BPF_XDP_DEVMAP).
+TAIL_CALLS = (
+    ("subc_xdp_more", "xdp", "subc_jmp_xdp", 0),
+    ("subc_xdp_one", "xdp", "subc_jmp_xdp", 1),
+    ("subc_xdp_fan", "xdp", "subc_jmp_xdp", 2),
+    ("subc_tc_more", "tc", "subc_jmp_tc", 0),
+)
+#: ``enum bpf_attach_type`` value of BPF_XDP_DEVMAP (include/uapi/linux/bpf.h).
+BPF_XDP_DEVMAP = 33
+
+
+def compile_and_load(
+    src: str, cflags: list[str], xdp_fn: str = "subc_xdp", tc_fn: str = "subc_tc", egress_fn: str | None = None
+) -> Program:
+    """Compile C source ``src`` (one translation unit in standard helper syntax:
+    :func:`~subc.backends.ebpf.source.program_source`; rewritten for bcc by
+    :func:`~subc.backends.ebpf.source.bcc_dialect`) with bcc and load ``xdp_fn`` (XDP)
+    and ``tc_fn`` (SCHED_CLS), the
+    tail-call targets of :data:`TAIL_CALLS` into their prog arrays, and ``egress_fn`` (when given)
+    as a devmap program (expected attach type BPF_XDP_DEVMAP).
+
+    Raises SubcError when not root, when bcc or kernel headers are missing, when clang fails
+    (with its messages), or when the verifier rejects a program (with its last lines).
+    """
+    require_root("loading BPF programs")
+    bcc = import_bcc()
+    check_kernel_headers()
+    with _StderrCapture() as cap:
+        try:
+            b = bcc.BPF(text=bcc_dialect(src).encode(), cflags=cflags)
+        except Exception as e:  # bcc raises Exception on compile errors
+            err = e
+        else:
+            err = None
+    if err is not None:
+        raise SubcError(f"bcc could not compile the program: {err}\n{_tail(cap.text)}")
+    fns = {}
+    kinds = {"xdp": (bcc.BPF.XDP, -1), "tc": (bcc.BPF.SCHED_CLS, -1), "devmap": (bcc.BPF.XDP, BPF_XDP_DEVMAP)}
+    todo = [(xdp_fn, kinds["xdp"]), (tc_fn, kinds["tc"])] + [(n, kinds[k]) for n, k, _, _ in TAIL_CALLS]
+    if egress_fn:
+        todo.append((egress_fn, kinds["devmap"]))
+    for name, (kind, attach) in todo:
+        with _StderrCapture() as cap:
+            try:
+                fns[name] = b.load_func(name.encode(), kind, attach_type=attach)
+                err = None
+            except Exception as e:
+                err = e
+        if err is not None:
+            raise SubcError(
+                f"the kernel verifier rejected {name}: {err}\nverifier log (last lines):\n{_tail(cap.text)}"
+            )
+    tails = [fns[n] for n, _, _, _ in TAIL_CALLS]
+    for (_, _, array, index), fn in zip(TAIL_CALLS, tails):
+        b[array.encode()][ct.c_int(index)] = ct.c_int(fn.fd)
+    return Program(b, fns[xdp_fn], fns[tc_fn], tails, fns.get(egress_fn) if egress_fn else None)
+
+
+def _lib():
+    return import_bcc().libbcc.lib
+
+
+def possible_cpus() -> int:
+    """Number of possible CPUs (the per-CPU value count of per-CPU maps; CPU ids are below it)."""
+    import_bcc()
+    from bcc.utils import get_possible_cpus
+
+    return max(get_possible_cpus()) + 1
+
+
+class Map:
+    """A BPF map by file descriptor: ``key_size`` and ``value_size`` in bytes; per-CPU maps
+    read and write ``value_size`` rounded up to 8, times the possible CPUs.  With ``owned`` (a
+    descriptor of :func:`obj_get`), :meth:`close` closes the descriptor."""
+
+    def __init__(
+        self, fd: int, key_size: int, value_size: int, percpu: bool = False, name: str = "", owned: bool = False
+    ):
+        self.fd, self.key_size, self.value_size, self.percpu, self.name = fd, key_size, value_size, percpu, name
+        self.owned = owned
+        self.ncpu = possible_cpus() if percpu else 1
+        self.slot = (value_size + 7) // 8 * 8 if percpu else value_size
+        self.lib = _lib()
+        self._batch = self._batch_delete = True  # until the kernel says the map type has no batch operations
+
+    def close(self) -> None:
+        """Close the descriptor when this handle owns it (the map lives on while pinned or used)."""
+        if self.owned and self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def _err(self, what: str) -> SubcError:
+        e = ct.get_errno()
+        return SubcError(f"BPF map {self.name}: {what} failed: {os.strerror(e) if e else 'error'}")
+
+    def update(self, key: bytes, value: bytes, flags: int = BPF_ANY) -> None:
+        """Write one entry (``value`` for every CPU of a per-CPU map); SubcError when the map is full."""
+        if self.percpu:
+            value = (value + bytes(self.slot - len(value))) * self.ncpu
+        k, v = ct.create_string_buffer(key, len(key)), ct.create_string_buffer(value, len(value))
+        if self.lib.bpf_update_elem(self.fd, ct.cast(k, ct.c_void_p), ct.cast(v, ct.c_void_p), flags) < 0:
+            raise self._err("update")
+
+    def update_batch(self, keys: list[bytes], values: list[bytes]) -> None:
+        """Write the entries (``keys[i]``, ``values[i]``) in order, with one BPF_MAP_UPDATE_BATCH
+        (Linux 5.6) where the map type has it (hash and array maps), else one update each.
+        SubcError when the map is full (the entries before the failing one are written)."""
+        if not keys:
+            return
+        if not self._batch:
+            for k, v in zip(keys, values):
+                self.update(k, v)
+            return
+        if self.percpu:
+            values = [(v + bytes(self.slot - len(v))) * self.ncpu for v in values]
+        kb, vb = b"".join(keys), b"".join(values)
+        k, v = ct.create_string_buffer(kb, len(kb)), ct.create_string_buffer(vb, len(vb))
+        cnt = ct.c_uint32(len(keys))
+        if self.lib.bpf_update_batch(self.fd, ct.cast(k, ct.c_void_p), ct.cast(v, ct.c_void_p), ct.byref(cnt)) >= 0:
+            return
+        e = ct.get_errno()
+        if e in (errno.EINVAL, errno.EOPNOTSUPP, ENOTSUPP) and cnt.value == 0:  # no batch operations here
+            self._batch = False
+            self.update_batch(keys, [v[: self.value_size] for v in values] if self.percpu else values)
+            return
+        raise self._err("batch update")
+
+    def delete_batch(self, keys: list[bytes]) -> None:
+        """Delete ``keys`` (absent ones are skipped) with BPF_MAP_DELETE_BATCH where the map type
+        has it (hash maps), else one delete each."""
+        i = 0
+        while i < len(keys):
+            if not self._batch_delete:
+                for key in keys[i:]:
+                    self.delete(key)
+                return
+            kb = b"".join(keys[i:])
+            k = ct.create_string_buffer(kb, len(kb))
+            cnt = ct.c_uint32(len(keys) - i)
+            if self.lib.bpf_delete_batch(self.fd, ct.cast(k, ct.c_void_p), ct.cast(ct.pointer(cnt), ct.c_void_p)) >= 0:
+                return
+            e = ct.get_errno()
+            if e in (errno.EINVAL, errno.EOPNOTSUPP, ENOTSUPP) and cnt.value == 0:
+                self._batch_delete = False
+                continue
+            if e != errno.ENOENT:
+                raise self._err("batch delete")
+            i += cnt.value + 1  # the key at cnt.value is absent: skip it
+
+    def lookup(self, key: bytes) -> bytes | list[bytes] | None:
+        """The value of ``key`` (per-CPU maps: one value per CPU), or None."""
+        k = ct.create_string_buffer(key, len(key))
+        v = ct.create_string_buffer(self.slot * self.ncpu)
+        if self.lib.bpf_lookup_elem(self.fd, ct.cast(k, ct.c_void_p), ct.cast(v, ct.c_void_p)) < 0:
+            return None
+        raw = v.raw
+        if self.percpu:
+            return [raw[i * self.slot : i * self.slot + self.value_size] for i in range(self.ncpu)]
+        return raw[: self.value_size]
+
+    def delete(self, key: bytes) -> bool:
+        k = ct.create_string_buffer(key, len(key))
+        return self.lib.bpf_delete_elem(self.fd, ct.cast(k, ct.c_void_p)) == 0
+
+    def keys(self) -> list[bytes]:
+        """All keys (a snapshot; hash and trie maps)."""
+        out = []
+        cur = None
+        nxt = ct.create_string_buffer(self.key_size)
+        while True:
+            if cur is None:
+                rc = self.lib.bpf_get_next_key(self.fd, None, ct.cast(nxt, ct.c_void_p))
+            else:
+                k = ct.create_string_buffer(cur, len(cur))
+                rc = self.lib.bpf_get_next_key(self.fd, ct.cast(k, ct.c_void_p), ct.cast(nxt, ct.c_void_p))
+            if rc < 0:
+                return out
+            cur = nxt.raw[: self.key_size]
+            out.append(cur)
+
+    def pin(self, path: Path) -> None:
+        pin_fd(self.fd, path)
+
+
+def obj_get(path: Path) -> int:
+    """File descriptor of the pinned object at ``path``; SubcError when absent."""
+    fd = _lib().bpf_obj_get(str(path).encode())
+    if fd < 0:
+        raise SubcError(f"no pinned BPF object at {path}: is subc loaded on this interface?")
+    return fd
+
+
+def pin_fd(fd: int, path: Path) -> None:
+    """Pin the BPF object ``fd`` at ``path`` (on a BPF file system)."""
+    if _lib().bpf_obj_pin(fd, str(path).encode()) < 0:
+        raise SubcError(f"cannot pin a BPF object at {path}: {os.strerror(ct.get_errno())}")
+
+
+def prog_info(fd: int) -> dict:
+    """``{'id', 'xlated_insns', 'jited_bytes', 'verified_insns'}`` of the loaded program ``fd``.
+
+    ``xlated_insns``: instructions after the verifier's rewrites (8 bytes each);
+    ``verified_insns``: instructions the verifier processed over all paths (its complexity
+    measure, limited to 1,000,000; Linux 5.16+, else 0).  From struct bpf_prog_info.
+    """
+    buf = ct.create_string_buffer(256)
+    size = ct.c_uint32(256)
+    if _lib().bpf_obj_get_info(fd, ct.cast(buf, ct.c_void_p), ct.byref(size)) < 0:
+        raise SubcError("bpf_obj_get_info failed")
+    raw = buf.raw
+    u32 = lambda off: int.from_bytes(raw[off : off + 4], sys.byteorder)  # noqa: E731
+    # struct bpf_prog_info (include/uapi/linux/bpf.h): id at 4, jited_prog_len at 16,
+    # xlated_prog_len at 20, verified_insns at 216
+    return {
+        "id": u32(4),
+        "jited_bytes": u32(16),
+        "xlated_insns": u32(20) // 8,
+        "verified_insns": u32(216) if size.value >= 220 else 0,
+    }
+
+
+def _obj_info(fd: int, what: str) -> bytes:
+    buf = ct.create_string_buffer(256)
+    size = ct.c_uint32(256)
+    if _lib().bpf_obj_get_info(fd, ct.cast(buf, ct.c_void_p), ct.byref(size)) < 0:
+        raise SubcError(f"bpf_obj_get_info on {what} failed: {os.strerror(ct.get_errno())}")
+    return buf.raw
+
+
+def obj_id(fd: int, what: str = "a BPF object") -> int:
+    """The kernel's id of the BPF program, map or link ``fd`` (``id`` is at byte 4 of struct
+    bpf_prog_info, bpf_map_info and bpf_link_info alike, include/uapi/linux/bpf.h)."""
+    return int.from_bytes(_obj_info(fd, what)[4:8], sys.byteorder)
+
+
+#: ``enum bpf_cmd`` BPF_LINK_CREATE and ``enum bpf_attach_type`` BPF_XDP (include/uapi/linux/bpf.h).
+BPF_LINK_CREATE = 28
+BPF_XDP = 37
+SYS_BPF = {"x86_64": 321, "aarch64": 280, "armv7l": 386, "riscv64": 280, "ppc64le": 361, "s390x": 351}
+
+
+def xdp_link_create(prog_fd: int, ifindex: int, flags: int) -> int:
+    """Attach the XDP program ``prog_fd`` to interface ``ifindex`` through a BPF link (Linux 5.9)
+    and return the link's descriptor.  ``flags``: XDP_FLAGS_SKB_MODE (2), XDP_FLAGS_DRV_MODE (4)
+    or 0 (the driver's mode when it has one).  The program stays attached while the link is
+    pinned or a descriptor of it is open, and nothing else can replace it meanwhile; when the
+    device goes away the link stays, with no device (:func:`link_xdp_ifindex` 0).
+    Raises SubcError with the kernel's reason (EBUSY: another XDP program is attached)."""
+    nr = SYS_BPF.get(platform.machine())
+    if nr is None:
+        raise SubcError(f"no bpf(2) system call number known for {platform.machine()}")
+    # union bpf_attr, link_create: prog_fd, target_ifindex, attach_type, flags (then zeros)
+    attr = ct.create_string_buffer(
+        b"".join(v.to_bytes(4, sys.byteorder) for v in (prog_fd, ifindex, BPF_XDP, flags)), 64
+    )
+    libc = ct.CDLL(None, use_errno=True)
+    fd = libc.syscall(ct.c_long(nr), ct.c_int(BPF_LINK_CREATE), attr, ct.c_uint(64))
+    if fd < 0:
+        e = ct.get_errno()
+        hint = " (another XDP program is attached)" if e == errno.EBUSY else ""
+        raise SubcError(f"cannot attach XDP to interface index {ifindex}: {os.strerror(e)}{hint}")
+    return fd
+
+
+def link_xdp_ifindex(fd: int) -> int:
+    """The interface index of the XDP link ``fd``: 0 once its device is gone (struct
+    bpf_link_info: type at 0, id at 4, prog_id at 8, the union from byte 16, ``xdp.ifindex``
+    first in it).  Raises SubcError when ``fd`` is not a link."""
+    raw = _obj_info(fd, "an XDP link")
+    return int.from_bytes(raw[16:20], sys.byteorder)
+
+
+def link_prog_id(fd: int) -> int:
+    """The id of the program the BPF link ``fd`` runs (struct bpf_link_info ``prog_id``, byte 8)."""
+    return int.from_bytes(_obj_info(fd, "a BPF link")[8:12], sys.byteorder)
+
+
+class _TestRunOpts(ct.Structure):
+    # struct bpf_test_run_opts of libbpf 1.x (tools/lib/bpf/bpf.h)
+    _fields_ = [
+        ("sz", ct.c_size_t),
+        ("data_in", ct.c_void_p),
+        ("data_out", ct.c_void_p),
+        ("data_size_in", ct.c_uint32),
+        ("data_size_out", ct.c_uint32),
+        ("ctx_in", ct.c_void_p),
+        ("ctx_out", ct.c_void_p),
+        ("ctx_size_in", ct.c_uint32),
+        ("ctx_size_out", ct.c_uint32),
+        ("retval", ct.c_uint32),
+        ("repeat", ct.c_int),
+        ("duration", ct.c_uint32),
+        ("flags", ct.c_uint32),
+        ("cpu", ct.c_uint32),
+        ("batch_size", ct.c_uint32),
+    ]
+
+
+def test_run(prog_fd: int, packet: bytes, repeat: int = 1) -> tuple[int, bytes, int]:
+    """Run a loaded program on ``packet`` with BPF_PROG_TEST_RUN.
+
+    Returns (return code, output packet, mean duration in ns per run).  Raises SubcError when
+    the kernel refuses the test run.
+    """
+    lib = _lib()
+    fn = lib.bpf_prog_test_run_opts
+    fn.argtypes = [ct.c_int, ct.POINTER(_TestRunOpts)]
+    fn.restype = ct.c_int
+    din = ct.create_string_buffer(packet, len(packet))
+    dout = ct.create_string_buffer(len(packet) + 256)
+    opts = _TestRunOpts()
+    opts.sz = ct.sizeof(_TestRunOpts)
+    opts.data_in = ct.cast(din, ct.c_void_p)
+    opts.data_size_in = len(packet)
+    opts.data_out = ct.cast(dout, ct.c_void_p)
+    opts.data_size_out = len(dout)
+    opts.repeat = repeat
+    if fn(prog_fd, ct.byref(opts)) < 0:
+        raise SubcError(f"BPF_PROG_TEST_RUN failed: {os.strerror(ct.get_errno())}")
+    return opts.retval, dout.raw[: opts.data_size_out], opts.duration

@@ -1,0 +1,684 @@
+"""Slicing a rule set field by field, without the global BDD (the compiler's fast path).
+
+The global BDD of :mod:`.bdd` (one variable per action atom, ``F = valid and AND_a (y_a <->
+G_a)``) is canonical but costly to build for 10^5 rules.  Slicing (Algorithm 1 of Jepsen et
+al., HotNets 2018) only needs, at every field boundary, the distinct *residual functions* of the
+rule set and how each field's elementary intervals move between them; this module computes
+exactly those, in layers, and returns the same :class:`~.slicing.Sliced` as
+``slice_bdd(build_bdd(...))``: the same states, numbered the same way, the same runs and
+leaves (tests/test_layered.py checks it against the BDD on random rule sets).
+
+1. **Cubes.**  The rules are grouped by their ``core`` condition (rules of one shape with the same
+   literals share it: :class:`~.ast.Rule`), the field domains come from the distinct predicates,
+   and each distinct condition becomes a list of disjoint *cubes*: per field (in field order) a
+   tuple of elementary-interval index ranges, or None for any value.  A conjunction of
+   predicates is one cube (the intersection per field); any other condition (``or``, ``not``) is
+   built as a BDD with ``dd`` over the interval-index variables and its paths are read off field
+   by field (:func:`~.bdd.index_segments`).
+2. **Items.**  A cube with its rule's atoms is a chain of *items*, interned per level: level n
+   is the atom set, level i is (ranges of field i, item of level i+1).  Rules that agree on
+   fields i.. share their level-i item.  The root's items are kept as a trie (ranges of field 0
+   -> ranges of field 1 -> items of level 2).
+3. **Layers, top down.**  A state at boundary i is a set of level-i items (the rules still
+   alive, by what they still require).  One sweep over a state's range end points gives every
+   elementary interval's next state; next states are identified by a 128-bit Zobrist hash of
+   their item set, kept up to date as items enter and leave, and materialised once each.  The
+   empty set is the dead state.  When the root's ranges on field 0 are pairwise disjoint (an
+   exact field tested with ``==``), each trie group is a next state as it is; when every range
+   of a state runs to the top of the field (``field > P``), items only enter and the sweep uses
+   set operations.
+4. **Minimisation, bottom up.**  A leaf is its atom set; a state of stage i is its runs over the
+   field with next states replaced by their classes, adjacent equal runs merged.  Equal
+   signatures are equal residual functions, which makes the result the reduced diagram.
+5. **Numbering, top down,** in the order of :func:`~.slicing.slice_bdd`: states in number order,
+   runs in value order, next states numbered on first sight; an example packet per state.
+
+A rule with an empty condition (no packet) contributes no cube.  The number of states per
+boundary is bounded (:class:`~subc.lang.limits.Limits`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import reduce
+from itertools import chain
+from operator import attrgetter, itemgetter, xor
+from random import Random
+from typing import TYPE_CHECKING
+
+from ..lang.ast import And, Expr, Pred, Rule
+from .bdd import ConditionBuilder, FieldDomain, core_predicates, index_segments, predicate_domains
+from .intervals import IntervalSet, interval_index
+from ..lang.limits import DEFAULT_LIMITS, LimitError, Limits
+from .slicing import Leaf, Sliced, Stage, StageState
+from ..spec.model import QueryField
+
+if TYPE_CHECKING:  # dd.cudd is imported where a BDD is built: importing it costs a compile 0.1 s (networkx)
+    from dd import cudd
+
+Ranges = tuple[tuple[int, int], ...] | None
+Cube = tuple[Ranges, ...]
+_DEAD = -1
+_EMPTY = object()  # the index ranges of an empty value set
+_first = itemgetter(0)
+_core_and_atoms = attrgetter("core", "atom_set")
+
+
+def _conjuncts(e: Expr) -> list[Pred] | None:
+    """The predicates of ``e`` when it is a predicate or a conjunction of them, else None."""
+    if isinstance(e, Pred):
+        return [e]
+    if isinstance(e, And):
+        out: list[Pred] = []
+        for x in e.items:
+            sub = _conjuncts(x)
+            if sub is None:
+                return None
+            out += sub
+        return out
+    return None
+
+
+def _index_ranges(dom: FieldDomain, s: IntervalSet) -> Ranges:
+    if s.is_full():
+        return None
+    return tuple((interval_index(dom.cuts, lo), interval_index(dom.cuts, hi)) for lo, hi in s.intervals)
+
+
+class CubeMaker:
+    """Cubes of rule conditions over ``domains`` (see the module docstring, step 1).
+
+    ``domains`` are the :class:`~.bdd.FieldDomain` of the fields in field order (every field the
+    conditions test).  :meth:`cubes` gives the disjoint cubes of a condition: tuples with one entry
+    per domain, the sorted disjoint ``(first, last)`` elementary-interval index ranges the cube allows
+    on that field, or None for any value.  Results are cached per condition object (rules that share
+    a ``core`` condition share its cubes) and per predicate."""
+
+    def __init__(self, domains: list[FieldDomain]):
+        self.domains = domains
+        self.pos = {d.field.name: i for i, d in enumerate(domains)}
+        self._bdd: cudd.BDD | None = None
+        self._builder: ConditionBuilder | None = None
+        self._ranges: dict[tuple[int, int], tuple[IntervalSet, Ranges]] = {}  # (field, id(set)) -> ranges
+        self._by_pred: dict[int, tuple[Pred, int, IntervalSet]] = {}  # id(pred) -> (pred, field, values)
+        self._by_cond: dict[int, tuple[Expr, list[Cube]]] = {}  # id(condition) -> (condition, cubes)
+        self._pred_cube: dict[int, tuple] = {}  # id(pred) -> (pred, field, ranges or _EMPTY)
+
+    def cubes(self, cond: Expr) -> list[Cube]:
+        """The cubes of ``cond`` (an empty list when no packet satisfies it)."""
+        hit = self._by_cond.get(id(cond))
+        if hit is not None and hit[0] is cond:
+            return hit[1]
+        out = self._cubes(cond)
+        self._by_cond[id(cond)] = (cond, out)
+        return out
+
+    def _pred_ranges(self, p: Pred) -> tuple[Pred, int, Ranges | object]:
+        """(p, field position, index ranges of p's values or _EMPTY), cached per predicate."""
+        hit = self._pred_cube.get(id(p))
+        if hit is None or hit[0] is not p:
+            _, i, values = self._pred(p)
+            hit = self._pred_cube[id(p)] = (p, i, _EMPTY if values.is_empty() else self._index_ranges(i, values))
+        return hit
+
+    def _index_ranges(self, i: int, s: IntervalSet) -> Ranges:
+        hit = self._ranges.get((i, id(s)))
+        if hit is not None and hit[0] is s:
+            return hit[1]
+        out = _index_ranges(self.domains[i], s)
+        self._ranges[(i, id(s))] = (s, out)
+        return out
+
+    def _pred(self, p: Pred) -> tuple[Pred, int, IntervalSet]:
+        hit = self._by_pred.get(id(p))
+        if hit is None or hit[0] is not p:
+            hit = self._by_pred[id(p)] = (p, self.pos[p.field], p.values())
+        return hit
+
+    def _cubes(self, cond: Expr) -> list[Cube]:
+        if type(cond) is And and all(type(p) is Pred for p in cond.items):
+            # the common case: predicates on distinct fields, each its own cached ranges
+            cube: list[Ranges] = [None] * len(self.domains)
+            seen = set()
+            for p in cond.items:
+                _, i, ranges = self._pred_ranges(p)
+                if i in seen:
+                    break
+                if ranges is _EMPTY:
+                    return []
+                seen.add(i)
+                cube[i] = ranges
+            else:
+                return [tuple(cube)]
+        flat = _conjuncts(cond)
+        if flat is None:
+            return self._bdd_cubes(cond)
+        per: dict[int, IntervalSet] = {}
+        for p in flat:
+            _, i, values = self._pred(p)
+            per[i] = per[i].intersect(values) if i in per else values
+        cube: list[Ranges] = [None] * len(self.domains)
+        cache = self._ranges
+        for i, s in per.items():
+            hit = cache.get((i, id(s)))
+            if hit is not None and hit[0] is s:  # value sets of equal predicates are one object
+                cube[i] = hit[1]
+                continue
+            if s.is_empty():
+                return []
+            cube[i] = _index_ranges(self.domains[i], s)
+            cache[(i, id(s))] = (s, cube[i])
+        return [tuple(cube)]
+
+    def _bdd_cubes(self, cond: Expr) -> list[Cube]:
+        if self._bdd is None:
+            from dd import cudd
+
+            self._bdd = cudd.BDD()
+            self._bdd.configure(reordering=False)
+            for d in self.domains:
+                self._bdd.declare(*d.vars)
+            self._builder = ConditionBuilder(self._bdd, {d.field.name: d for d in self.domains})
+        bdd, n, out = self._bdd, len(self.domains), []
+
+        def walk(node: cudd.Function, i: int, acc: list[Ranges]) -> None:
+            if node == bdd.false:
+                return
+            if i == n or node == bdd.true:
+                out.append(tuple(acc + [None] * (n - i)))
+                return
+            dom = self.domains[i]
+            groups: dict[int, tuple[cudd.Function, list[tuple[int, int]]]] = {}
+            for first, last, child in index_segments(bdd, node, dom):
+                if child == bdd.false:
+                    continue
+                rs = groups.setdefault(int(child), (child, []))[1]
+                if rs and rs[-1][1] + 1 == first:
+                    rs[-1] = (rs[-1][0], last)
+                else:
+                    rs.append((first, last))
+            for child, rs in groups.values():
+                walk(child, i + 1, acc + [None if rs == [(0, dom.k - 1)] else tuple(rs)])
+
+        walk(self._builder.expr(cond), 0, [])
+        return out
+
+
+def _zobrist_keys(level: int, count: int) -> list[int]:
+    """``count`` pseudo-random 128-bit keys for the items of ``level`` (deterministic: a generator
+    seeded with the level).  They only identify item sets (a state's hash is the XOR of its items'
+    keys); the numbering of states never depends on their values."""
+    bits = Random(0x5EED0000 + level).getrandbits
+    return [bits(128) for _ in range(count)]
+
+
+def _sweep(
+    groups: dict,
+    k: int,
+    zob: list[int],
+    index: dict[int, int],
+    states: list[tuple[int, ...]],
+    leaf_atoms: tuple | None = None,
+) -> list[tuple[int, int, int]]:
+    """Runs ``(first, last, next state)`` of one state over the index range [0, k).
+
+    The state is given as ``groups``: index ranges (or None: every index) -> the distinct next
+    items whose ranges they are.  Next states are found in / added to ``index`` (Zobrist hash ->
+    state number) and ``states`` (state number -> item tuple).  _DEAD: no item.  ``leaf_atoms``,
+    when the items are leaf items: (item -> its atoms, dict state number -> the atoms of its
+    items) to fill where that comes cheap (see :func:`_sweep_suffixes`).
+    """
+    if all(r is None or (len(r) == 1 and r[0][1] == k - 1) for r in groups):
+        return _sweep_suffixes(groups, k, zob, index, states, leaf_atoms)
+    events: list[tuple[int, int, list]] = []
+    count: dict[int, int] = {}
+    h = 0
+    for ranges, items in groups.items():
+        if ranges is None:
+            for x in items:
+                c = count.get(x)
+                if c is None:
+                    count[x] = 1
+                    h ^= zob[x]
+                else:
+                    count[x] = c + 1
+        else:
+            for a, b in ranges:
+                events.append((a, 1, items))
+                if b + 1 < k:
+                    events.append((b + 1, -1, items))
+    events.sort(key=_first)
+    runs: list[tuple[int, int, int]] = []
+    start, j, ne = 0, 0, len(events)
+    while True:
+        p = events[j][0] if j < ne else k
+        if p > start:  # the segment [start, p - 1] has the current item set
+            if not count:
+                tgt = _DEAD
+            else:
+                tgt = index.get(h)
+                if tgt is None:
+                    tgt = index[h] = len(states)
+                    states.append(tuple(sorted(count)))
+            if runs and runs[-1][2] == tgt:
+                runs[-1] = (runs[-1][0], p - 1, tgt)
+            else:
+                runs.append((start, p - 1, tgt))
+            start = p
+        if j >= ne:
+            return runs
+        while j < ne and events[j][0] == p:
+            _, d, items = events[j]
+            if d == 1:
+                for x in items:
+                    c = count.get(x)
+                    if c is None:
+                        count[x] = 1
+                        h ^= zob[x]
+                    else:
+                        count[x] = c + 1
+            else:
+                for x in items:
+                    c = count[x]
+                    if c == 1:
+                        del count[x]
+                        h ^= zob[x]
+                    else:
+                        count[x] = c - 1
+            j += 1
+
+
+def _sweep_suffixes(
+    groups: dict,
+    k: int,
+    zob: list[int],
+    index: dict[int, int],
+    states: list[tuple[int, ...]],
+    leaf_atoms: tuple | None = None,
+) -> list[tuple[int, int, int]]:
+    """:func:`_sweep` when every group's ranges are one interval up to the last index (``field >
+    P``, say) or every index: items only ever enter, so the current set is a set (set operations
+    instead of counts), and so is the union of their atoms (``leaf_atoms``)."""
+    starts = sorted(((0 if r is None else r[0][0], items) for r, items in groups.items()), key=_first)
+    atoms_of, atoms_out = leaf_atoms if leaf_atoms is not None else (None, None)
+    acc: set = set()  # the atoms of the active items
+    active: set[int] = set()
+    h = 0
+    runs: list[tuple[int, int, int]] = []
+    start, j, ne = 0, 0, len(starts)
+    while True:
+        p = starts[j][0] if j < ne else k
+        if p > start:  # the segment [start, p - 1] has the current item set
+            if not active:
+                tgt = _DEAD
+            else:
+                tgt = index.get(h)
+                if tgt is None:
+                    tgt = index[h] = len(states)
+                    states.append(tuple(active))  # (any order: a state is a set)
+                    if atoms_out is not None:
+                        atoms_out[tgt] = frozenset(acc)  # (copied with the stored hashes)
+            if runs and runs[-1][2] == tgt:
+                runs[-1] = (runs[-1][0], p - 1, tgt)
+            else:
+                runs.append((start, p - 1, tgt))
+            start = p
+        if j >= ne:
+            return runs
+        while j < ne and starts[j][0] == p:
+            new = set(starts[j][1]).difference(active)
+            if new:
+                active |= new
+                h = reduce(xor, map(zob.__getitem__, new), h)
+                if atoms_of is not None:
+                    acc.update(chain.from_iterable(map(atoms_of, new)))
+            j += 1
+
+
+def _groups(state: tuple[int, ...], keys: list) -> dict:
+    """A state's items (``keys[item]`` = (ranges, next item)) grouped by their ranges."""
+    groups: dict = {}
+    for it in state:
+        ranges, nxt = keys[it]
+        g = groups.get(ranges)
+        if g is None:
+            groups[ranges] = [nxt]
+        else:
+            g.append(nxt)
+    return groups
+
+
+def _check_limits(states: int, items: int, limits: Limits, dom: FieldDomain, order: Sequence[str]) -> None:
+    if states > limits.max_states or items > limits.max_layer_items:
+        what = (
+            f"more than {limits.max_states:,} states"
+            if states > limits.max_states
+            else f"states holding more than {limits.max_layer_items:,} rule items"
+        )
+        raise StateLimitExceeded(
+            f"the rule set needs {what} by field {dom.field.name} (field order "
+            f"{', '.join(order)}); the limit is --max-states {limits.max_states:,}. The diagram "
+            "grows with the combinations of fields the rules test together: rules with few "
+            "predicates over many fields can need exponentially many states"
+        )
+
+
+def _root_by_point(root: dict, ranges0: list, k: int, states: list) -> list[tuple[int, int, int]] | None:
+    """The root's runs when its groups' ranges on field 0 are pairwise disjoint (an exact field
+    tested with ``==`` or ``in``, say): each group's trie (range id of field 1 -> items) is a next
+    state as it is, numbered on first sight in value order (equal tries are one state) and appended
+    to ``states``.  None when some ranges overlap (or some group allows any value)."""
+    spans = []
+    for c0, g in root.items():
+        ranges = ranges0[c0]
+        if ranges is None:
+            return None
+        for a, b in ranges:
+            spans.append((a, b, c0))
+    spans.sort(key=_first)
+    for (_, b, _), (a, _, _) in zip(spans, spans[1:]):
+        if a <= b:
+            return None
+    state_of: dict[int, int] = {}  # c0 -> next state
+    by_size: dict[tuple[int, int], list[int]] = {}  # (groups, items) -> states of that size
+    for _, _, c0 in spans:
+        if c0 not in state_of:
+            g = root[c0]
+            same = by_size.setdefault((len(g), sum(map(len, g.values()))), [])
+            st = next((x for x in same if states[x] == g), None)  # equal tries: one state
+            if st is None:
+                st = len(states)
+                states.append(g)
+                same.append(st)
+            state_of[c0] = st
+    runs: list[tuple[int, int, int]] = []
+    start = 0
+    for a, b, c0 in spans:
+        if a > start:
+            runs.append((start, a - 1, _DEAD))
+        t = state_of[c0]
+        if runs and runs[-1][2] == t:
+            runs[-1] = (runs[-1][0], b, t)
+        else:
+            runs.append((a, b, t))
+        start = b + 1
+    if start < k:
+        runs.append((start, k - 1, _DEAD))
+    return runs
+
+
+def _root_groups(root: dict, n: int, ranges_of: list, interned: list, keys: list) -> dict:
+    """The root state as groups for :func:`_sweep` (ranges of field 0 -> items of level 1), the
+    items of level 1 interned from the root's trie."""
+    if n < 2:
+        return {ranges_of[0][c0]: x for c0, x in root.items()} if n else {}
+    d1, k1, r1 = interned[1], keys[1], ranges_of[1]
+    groups = {}
+    for c0, g in root.items():
+        items = set()
+        for c1, x in g.items():
+            for it2 in x:
+                key = (c1, it2)
+                it = d1.get(key)
+                if it is None:
+                    it = d1[key] = len(k1)
+                    k1.append((r1[c1], it2))
+                items.add(it)
+        groups[ranges_of[0][c0]] = items
+    return groups
+
+
+class SliceBudgetExceeded(Exception):
+    """:func:`slice_rules` did more work than its ``max_work`` allows."""
+
+
+class StateLimitExceeded(LimitError):
+    """:func:`slice_rules` needs more states (or items in them) than the limits allow."""
+
+
+def slice_rules(
+    rules: Sequence[Rule],
+    fields: dict[str, QueryField],
+    order: Sequence[str],
+    max_work: int | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+) -> Sliced:
+    """The sliced stages of ``rules`` in field ``order`` (see the module docstring).
+
+    Equal to ``slice_bdd(build_bdd(rules, fields, order))``.  Raises ValueError if ``order``
+    misses a field the rules use, :class:`SliceBudgetExceeded` as soon as the sweeps have
+    visited more than ``max_work`` items in all (``Sliced.work`` is that count; the order search
+    uses it to drop a field order early), and :class:`StateLimitExceeded` when the boundaries have
+    more than ``limits.max_states`` states in all, or their item sets hold more than
+    ``limits.max_layer_items`` items in all (before minimisation).
+    """
+    n = len(order)
+    interned: list[dict] = [{} for _ in range(n + 1)]
+    keys: list[list] = [[] for _ in range(n + 1)]
+
+    # 1. the rules grouped by core condition (rules of one shape with the same literals share it),
+    #    each with the level-n items (atom sets) of its rules: by_core[id(core)] = (core, items)
+    leaf_ids, leaf_keys = interned[n], keys[n]
+    by_core: dict[int, tuple] = {}
+    for core, atoms in map(_core_and_atoms, rules):
+        leaf = None
+        if atoms:
+            leaf = leaf_ids.get(atoms)
+            if leaf is None:
+                leaf = leaf_ids[atoms] = len(leaf_keys)
+                leaf_keys.append(atoms)
+        g = by_core.get(id(core))
+        if g is None:
+            g = by_core[id(core)] = (core, [])  # (keeps the core alive: its id stays its own)
+        if leaf is not None:
+            g[1].append(leaf)  # (a list: a million rules' sets would take 80 MB more)
+    domains = predicate_domains(core_predicates([c for c, _ in by_core.values()]), fields, order)
+
+    # 2. items: level n is the atom set, level i (ranges of field i, item of level i + 1), interned
+    #    per level; ranges are numbered per field.  The root state's items are kept as a trie:
+    #    root[range id of field 0][range id of field 1] = items of level 2 (n >= 2), or
+    #    root[range id of field 0] = leaf items (n == 1), root[None] = leaf items (n == 0)
+    range_ids: list[dict] = [{None: 0} for _ in range(n)]
+    ranges_of: list[list] = [[None] for _ in range(n)]  # range id 0: any value
+    levels = range(n - 1, 1, -1)
+    root: dict = {}
+    maker = CubeMaker(domains)
+    cubes_of = maker.cubes
+
+    def range_id(i: int, ranges: Ranges) -> int:
+        x = range_ids[i].get(ranges)
+        if x is None:
+            x = range_ids[i][ranges] = len(ranges_of[i])
+            ranges_of[i].append(ranges)
+        return x
+
+    by_pred: dict[int, tuple] = {}  # id(pred) -> (pred, field position, range id or -1: no value)
+    for core, leaves in by_core.values():
+        if not leaves:
+            continue
+        # a predicate or a conjunction of predicates on distinct fields (most rules): its cube from
+        # the range ids of its predicates; anything else through CubeMaker
+        cube_list = None
+        kind = type(core)
+        if kind is Pred or kind is And:
+            ids = [0] * n
+            seen = 0
+            for p in core.items if kind is And else (core,):
+                if type(p) is not Pred:
+                    break
+                hit = by_pred.get(id(p))
+                if hit is None:
+                    _, i, ranges = maker._pred_ranges(p)
+                    hit = by_pred[id(p)] = (p, i, -1 if ranges is _EMPTY else range_id(i, ranges))
+                i = hit[1]
+                if seen >> i & 1:
+                    break
+                seen |= 1 << i
+                if hit[2] < 0:
+                    cube_list = []
+                    break
+                ids[i] = hit[2]
+            else:
+                cube_list = [ids]
+        if cube_list is None:
+            cube_list = [[range_id(i, ranges) for i, ranges in enumerate(cube)] for cube in cubes_of(core)]
+        for ids in cube_list:
+            if n < 2:
+                c0 = ids[0] if n else None
+                g = root.get(c0)
+                if g is None:
+                    root[c0] = list(leaves)
+                else:
+                    g.extend(leaves)
+                continue
+            if n == 2:
+                items = leaves
+            else:
+                items = []
+                for leaf in leaves:
+                    it = leaf
+                    for i in levels:
+                        key = (ids[i], it)
+                        d = interned[i]
+                        x = d.get(key)
+                        if x is None:
+                            x = d[key] = len(keys[i])
+                            keys[i].append((ranges_of[i][ids[i]], it))
+                        it = x
+                    items.append(it)
+            g = root.get(ids[0])
+            if g is None:
+                g = root[ids[0]] = {}
+            s1 = g.get(ids[1])
+            if s1 is None:
+                g[ids[1]] = list(items)
+            else:
+                s1.extend(items)
+    del by_core
+    # the trie's item lists as sorted tuples without repeats (a set per entry: far more memory)
+    for c0, g in root.items():
+        if n < 2:
+            root[c0] = tuple(sorted(set(g)))
+        else:
+            for c1, x in g.items():
+                g[c1] = tuple(sorted(set(x)))
+
+    # 3. layers, top down: layer_states[i] = the states before field i (item tuples; the root, and
+    #    the states after field 0 when they come straight from the root's trie, as groups);
+    #    layer_runs[i] = runs per state
+    work = n_states = items_total = 0
+    layer_runs: list[list[list[tuple[int, int, int]]]] = []
+    leaf_atoms_of: dict[int, frozenset] = {}  # state after the last field -> atoms, where a sweep gave them
+    if n == 0:
+        layer_states: list[list] = [[root[None]] if root else []]
+    elif not root:
+        layer_states = [[]]
+    else:
+        layer_states = [[None]]  # the root, swept below
+    for i, dom in enumerate(domains):
+        nxt_states: list = []
+        runs_i = []
+        if i == 0:
+            if not root:
+                layer_runs.append(runs_i)
+                layer_states.append(nxt_states)
+                continue
+            work += sum(len(x) for g in root.values() for x in (g.values() if n >= 2 else (g,)))
+            if max_work is not None and work > max_work:
+                raise SliceBudgetExceeded(f"more than {max_work} item visits in field order {list(order)}")
+            runs = _root_by_point(root, ranges_of[0], dom.k, nxt_states) if n >= 2 else None
+            if runs is None:
+                groups = _root_groups(root, n, ranges_of, interned, keys)
+                runs = _sweep(groups, dom.k, _zobrist_keys(1, len(keys[1])), {}, nxt_states)
+                sizes = map(len, nxt_states)
+            else:
+                nxt_states = [{ranges_of[1][c1]: x for c1, x in g.items()} for g in nxt_states]
+                sizes = (sum(map(len, g.values())) for g in nxt_states)
+            runs_i.append(runs)
+            items_total += sum(sizes)
+            _check_limits(n_states + len(nxt_states), items_total, limits, dom, order)
+        else:
+            zob = _zobrist_keys(i + 1, len(keys[i + 1]))
+            index: dict[int, int] = {}
+            last = (keys[n].__getitem__, leaf_atoms_of) if i == n - 1 else None
+            for s in layer_states[i]:
+                if type(s) is dict:  # groups straight from the root's trie
+                    groups, size = s, sum(map(len, s.values()))
+                else:
+                    groups, size = _groups(s, keys[i]), len(s)
+                work += size
+                if max_work is not None and work > max_work:
+                    raise SliceBudgetExceeded(f"more than {max_work} item visits in field order {list(order)}")
+                before = len(nxt_states)
+                runs_i.append(_sweep(groups, dom.k, zob, index, nxt_states, last))
+                for j in range(before, len(nxt_states)):
+                    items_total += len(nxt_states[j])
+                _check_limits(n_states + len(nxt_states), items_total, limits, dom, order)
+        layer_runs.append(runs_i)
+        layer_states.append(nxt_states)
+        n_states += len(nxt_states)
+
+    # 4. minimisation, bottom up: cls_below[state] = class of a state of the layer below;
+    #    sigs[i][class] = runs of stage i with next states as classes
+    leaf_atoms: list[frozenset] = []
+    leaf_class: dict[frozenset, int] = {}
+    cls_below: list[int] = []
+    atoms_of = keys[n].__getitem__
+    # when every rule has one atom, distinct leaf states (sets of atom sets) have distinct atoms
+    singletons = all(len(a) == 1 for a in keys[n])
+    for j, s in enumerate(layer_states[n]):
+        atoms = leaf_atoms_of.get(j)
+        if atoms is None:
+            atoms = frozenset(set(chain.from_iterable(map(atoms_of, s))))  # (from a set: sized to fit, half the memory)
+        if singletons:
+            c = len(leaf_atoms)
+            leaf_atoms.append(atoms)
+        else:
+            c = leaf_class.get(atoms)
+            if c is None:
+                c = leaf_class[atoms] = len(leaf_atoms)
+                leaf_atoms.append(atoms)
+        cls_below.append(c)
+    sigs: list[list[tuple]] = [[] for _ in range(n)]
+    for i in range(n - 1, -1, -1):
+        by_sig: dict[tuple, int] = {}
+        cls_here: list[int] = []
+        for runs in layer_runs[i]:
+            merged: list[tuple[int, int, int]] = []
+            for first, last, t in runs:
+                c = _DEAD if t == _DEAD else cls_below[t]
+                if merged and merged[-1][2] == c:
+                    merged[-1] = (merged[-1][0], last, c)
+                else:
+                    merged.append((first, last, c))
+            sig = tuple(merged)
+            c = by_sig.get(sig)
+            if c is None:
+                c = by_sig[sig] = len(sigs[i])
+                sigs[i].append(sig)
+            cls_here.append(c)
+        cls_below = cls_here
+
+    # 5. numbering, top down (cls_below now holds the root's class)
+    stages: list[Stage] = []
+    root_state = 1 if layer_states[0] else 0
+    current: dict[int, tuple[int, dict]] = {cls_below[0]: (1, {})} if root_state else {}
+    for i, dom in enumerate(domains):
+        nxt: dict[int, tuple[int, dict]] = {}
+        states: list[StageState] = []
+        for c, (sid, path) in sorted(current.items(), key=lambda kv: kv[1][0]):
+            runs = []
+            for first, last, t in sigs[i][c]:
+                lo, hi = dom.interval(first)[0], dom.interval(last)[1]
+                if t == _DEAD:
+                    tgt = 0
+                else:
+                    if t not in nxt:
+                        nxt[t] = (len(nxt) + 1, {**path, dom.field.name: lo})
+                    tgt = nxt[t][0]
+                runs.append((lo, hi, tgt))
+            states.append(StageState(sid, runs))
+        stages.append(Stage(dom, states, len(nxt)))
+        current = nxt
+    leaves = [Leaf(sid, leaf_atoms[c], path) for c, (sid, path) in sorted(current.items(), key=lambda kv: kv[1][0])]
+    return Sliced(stages, leaves, root_state, work)

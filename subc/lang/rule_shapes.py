@@ -1,0 +1,522 @@
+"""Fast rule parsing: Lark parses each distinct rule *shape* once; the other rules of a shape are
+matched by a regular expression built from it and kept as compact deferred rules.
+
+Large rule sets repeat a few shapes with different literals (a million Camus subscriptions are
+one shape: ``add_order.stock == S and add_order.shares > P : fwd(H);``).  The text is a sequence
+of *pieces*, each from the end of the previous rule to just after a ``;`` outside strings and
+comments (:func:`rule_ends`).  A regular expression splits a piece into its literals (strings,
+decimals, hex and decimal integers that are not part of a name) and the text between them; that
+text plus the literals' kinds is the piece's *shape*.
+
+* The first piece of a shape is parsed by Lark (:func:`~.grammar_parser.rule_parser`) and resolved
+  by the rule resolver (:class:`~.rules.RuleResolver`, passed in), like every piece of a shape
+  that cannot be a template (below).
+* Its tree becomes the shape's *template*, and the shape's text with one capturing group per
+  literal becomes the shape's *pattern*: a piece matches the pattern exactly when it splits into
+  that shape.  The following pieces are matched with the patterns of the shapes seen last, one
+  C-level match each; a piece that matches none is split and looked up (or is a new shape).
+* A templated piece becomes a *deferred* :class:`~.ast.Rule`: its index, its start offset, its
+  shape, and a *core* condition and atom set shared by every rule of the shape with the same
+  literal texts (literal values are converted by the resolver's own code, once per field and
+  text).  Its located condition, actions, location and text are built from the template when first
+  asked for (:meth:`Shape.materialize`), by matching the pattern at its offset again.
+
+A shape is a template only when Lark's tokens for its first piece are exactly the literals and
+text the splitter saw (no IPv4/IPv6/MAC literals or prefixes, one rule).
+
+Errors are those of :func:`subc.lang.rules.parse_rules_lark` after
+:func:`~.limits.check_rule_text`.  The limits are checked on the way (the rule count, each piece's
+length, each shape's nesting depth, which every piece of the shape shares).  The first semantic
+error (a field, an operator, a literal, an action) is kept while the rest of the text is still
+checked for limits and syntax; when a limit is exceeded, or a piece is not valid syntax, or the
+text ends in an incomplete rule, the whole text is checked and parsed the reference way (limits,
+then Lark on all of it), so that errors come out exactly as the plain parser reports them.  The
+result equals :func:`~.rules.parse_rules_lark` rule for rule (``tests/test_rule_shapes.py``).
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from itertools import accumulate
+
+from lark import Token, Tree
+from lark.exceptions import UnexpectedInput
+
+from ..errors import SubcError
+from .ast import And, Action, Not, Or, Pred, Rule
+from ..compiler.gcpause import paused_gc
+from .grammar_parser import SourceText, comparison_parts, condition_depth, rule_parser, syntax_error, tree_tokens
+from .limits import DEFAULT_LIMITS, Limits, check_rule_text
+
+#: Rule ends: a ';' outside strings and comments (strings and comments are matched to skip them).
+_ENDS = re.compile(r'"(?:[^"\\\n]|\\.)*"|#[^\n]*|//[^\n]*|;')
+#: Literals of a piece (one capturing group: re.split keeps them).  Names are matched and kept in
+#: the text so that digits inside a name are not literals; comments likewise.
+_SPLIT = re.compile(r'("(?:[^"\\\n]|\\.)*"|(?<![A-Za-z0-9_.])(?:\d+\.\d+|0[xX][0-9A-Fa-f]+|\d+)(?![A-Za-z0-9_]))')
+_COMMENT_OR_SPACE = re.compile(r"(?:\s+|#[^\n]*|//[^\n]*)*\Z")
+_LITERAL_TYPES = ("INT", "HEX", "DECIMAL", "STRING")
+#: A literal of each kind in a shape's pattern (the alternatives of _SPLIT, one group each).  The
+#: text around a literal is fixed by the shape, so it splits there exactly as the first piece did.
+_GROUP = {"STRING": r'("(?:[^"\\\n]|\\.)*")', "DECIMAL": r"(\d+\.\d+)", "HEX": r"(0[xX][0-9A-Fa-f]+)", "INT": r"(\d+)"}
+#: How many shapes' patterns are tried on a piece before it is split and looked up.
+_RECENT = 4
+
+
+def rule_ends(text: str) -> list[int]:
+    """Offsets just after each ';' that ends a rule (outside strings and comments)."""
+    return [m.end() for m in _ENDS.finditer(text) if m.group() == ";"]
+
+
+def _kind(lit: str) -> str:
+    if lit[0] == '"':
+        return "STRING"
+    if "." in lit:
+        return "DECIMAL"
+    if len(lit) > 1 and lit[1] in "xX":
+        return "HEX"
+    return "INT"
+
+
+class _Anomaly(Exception):
+    """The text needs the reference path: a limit exceeded, a syntax error, an incomplete rule."""
+
+
+class Shape:
+    """A rule shape (see the module docstring): ``pattern`` is None when its pieces are parsed by
+    Lark one by one; otherwise it matches exactly its pieces, and once the first piece has been
+    resolved without error, ``template`` builds the others (:meth:`resolve`, :meth:`materialize`)
+    of ``source``, with ``resolver`` (a :class:`~.rules.RuleResolver` over ``source``) for the
+    literals and their errors."""
+
+    def __init__(self, source: SourceText, resolver):
+        self.source, self.resolver = source, resolver
+        self.template: _Template | None = None
+        self.pattern: re.Pattern | None = None
+        self.cond_groups: tuple[int, ...] = ()
+        self.act_groups: tuple[int, ...] = ()
+        self.conditions: dict = {}  # condition literal texts -> core condition
+        self.atom_sets: dict = {}  # action literal texts -> atoms
+
+    def resolve(self, m: re.Match, ck, ak) -> tuple:
+        """(core condition, atoms) of the piece matched by ``m`` with condition and action literal
+        texts ``ck`` and ``ak``, cached; raises SubcError as the resolver would on that piece."""
+        cond = self.conditions.get(ck)
+        r = self.resolver
+        if cond is None:
+            cond = self.conditions[ck] = self.template.cond(m, None, r)
+        atoms = self.atom_sets.get(ak)
+        if atoms is None:
+            atoms = self.atom_sets[ak] = frozenset(a for f in self.template.actions for a in f(m, None, r).atoms())
+        return cond, atoms
+
+    def rebound(self, source: SourceText, resolver) -> "Shape":
+        """This template shape for the pieces of another text (``source``, ``resolver``): the
+        pattern, template and caches are shared."""
+        s = Shape(source, resolver)
+        s.template, s.pattern = self.template, self.pattern
+        s.cond_groups, s.act_groups = self.cond_groups, self.act_groups
+        s.conditions, s.atom_sets = self.conditions, self.atom_sets
+        return s
+
+    def materialize(self, start: int) -> tuple:
+        """(condition, actions, location, text) of the deferred rule whose piece starts at ``start``,
+        with every predicate and action located, as the resolver builds them."""
+        m = self.pattern.match(self.source.text, start)
+        if m is None:  # pragma: no cover - the piece matched when it was parsed
+            raise RuntimeError(f"rule at offset {start} no longer matches its shape")
+        tpl, loc, r = self.template, self.source.location, self.resolver
+        s, e = tpl.start(m), tpl.end(m)
+        return tpl.cond(m, loc, r), tuple(f(m, loc, r) for f in tpl.actions), loc(s), self.source.text[s:e]
+
+
+class _Template:
+    """A shape's rule as closures over a pattern match ``m`` (see :meth:`ShapeParser._template`):
+    ``cond(m, loc, r)``, ``actions`` (each ``f(m, loc, r)``), ``start(m)``, ``end(m)`` (offsets
+    of the rule's first character and just after its ';').  ``loc`` locates an offset of the
+    matched text (None: build without locations); ``r`` is the resolver over that text."""
+
+    __slots__ = ("cond", "actions", "start", "end")
+
+    def __init__(self, cond, actions, start, end):
+        self.cond, self.actions, self.start, self.end = cond, actions, start, end
+
+
+def _offset_fn(part: int, off: int):
+    """The text offset of offset ``off`` in part ``part`` of a piece matched by ``m`` (parts: the
+    text before the first literal, the first literal, the text after it, ...)."""
+    if part == 0:
+        return lambda m: m.start() + off
+    if part % 2:
+        g = (part + 1) // 2
+        return lambda m: m.start(g) + off
+    g = part // 2
+    return lambda m: m.end(g) + off
+
+
+class ShapeCache:
+    """Template shapes kept from one parse to the next, for a program that parses many small texts
+    of few shapes one at a time (``subc serve`` parses each request's condition alone): a text's
+    pieces of a known shape are then matched without Lark.  For one ``spec`` and ``limits``.
+
+    Shapes hold caches of the literal texts they have seen (conditions, operands), so the cache is
+    bounded: it forgets everything after ``max_rules`` rules parsed through it, or when a new shape
+    would make more than ``max_shapes``.  Not thread-safe (one parsing thread)."""
+
+    def __init__(self, spec, limits: Limits = DEFAULT_LIMITS, max_shapes: int = 256, max_rules: int = 200_000):
+        self.spec, self.limits = spec, limits
+        self.max_shapes, self.max_rules = max_shapes, max_rules
+        self.shapes: dict[tuple, Shape] = {}
+        self.rules = 0  # parsed since the cache was last emptied
+
+    def get(self, key: tuple, source: SourceText, resolver) -> Shape | None:
+        """The shape of ``key`` for the pieces of ``source`` (None: not known)."""
+        shape = self.shapes.get(key)
+        return None if shape is None else shape.rebound(source, resolver)
+
+    def put(self, key: tuple, shape: Shape) -> None:
+        """Keep template shape ``shape``."""
+        if len(self.shapes) >= self.max_shapes:
+            self.shapes.clear()
+        self.shapes[key] = shape
+
+    def parsed(self, n: int) -> None:
+        """Note ``n`` rules parsed with the cache."""
+        self.rules += n
+        if self.rules > self.max_rules:
+            self.shapes.clear()
+            self.rules = 0
+
+
+class ShapeParser:
+    """Parse the rule text of ``source`` shape by shape (see the module docstring).
+
+    ``resolver`` is a :class:`~.rules.RuleResolver` over ``source``; rules are numbered from
+    ``first_index``; ``limits`` are those of :func:`~.limits.check_rule_text`; ``cache``: shapes
+    known from earlier parses (:class:`ShapeCache`, of the same spec and limits, else ValueError).
+    :meth:`parse` returns the rules in text order or raises what the reference path raises."""
+
+    def __init__(
+        self,
+        source: SourceText,
+        spec,
+        resolver,
+        first_index: int = 0,
+        limits: Limits = DEFAULT_LIMITS,
+        cache: ShapeCache | None = None,
+    ):
+        if cache is not None and (cache.spec is not spec or cache.limits != limits):
+            raise ValueError("ShapeParser: the shape cache is for another spec or other limits")
+        self.source, self.spec, self.resolver = source, spec, resolver
+        self.first_index, self.limits = first_index, limits
+        self.cache = cache
+        self.shapes: dict[tuple, Shape] = {}
+        self.recent: list[Shape] = []  # templated shapes, most recently used first
+        self.operands: dict[tuple, object] = {}  # (field, kind, text) -> Operand
+        self.action_values: dict[tuple, tuple] = {}  # (name, kinds, texts) -> (name, args)
+        self.index = first_index
+        self.error: SubcError | None = None  # the first semantic error; then only checking
+
+    def parse(self) -> list[Rule]:
+        """The rules of the text (see the class docstring); the cycle collector is paused meanwhile
+        (parsing allocates nothing cyclic)."""
+        declared = dict(self.spec.actions)
+        with paused_gc():
+            try:
+                rules = self._scan()
+            except _Anomaly:
+                rules = None
+        if rules is None:
+            # undo the actions the scan declared: the reference path declares them again in order
+            self.spec.actions.clear()
+            self.spec.actions.update(declared)
+            return self._reference()
+        if self.cache is not None:
+            self.cache.parsed(self.index - self.first_index)
+        if self.error is not None:
+            raise self.error
+        return rules
+
+    def _reference(self) -> list[Rule]:
+        """Limits on the whole text, then Lark on all of it (:func:`~.rules.parse_rules_lark`)."""
+        src = self.source
+        check_rule_text(src.text, src.path, rule_ends(src.text), src.line_offset, self.limits)
+        try:
+            tree = rule_parser().parse(src.text)
+        except UnexpectedInput as e:
+            raise syntax_error(e, src.path, src.text, src.line_offset) from None
+        return [self.resolver.rule(r, self.first_index + i) for i, r in enumerate(tree.children)]
+
+    # -- the scan ------------------------------------------------------------------------------
+    def _scan(self) -> list[Rule]:
+        text = self.source.text
+        n = len(text)
+        rules: list[Rule] = []
+        pos = 0
+        while pos < n:
+            for shape in self.recent:
+                after = self._run(shape, pos, rules)
+                if after != pos:
+                    self._recent(shape)
+                    pos = after
+                    break
+            else:
+                pos = self._piece(pos, rules)
+        return rules
+
+    def _run(self, shape: Shape, pos: int, rules: list[Rule]) -> int:
+        """Consume the consecutive pieces from ``pos`` that match ``shape``'s pattern; returns the
+        offset after them (``pos`` when the first does not match).  _Anomaly when a piece is too
+        long or the rules are too many."""
+        text = self.source.text
+        match = shape.pattern.match
+        max_chars = self.limits.max_rule_chars
+        index = self.index
+        if self.error is None:
+            cg, ag = shape.cond_groups, shape.act_groups
+            conds, atom_sets = shape.conditions, shape.atom_sets
+            new, append = object.__new__, rules.append
+            while True:
+                m = match(text, pos)
+                if m is None:
+                    break
+                end = m.end()
+                if end - pos > max_chars:
+                    raise _Anomaly
+                ck = m.group(*cg) if cg else None
+                ak = m.group(*ag) if ag else None
+                cond = conds.get(ck)
+                atoms = atom_sets.get(ak)
+                if cond is None or atoms is None:
+                    try:
+                        cond, atoms = shape.resolve(m, ck, ak)
+                    except SubcError as e:
+                        self.error = e
+                        index += 1
+                        pos = end
+                        break
+                # Rule.deferred(index, cond, atoms, shape, pos), inlined: this loop runs per rule
+                r = new(Rule)
+                r.index, r.core, r.atom_set, r.shape, r._parts = index, cond, atoms, shape, pos
+                append(r)
+                index += 1
+                pos = end
+        if self.error is not None:
+            while True:  # checking only
+                m = match(text, pos)
+                if m is None:
+                    break
+                end = m.end()
+                if end - pos > max_chars:
+                    raise _Anomaly
+                index += 1
+                pos = end
+        self.index = index
+        if index - self.first_index > self.limits.max_rules:
+            raise _Anomaly
+        return pos
+
+    def _piece(self, pos: int, rules: list[Rule]) -> int:
+        """Handle the piece at ``pos`` that no recent pattern matched; returns the offset after it
+        (after the pieces that follow it with the same pattern, for a known shape)."""
+        text = self.source.text
+        limits = self.limits
+        end = None
+        for m in _ENDS.finditer(text, pos):
+            if m.group() == ";":
+                end = m.end()
+                break
+        if end is None:  # the text after the last rule: comments and white space only
+            if not _COMMENT_OR_SPACE.match(text, pos) or len(text) - pos > limits.max_rule_chars:
+                raise _Anomaly
+            return len(text)
+        if end - pos > limits.max_rule_chars or self.index >= self.first_index + limits.max_rules:
+            raise _Anomaly
+        piece = text[pos:end]
+        parts = _SPLIT.split(piece)
+        key = ("\x00".join(parts[0::2]), tuple(map(_kind, parts[1::2])))
+        shape = self.shapes.get(key)
+        if shape is None and self.cache is not None:
+            shape = self.cache.get(key, self.source, self.resolver)
+            if shape is not None:
+                self.shapes[key] = shape
+        first = shape is None
+        if first:
+            tree = self._lark(piece)
+            shape = self.shapes[key] = Shape(self.source, self.resolver)
+            if self._safe(tree, parts):
+                shape.pattern = re.compile(
+                    "".join(re.escape(p) if i % 2 == 0 else _GROUP[_kind(p)] for i, p in enumerate(parts))
+                )
+        elif shape.pattern is not None:
+            self._recent(shape)
+            after = self._run(shape, pos, rules)
+            if after == pos:  # pragma: no cover - the key says it matches
+                raise _Anomaly
+            return after
+        else:
+            tree = self._lark(piece)
+        # the first piece of a shape, or a piece of a shape that has no pattern: the resolver
+        if self.error is None:
+            try:
+                rules.append(self.resolver.at(pos).rule(tree.children[0], self.index))
+            except SubcError as e:
+                self.error = e
+            else:
+                if first and shape.pattern is not None:
+                    self._template(shape, tree, parts, pos)
+                    if self.cache is not None:
+                        self.cache.put(key, shape)
+        self.index += 1
+        if shape.pattern is not None:
+            self._recent(shape)
+        return end
+
+    def _recent(self, shape: Shape) -> None:
+        if not self.recent or self.recent[0] is not shape:
+            if shape in self.recent:
+                self.recent.remove(shape)
+            self.recent.insert(0, shape)
+            del self.recent[_RECENT:]
+
+    def _lark(self, piece: str) -> Tree:
+        """Lark's tree of one piece; _Anomaly on a syntax error or a condition nested too deep."""
+        try:
+            tree = rule_parser().parse(piece)
+        except UnexpectedInput:
+            raise _Anomaly from None
+        if len(tree.children) != 1:
+            raise _Anomaly  # pragma: no cover - a piece ends at its first ';'
+        if condition_depth(tree.children[0].children[0])[0] > self.limits.max_nesting:
+            raise _Anomaly
+        return tree
+
+    def _safe(self, tree: Tree, parts: list[str]) -> bool:
+        """True when every Lark literal token of the piece is one of the splitter's literals (which
+        may also find some in comments), with no IPv4/IPv6/MAC literal, no prefix, no aggregate
+        and no named counter (compared or updated)."""
+        counters = self.spec.counters
+        for t in tree.iter_subtrees():
+            if t.data in ("prefix", "aggregate", "counter_assign"):
+                return False  # prefixes, and comparisons on state (resolved piece by piece)
+            if (
+                counters
+                and t.data in ("field", "action")
+                and any(str(c) in counters for c in t.children[1 if t.data == "action" else 0 :])
+            ):
+                return False
+        bounds = list(accumulate(map(len, parts)))
+        lit_at = {bounds[i - 1]: parts[i] for i in range(1, len(parts), 2)}
+        for tok in tree_tokens(tree):
+            if tok.type in ("IPV4", "IPV6", "MAC"):
+                return False
+            if tok.type in _LITERAL_TYPES and lit_at.get(tok.start_pos) != str(tok):
+                return False
+        return True
+
+    # -- templates -------------------------------------------------------------------------
+    def _template(self, shape: Shape, tree: Tree, parts: list[str], rep: int) -> None:
+        """Make ``shape`` a template shape from Lark's ``tree`` of its first piece (at offset ``rep``,
+        split into ``parts``, resolved without error): the literal groups of its condition and
+        actions, and closures that build its rules from a pattern match."""
+        rule_tree = tree.children[0]
+        bounds = [0] + list(accumulate(map(len, parts)))
+        group_at = {bounds[i]: (i + 1) // 2 for i in range(1, len(parts), 2)}  # piece offset -> group
+
+        def at(pos: int):
+            i = min(bisect_right(bounds, pos) - 1, len(parts) - 1)
+            return _offset_fn(i, pos - bounds[i])
+
+        rep_resolver = self.resolver.at(rep)
+        operands, action_values = self.operands, self.action_values
+        cond_groups: list[int] = []
+        act_groups: list[int] = []
+
+        def expr(t):
+            if t.data in ("or_", "and_"):
+                # as the resolver: a left-nested chain is one node (walked in a loop)
+                rights, x = [], t
+                while isinstance(x, Tree) and x.data == t.data:
+                    rights.append(x.children[1])
+                    x = x.children[0]
+                fs = tuple([expr(x)] + [expr(y) for y in reversed(rights)])
+                cls = Or if t.data == "or_" else And
+                return lambda m, loc, r: cls(tuple([f(m, loc, r) for f in fs]))
+            if t.data == "not_":
+                f = expr(t.children[0])
+                return lambda m, loc, r: Not(f(m, loc, r))
+            return comparison(t)
+
+        def operand(q, tok: Token):
+            g, kind, qname = group_at[tok.start_pos], tok.type, q.name
+            cond_groups.append(g)
+
+            def f(m, r):
+                text = m.group(g)
+                key = (qname, kind, text)
+                o = operands.get(key)
+                if o is None:
+                    o = operands[key] = r.operand(Token(kind, text, start_pos=m.start(g)), q)
+                return o
+
+            return f
+
+        def comparison(t: Tree):
+            where = at(t.meta.start_pos)
+            if t.data in ("member", "not_member"):
+                q = rep_resolver.field(t.children[0])  # the shape's checks ran on the first piece
+                fs = tuple(operand(q, v) for v in t.children[1:])
+                op = "in" if t.data == "member" else "not in"
+            else:
+                ftree, _, op, value = comparison_parts(t)
+                q = rep_resolver.field(ftree)
+                fs = (operand(q, value),)
+            name, width = q.name, q.width
+            groups = tuple(
+                sorted(
+                    {
+                        group_at[v.start_pos]
+                        for v in (t.children[1:] if t.data in ("member", "not_member") else (value,))
+                    }
+                )
+            )
+            cores: dict = {}  # literal texts -> the predicate without location
+
+            def f(m, loc, r):
+                if loc:
+                    return Pred(name, width, op, tuple([g(m, r) for g in fs]), loc(where(m)))
+                key = m.group(*groups)
+                p = cores.get(key)
+                if p is None:
+                    p = cores[key] = Pred(name, width, op, tuple([g(m, r) for g in fs]), None)
+                return p
+
+            return f
+
+        def action(t: Tree):
+            name_tok, *args = t.children
+            where = at(name_tok.start_pos)
+            groups = tuple(group_at[a.start_pos] for a in args)
+            act_groups.extend(groups)
+            kinds = tuple(a.type for a in args)
+            name = str(name_tok)
+
+            def f(m, loc, r):
+                texts = tuple([m.group(g) for g in groups])
+                key = (name, kinds, texts)
+                v = action_values.get(key)
+                if v is None:
+                    toks = [Token("NAME", name, start_pos=where(m))]
+                    toks += [Token(k, x, start_pos=m.start(g)) for k, x, g in zip(kinds, texts, groups)]
+                    a = r.action(Tree("action", toks))
+                    v = action_values[key] = (a.name, a.args)
+                return Action(v[0], v[1], loc(where(m)) if loc else None)
+
+            return f
+
+        cond_tree, actions_tree = rule_tree.children
+        cond = expr(cond_tree)
+        acts = tuple(action(a) for a in actions_tree.children)
+        shape.template = _Template(cond, acts, at(rule_tree.meta.start_pos), at(rule_tree.meta.end_pos))
+        shape.cond_groups = tuple(sorted(set(cond_groups)))
+        shape.act_groups = tuple(sorted(set(act_groups)))

@@ -1,0 +1,721 @@
+"""Message-format specs: P4_16 headers and parser annotated with ``@pragma query_*`` (Camus format).
+
+A spec declares the packet format (``header`` types, a ``struct`` of header instances,
+constants, typedefs and a ``parser``) and names the fields that rules may use:
+
+=====================================================  ===========================================
+``@pragma query_field(h.f[, width])``                   range matching (all comparisons)
+``@pragma query_field_exact(h.f[, width])``             exact matching (``==``, ``!=``, ``in``)
+``@pragma query_field_lpm(h.f[, width])``               prefix matching (``==``, ``!=``, ``in``, ``/len``)
+``@pragma query_default_action(name)``                  action of packets that match no rule (drop)
+``@pragma query_field_scale(h.f, digits)``              subc: fixed-point field, ``digits`` implied decimals
+``@pragma query_field_alpha(h.f)``                      subc: ASCII text field (ITCH Alpha); strings only
+``@pragma query_payload(h)``                            subc: a message with header ``h`` has a payload
+``@pragma query_topic(h.n, h.l0, h.l1, ...)``           subc: topic levels (count, then one label field each)
+``@pragma query_field_counter(h.f[, window_us])``       Camus: ``h.f`` may be aggregated (a range query field),
+                                                        over tumbling windows of ``window_us`` us
+``@pragma query_window(window_us)``                     subc: the aggregates' default window (0: never ends)
+``@pragma query_time(h.f[, unit])``                     subc: a message's time is field ``h.f`` in ``unit``
+                                                        (ns, us, ms, s) instead of its arrival time
+=====================================================  ===========================================
+
+``query_payload``: a message whose parse extracts instance ``h`` may be longer than its headers
+(the rest is its payload, delivered with it, never parsed); any other message's length must equal
+its headers'.  ``query_topic`` names the fields ``subc serve`` labels hierarchical topics with
+(``REGISTER``/``SUB``, MQTT-style): ``h.n`` holds the number of levels of a message's topic and
+``h.l0``... the numeric label of each level (the deepest topic has one level per label field); all
+are query fields, the labels exact or range fields.
+
+``h`` is the header *instance* (a member of the headers struct), as in Camus.  Top-level
+``action`` declarations become actions that rules may call; their bodies are copied into
+the generated ingress control.  Controls, externs and the package instantiation are ignored.
+A spec with only pragma lines (each with a width) is accepted: then only a control block and
+entries can be generated.  Sources: Camus (Jepsen et al., HotNets 2018) spec files; P4_16
+Language Specification v1.2.4 (sections 7 headers/structs, 12 parsers).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ..errors import Location, SubcError
+from .p4_14 import P414Declarations
+from .p4lexer import Pragma, Token, parse_p4_int, preprocess, tokenize
+from .model import (
+    COUNTER_RESERVED,
+    IDENT_RE,
+    MAX_FIELD_WIDTH,
+    MAX_TYPE_WIDTH,
+    HeaderType,
+    NamedCounter,
+    ParserDecl,
+    ParserState,
+    QueryField,
+    Spec,
+    SpecAction,
+    TopicFields,
+    Transition,
+)
+
+
+class _SpecParser(P414Declarations):
+    def __init__(self, path: str, text: str):
+        self.path, self.text = path, text
+        self.clean, self.defines, self.pragmas = preprocess(path, text)
+        self.toks = tokenize(path, text, self.clean)
+        self.i = 0
+        self.spec = Spec(path, text)
+        # P4_14: header instances (type, instance), stacks, parser functions; first P4_16 keyword
+        self.p414_instances: list[tuple[str, str]] = []
+        self.p414_stacks: set[str] = set()
+        self.p414_states: list = []
+        self.p416_seen: str | None = None
+
+    # -- token helpers ---------------------------------------------------------------------
+    def loc(self, offset: int) -> Location:
+        return Location.from_offset(self.path, self.text, offset)
+
+    def error(self, msg: str, tok: Token | None = None) -> SubcError:
+        if tok is None:
+            tok = self.toks[self.i] if self.i < len(self.toks) else None
+        off = tok.start if tok else len(self.text)
+        return SubcError(msg, self.loc(off))
+
+    def peek(self, k: int = 0) -> Token | None:
+        j = self.i + k
+        return self.toks[j] if j < len(self.toks) else None
+
+    def next(self) -> Token:
+        tok = self.peek()
+        if tok is None:
+            raise self.error("unexpected end of file")
+        self.i += 1
+        return tok
+
+    def expect(self, kind: str) -> Token:
+        tok = self.peek()
+        if tok is None or tok.kind != kind:
+            found = "end of file" if tok is None else repr(tok.text)
+            raise self.error(f"expected {kind!r}, found {found}", tok)
+        self.i += 1
+        return tok
+
+    def accept(self, kind: str, text: str | None = None) -> Token | None:
+        tok = self.peek()
+        if tok is not None and tok.kind == kind and (text is None or tok.text == text):
+            self.i += 1
+            return tok
+        return None
+
+    def raw(self, a: Token, b: Token) -> str:
+        return self.clean[a.start : b.end]
+
+    def skip_annotations(self) -> None:
+        while self.accept("@"):
+            self.expect("id")
+            if self.peek() and self.peek().kind == "(":
+                self.skip_balanced("(", ")")
+
+    def skip_balanced(self, open_: str, close: str) -> Token:
+        self.expect(open_)
+        depth = 1
+        while True:
+            tok = self.next()
+            if tok.kind == open_:
+                depth += 1
+            elif tok.kind == close:
+                depth -= 1
+                if depth == 0:
+                    return tok
+
+    def scan_until(self, kind: str) -> Token:
+        """Consume tokens up to and including the first ``kind`` outside brackets; return it."""
+        depth = 0
+        while True:
+            t = self.next()
+            if t.kind in "({[":
+                depth += 1
+            elif t.kind in ")}]":
+                depth -= 1
+            elif t.kind == kind and depth == 0:
+                return t
+
+    def skip_declaration(self) -> None:
+        """Skip to the end of a top-level declaration: a ``;`` or a balanced ``{...}`` block."""
+        depth = 0
+        while True:
+            tok = self.next()
+            if tok.kind in "({[":
+                depth += 1
+            elif tok.kind in ")}]":
+                depth -= 1
+                if depth == 0 and tok.kind == "}":
+                    if self.peek() and self.peek().kind == ";":
+                        self.i += 1
+                    return
+            elif tok.kind == ";" and depth == 0:
+                return
+
+    # -- types and values ------------------------------------------------------------------
+    def parse_type(self) -> tuple[int | None, str]:
+        """A type: returns (width in bits or None, type name as written).
+
+        Raises SubcError (at the width) for a width over :data:`MAX_TYPE_WIDTH`."""
+        tok = self.expect("id")
+        if tok.text in ("bit", "int", "varbit"):
+            self.expect("<")
+            wtok = self.next()
+            width = self.const_value(wtok)
+            if width > MAX_TYPE_WIDTH:
+                raise self.error(f"type width exceeds the limit of {MAX_TYPE_WIDTH} bits", wtok)
+            self.expect(">")
+            return (None if tok.text == "varbit" else width), f"{tok.text}<{width}>"
+        if tok.text == "bool":
+            return 1, "bool"
+        if tok.text in self.spec.typedefs:
+            return self.spec.typedefs[tok.text], tok.text
+        return None, tok.text
+
+    def const_value(self, tok: Token) -> int:
+        if tok.kind == "int":
+            v = parse_p4_int(tok.text)
+            if v is not None:
+                return v
+        if tok.kind == "id":
+            if tok.text in self.spec.consts:
+                return self.spec.consts[tok.text]
+            if tok.text in self.defines:
+                v = parse_p4_int(self.defines[tok.text])
+                if v is not None:
+                    return v
+        raise self.error(f"expected an integer constant, found {tok.text!r}", tok)
+
+    # -- declarations ----------------------------------------------------------------------
+    def parse(self) -> Spec:
+        for name, val in self.defines.items():
+            v = parse_p4_int(val)
+            if v is not None:
+                self.spec.consts.setdefault(name, v)
+        while self.peek() is not None:
+            self.skip_annotations()
+            tok = self.peek()
+            if tok is None:
+                break
+            kw = tok.text if tok.kind == "id" else ""
+            nxt = [self.peek(k) for k in (1, 2)]
+            if kw == "header_type":
+                self.parse_header_type()
+            elif kw in ("header", "metadata") and all(t is not None and t.kind == "id" for t in nxt):
+                self.parse_instance()
+            elif kw == "parser" and nxt[0] is not None and nxt[1] is not None and nxt[1].kind == "{":
+                self.parse_parser_function()
+            elif kw == "const":
+                self.note_p4_16(kw)
+                self.parse_const()
+            elif kw in ("typedef", "type"):
+                self.note_p4_16(kw)
+                self.parse_typedef()
+            elif kw == "header":
+                self.note_p4_16(kw)
+                self.parse_header()
+            elif kw == "struct":
+                self.note_p4_16(kw)
+                self.parse_struct()
+            elif kw == "parser" and self._is_parser_definition():
+                self.note_p4_16(kw)
+                self.parse_parser()
+            elif kw == "action" and not self._p4_14_action():
+                self.parse_action()
+            else:
+                self.skip_declaration()
+        if self.spec.form == "p4_14":
+            self.finish_p4_14()
+        elif not self.spec.headers and self.spec.parser is None:
+            self.spec.form = "pragmas"
+        self.apply_pragmas()
+        return self.spec
+
+    def note_p4_16(self, kw: str) -> None:
+        """Note a P4_16 declaration; one form per file."""
+        if self.spec.form == "p4_14":
+            raise self.error(f"P4_16 '{kw}' declaration in a P4_14 spec")
+        self.p416_seen = self.p416_seen or kw
+
+    def _p4_14_action(self) -> bool:
+        """Whether the ``action`` at the current token is P4_14 (untyped parameters, or a P4_14 spec):
+        such actions are the program's own and are skipped."""
+        if self.spec.form == "p4_14":
+            return True
+        j = self.i + 2
+        if j >= len(self.toks) or self.toks[j].kind != "(":
+            return False
+        a = self.toks[j + 1] if j + 1 < len(self.toks) else None
+        b = self.toks[j + 2] if j + 2 < len(self.toks) else None
+        return (
+            a is not None
+            and a.kind == "id"
+            and a.text not in ("in", "out", "inout")
+            and b is not None
+            and b.kind in (",", ")")
+        )
+
+    def _is_parser_definition(self) -> bool:
+        """Whether the ``parser`` at the current token has a body: its parameter list is followed
+        by ``{``.  Looks no further than the end of the declaration (a ``;``, ``{`` or ``}``
+        outside parentheses), so that many declarations cost linear time."""
+        j, depth = self.i + 1, 0
+        while j < len(self.toks):
+            k = self.toks[j].kind
+            if k == "(":
+                depth += 1
+            elif k == ")":
+                depth -= 1
+                if depth <= 0:
+                    return depth == 0 and j + 1 < len(self.toks) and self.toks[j + 1].kind == "{"
+            elif depth == 0 and k in (";", "{", "}"):
+                return False
+            j += 1
+        return False
+
+    def parse_const(self) -> None:
+        start = self.next()
+        self.parse_type()
+        name = self.expect("id")
+        self.expect("=")
+        vtok = self.next()
+        end = self.expect(";")
+        value = parse_p4_int(vtok.text) if vtok.kind == "int" else self.spec.consts.get(vtok.text)
+        if value is not None:
+            self.spec.consts[name.text] = value
+        self.spec.decls.append(("const", name.text, self.raw(start, end)))
+
+    def parse_typedef(self) -> None:
+        start = self.next()
+        width, _ = self.parse_type()
+        name = self.expect("id")
+        end = self.expect(";")
+        if width is not None:
+            self.spec.typedefs[name.text] = width
+        self.spec.decls.append(("typedef", name.text, self.raw(start, end)))
+
+    def parse_members(self) -> list[tuple[int | None, str, str, Token]]:
+        self.expect("{")
+        out = []
+        while not self.accept("}"):
+            self.skip_annotations()
+            first = self.peek()
+            width, tname = self.parse_type()
+            if self.peek() and self.peek().kind == "[":  # header stack
+                self.skip_balanced("[", "]")
+                tname += "[]"
+            name = self.expect("id")
+            end = self.expect(";")
+            out.append((width, tname, name.text, first, end))
+        return out
+
+    def parse_header(self) -> None:
+        start = self.next()
+        name = self.expect("id")
+        members = self.parse_members()
+        end = self.toks[self.i - 1]
+        for width, tname, mname, first, _ in members:
+            if width is None and not tname.startswith("varbit"):
+                raise self.error(f"unknown type {tname!r} of header field {mname!r}", first)
+        self.spec.headers[name.text] = HeaderType(name.text, [(m[2], m[0]) for m in members], self.raw(start, end))
+        self.spec.decls.append(("header", name.text, self.raw(start, end)))
+
+    def parse_struct(self) -> None:
+        start = self.next()
+        name = self.expect("id")
+        members = self.parse_members()
+        end = self.toks[self.i - 1]
+        self.spec.structs[name.text] = [(m[1], m[2], self.raw(m[3], m[4])) for m in members]
+        self.spec.decls.append(("struct", name.text, self.raw(start, end)))
+
+    def parse_action(self) -> None:
+        start = self.next()
+        name = self.expect("id")
+        self.expect("(")
+        params: list[tuple[str, int]] = []
+        while not self.accept(")"):
+            self.skip_annotations()
+            ptok = self.peek()
+            if ptok and ptok.text in ("in", "out", "inout"):
+                raise self.error("spec actions take only directionless parameters (set by the control plane)", ptok)
+            width, tname = self.parse_type()
+            if width is None:
+                raise self.error(f"unknown parameter type {tname!r}", ptok)
+            pname = self.expect("id")
+            params.append((pname.text, width))
+            self.accept(",")
+        body_end = self.skip_balanced("{", "}")
+        if name.text in ("fwd", "drop") or name.text.startswith("subc_"):
+            raise self.error(f"action name {name.text!r} is reserved", name)
+        self.spec.actions[name.text] = SpecAction(name.text, params, self.raw(start, body_end), self.loc(name.start))
+
+    def parse_parser(self) -> None:
+        self.next()
+        name = self.expect("id")
+        self.expect("(")
+        roles: dict[str, tuple[str, str]] = {}
+        others: list[tuple[str, str]] = []
+        while not self.accept(")"):
+            self.skip_annotations()
+            direction = ""
+            if self.peek() and self.peek().text in ("in", "out", "inout"):
+                direction = self.next().text
+            _, tname = self.parse_type()
+            pname = self.expect("id").text
+            self.accept(",")
+            if tname == "packet_in":
+                roles["packet"] = (tname, pname)
+            elif direction == "out" and "hdr" not in roles:
+                roles["hdr"] = (tname, pname)
+            elif tname == "standard_metadata_t":
+                roles["std"] = (tname, pname)
+            elif direction == "inout" and "meta" not in roles:
+                roles["meta"] = (tname, pname)
+            else:
+                others.append((tname, pname))
+        if "packet" not in roles or "hdr" not in roles:
+            raise self.error("the parser needs a 'packet_in' parameter and an 'out' headers parameter", name)
+        self.expect("{")
+        self.hdr_name = roles["hdr"][1]
+        states: list[ParserState] = []
+        while not self.accept("}"):
+            self.skip_annotations()
+            tok = self.peek()
+            if tok is not None and tok.text == "state":
+                states.append(self.parse_state(roles["packet"][1], roles["hdr"][1]))
+            else:
+                self.skip_declaration()
+        if not any(s.name == "start" for s in states):
+            raise self.error("the parser has no 'start' state", name)
+        self.spec.parser = ParserDecl(
+            name=name.text,
+            packet=roles["packet"][1],
+            hdr=roles["hdr"][1],
+            headers_type=roles["hdr"][0],
+            meta=roles.get("meta", (None, None))[1],
+            meta_type=roles.get("meta", (None, None))[0],
+            std_meta=roles.get("std", (None, None))[1],
+            states=states,
+        )
+
+    def parse_state(self, packet: str, hdr: str) -> ParserState:
+        self.expect("id")
+        name_tok = self.expect("id")
+        name = name_tok.text
+        self.expect("{")
+        statements: list[str] = []
+        extracts: list[str] = []
+        transition = None
+        while not self.accept("}"):
+            tok = self.peek()
+            if tok is None:
+                raise self.error("unterminated parser state")
+            if tok.text == "transition":
+                transition = self.parse_transition()
+                continue
+            first, t = tok, self.scan_until(";")
+            stmt = self.raw(first, t)
+            m = re.fullmatch(rf"{re.escape(packet)}\s*\.\s*extract\s*\(\s*{re.escape(hdr)}\s*\.\s*(\w+)\s*\)\s*;", stmt)
+            if m:
+                extracts.append(m.group(1))
+            statements.append(stmt)
+        if transition is None:
+            transition = Transition(None, [("", "reject")], None, self.loc(name_tok.start))
+        return ParserState(name, statements, extracts, transition, self.loc(name_tok.start))
+
+    def parse_transition(self) -> Transition:
+        kw = self.expect("id")
+        loc = self.loc(kw.start)
+        if self.accept("id", "select"):
+            lp = self.peek()
+            rp = self.skip_balanced("(", ")")
+            sel = self.clean[lp.start + 1 : rp.end - 1].strip()
+            self.expect("{")
+            cases = []
+            while not self.accept("}"):
+                first, t = self.peek(), self.scan_until(":")
+                keyset = self.clean[first.start : t.start].strip()
+                target = self.expect("id").text
+                self.expect(";")
+                cases.append((keyset, target))
+            return Transition(sel, cases, select_fields(sel, self.hdr_name), loc)
+        target = self.expect("id").text
+        self.expect(";")
+        return Transition(None, [("", target)], None, loc)
+
+    # -- pragmas ---------------------------------------------------------------------------
+    def apply_pragmas(self) -> None:
+        spec = self.spec
+        instances = spec.instances
+        extra: list[Pragma] = []
+        kinds = {
+            "query_field": "range",
+            "query_field_range": "range",
+            "query_field_exact": "exact",
+            "query_field_lpm": "lpm",
+        }
+        for p in self.pragmas:
+            if p.name in kinds:
+                self.query_field_pragma(p, kinds[p.name], instances)
+            elif p.name == "query_field_counter" and p.args and "." not in p.args[0]:
+                self.counter_pragma(p)  # Camus: query_field_counter(name, tumble time)
+            elif p.name == "query_field_counter":
+                self.field_counter_pragma(p, instances)
+            elif p.name == "query_counter":
+                self.counter_pragma(p)
+            elif p.name in (
+                "query_field_scale",
+                "query_field_alpha",
+                "query_default_action",
+                "query_payload",
+                "query_topic",
+                "query_window",
+                "query_time",
+            ):
+                extra.append(p)
+            elif p.name == "query_control":
+                continue  # Camus: where its generated control goes; subc generates the whole pipeline
+            elif p.name.startswith("query_"):
+                raise SubcError(f"unknown pragma '{p.name}'", self.loc(p.offset))
+        for p in extra:
+            if p.name == "query_default_action":
+                if len(p.args) != 1 or not IDENT_RE.match(p.args[0]):
+                    raise SubcError("query_default_action takes one action name", self.loc(p.offset))
+                spec.default_action = p.args[0]
+                spec.default_action_location = self.loc(p.arg_offsets[0])
+                continue
+            if p.name == "query_payload":
+                self.payload_pragma(p, instances)
+                continue
+            if p.name == "query_topic":
+                self.topic_pragma(p)
+                continue
+            if p.name == "query_window":
+                if len(p.args) != 1:
+                    raise SubcError("query_window takes one window length in us", self.loc(p.offset))
+                spec.window_ns = self.window_arg(p, 0)
+                continue
+            if p.name == "query_time":
+                self.time_pragma(p)
+                continue
+            want = 2 if p.name == "query_field_scale" else 1
+            if len(p.args) != want:
+                raise SubcError(f"{p.name} takes {want} argument(s)", self.loc(p.offset))
+            q = spec.query_fields.get(p.args[0])
+            if q is None:
+                raise SubcError(
+                    f"'{p.args[0]}' is not a query field (declare it with @pragma query_field first)",
+                    self.loc(p.arg_offsets[0]),
+                )
+            if p.name == "query_field_alpha":
+                if q.width % 8:
+                    raise SubcError(f"alpha field {q.name} must be a whole number of bytes wide", self.loc(p.offset))
+                q.alpha = True
+            else:
+                digits = parse_p4_int(p.args[1])
+                if digits is None or not 0 <= digits <= 18:
+                    raise SubcError("scale must be a number of decimal digits from 0 to 18", self.loc(p.arg_offsets[1]))
+                q.scale = digits
+        for c in spec.counters.values():  # query_window may come after query_counter
+            if c.window_ns is None:
+                c.window_ns = spec.window_ns
+            if spec.resolve_field(c.name) is not None or spec.bare_ambiguity(c.name):
+                raise SubcError(f"counter '{c.name}' has the name of a query field; give it another name", c.location)
+        da = spec.default_action
+        if da not in ("drop", "nop") and da not in spec.actions and spec.infers_actions and IDENT_RE.match(da):
+            spec.declare_action(da, [], spec.default_action_location)
+        if da not in ("drop", "nop") and (da not in spec.actions or spec.actions[da].params):
+            raise SubcError(
+                f"default action '{da}' must be drop, nop, or a spec action without parameters",
+                spec.default_action_location or self.loc(0),
+            )
+
+    def window_arg(self, p: Pragma, i: int) -> int:
+        """Argument ``i`` of ``p`` as a window length in us, returned in ns (0: never ends)."""
+        us = parse_p4_int(p.args[i])
+        if us is None or not 0 <= us < 1 << 40:
+            raise SubcError(
+                f"bad window '{p.args[i]}' (a whole number of us, 0 for a window that never ends)",
+                self.loc(p.arg_offsets[i]),
+            )
+        return us * 1000
+
+    def counter_pragma(self, p: Pragma) -> None:
+        """``query_counter(name[, window_us])``: a named counter (:class:`NamedCounter`) that the
+        rules compare by name and update with ``inc(name)`` or ``name <- count()`` /
+        ``name <- sum(h.f)``."""
+        if not 1 <= len(p.args) <= 2:
+            raise SubcError(f"{p.name} takes a counter name and an optional window in us", self.loc(p.offset))
+        name, loc = p.args[0], self.loc(p.arg_offsets[0])
+        if not IDENT_RE.match(name):
+            raise SubcError(f"bad counter name '{name}' (an identifier)", loc)
+        if name in COUNTER_RESERVED or name.startswith("subc_"):
+            raise SubcError(f"counter name '{name}' is reserved", loc)
+        if name in self.spec.counters:
+            raise SubcError(f"counter '{name}' is declared twice", loc)
+        window = self.window_arg(p, 1) if len(p.args) == 2 else None
+        self.spec.counters[name] = NamedCounter(name, window, loc)
+
+    def field_counter_pragma(self, p: Pragma, instances: dict[str, str]) -> None:
+        """``query_field_counter(h.f[, window_us])`` (Camus): ``h.f`` is a range query field (unless
+        declared already) whose aggregates use tumbling windows of ``window_us`` us."""
+        if not 1 <= len(p.args) <= 2:
+            raise SubcError("query_field_counter takes a field and an optional window in us", self.loc(p.offset))
+        if p.args[0] not in self.spec.query_fields:
+            self.query_field_pragma(Pragma("query_field", p.args[:1], p.arg_offsets[:1], p.offset), "range", instances)
+        if len(p.args) == 2:
+            self.spec.field_windows[p.args[0]] = self.window_arg(p, 1)
+
+    def time_pragma(self, p: Pragma) -> None:
+        """``query_time(h.f[, unit])``: a message's time for windows is query field ``h.f``."""
+        spec = self.spec
+        units = {"ns": 1, "us": 1000, "ms": 1_000_000, "s": 1_000_000_000}
+        if not 1 <= len(p.args) <= 2:
+            raise SubcError("query_time takes a field and an optional unit (ns, us, ms, s)", self.loc(p.offset))
+        if spec.time_field is not None:
+            raise SubcError("query_time is given twice", self.loc(p.offset))
+        q = spec.query_fields.get(p.args[0])
+        if q is None:
+            raise SubcError(
+                f"'{p.args[0]}' is not a query field (declare it with @pragma query_field first)",
+                self.loc(p.arg_offsets[0]),
+            )
+        if q.alpha or q.width > 64:
+            raise SubcError(
+                f"time field '{q.name}' must be an integer field of at most 64 bits", self.loc(p.arg_offsets[0])
+            )
+        unit = p.args[1] if len(p.args) == 2 else "ns"
+        if unit not in units:
+            raise SubcError(f"unknown time unit '{unit}' (ns, us, ms, s)", self.loc(p.arg_offsets[1]))
+        spec.time_field, spec.time_unit_ns = q.name, units[unit]
+
+    def payload_pragma(self, p: Pragma, instances: dict[str, str]) -> None:
+        if len(p.args) != 1 or not IDENT_RE.match(p.args[0]):
+            raise SubcError("query_payload takes one header instance", self.loc(p.offset))
+        if self.spec.headers and p.args[0] not in instances:
+            raise SubcError(
+                f"unknown header instance '{p.args[0]}' (not a member of the headers struct)",
+                self.loc(p.arg_offsets[0]),
+            )
+        self.spec.payload_instances.add(p.args[0])
+
+    def topic_pragma(self, p: Pragma) -> None:
+        spec = self.spec
+        if spec.topic is not None:
+            raise SubcError("query_topic is given twice", self.loc(p.offset))
+        if len(p.args) < 2:
+            raise SubcError("query_topic takes the level-count field and at least one label field", self.loc(p.offset))
+        seen: set[str] = set()
+        for i, (a, off) in enumerate(zip(p.args, p.arg_offsets)):
+            q = spec.query_fields.get(a)
+            if q is None:
+                raise SubcError(
+                    f"'{a}' is not a query field (declare it with @pragma query_field first)", self.loc(off)
+                )
+            if a in seen:
+                raise SubcError(f"'{a}' is named twice in query_topic", self.loc(off))
+            seen.add(a)
+            if q.alpha or q.scale is not None:
+                raise SubcError(f"topic field '{a}' must be an integer field (not alpha, not scaled)", self.loc(off))
+            if i and q.match_kind == "lpm":
+                raise SubcError(f"label field '{a}' must be an exact or range field", self.loc(off))
+            if i == 0 and (1 << q.width) <= len(p.args) - 1:
+                raise SubcError(
+                    f"level-count field '{a}' ({q.width} bits) cannot hold {len(p.args) - 1}", self.loc(off)
+                )
+            if i and q.width < 8:
+                raise SubcError(f"label field '{a}' must be at least 8 bits wide", self.loc(off))
+        spec.topic = TopicFields(p.args[0], tuple(p.args[1:]), self.loc(p.offset))
+
+    def query_field_pragma(self, p: Pragma, kind: str, instances: dict[str, str]) -> None:
+        spec = self.spec
+        if not 1 <= len(p.args) <= 2:
+            raise SubcError(f"{p.name} takes a field and an optional width", self.loc(p.offset))
+        fname, floc = p.args[0], self.loc(p.arg_offsets[0])
+        parts = fname.split(".")
+        if len(parts) != 2 or not all(IDENT_RE.match(x) for x in parts):
+            raise SubcError(f"expected a field 'header.field', found '{fname}'", floc)
+        width = None
+        if len(p.args) == 2:
+            width = parse_p4_int(p.args[1])
+            if width is None or not 0 < width <= MAX_TYPE_WIDTH:
+                raise SubcError(f"bad width '{p.args[1]}'", self.loc(p.arg_offsets[1]))
+        declared = None
+        if spec.headers:
+            htype = instances.get(parts[0])
+            if htype is None:
+                raise SubcError(f"unknown header instance '{parts[0]}' (not a member of the headers struct)", floc)
+            header = spec.headers[htype]
+            if not header.has(parts[1]):
+                raise SubcError(f"unknown field '{parts[1]}' in header '{parts[0]}' ({htype})", floc)
+            declared = header.width_of(parts[1])
+            if declared is None:
+                raise SubcError(f"field '{fname}' has no fixed width (varbit) and cannot be queried", floc)
+            if declared == 0:
+                raise SubcError(f"field '{fname}' is bit<0> and cannot be queried", floc)
+            if width is not None and width != declared:
+                raise SubcError(
+                    f"width {width} does not fit field '{fname}', which is bit<{declared}>", self.loc(p.arg_offsets[1])
+                )
+            width = declared
+        if width is None:
+            raise SubcError(f"field '{fname}' needs a width (the spec declares no headers)", floc)
+        if width > MAX_FIELD_WIDTH:
+            raise SubcError(
+                f"field '{fname}': field width {width} bits exceeds the limit of {MAX_FIELD_WIDTH} "
+                f"(at most {MAX_FIELD_WIDTH} bits are supported)",
+                floc,
+            )
+        if fname in spec.query_fields:
+            raise SubcError(f"field '{fname}' is declared twice", floc)
+        spec.query_fields[fname] = QueryField(fname, width, kind, floc)
+
+
+def select_fields(select_text: str, hdr: str) -> list[str] | None:
+    """The fields of a P4_16 select expression ``hdr.i.f, hdr.j.g`` as ``['i.f', 'j.g']``, or None
+    when an element is not a header field (an expression, a lookahead, metadata)."""
+    out = []
+    for part in select_text.split(","):
+        m = re.fullmatch(rf"\s*{re.escape(hdr)}\s*\.\s*(\w+)\s*\.\s*(\w+)\s*", part)
+        if m is None:
+            return None
+        out.append(f"{m.group(1)}.{m.group(2)}")
+    return out
+
+
+def parse_spec(text: str, path: str = "<spec>") -> Spec:
+    """Parse a message-format spec from ``text``.
+
+    Raises :class:`SubcError` with the location of the first problem (unknown field or
+    instance, width mismatch, a query field of 0 or more than :data:`MAX_FIELD_WIDTH` bits, a type
+    wider than :data:`MAX_TYPE_WIDTH`, a scale outside 0..18, malformed pragma or declaration).
+    """
+    spec = _SpecParser(path, text).parse()
+    if not spec.query_fields:
+        raise SubcError(
+            "the spec declares no query fields (@pragma query_field...)", Location(path, 1, 1, text.split("\n")[0])
+        )
+    return spec
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read and parse the spec file at ``path`` (errors as :func:`parse_spec`; unreadable: SubcError;
+    not UTF-8: SubcError at the first bad byte)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise SubcError(f"cannot read spec {path}: {e}") from e
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        good = data[: e.start].decode("utf-8")
+        loc = Location.from_offset(str(path), data.decode("utf-8", "replace"), len(good))
+        raise SubcError(
+            f"the spec is not UTF-8 text: byte {data[e.start]:#04x} at byte offset {e.start}", loc
+        ) from None
+    return parse_spec(text, str(path))
