@@ -185,3 +185,14 @@ def test_the_translation_unit_has_no_map_helper_bcc_cannot_take():
         src = bcc_dialect(program_source(variant_files(name)))
         assert "bpf_map_lookup_elem(&" not in src and "bpf_tail_call(" not in src
         assert src.count(f'#include "{MAIN_FILE}"') == 0
+
+
+def test_map_name_constants_are_the_maps_the_c_declares():
+    """subc/backends/ebpf/map_names.py names exactly the maps subc_maps.h declares, in order (the
+    map writers open them by these names)."""
+    import re
+
+    from subc.backends.ebpf.map_names import STATIC_MAPS
+
+    declared = re.findall(r"^SUBC_[A-Z_]+\((subc_\w+),", (EBPF_DIR / "subc_maps.h").read_text(), re.M)
+    assert list(STATIC_MAPS) == declared

@@ -141,6 +141,17 @@ def translate(entries: dict, to_batch: dict) -> dict:
     return entries
 
 
+def step(parsed, regions, active: list[int], add: bool, pick: int) -> tuple:
+    """The change of one scenario step: subscribe ``parsed[pick]`` (or, when ``add`` is false and
+    some are live, unsubscribe the ``pick``-th live one); ``active`` is updated."""
+    if add or not active:
+        i = pick % len(parsed)
+        active.append(i)
+        return regions[i], parsed[i].actions[0].args[0], +1
+    i = active.pop(pick % len(active))
+    return regions[i], parsed[i].actions[0].args[0], -1
+
+
 @st.composite
 def scenario(draw):
     order = list(draw(st.permutations(sorted(QS))))[: draw(st.integers(1, 4))]
@@ -161,14 +172,7 @@ def test_live_ebpf_entries_equal_the_compiled_entries(sc):
     stages = live_doc["stages"]
     active: list[int] = []
     for add, pick in steps:
-        if add or not active:
-            i = pick % len(parsed)
-            active.append(i)
-            op = (regions[i], parsed[i].actions[0].args[0], +1)
-        else:
-            i = active.pop(pick % len(active))
-            op = (regions[i], parsed[i].actions[0].args[0], -1)
-        ch = live.change([op])
+        ch = live.change([step(parsed, regions, active, add, pick)])
         rules = [parsed[i] for i in active]
         if not rules:
             continue
@@ -283,14 +287,7 @@ def test_live_p4_entries_equal_the_compiled_entries(sc):
     writer = LiveEntries(NoSwitch, doc, root_slots=2)
     active: list[int] = []
     for add, pick in steps:
-        if add or not active:
-            i = pick % len(parsed)
-            active.append(i)
-            op = (regions[i], parsed[i].actions[0].args[0], +1)
-        else:
-            i = active.pop(pick % len(active))
-            op = (regions[i], parsed[i].actions[0].args[0], -1)
-        ch = live.change([op])
+        ch = live.change([step(parsed, regions, active, add, pick)])
         rules = [parsed[i] for i in active]
         if not rules:
             continue

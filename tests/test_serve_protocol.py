@@ -172,7 +172,7 @@ def test_listen_port_zero_finds_a_port_free_for_udp_and_tcp(monkeypatch):
     import errno
     import socket
 
-    from subc.serve import daemon
+    from subc.serve import network
 
     real = socket.socket
     failures = []
@@ -184,8 +184,8 @@ def test_listen_port_zero_finds_a_port_free_for_udp_and_tcp(monkeypatch):
                 raise OSError(errno.EADDRINUSE, "Address already in use")
             return super().bind(addr)
 
-    monkeypatch.setattr(daemon.socket, "socket", TakenOnce)
-    udp, tcp, port = daemon.bind_udp_tcp("127.0.0.1", 0)
+    monkeypatch.setattr(network.socket, "socket", TakenOnce)
+    udp, tcp, port = network.bind_udp_tcp("127.0.0.1", 0)
     try:
         assert len(failures) == 1 and udp.getsockname() == tcp.getsockname() == ("127.0.0.1", port)
     finally:
@@ -199,7 +199,7 @@ def test_listen_on_a_taken_port_is_a_clear_error():
     import pytest
 
     from subc.errors import SubcError
-    from subc.serve.daemon import bind_udp_tcp
+    from subc.serve.network import bind_udp_tcp
 
     held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     held.bind(("127.0.0.1", 0))

@@ -220,38 +220,13 @@ def analyze(
         # 2. reference semantics on one representative per class key, or the stateful pass
         t = time.perf_counter()
         if stateful:
-            from .stateful_pass import StatefulPass
-
-            spass = StatefulPass(res, bundle, traces)
-            say(f"analyze: comparisons on state: {n_splits} split(s) in trace order on the driver")
-            for i in range(n_splits):
-                spass.split(i, staging / f"part-{i:05d}.parquet", parts / f"part-{i:05d}.parquet")
-                if n_splits > 1:
-                    say(f"analyze: state: split {i + 1} of {n_splits} ({time.perf_counter() - t:.1f} s)")
-            staging.rmdir()
-            outcome = spass.finish()
-            import pandas as pd
-
-            classified = (
-                pa.Table.from_batches(outcome.counts, schema=outcome.counts[0].schema).to_pandas()
-                if outcome.counts
-                else agg.iloc[0:0]
-            )
-            agg = pd.concat([agg, classified], ignore_index=True)
+            agg, outcome = _stateful_pass(res, bundle, traces, staging, parts, agg, say, t)
             disagreements, examples, no_match = outcome.disagreements, outcome.examples, outcome.no_match
             rule_hits, n_keys = outcome.rule_hits, outcome.value_classes
             timings["stateful_pass"] = time.perf_counter() - t
         else:
-            pairs = agg[agg["class_key"].notna()]
-            per_key = pairs.groupby("class_key")["messages"].sum()
-            keys = per_key.index.to_numpy(dtype=np.int64)
-            counts = per_key.to_numpy(dtype=np.int64)
-            ref = evaluate_rules(res.rules, res.spec, representatives(bundle.classes, keys), counts)
-            ref_codes = np.array([tables.code_of(d) for d in ref.decisions], dtype=np.int64)
-            pair_keys = pairs["class_key"].to_numpy(dtype=np.int64)
-            pair_ref = ref_codes[np.searchsorted(keys, pair_keys)] if len(keys) else np.zeros(0, np.int64)
-            bad = pairs[pair_ref != pairs["decision"].to_numpy(dtype=np.int64)]
-            disagreements = int(bad["messages"].sum())
+            outcome = None
+            ref, keys, counts, bad, disagreements = _reference_pass(res, bundle, agg, tables)
             timings["reference"] = time.perf_counter() - t
             examples = _class_examples(spark, tmp, bad, keys, ref, tables, traces) if disagreements else []
             no_match = int(counts[ref.matched_rules == 0].sum())
@@ -263,47 +238,17 @@ def analyze(
             summary, per_port, per_sec = _summarize(
                 res, traces, bundle, agg[agg["class_key"].isna()], tables, no_match, disagreements, examples, n_keys
             )
-            if stateful:
+            if outcome is not None:
                 summary["stateful"] = {
                     "reference_one_by_one": outcome.one_by_one,
                     "tables": "one by one (named counters)" if outcome.tables_one_by_one else "vectorised per split",
                 }
             summary["capture"] = _capture_summary(tmp, bundle)
-            import pyarrow.parquet as pq
-
-            copies = outcome.copies if stateful else _copies_summary(tmp)
+            copies = outcome.copies if outcome is not None else _copies_summary(tmp)
             summary["copies_per_port"] = {
                 str(p): copies.get(str(p), 0) for p in sorted(set(per_port) | {int(q) for q in copies})
             }
-            sp = sorted(per_port)
-            pq.write_table(
-                pa.table(
-                    {
-                        "subscriber": pa.array(sp, pa.int32()),
-                        "messages": pa.array([per_port[p][0] for p in sp], pa.int64()),
-                        "bytes": pa.array([per_port[p][1] for p in sp], pa.int64()),
-                        "datagrams": pa.array([copies.get(str(p), 0) for p in sp], pa.int64()),
-                    }
-                ),
-                tmp / "subscribers.parquet",
-            )
-            pq.write_table(
-                pa.table(
-                    {
-                        "rule": pa.array([r.index for r in res.rules], pa.int32()),
-                        "line": pa.array([r.location.line for r in res.rules], pa.int32()),
-                        "text": pa.array([r.text for r in res.rules], pa.string()),
-                        "hits": pa.array(rule_hits, pa.int64()),
-                    }
-                ),
-                tmp / "rules.parquet",
-            )
-            from . import plots
-
-            plots.deliveries_per_subscriber(
-                {p: v[0] for p, v in per_port.items()}, tmp / "deliveries_per_subscriber.png"
-            )
-            plots.messages_per_second(per_sec[0], per_sec[1], tmp / "messages_per_second.png")
+            _write_tables_and_plots(res, tmp, per_port, copies, rule_hits, per_sec)
             timings["write"] = time.perf_counter() - t
             timings["total"] = time.perf_counter() - t0
             work = time.perf_counter() - t_work
@@ -329,6 +274,81 @@ def analyze(
     finally:
         bc.unpersist()
     return summary
+
+
+def _stateful_pass(res: CompileResult, bundle, traces: list[str], staging: Path, parts: Path, agg, say, t: float):
+    """Step 2 with comparisons on state: every split in trace order on the driver
+    (:class:`~.stateful_pass.StatefulPass`), its parts moved from ``staging`` to ``parts``.
+    Returns (the aggregate counts with the classified messages', the pass's outcome)."""
+    import pandas as pd
+
+    from .stateful_pass import StatefulPass
+
+    n_splits = len(bundle.splits)
+    spass = StatefulPass(res, bundle, traces)
+    say(f"analyze: comparisons on state: {n_splits} split(s) in trace order on the driver")
+    for i in range(n_splits):
+        spass.split(i, staging / f"part-{i:05d}.parquet", parts / f"part-{i:05d}.parquet")
+        if n_splits > 1:
+            say(f"analyze: state: split {i + 1} of {n_splits} ({time.perf_counter() - t:.1f} s)")
+    staging.rmdir()
+    outcome = spass.finish()
+    classified = (
+        pa.Table.from_batches(outcome.counts, schema=outcome.counts[0].schema).to_pandas()
+        if outcome.counts
+        else agg.iloc[0:0]
+    )
+    return pd.concat([agg, classified], ignore_index=True), outcome
+
+
+def _reference_pass(res: CompileResult, bundle, agg, tables):
+    """Step 2 without state: the reference semantics on one representative message per class key,
+    compared with the tables' decisions of every (class key, decision) pair.  Returns (the
+    reference's outcome, the class keys, messages per key, the pairs that disagree, the messages
+    that disagree)."""
+    pairs = agg[agg["class_key"].notna()]
+    per_key = pairs.groupby("class_key")["messages"].sum()
+    keys = per_key.index.to_numpy(dtype=np.int64)
+    counts = per_key.to_numpy(dtype=np.int64)
+    ref = evaluate_rules(res.rules, res.spec, representatives(bundle.classes, keys), counts)
+    ref_codes = np.array([tables.code_of(d) for d in ref.decisions], dtype=np.int64)
+    pair_keys = pairs["class_key"].to_numpy(dtype=np.int64)
+    pair_ref = ref_codes[np.searchsorted(keys, pair_keys)] if len(keys) else np.zeros(0, np.int64)
+    bad = pairs[pair_ref != pairs["decision"].to_numpy(dtype=np.int64)]
+    return ref, keys, counts, bad, int(bad["messages"].sum())
+
+
+def _write_tables_and_plots(res: CompileResult, tmp: Path, per_port: dict, copies: dict, rule_hits, per_sec) -> None:
+    """Step 3's files in ``tmp``: ``subscribers.parquet``, ``rules.parquet`` and the two plots."""
+    import pyarrow.parquet as pq
+
+    from . import plots
+
+    sp = sorted(per_port)
+    pq.write_table(
+        pa.table(
+            {
+                "subscriber": pa.array(sp, pa.int32()),
+                "messages": pa.array([per_port[p][0] for p in sp], pa.int64()),
+                "bytes": pa.array([per_port[p][1] for p in sp], pa.int64()),
+                "datagrams": pa.array([copies.get(str(p), 0) for p in sp], pa.int64()),
+            }
+        ),
+        tmp / "subscribers.parquet",
+    )
+    pq.write_table(
+        pa.table(
+            {
+                "rule": pa.array([r.index for r in res.rules], pa.int32()),
+                "line": pa.array([r.location.line for r in res.rules], pa.int32()),
+                "text": pa.array([r.text for r in res.rules], pa.string()),
+                "hits": pa.array(rule_hits, pa.int64()),
+            }
+        ),
+        tmp / "rules.parquet",
+    )
+    plots.deliveries_per_subscriber({p: v[0] for p, v in per_port.items()}, tmp / "deliveries_per_subscriber.png")
+    plots.messages_per_second(per_sec[0], per_sec[1], tmp / "messages_per_second.png")
 
 
 def _class_examples(spark, tmp: Path, bad, keys, ref, tables, traces) -> list[dict]:

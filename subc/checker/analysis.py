@@ -32,7 +32,7 @@ from dd import cudd
 from ..lang.ast import And, Expr, Pred, Rule, evaluate
 from ..ir.bdd import ConditionBuilder, field_domains, fields_used, index_range_bdd
 from ..ir.decisions import action_class, conflict_message
-from ..ir.layered import CubeMaker
+from ..ir.cubes import CubeMaker
 from ..lang.literals import show_value
 from ..spec.model import Spec
 from ..errors import Location

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import math
 
+from ..backends.ebpf import map_names as MN
 from ..compiler.driver import CompileResult
 from ..backends.p4.tables import Table
 from .diagnostics import Diagnostic
@@ -364,7 +365,7 @@ def state_fit(res: CompileResult) -> dict:
         "count_leaves": len(st.leaf_counts),
         "time": st.time_field.name if st.time_field else "arrival",
         "ebpf": {
-            "map": "subc_agg",
+            "map": MN.AGG,
             "entries": 2 * len(st.instances),
             "bytes": 2 * len(st.instances) * size,
             "lock": "bpf_spin_lock per instance",

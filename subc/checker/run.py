@@ -208,7 +208,7 @@ def summary_line(rep: CheckReport) -> str:
         f"{rep.count('error')} error(s), {rep.count('warning')} warning(s)"
     )
     f = rep.target_fit or {}
-    if f.get("model") == "tofino":
+    if f.get("model") == Target.TOFINO:
         s += f"; about {f['stages']['needed']} MAU stages (Tofino 1: 12, Tofino 2: 20)"
         from .fit import message_stages_text
 
@@ -221,6 +221,6 @@ def summary_line(rep: CheckReport) -> str:
             )
     if "multicast_groups" in f:
         s += f"; {f['multicast_groups']['used']:,} multicast groups"
-    if f.get("model") == "ebpf" and f.get("instructions"):
+    if f.get("model") == Target.EBPF and f.get("instructions"):
         s += "; " + ", ".join(f"{k} {v['xlated_insns']:,} instructions" for k, v in f["instructions"].items())
     return s

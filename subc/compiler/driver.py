@@ -56,11 +56,16 @@ class CompileResult:
     #: :func:`~.aggregates.plan_state`) and the fields they test, when the rules compare state
     sliced_rules: list[Rule] | None = None
     fields: dict | None = None
+    #: the pipeline the field-order search built for the IR it kept (:attr:`pipeline`)
+    searched_pipeline: Pipeline | None = field(default=None, repr=False, compare=False)
 
     @cached_property
     def pipeline(self) -> Pipeline:
         """The P4 match-action pipeline of the IR (:func:`~.tables.build_pipeline`) for the target
-        ('bmv2' for the eBPF target, whose table view the table simulator and ``simulate`` use)."""
+        ('bmv2' for the eBPF target, whose table view the table simulator and ``simulate`` use);
+        the one the field-order search built when it built one."""
+        if self.searched_pipeline is not None:
+            return self.searched_pipeline
         p4_target = self.target if self.target in P4_TARGETS else Target.BMV2
         return build_pipeline(self.ir, self.spec, p4_target, self.range_form, self.capacity_factor, self.state_bits)
 
@@ -212,5 +217,5 @@ def compile_rules(
     if pipe is not None and pipe.state_width >= state_bits:
         for t in pipe.tables:
             t.capacity_factor = capacity_factor
-        res.__dict__["pipeline"] = pipe  # the winner's lowering, as the cached property would build it
+        res.searched_pipeline = pipe  # the winner's lowering, as the property would build it
     return res

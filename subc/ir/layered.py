@@ -46,162 +46,19 @@ from operator import attrgetter, itemgetter, xor
 from random import Random
 from typing import TYPE_CHECKING
 
-from ..lang.ast import And, Expr, Pred, Rule
-from .bdd import ConditionBuilder, FieldDomain, core_predicates, index_segments, predicate_domains
-from .intervals import IntervalSet, interval_index
+from ..lang.ast import And, Pred, Rule
+from .bdd import FieldDomain, core_predicates, predicate_domains
 from ..lang.limits import DEFAULT_LIMITS, LimitError, Limits
 from .slicing import Leaf, Sliced, Stage, StageState
+from .cubes import EMPTY, CubeMaker, Ranges
 from ..spec.model import QueryField
 
 if TYPE_CHECKING:  # dd.cudd is imported where a BDD is built: importing it costs a compile 0.1 s (networkx)
-    from dd import cudd
+    pass
 
-Ranges = tuple[tuple[int, int], ...] | None
-Cube = tuple[Ranges, ...]
 _DEAD = -1
-_EMPTY = object()  # the index ranges of an empty value set
 _first = itemgetter(0)
 _core_and_atoms = attrgetter("core", "atom_set")
-
-
-def _conjuncts(e: Expr) -> list[Pred] | None:
-    """The predicates of ``e`` when it is a predicate or a conjunction of them, else None."""
-    if isinstance(e, Pred):
-        return [e]
-    if isinstance(e, And):
-        out: list[Pred] = []
-        for x in e.items:
-            sub = _conjuncts(x)
-            if sub is None:
-                return None
-            out += sub
-        return out
-    return None
-
-
-def _index_ranges(dom: FieldDomain, s: IntervalSet) -> Ranges:
-    if s.is_full():
-        return None
-    return tuple((interval_index(dom.cuts, lo), interval_index(dom.cuts, hi)) for lo, hi in s.intervals)
-
-
-class CubeMaker:
-    """Cubes of rule conditions over ``domains`` (see the module docstring, step 1).
-
-    ``domains`` are the :class:`~.bdd.FieldDomain` of the fields in field order (every field the
-    conditions test).  :meth:`cubes` gives the disjoint cubes of a condition: tuples with one entry
-    per domain, the sorted disjoint ``(first, last)`` elementary-interval index ranges the cube allows
-    on that field, or None for any value.  Results are cached per condition object (rules that share
-    a ``core`` condition share its cubes) and per predicate."""
-
-    def __init__(self, domains: list[FieldDomain]):
-        self.domains = domains
-        self.pos = {d.field.name: i for i, d in enumerate(domains)}
-        self._bdd: cudd.BDD | None = None
-        self._builder: ConditionBuilder | None = None
-        self._ranges: dict[tuple[int, int], tuple[IntervalSet, Ranges]] = {}  # (field, id(set)) -> ranges
-        self._by_pred: dict[int, tuple[Pred, int, IntervalSet]] = {}  # id(pred) -> (pred, field, values)
-        self._by_cond: dict[int, tuple[Expr, list[Cube]]] = {}  # id(condition) -> (condition, cubes)
-        self._pred_cube: dict[int, tuple] = {}  # id(pred) -> (pred, field, ranges or _EMPTY)
-
-    def cubes(self, cond: Expr) -> list[Cube]:
-        """The cubes of ``cond`` (an empty list when no packet satisfies it)."""
-        hit = self._by_cond.get(id(cond))
-        if hit is not None and hit[0] is cond:
-            return hit[1]
-        out = self._cubes(cond)
-        self._by_cond[id(cond)] = (cond, out)
-        return out
-
-    def _pred_ranges(self, p: Pred) -> tuple[Pred, int, Ranges | object]:
-        """(p, field position, index ranges of p's values or _EMPTY), cached per predicate."""
-        hit = self._pred_cube.get(id(p))
-        if hit is None or hit[0] is not p:
-            _, i, values = self._pred(p)
-            hit = self._pred_cube[id(p)] = (p, i, _EMPTY if values.is_empty() else self._index_ranges(i, values))
-        return hit
-
-    def _index_ranges(self, i: int, s: IntervalSet) -> Ranges:
-        hit = self._ranges.get((i, id(s)))
-        if hit is not None and hit[0] is s:
-            return hit[1]
-        out = _index_ranges(self.domains[i], s)
-        self._ranges[(i, id(s))] = (s, out)
-        return out
-
-    def _pred(self, p: Pred) -> tuple[Pred, int, IntervalSet]:
-        hit = self._by_pred.get(id(p))
-        if hit is None or hit[0] is not p:
-            hit = self._by_pred[id(p)] = (p, self.pos[p.field], p.values())
-        return hit
-
-    def _cubes(self, cond: Expr) -> list[Cube]:
-        if type(cond) is And and all(type(p) is Pred for p in cond.items):
-            # the common case: predicates on distinct fields, each its own cached ranges
-            cube: list[Ranges] = [None] * len(self.domains)
-            seen = set()
-            for p in cond.items:
-                _, i, ranges = self._pred_ranges(p)
-                if i in seen:
-                    break
-                if ranges is _EMPTY:
-                    return []
-                seen.add(i)
-                cube[i] = ranges
-            else:
-                return [tuple(cube)]
-        flat = _conjuncts(cond)
-        if flat is None:
-            return self._bdd_cubes(cond)
-        per: dict[int, IntervalSet] = {}
-        for p in flat:
-            _, i, values = self._pred(p)
-            per[i] = per[i].intersect(values) if i in per else values
-        cube: list[Ranges] = [None] * len(self.domains)
-        cache = self._ranges
-        for i, s in per.items():
-            hit = cache.get((i, id(s)))
-            if hit is not None and hit[0] is s:  # value sets of equal predicates are one object
-                cube[i] = hit[1]
-                continue
-            if s.is_empty():
-                return []
-            cube[i] = _index_ranges(self.domains[i], s)
-            cache[(i, id(s))] = (s, cube[i])
-        return [tuple(cube)]
-
-    def _bdd_cubes(self, cond: Expr) -> list[Cube]:
-        if self._bdd is None:
-            from dd import cudd
-
-            self._bdd = cudd.BDD()
-            self._bdd.configure(reordering=False)
-            for d in self.domains:
-                self._bdd.declare(*d.vars)
-            self._builder = ConditionBuilder(self._bdd, {d.field.name: d for d in self.domains})
-        bdd, n, out = self._bdd, len(self.domains), []
-
-        def walk(node: cudd.Function, i: int, acc: list[Ranges]) -> None:
-            if node == bdd.false:
-                return
-            if i == n or node == bdd.true:
-                out.append(tuple(acc + [None] * (n - i)))
-                return
-            dom = self.domains[i]
-            groups: dict[int, tuple[cudd.Function, list[tuple[int, int]]]] = {}
-            for first, last, child in index_segments(bdd, node, dom):
-                if child == bdd.false:
-                    continue
-                rs = groups.setdefault(int(child), (child, []))[1]
-                if rs and rs[-1][1] + 1 == first:
-                    rs[-1] = (rs[-1][0], last)
-                else:
-                    rs.append((first, last))
-            for child, rs in groups.values():
-                walk(child, i + 1, acc + [None if rs == [(0, dom.k - 1)] else tuple(rs)])
-
-        walk(self._builder.expr(cond), 0, [])
-        return out
 
 
 def _zobrist_keys(level: int, count: int) -> list[int]:
@@ -451,14 +308,31 @@ def slice_rules(
     uses it to drop a field order early), and :class:`StateLimitExceeded` when the boundaries have
     more than ``limits.max_states`` states in all, or their item sets hold more than
     ``limits.max_layer_items`` items in all (before minimisation).
+
+    Five passes: the rules grouped by core condition (:func:`_group_by_core`), the items of every
+    level and the root's trie (:func:`_root_items`), the layers swept top down
+    (:func:`_sweep_layers`), minimised bottom up (:func:`_minimise`) and numbered top down
+    (:func:`_number`).
     """
     n = len(order)
     interned: list[dict] = [{} for _ in range(n + 1)]
     keys: list[list] = [[] for _ in range(n + 1)]
+    by_core = _group_by_core(rules, interned[n], keys[n])
+    domains = predicate_domains(core_predicates([c for c, _ in by_core.values()]), fields, order)
+    root, ranges_of = _root_items(by_core, domains, interned, keys)
+    del by_core
+    layer_states, layer_runs, leaf_atoms_of, work = _sweep_layers(
+        root, domains, ranges_of, interned, keys, order, max_work, limits
+    )
+    leaf_atoms, root_class, sigs = _minimise(layer_states, layer_runs, leaf_atoms_of, keys[n])
+    stages, leaves, root_state = _number(domains, sigs, root_class, leaf_atoms, bool(layer_states[0]))
+    return Sliced(stages, leaves, root_state, work)
 
-    # 1. the rules grouped by core condition (rules of one shape with the same literals share it),
-    #    each with the level-n items (atom sets) of its rules: by_core[id(core)] = (core, items)
-    leaf_ids, leaf_keys = interned[n], keys[n]
+
+def _group_by_core(rules: Sequence[Rule], leaf_ids: dict, leaf_keys: list) -> dict[int, tuple]:
+    """Pass 1: the rules grouped by core condition (rules of one shape with the same literals share
+    it), each with the level-n items (atom sets, interned in ``leaf_ids``/``leaf_keys``) of its
+    rules: ``{id(core): (core, [item, ...])}``."""
     by_core: dict[int, tuple] = {}
     for core, atoms in map(_core_and_atoms, rules):
         leaf = None
@@ -472,12 +346,16 @@ def slice_rules(
             g = by_core[id(core)] = (core, [])  # (keeps the core alive: its id stays its own)
         if leaf is not None:
             g[1].append(leaf)  # (a list: a million rules' sets would take 80 MB more)
-    domains = predicate_domains(core_predicates([c for c, _ in by_core.values()]), fields, order)
+    return by_core
 
-    # 2. items: level n is the atom set, level i (ranges of field i, item of level i + 1), interned
-    #    per level; ranges are numbered per field.  The root state's items are kept as a trie:
-    #    root[range id of field 0][range id of field 1] = items of level 2 (n >= 2), or
-    #    root[range id of field 0] = leaf items (n == 1), root[None] = leaf items (n == 0)
+
+def _root_items(by_core: dict[int, tuple], domains: list, interned: list[dict], keys: list[list]) -> tuple[dict, list]:
+    """Pass 2: items, per level: level n is the atom set, level i (ranges of field i, item of level
+    i + 1), interned per level in ``interned``/``keys``; ranges are numbered per field.  Returns
+    (the root state's items as a trie: root[range id of field 0][range id of field 1] = items of
+    level 2 (n >= 2), or root[range id of field 0] = leaf items (n == 1), root[None] = leaf items
+    (n == 0), each a sorted tuple without repeats; ranges_of[i][range id])."""
+    n = len(domains)
     range_ids: list[dict] = [{None: 0} for _ in range(n)]
     ranges_of: list[list] = [[None] for _ in range(n)]  # range id 0: any value
     levels = range(n - 1, 1, -1)
@@ -508,8 +386,8 @@ def slice_rules(
                     break
                 hit = by_pred.get(id(p))
                 if hit is None:
-                    _, i, ranges = maker._pred_ranges(p)
-                    hit = by_pred[id(p)] = (p, i, -1 if ranges is _EMPTY else range_id(i, ranges))
+                    _, i, ranges = maker.pred_ranges(p)
+                    hit = by_pred[id(p)] = (p, i, -1 if ranges is EMPTY else range_id(i, ranges))
                 i = hit[1]
                 if seen >> i & 1:
                     break
@@ -554,7 +432,6 @@ def slice_rules(
                 g[ids[1]] = list(items)
             else:
                 s1.extend(items)
-    del by_core
     # the trie's item lists as sorted tuples without repeats (a set per entry: far more memory)
     for c0, g in root.items():
         if n < 2:
@@ -563,9 +440,25 @@ def slice_rules(
             for c1, x in g.items():
                 g[c1] = tuple(sorted(set(x)))
 
-    # 3. layers, top down: layer_states[i] = the states before field i (item tuples; the root, and
-    #    the states after field 0 when they come straight from the root's trie, as groups);
-    #    layer_runs[i] = runs per state
+    return root, ranges_of
+
+
+def _sweep_layers(
+    root: dict,
+    domains: list,
+    ranges_of: list[list],
+    interned: list[dict],
+    keys: list[list],
+    order: Sequence[str],
+    max_work: int | None,
+    limits: Limits,
+) -> tuple[list[list], list[list], dict[int, frozenset], int]:
+    """Pass 3: the layers, top down: (layer_states[i] = the states before field i (item tuples;
+    the root, and the states after field 0 when they come straight from the root's trie, as
+    groups), layer_runs[i] = runs per state, the atoms of the states after the last field where a
+    sweep gave them, the item visits).  Raises SliceBudgetExceeded and StateLimitExceeded (see
+    :func:`slice_rules`)."""
+    n = len(domains)
     work = n_states = items_total = 0
     layer_runs: list[list[list[tuple[int, int, int]]]] = []
     leaf_atoms_of: dict[int, frozenset] = {}  # state after the last field -> atoms, where a sweep gave them
@@ -617,15 +510,21 @@ def slice_rules(
         layer_runs.append(runs_i)
         layer_states.append(nxt_states)
         n_states += len(nxt_states)
+    return layer_states, layer_runs, leaf_atoms_of, work
 
-    # 4. minimisation, bottom up: cls_below[state] = class of a state of the layer below;
-    #    sigs[i][class] = runs of stage i with next states as classes
+
+def _minimise(
+    layer_states: list[list], layer_runs: list[list], leaf_atoms_of: dict[int, frozenset], leaf_keys: list
+) -> tuple[list[frozenset], int | None, list[list[tuple]]]:
+    """Pass 4: minimisation, bottom up: (the leaf classes' atoms, the root's class (None when the
+    root has no state), sigs[i][class] = runs of stage i with next states as classes)."""
+    n = len(layer_runs)
     leaf_atoms: list[frozenset] = []
     leaf_class: dict[frozenset, int] = {}
     cls_below: list[int] = []
-    atoms_of = keys[n].__getitem__
+    atoms_of = leaf_keys.__getitem__
     # when every rule has one atom, distinct leaf states (sets of atom sets) have distinct atoms
-    singletons = all(len(a) == 1 for a in keys[n])
+    singletons = all(len(a) == 1 for a in leaf_keys)
     for j, s in enumerate(layer_states[n]):
         atoms = leaf_atoms_of.get(j)
         if atoms is None:
@@ -658,11 +557,17 @@ def slice_rules(
                 sigs[i].append(sig)
             cls_here.append(c)
         cls_below = cls_here
+    return leaf_atoms, (cls_below[0] if cls_below else None), sigs
 
-    # 5. numbering, top down (cls_below now holds the root's class)
+
+def _number(
+    domains: list, sigs: list[list[tuple]], root_class: int | None, leaf_atoms: list[frozenset], has_root: bool
+) -> tuple[list[Stage], list[Leaf], int]:
+    """Pass 5: numbering, top down: (the stages with their states numbered densely from 1 in
+    order of first reach, the leaves, the root state (0: no rule can match))."""
     stages: list[Stage] = []
-    root_state = 1 if layer_states[0] else 0
-    current: dict[int, tuple[int, dict]] = {cls_below[0]: (1, {})} if root_state else {}
+    root_state = 1 if has_root else 0
+    current: dict[int, tuple[int, dict]] = {root_class: (1, {})} if root_state else {}
     for i, dom in enumerate(domains):
         nxt: dict[int, tuple[int, dict]] = {}
         states: list[StageState] = []
@@ -681,4 +586,4 @@ def slice_rules(
         stages.append(Stage(dom, states, len(nxt)))
         current = nxt
     leaves = [Leaf(sid, leaf_atoms[c], path) for c, (sid, path) in sorted(current.items(), key=lambda kv: kv[1][0])]
-    return Sliced(stages, leaves, root_state, work)
+    return stages, leaves, root_state

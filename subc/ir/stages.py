@@ -165,7 +165,21 @@ class SubscriptionIR:
         return list(dict.fromkeys(leaf.decision.ports for leaf in self.leaves if len(leaf.decision.ports) > 1))
 
 
-def _conflict_error(pair: tuple[tuple, tuple], example: dict[str, int], rules: Sequence[Rule]) -> SubcError:
+class ConflictError(SubcError):
+    """Rules whose actions conflict on some packet: ``example`` (field -> value) is one such
+    packet, ``rules`` the indexes of the two rules (the first named in a note, the second
+    pointed at)."""
+
+    def __init__(self, message: str, location, notes: list[str], example: dict[str, int], rules: tuple[int, int]):
+        super().__init__(message, location, notes)
+        self.example = example
+        self.rules = rules
+
+    def __reduce__(self):
+        return type(self), (self.message, self.location, self.notes, self.example, self.rules)
+
+
+def _conflict_error(pair: tuple[tuple, tuple], example: dict[str, int], rules: Sequence[Rule]) -> ConflictError:
     """The error for conflicting atoms ``pair`` of a leaf reached by ``example``: it points at
     the rule of the second atom and names the rule of the first."""
     first, second = pair
@@ -174,10 +188,13 @@ def _conflict_error(pair: tuple[tuple, tuple], example: dict[str, int], rules: S
     r2 = next(r for r in matched if second in r.atoms() and (r is not r1 or first in r.atoms()))
     pkt = ", ".join(f"{k}={v}" for k, v in sorted(example.items()))
     where1 = f"{r1.location.path}:{r1.location.line}"
-    err = SubcError(conflict_message(second, first, pkt, where1), r2.location, notes=[f"{where1}: {r1.text.strip()}"])
-    err.example = dict(example)
-    err.rules = (r1.index, r2.index)
-    return err
+    return ConflictError(
+        conflict_message(second, first, pkt, where1),
+        r2.location,
+        [f"{where1}: {r1.text.strip()}"],
+        dict(example),
+        (r1.index, r2.index),
+    )
 
 
 def build_ir(sliced: Sliced, rules: Sequence[Rule], spec: Spec, plan: StatePlan | None = None) -> SubscriptionIR:

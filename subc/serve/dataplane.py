@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..backends.ebpf import map_names as MN
 from ..spec.model import Spec
 from ..errors import SubcError
 from ..dataplane.ebpf import attach
@@ -65,7 +66,7 @@ class DataPlane:
 
     def stage_caps(self) -> list[int]:
         """States per level 1..n of the live diagram (each array's state 0 is the dead state)."""
-        return [self.caps[st["maps"][0]] - 1 for st in self.doc["stages"][1:]] + [self.caps["subc_leaf"] - 1]
+        return [self.caps[st["maps"][0]] - 1 for st in self.doc["stages"][1:]] + [self.caps[MN.LEAF] - 1]
 
 
 def open_dataplane(

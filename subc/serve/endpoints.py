@@ -20,6 +20,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from ..backends.ebpf import map_names as MN
 from ..backends.ebpf import layout as L
 from ..errors import SubcError
 from ..dataplane.ebpf.bpf import Map
@@ -188,15 +189,15 @@ class EndpointTable:
     def _write(self, ep: Endpoint, restart: bool = False) -> None:
         sid = ep.subscriber
         key = L.U32.pack(v=sid)
-        self.maps["subc_eps"].update(key, endpoint_value(ep))
-        self.maps["subc_subs"].update(key, L.sub_struct(1).pack(count=1, ep=[sid]))
+        self.maps[MN.EPS].update(key, endpoint_value(ep))
+        self.maps[MN.SUBS].update(key, L.sub_struct(1).pack(count=1, ep=[sid]))
         if restart:
             return
-        self.maps["subc_seq"].update(key, L.U64.pack(v=1))
-        self.maps["subc_sub_cnt"].update(key, L.SUB_COUNTER.pack())  # on every CPU
+        self.maps[MN.SEQ].update(key, L.U64.pack(v=1))
+        self.maps[MN.SUB_CNT].update(key, L.SUB_COUNTER.pack())  # on every CPU
 
     def _everyone(self) -> None:
         """``subc_all[0]``: every endpoint with a subscription (heartbeats go to them)."""
-        self.maps["subc_all"].update(
+        self.maps[MN.ALL].update(
             L.U32.pack(v=0), L.SUBSET.pack(subs=subscriber_words(e.sid for e in self.by_ep.values()))
         )

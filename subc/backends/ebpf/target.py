@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 
+from . import map_names as MN
 from ... import __version__
 from ...errors import SubcError
 from ...ir.aggregates import is_state_field
@@ -130,7 +131,7 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
             }
         )
 
-    add("subc_root", "array", L.U32, L.U32, [{"index": 0, "root_state": ir.root_state}], "root", cap=1)
+    add(MN.ROOT, "array", L.U32, L.U32, [{"index": 0, "root_state": ir.root_state}], "root", cap=1)
     stages = []
     # the state-value stages share one info array, one bounds array (a program may use at most 64
     # maps) and an array of each stage's first info slot per generation (subc_sv_base)
@@ -220,7 +221,7 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
         boundary_states = [x.state for x in ir.stages[st.boundary].states] if st.boundary < len(ir.stages) else []
         upd = [{"state": s, "mask": masks.get(s, 0)} for s in sorted(set(boundary_states) | set(masks))]
         add(
-            "subc_upd",
+            MN.UPD,
             "array",
             L.U32,
             L.mask_struct("subc_umask", st.mask_width),
@@ -229,15 +230,15 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
             cap=state_capacity(upd),
         )
         agg = L.agg_struct(max([len(i.thresholds) for i in st.instances], default=1))
-        add("subc_agg", "array", L.U32, agg, [], "registers", cap=2 * len(st.instances))
+        add(MN.AGG, "array", L.U32, agg, [], "registers", cap=2 * len(st.instances))
     leaves = [{"state": 0, "action": default}]
     leaves += [_leaf_entry(leaf.state, leaf.decision) for leaf in ir.leaves]
-    add("subc_leaf", "array", L.U32, L.LEAF, leaves, "leaf", cap=state_capacity(leaves))
-    add("subc_leaf_set", "array", L.U32, L.SUBSET, [], "leaf_sets", cap=state_capacity(leaves))
+    add(MN.LEAF, "array", L.U32, L.LEAF, leaves, "leaf", cap=state_capacity(leaves))
+    add(MN.LEAF_SET, "array", L.U32, L.SUBSET, [], "leaf_sets", cap=state_capacity(leaves))
     if ir.state is not None and ir.state.count_updates:  # named counters: each leaf's updates (0 too)
         cmask = dict(ir.state.leaf_counts)
         add(
-            "subc_cnt",
+            MN.CNT,
             "array",
             L.U32,
             L.mask_struct("subc_cmask", ir.state.count_width),
@@ -245,22 +246,22 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
             "count_masks",
             cap=state_capacity(leaves),
         )
-    add("subc_subs", "array", L.U32, L.sub_struct(DEFAULT_MAX_ENDPOINTS), [], "subscribers", cap=L.MAX_SUBSCRIBERS)
-    add("subc_all", "array", L.U32, L.SUBSET, [], "everyone", cap=2)
-    add("subc_eps", "array", L.U32, L.ENDPOINT, [], "endpoints", cap=DEFAULT_ENDPOINTS)
-    add("subc_seq", "array", L.U32, L.U64, [], "sequence", cap=L.RECIPIENTS)
-    add("subc_stats", "percpu_array", L.U32, L.U64, [], "stats", cap=len(L.STATS))
-    add("subc_sub_cnt", "percpu_array", L.U32, L.SUB_COUNTER, [], "subscriber_counters", cap=L.RECIPIENTS)
-    add("subc_leaf_cnt", "percpu_array", L.U32, L.COUNTER, [], "leaf_counters", cap=state_capacity(leaves))
-    add("subc_jmp_xdp", "prog_array", L.U32, L.U32, [], "tail_calls", cap=3)
-    add("subc_jmp_tc", "prog_array", L.U32, L.U32, [], "tail_calls", cap=1)
-    add("subc_fan_cfg", "array", L.U32, L.FAN_CFG, [], "fan_config", cap=1)
-    add("subc_fan_dev", "hash", L.U32, L.U32, [], "fan_devices", cap=L.FAN_SLOTS)
-    add("subc_fan_geps", "array", L.U32, L.U32, [], "fan_group_endpoints", cap=L.FAN_SLOTS * L.FAN_SLOTS)
-    add("subc_fan", "array_of_maps", L.U32, L.U32, [], "fan", cap=L.FAN_SLOTS * L.FAN_SLOTS + 1 + L.FAN_SETS)
-    add("subc_fan_sets", "hash", L.U64, L.U32, [], "fan_sets", cap=L.FAN_SETS)
-    add("subc_fan_miss", "hash", L.U64, L.U64, [], "fan_misses", cap=L.FAN_MISSES)
-    add("subc_fan_hits", "percpu_array", L.U32, L.U64, [], "fan_set_datagrams", cap=L.FAN_SETS)
+    add(MN.SUBS, "array", L.U32, L.sub_struct(DEFAULT_MAX_ENDPOINTS), [], "subscribers", cap=L.MAX_SUBSCRIBERS)
+    add(MN.ALL, "array", L.U32, L.SUBSET, [], "everyone", cap=2)
+    add(MN.EPS, "array", L.U32, L.ENDPOINT, [], "endpoints", cap=DEFAULT_ENDPOINTS)
+    add(MN.SEQ, "array", L.U32, L.U64, [], "sequence", cap=L.RECIPIENTS)
+    add(MN.STATS, "percpu_array", L.U32, L.U64, [], "stats", cap=len(L.STATS))
+    add(MN.SUB_CNT, "percpu_array", L.U32, L.SUB_COUNTER, [], "subscriber_counters", cap=L.RECIPIENTS)
+    add(MN.LEAF_CNT, "percpu_array", L.U32, L.COUNTER, [], "leaf_counters", cap=state_capacity(leaves))
+    add(MN.JMP_XDP, "prog_array", L.U32, L.U32, [], "tail_calls", cap=3)
+    add(MN.JMP_TC, "prog_array", L.U32, L.U32, [], "tail_calls", cap=1)
+    add(MN.FAN_CFG, "array", L.U32, L.FAN_CFG, [], "fan_config", cap=1)
+    add(MN.FAN_DEV, "hash", L.U32, L.U32, [], "fan_devices", cap=L.FAN_SLOTS)
+    add(MN.FAN_GEPS, "array", L.U32, L.U32, [], "fan_group_endpoints", cap=L.FAN_SLOTS * L.FAN_SLOTS)
+    add(MN.FAN, "array_of_maps", L.U32, L.U32, [], "fan", cap=L.FAN_SLOTS * L.FAN_SLOTS + 1 + L.FAN_SETS)
+    add(MN.FAN_SETS, "hash", L.U64, L.U32, [], "fan_sets", cap=L.FAN_SETS)
+    add(MN.FAN_MISS, "hash", L.U64, L.U64, [], "fan_misses", cap=L.FAN_MISSES)
+    add(MN.FAN_HITS, "percpu_array", L.U32, L.U64, [], "fan_set_datagrams", cap=L.FAN_SETS)
     return {
         "format": "subc-ebpf-maps",
         "version": 1,

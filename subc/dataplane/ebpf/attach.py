@@ -16,6 +16,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from ...backends.ebpf import map_names as MN
 from ...backends.ebpf import layout as L
 from ...errors import SubcError
 from .bpf import TAIL_CALLS, Map, Program, link_prog_id, link_xdp_ifindex, obj_get, obj_id, pin_fd, xdp_link_create
@@ -268,9 +269,9 @@ def check_data_path(
             missing.append(f"TC program on the clsact ingress hook of {home.iface}")
         if fan_indexes:
             for index in fan_indexes:
-                if pinned["subc_fan"].lookup(L.U32.pack(v=index)) is None:
+                if pinned[MN.FAN].lookup(L.U32.pack(v=index)) is None:
                     missing.append(f"fan-out device map subc_fan[{index}]")
-            cfg = pinned["subc_fan_cfg"].lookup(L.U32.pack(v=0))
+            cfg = pinned[MN.FAN_CFG].lookup(L.U32.pack(v=0))
             if cfg is None or not L.FAN_CFG.unpack(cfg)["n_eps"]:
                 missing.append("fan-out configuration subc_fan_cfg")
     finally:

@@ -22,6 +22,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...backends.ebpf import map_names as MN
 from ...errors import SubcError
 from ...backends.ebpf.source import bcc_dialect
 
@@ -116,10 +117,10 @@ class Program:
 #: Tail-call targets: (function, program type, prog array holding it, index in that array).
 #: ``devmap``: an XDP program loaded for device map entries (expected attach type BPF_XDP_DEVMAP).
 TAIL_CALLS = (
-    ("subc_xdp_more", "xdp", "subc_jmp_xdp", 0),
-    ("subc_xdp_one", "xdp", "subc_jmp_xdp", 1),
-    ("subc_xdp_fan", "xdp", "subc_jmp_xdp", 2),
-    ("subc_tc_more", "tc", "subc_jmp_tc", 0),
+    ("subc_xdp_more", "xdp", MN.JMP_XDP, 0),
+    ("subc_xdp_one", "xdp", MN.JMP_XDP, 1),
+    ("subc_xdp_fan", "xdp", MN.JMP_XDP, 2),
+    ("subc_tc_more", "tc", MN.JMP_TC, 0),
 )
 #: ``enum bpf_attach_type`` value of BPF_XDP_DEVMAP (include/uapi/linux/bpf.h).
 BPF_XDP_DEVMAP = 33

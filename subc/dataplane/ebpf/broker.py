@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...backends.ebpf import map_names as MN
 from ...backends.ebpf import layout as L
 from ...backends.ebpf.target import MAX_SEARCH_STEPS, steps_needed
 from ...backends.ebpf.source import program_source, read_program
@@ -339,7 +340,7 @@ def record_instructions(out_dir: str | Path, info: dict) -> bool:
 
 def _leaf_labels(doc: dict) -> dict[str, str]:
     out = {}
-    for e in install._maps_by_name(doc)["subc_leaf"]["entries"]:
+    for e in install._maps_by_name(doc)[MN.LEAF]["entries"]:
         if e["action"] == "fwd":
             out[str(e["state"])] = "fwd(" + ", ".join(map(str, e["subscribers"])) + ")"
         else:
@@ -462,10 +463,10 @@ def stats(iface: str) -> dict:
     try:
         glob = {}
         for i, name in enumerate(L.STATS):
-            vals = maps["subc_stats"].lookup(L.U32.pack(v=i)) or []
+            vals = maps[MN.STATS].lookup(L.U32.pack(v=i)) or []
             glob[name] = sum(int.from_bytes(v[:8], "little") for v in vals)
         subs = {}
-        sub_map, seq = maps["subc_sub_cnt"], maps["subc_seq"]
+        sub_map, seq = maps[MN.SUB_CNT], maps[MN.SEQ]
         for sid in range(L.RECIPIENTS):
             vals = [L.SUB_COUNTER.unpack(v) for v in sub_map.lookup(L.U32.pack(v=sid)) or []]
             c = {k: sum(v[k] for v in vals) for k in ("datagrams", "messages", "bytes")}
@@ -480,7 +481,7 @@ def stats(iface: str) -> dict:
             for st, c in install.leaf_counters(maps, doc, gen, state["capacities"]).items()
         }
         fan_sets = None
-        if "subc_fan_hits" in maps:  # the recipient-set device maps in place and the datagrams sent over them
+        if MN.FAN_HITS in maps:  # the recipient-set device maps in place and the datagrams sent over them
             used = installed_sets(maps)
             hits = read_set_hits(maps, used)
             fan_sets = {
@@ -552,10 +553,8 @@ def fanout_sets(iface: str, interval_s: float = 0.005, once: bool = False, stop=
         lock.close()
         raise
     try:
-        cfg = L.FAN_CFG.unpack(maps["subc_fan_cfg"].lookup(L.U32.pack(v=0)))
-        ifindexes = [
-            L.ENDPOINT.unpack(maps["subc_eps"].lookup(L.U32.pack(v=e)))["ifindex"] for e in range(cfg["n_eps"])
-        ]
+        cfg = L.FAN_CFG.unpack(maps[MN.FAN_CFG].lookup(L.U32.pack(v=0)))
+        ifindexes = [L.ENDPOINT.unpack(maps[MN.EPS].lookup(L.U32.pack(v=e)))["ifindex"] for e in range(cfg["n_eps"])]
         cache = SetCache(installed_sets(maps), idle_s=idle_s)  # read once: this loop is the only writer
         passes = total = evicted = 0
         while True:

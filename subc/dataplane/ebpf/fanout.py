@@ -55,6 +55,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from ...backends.ebpf import map_names as MN
 from ...backends.ebpf import layout as L
 from ...errors import SubcError
 from .bpf import Map, import_bcc
@@ -110,7 +111,7 @@ def _put_devmap(maps: dict[str, Map], index: int, ifindexes: list[int], egress_f
         inner = Map(fd, 4, 8, name=name)
         for i, ifindex in enumerate(ifindexes):
             inner.update(L.U32.pack(v=i), _devmap_value(ifindex, egress_fd))
-        maps["subc_fan"].update(L.U32.pack(v=index), L.U32.pack(v=fd))
+        maps[MN.FAN].update(L.U32.pack(v=index), L.U32.pack(v=fd))
     finally:
         os.close(fd)
 
@@ -147,11 +148,11 @@ def install_fanout(maps: dict[str, Map], egress_fd: int, subs: Subscribers, rati
     for index, entries in plan.items():
         _put_devmap(maps, index, entries, egress_fd, f"subc_fan{index}")
     for g, members in group_members(subs).items():
-        maps["subc_fan_dev"].update(L.U32.pack(v=eps[members[0]].ifindex), L.U32.pack(v=g))
+        maps[MN.FAN_DEV].update(L.U32.pack(v=eps[members[0]].ifindex), L.U32.pack(v=g))
         for k, e in enumerate(members):
-            maps["subc_fan_geps"].update(L.U32.pack(v=g * L.FAN_SLOTS + k), L.U32.pack(v=e))
+            maps[MN.FAN_GEPS].update(L.U32.pack(v=g * L.FAN_SLOTS + k), L.U32.pack(v=e))
     all_index = ALL_INDEX if ALL_INDEX in plan else L.NO_FAN
-    maps["subc_fan_cfg"].update(L.U32.pack(v=0), L.FAN_CFG.pack(n_eps=len(eps), all=all_index, ratio=ratio))
+    maps[MN.FAN_CFG].update(L.U32.pack(v=0), L.FAN_CFG.pack(n_eps=len(eps), all=all_index, ratio=ratio))
     return {
         "enabled": True,
         "device_maps": len(plan),
@@ -176,14 +177,14 @@ def install_set(maps: dict[str, Map], egress_fd: int, ifindexes: list[int], key:
     if not eps or eps[-1] >= len(ifindexes):
         raise SubcError(f"recipient set {key:#x}: endpoints {eps} beyond the broker's {len(ifindexes)}")
     _put_devmap(maps, index, [ifindexes[e] for e in eps], egress_fd, f"subc_set{index}")
-    maps["subc_fan_sets"].update(L.U64.pack(v=key), L.U32.pack(v=index))
+    maps[MN.FAN_SETS].update(L.U64.pack(v=key), L.U32.pack(v=index))
 
 
 def installed_sets(maps: dict[str, Map]) -> dict[int, int]:
     """The FAN_SET maps in place: ``subc_fan`` index -> recipient set (read from ``subc_fan_sets``)."""
     return {
-        L.U32.unpack(maps["subc_fan_sets"].lookup(k) or bytes(4))["v"]: L.U64.unpack(k)["v"]
-        for k in maps["subc_fan_sets"].keys()
+        L.U32.unpack(maps[MN.FAN_SETS].lookup(k) or bytes(4))["v"]: L.U64.unpack(k)["v"]
+        for k in maps[MN.FAN_SETS].keys()
     }
 
 
@@ -205,7 +206,7 @@ def read_set_hits(maps: dict[str, Map], indexes) -> dict[int, int]:
     CPUs, from ``subc_fan_hits``)."""
     out = {}
     for index in indexes:
-        v = maps["subc_fan_hits"].lookup(L.U32.pack(v=index - SET_BASE))
+        v = maps[MN.FAN_HITS].lookup(L.U32.pack(v=index - SET_BASE))
         out[index] = sum(L.U64.unpack(c)["v"] for c in v or [])  # a per-CPU map: one value per CPU
     return out
 
@@ -228,9 +229,9 @@ def evict_sets(maps: dict[str, Map], cache: SetCache, want: int, now: float | No
     victims = idle_sets(cache.hits, counts)[:want] if cache.read_at is not None else []
     cache.hits, cache.read_at = counts, now
     for index in victims:
-        maps["subc_fan_sets"].delete(L.U64.pack(v=cache.used.pop(index)))
+        maps[MN.FAN_SETS].delete(L.U64.pack(v=cache.used.pop(index)))
     for index in victims:
-        maps["subc_fan"].delete(L.U32.pack(v=index))  # the first waits for the grace period
+        maps[MN.FAN].delete(L.U32.pack(v=index))  # the first waits for the grace period
     return victims
 
 
@@ -245,8 +246,8 @@ def install_missing_sets(maps: dict[str, Map], egress_fd: int, ifindexes: list[i
     all.  Raises SubcError as :func:`install_set`."""
     used = cache.used
     missed = []
-    for k in maps["subc_fan_miss"].keys():
-        v = maps["subc_fan_miss"].lookup(k)
+    for k in maps[MN.FAN_MISS].keys():
+        v = maps[MN.FAN_MISS].lookup(k)
         missed.append((L.U64.unpack(v)["v"] if v else 0, L.U64.unpack(k)["v"], k))
     if not missed:
         return {"installed": 0, "evicted": 0, "full": 0, "sets": len(used)}
@@ -264,7 +265,7 @@ def install_missing_sets(maps: dict[str, Map], egress_fd: int, ifindexes: list[i
             installed += 1
         # every note is cleared: XDP notes a set left without a map again if it still comes, so a
         # stale note never wins a later pass
-        maps["subc_fan_miss"].delete(raw)
+        maps[MN.FAN_MISS].delete(raw)
     full = len(new) - installed
     return {"installed": installed, "evicted": len(evicted), "full": full, "sets": len(used)}
 
@@ -279,7 +280,7 @@ def grace_waiter(maps: dict[str, Map]):
     fd = _create_devmap("subc_grace", 1)
     index = L.U32.pack(v=L.FAN_SLOTS * L.FAN_SLOTS + L.FAN_SETS)
     value = L.U32.pack(v=fd)
-    outer = maps["subc_fan"]
+    outer = maps[MN.FAN]
 
     def wait() -> None:
         outer.update(index, value)

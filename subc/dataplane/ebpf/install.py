@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ...backends.ebpf import map_names as MN
 from ...backends.ebpf import layout as L
 from ...errors import SubcError
 from .bpf import Map
@@ -147,27 +148,27 @@ def plan_generation(doc: dict, gen: int, subs: Subscribers | None, caps: dict[st
                 )
                 for e in lpm["entries"]
             ]
-    if "subc_upd" in maps:  # comparisons on state: update masks by state, this generation's registers emptied
-        upd, agg = maps["subc_upd"], maps["subc_agg"]
+    if MN.UPD in maps:  # comparisons on state: update masks by state, this generation's registers emptied
+        upd, agg = maps[MN.UPD], maps[MN.AGG]
         _state_region(plan, upd, caps)
-        w["subc_upd"] = _mask_entries(upd, gen, caps)
-        n, cap = len(doc["state"]["instances"]), caps["subc_agg"]
+        w[MN.UPD] = _mask_entries(upd, gen, caps)
+        n, cap = len(doc["state"]["instances"]), caps[MN.AGG]
         empty = bytes(agg["value"]["size"])
-        w["subc_agg"] = [(L.U32.pack(v=k if gen == 0 else cap - 1 - k), empty) for k in range(n)]
-        plan.regions["subc_agg"] = n
+        w[MN.AGG] = [(L.U32.pack(v=k if gen == 0 else cap - 1 - k), empty) for k in range(n)]
+        plan.regions[MN.AGG] = n
     if "subc_sv_base" in maps:  # the state-value stages' first info slots, this generation's
         sv = maps["subc_sv_base"]
         bases = sv["entries"][0]["bases"]
         w["subc_sv_base"] = [(L.U32.pack(v=gen), L.bases_struct(len(bases)).pack(b=bases))]
-    if "subc_cnt" in maps:  # named counters: the updates of each leaf's message
-        cnt = maps["subc_cnt"]
+    if MN.CNT in maps:  # named counters: the updates of each leaf's message
+        cnt = maps[MN.CNT]
         _state_region(plan, cnt, caps)
-        w["subc_cnt"] = _mask_entries(cnt, gen, caps)
+        w[MN.CNT] = _mask_entries(cnt, gen, caps)
     leaves, counters, sets = [], [], []
     local = False
-    leaf_cap = caps["subc_leaf"]
-    _state_region(plan, maps["subc_leaf"], caps)
-    for e in maps["subc_leaf"]["entries"]:
+    leaf_cap = caps[MN.LEAF]
+    _state_region(plan, maps[MN.LEAF], caps)
+    for e in maps[MN.LEAF]["entries"]:
         # the leaf, its counters and its subscriber set share the leaf's slot
         set_index = state_slot(e["state"], gen, leaf_cap)
         key = L.U32.pack(v=set_index)
@@ -189,11 +190,11 @@ def plan_generation(doc: dict, gen: int, subs: Subscribers | None, caps: dict[st
         leaves.append((key, val))
         counters.append((key, L.COUNTER.pack()))
         sets.append((L.U32.pack(v=set_index), L.SUBSET.pack(subs=subscriber_words(ids))))
-    w["subc_leaf"] = leaves
-    w["subc_leaf_cnt"] = counters
-    w["subc_leaf_set"] = sets
+    w[MN.LEAF] = leaves
+    w[MN.LEAF_CNT] = counters
+    w[MN.LEAF_SET] = sets
     everyone = [sid for sid, eps in subs.by_id.items() if eps] if subs is not None else []
-    w["subc_all"] = [(L.U32.pack(v=gen), L.SUBSET.pack(subs=subscriber_words(everyone), local=int(local)))]
+    w[MN.ALL] = [(L.U32.pack(v=gen), L.SUBSET.pack(subs=subscriber_words(everyone), local=int(local)))]
     plan.root = tag(doc["root_state"], gen)
     return plan
 
@@ -251,7 +252,7 @@ def install_subscribers(maps: dict[str, Map], subs: Subscribers | None, max_endp
     has more than ``max_endpoints`` endpoints."""
     if subs is not None:
         for i, (ep, group) in enumerate(zip(subs.endpoints, endpoint_groups(subs))):
-            maps["subc_eps"].update(L.U32.pack(v=i), endpoint_value(ep, group))
+            maps[MN.EPS].update(L.U32.pack(v=i), endpoint_value(ep, group))
         st = L.sub_struct(max_endpoints)
         for sid in subs.by_id:
             idx = subs.endpoint_indexes(sid)
@@ -259,9 +260,9 @@ def install_subscribers(maps: dict[str, Map], subs: Subscribers | None, max_endp
                 raise SubcError(
                     f"{subs.path}: subscriber {sid} has {len(idx)} endpoints; the program allows {max_endpoints}"
                 )
-            maps["subc_subs"].update(L.U32.pack(v=sid), st.pack(count=len(idx), ep=idx))
+            maps[MN.SUBS].update(L.U32.pack(v=sid), st.pack(count=len(idx), ep=idx))
     for r in range(L.RECIPIENTS):
-        maps["subc_seq"].update(L.U32.pack(v=r), L.U64.pack(v=1))
+        maps[MN.SEQ].update(L.U32.pack(v=r), L.U64.pack(v=1))
 
 
 def capacities(doc: dict, factor: float, subs: Subscribers | None) -> dict[str, int]:
@@ -269,7 +270,7 @@ def capacities(doc: dict, factor: float, subs: Subscribers | None) -> dict[str, 
     arrays indexed by state, ``factor`` times the highest state + 1 (the leaf counters and
     subscriber sets as many as the leaves: they share the leaf's slot)."""
     out = {}
-    leaf = _maps_by_name(doc)["subc_leaf"]
+    leaf = _maps_by_name(doc)[MN.LEAF]
     for m in doc["maps"]:
         n = len(m["entries"])
         if m["role"] in ("state_info", "leaf", "update_masks"):
@@ -290,7 +291,7 @@ def check_fits(plan: GenerationPlan, maps: dict[str, Map], caps: dict[str, int],
     generation (``live``: per tagged hash or trie map its entries, per array with generation
     regions the slots of the live region)."""
     for name, items in plan.writes.items():
-        if name in plan.regions or name in ("subc_all", "subc_leaf_cnt", "subc_leaf_set"):
+        if name in plan.regions or name in (MN.ALL, MN.LEAF_CNT, MN.LEAF_SET):
             continue
         if len(items) + live.get(name, 0) > caps[name]:
             raise SubcError(
@@ -317,7 +318,7 @@ def install_generation(plan: GenerationPlan, maps: dict[str, Map]) -> None:
 
 def switch_root(plan: GenerationPlan, maps: dict[str, Map]) -> None:
     """Publish ``plan``'s generation: one write of the root state."""
-    maps["subc_root"].update(L.U32.pack(v=0), L.U32.pack(v=plan.root))
+    maps[MN.ROOT].update(L.U32.pack(v=0), L.U32.pack(v=plan.root))
 
 
 def key_generation(name: str, key: bytes) -> int:
@@ -357,8 +358,8 @@ def live_counts(gen: int, maps: dict[str, Map], regions_used: dict[str, int]) ->
 def leaf_counters(maps: dict[str, Map], doc: dict, gen: int, caps: dict[str, int]) -> dict[int, dict[str, int]]:
     """Per leaf state of ``doc`` installed as generation ``gen``: its messages and bytes, summed
     over CPUs."""
-    m, out = maps["subc_leaf_cnt"], {}
-    for e in _maps_by_name(doc)["subc_leaf"]["entries"]:
-        vals = [L.COUNTER.unpack(v) for v in m.lookup(_slot_key(e["state"], gen, caps["subc_leaf"])) or []]
+    m, out = maps[MN.LEAF_CNT], {}
+    for e in _maps_by_name(doc)[MN.LEAF]["entries"]:
+        vals = [L.COUNTER.unpack(v) for v in m.lookup(_slot_key(e["state"], gen, caps[MN.LEAF])) or []]
         out[e["state"]] = {"messages": sum(v["messages"] for v in vals), "bytes": sum(v["bytes"] for v in vals)}
     return out

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ...backends.ebpf import map_names as MN
 from ...ir import lowering
 from ...ir.incremental import Node, exact_miss, is_dead
 from ...backends.ebpf import layout as L
@@ -187,9 +188,9 @@ class LiveMaps:
             ids = node.runs
             words = subscriber_words(ids)
             key = self._u32(state)
-            self._put("subc_leaf_cnt", key, self._zero_counter)
-            self._put("subc_leaf_set", key, self._subset(*words, 0, 0))
-            self._put("subc_leaf", key, self._leaf(0, len(ids), ids[0] if len(ids) == 1 else 0, state, *words))
+            self._put(MN.LEAF_CNT, key, self._zero_counter)
+            self._put(MN.LEAF_SET, key, self._subset(*words, 0, 0))
+            self._put(MN.LEAF, key, self._leaf(0, len(ids), ids[0] if len(ids) == 1 else 0, state, *words))
             return
         st = self.stages[lv]
         if st["kind"] == "range":
@@ -211,7 +212,7 @@ class LiveMaps:
         lv = node.level
         state = node.state if state is None else state
         if lv == self.n:  # zeroed, so that a restarted writer sees the state as free (inherit)
-            self._put("subc_leaf", L.U32.pack(v=state), L.LEAF.pack())
+            self._put(MN.LEAF, L.U32.pack(v=state), L.LEAF.pack())
             return
         st = self.stages[lv]
         if st["kind"] == "range":
@@ -238,7 +239,7 @@ class LiveMaps:
         by no packet) are deleted now, and their slots are rewritten whole when next used.
         The caller reserves the returned states in its diagram."""
         self.flush()
-        live = L.U32.unpack(self.maps["subc_root"].lookup(L.U32.pack(v=0)))["v"]
+        live = L.U32.unpack(self.maps[MN.ROOT].lookup(L.U32.pack(v=0)))["v"]
         inh = Inherited(live)
         for lv in range(self.n + 1):
             inh.states[lv] = set()
@@ -272,8 +273,8 @@ class LiveMaps:
                         continue
                     kept.append(key)
                     inh.states[lv].add(s)
-        for s in range(1, self.caps["subc_leaf"]):
-            raw = self.maps["subc_leaf"].lookup(L.U32.pack(v=s))
+        for s in range(1, self.caps[MN.LEAF]):
+            raw = self.maps[MN.LEAF].lookup(L.U32.pack(v=s))
             if raw is not None and L.LEAF.unpack(raw)["nsubs"]:
                 inh.states[self.n].add(s)
         inh.states[0].discard(0)
@@ -320,4 +321,4 @@ class LiveMaps:
     def switch(self, slot: int) -> None:
         """Publish root slot ``slot`` (after the buffered writes): one write of ``subc_root``."""
         self.flush()
-        self.maps["subc_root"].update(L.U32.pack(v=0), L.U32.pack(v=slot))
+        self.maps[MN.ROOT].update(L.U32.pack(v=0), L.U32.pack(v=slot))

@@ -1,0 +1,47 @@
+"""``subc serve``'s configuration: :class:`ServeConfig` and, for a P4 switch, :class:`SwitchOptions`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..lang.limits import DEFAULT_LIMITS, Limits
+from ..spec.model import Spec
+from .acl import Acl
+from .endpoints import resolve
+
+
+@dataclass
+class SwitchOptions:
+    """``subc serve --p4runtime``: the switch's ``addr`` (HOST:PORT), ``program`` (a ``subc
+    serve-program`` directory), device ``config`` (BMv2 JSON; sets the pipeline), ``port_map``
+    file, ``grace`` in s between a root switch and freeing the old entries."""
+
+    addr: str
+    program: str
+    port_map: str
+    config: str | None = None
+    device_id: int = 0
+    election_id: tuple[int, int] = (0, 1)
+    grace: float = 0.05
+
+
+@dataclass
+class ServeConfig:
+    """``subc serve``'s options: ``listen`` and ``metrics`` as (address, port), ``lease`` in s
+    (None: subscriptions do not expire), ``capacity`` in subscriptions."""
+
+    spec: Spec
+    iface: str
+    listen: tuple[str, int]
+    field_order: list[str]
+    state_dir: str | None = None
+    rules: str | None = None
+    lease: float | None = None
+    acl: Acl = field(default_factory=Acl)
+    metrics: tuple[str, int] | None = None
+    capacity: int = 100_000
+    limits: Limits = DEFAULT_LIMITS
+    xdp_mode: str = "auto"
+    resolver: Callable = resolve
+    switch: SwitchOptions | None = None  # deliver through a P4 switch over P4Runtime instead of on iface

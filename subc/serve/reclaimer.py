@@ -1,0 +1,55 @@
+"""The reclaimer thread of ``subc serve``: off the path of requests, it waits out grace periods and
+frees what retired root slots and drained endpoints held, and checkpoints the store's
+write-ahead log."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+
+from ..dataplane.live_broker import LiveBroker
+from .events import event
+from .store import Store
+
+RECLAIM_LINGER = 0.02  # seconds retired root slots may wait to be reclaimed together
+CHECKPOINT_EVERY = 1.0  # seconds between checkpoints of the store's write-ahead log
+
+
+def reclaim_forever(
+    stopping: threading.Event, work: threading.Event, store: Store, broker: LiveBroker, endpoints, root_slots: int
+) -> None:
+    """Until ``stopping``: whenever ``work`` is set (a change retired a root slot or drained an
+    endpoint), wait a moment for more (:data:`RECLAIM_LINGER`, unless a quarter of the
+    ``root_slots`` or more await reclaiming), then one grace period for all of them and free their entries
+    (:meth:`LiveBroker.reclaim`) and the drained endpoints; every :data:`CHECKPOINT_EVERY` s,
+    checkpoint the store."""
+    checkpointed = time.monotonic()
+    while not stopping.is_set():
+        work.wait(timeout=0.5)
+        work.clear()
+        if time.monotonic() - checkpointed >= CHECKPOINT_EVERY:
+            try:
+                store.checkpoint()
+            except sqlite3.Error as e:  # the next one catches up
+                event(logging.WARNING, "checkpoint_failed", error=str(e))
+            checkpointed = time.monotonic()
+        # let retired root slots gather for a moment: one grace period and one burst of
+        # freeing for several changes, not one per change next to every request's own work
+        # (they share the interpreter), unless root slots run short
+        until = time.monotonic() + RECLAIM_LINGER
+        while not stopping.is_set() and broker.free_slot_count() > root_slots * 3 // 4:
+            left = until - time.monotonic()
+            if left <= 0:
+                break
+            work.wait(timeout=left)
+            work.clear()
+        drained = endpoints.take_draining()
+        pending = broker.pending()
+        if pending:
+            broker.reclaim()
+        elif drained:
+            broker.grace()
+        if drained:
+            endpoints.free_drained(drained)
