@@ -105,20 +105,14 @@ def _leaf_entry(state: int, decision) -> dict:
     return {"state": state, "action": name}
 
 
-def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
-    """The ``maps.json`` document of ``res`` (see the module docstring): the lowering of its IR.
+class _Maps(list):
+    """The ``maps`` list of ``maps.json`` being built, in declaration order."""
 
-    Raises SubcError when a decision or the default action has no eBPF meaning."""
-    spec, ir = res.spec, res.ir
-    default = spec.default_action
-    if default not in ("drop", "nop"):
-        raise SubcError(
-            f"--target ebpf: default action '{default}' has no eBPF meaning (drop or nop)", spec.default_action_location
-        )
-    maps: list[dict] = []
-
-    def add(name, mtype, key, value, entries, role, field=None, cap=None):
-        maps.append(
+    def add(self, name, mtype, key, value, entries, role, field=None, cap=None) -> None:
+        """Append map ``name`` of BPF type ``mtype`` with key and value layouts, its entries in
+        logical form, its role and field, and its capacity (default: :func:`capacity` of the
+        entries)."""
+        self.append(
             {
                 "name": name,
                 "type": mtype,
@@ -131,113 +125,119 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
             }
         )
 
-    add(MN.ROOT, "array", L.U32, L.U32, [{"index": 0, "root_state": ir.root_state}], "root", cap=1)
-    stages = []
-    # the state-value stages share one info array, one bounds array (a program may use at most 64
-    # maps) and an array of each stage's first info slot per generation (subc_sv_base)
-    sv_info: list[dict] = []
-    sv_bounds: list[dict] = []
-    sv_base: list[int] = []
-    sv_next_slot = 0  # the first info slot of the next state-value stage
-    for i, stage in enumerate(ir.stages):
+
+class _StateValueMaps:
+    """The maps the state-value stages share (a program may use at most 64 maps): one info array,
+    one bounds array, and an array of each stage's first info slot per generation (``subc_sv_base``)."""
+
+    def __init__(self):
+        self.info: list[dict] = []
+        self.bounds: list[dict] = []
+        self.base: list[int] = []
+        self.next_slot = 0  # the first info slot of the next state-value stage
+
+    def stage(self, stage) -> dict:
+        """Add ``stage``'s states; its ``stages`` entry."""
         q = stage.field
-        base = f"st{i}"
-        if q.match_kind == "range" and is_state_field(q.name):
-            first_slot = sv_next_slot
-            sv_next_slot += max((st.state for st in stage.states), default=0) + 1
-            sv_base.append(first_slot)
-            runs = 0
-            for st in stage.states:
-                if len(st.runs) == 1:  # the next state does not depend on the value: no read, no search
-                    sv_info.append({"state": first_slot + st.state, "next": st.runs[0][2], "count": 1})
-                    continue
-                first = len(sv_bounds)
-                sv_info.append({"state": first_slot + st.state, "offset": first, "count": len(st.runs)})
-                sv_bounds.extend({"index": first + j, "lo": lo, "next": t} for j, (lo, _, t) in enumerate(st.runs))
-                runs = max(runs, len(st.runs))
-            stages.append(
-                {
-                    "field": q.name,
-                    "kind": "range",
-                    "maps": [SV_INFO, SV_BOUNDS],
-                    "base_index": len(sv_base) - 1,
-                    "max_runs": runs,
-                    "search_steps": search_steps(q.width, runs, True),
-                }
-            )
-        elif q.match_kind == "range":
-            info, bounds = [], []
-            for st in stage.states:
-                first = len(bounds)
-                info.append({"state": st.state, "offset": first, "count": len(st.runs)})
-                bounds.extend([{"index": first + j, "lo": lo, "next": t} for j, (lo, _, t) in enumerate(st.runs)])
-            add(f"{base}_info", "array", L.U32, L.INFO, info, "state_info", q.name, cap=state_capacity(info))
-            add(f"{base}_bnd", "array", L.U32, L.BOUND, bounds, "bounds", q.name)
-            runs = max((e["count"] for e in info), default=0)
-            stages.append(
-                {
-                    "field": q.name,
-                    "kind": "range",
-                    "maps": [f"{base}_info", f"{base}_bnd"],
-                    "max_runs": runs,
-                    "search_steps": search_steps(q.width, runs, False),
-                }
-            )
-        elif q.match_kind == "exact":
-            info, ex = [], []
-            for st in stage.states:
-                es, miss = FieldStage.exact_form(st)
-                info.append({"state": st.state, "miss": miss})
-                ex.extend({"state": st.state, "value": v, "next": t} for v, t in es)
-            add(f"{base}_info", "array", L.U32, L.INFO, info, "state_info", q.name, cap=state_capacity(info))
-            add(f"{base}_ex", "hash", L.EXACT_KEY, L.U32, ex, "exact", q.name)
-            stages.append({"field": q.name, "kind": "exact", "maps": [f"{base}_info", f"{base}_ex"]})
-        else:
-            lpm = []
-            for st in stage.states:
-                lpm.extend(
-                    {"state": st.state, "value": v, "prefix_len": plen, "next": t}
-                    for v, plen, t in FieldStage.lpm_form(st, q.width)
-                )
-            add(f"{base}_lpm", "lpm_trie", L.LPM_KEY, L.U32, lpm, "lpm", q.name)
-            stages.append({"field": q.name, "kind": "lpm", "maps": [f"{base}_lpm"]})
-        stages[-1].update({"width": q.width, "states": len(stage.states), "next_states": stage.n_next})
-    if sv_base:
-        add(SV_INFO, "array", L.U32, L.INFO, sv_info, "state_info", cap=state_capacity(sv_info))
-        add(SV_BOUNDS, "array", L.U32, L.BOUND, sv_bounds, "bounds")
-        add(
+        first_slot = self.next_slot
+        self.next_slot += max((st.state for st in stage.states), default=0) + 1
+        self.base.append(first_slot)
+        runs = 0
+        for st in stage.states:
+            if len(st.runs) == 1:  # the next state does not depend on the value: no read, no search
+                self.info.append({"state": first_slot + st.state, "next": st.runs[0][2], "count": 1})
+                continue
+            first = len(self.bounds)
+            self.info.append({"state": first_slot + st.state, "offset": first, "count": len(st.runs)})
+            self.bounds.extend({"index": first + j, "lo": lo, "next": t} for j, (lo, _, t) in enumerate(st.runs))
+            runs = max(runs, len(st.runs))
+        return {
+            "field": q.name,
+            "kind": "range",
+            "maps": [SV_INFO, SV_BOUNDS],
+            "base_index": len(self.base) - 1,
+            "max_runs": runs,
+            "search_steps": search_steps(q.width, runs, True),
+        }
+
+    def add_to(self, maps: _Maps) -> None:
+        """Declare the shared maps (none when no stage is a state value)."""
+        if not self.base:
+            return
+        maps.add(SV_INFO, "array", L.U32, L.INFO, self.info, "state_info", cap=state_capacity(self.info))
+        maps.add(SV_BOUNDS, "array", L.U32, L.BOUND, self.bounds, "bounds")
+        maps.add(
             SV_BASE,
             "array",
             L.U32,
-            L.bases_struct(len(sv_base)),
-            [{"index": 0, "bases": sv_base}],
+            L.bases_struct(len(self.base)),
+            [{"index": 0, "bases": self.base}],
             "state_bases",
             cap=2,
         )
-    if ir.state is not None:
-        st = ir.state
-        # every state gets its mask, 0 too: a later rule set in this generation's slots finds none stale
-        masks = dict(st.updates)
-        boundary_states = [x.state for x in ir.stages[st.boundary].states] if st.boundary < len(ir.stages) else []
-        upd = [{"state": s, "mask": masks.get(s, 0)} for s in sorted(set(boundary_states) | set(masks))]
-        add(
-            MN.UPD,
-            "array",
-            L.U32,
-            L.mask_struct("subc_umask", st.mask_width),
-            upd,
-            "update_masks",
-            cap=state_capacity(upd),
+
+
+def _field_stage_maps(maps: _Maps, i: int, stage) -> dict:
+    """Declare the maps of field stage ``i`` (range, exact or lpm: the module docstring); its
+    ``stages`` entry."""
+    q = stage.field
+    base = f"st{i}"
+    if q.match_kind == "range":
+        info, bounds = [], []
+        for st in stage.states:
+            first = len(bounds)
+            info.append({"state": st.state, "offset": first, "count": len(st.runs)})
+            bounds.extend([{"index": first + j, "lo": lo, "next": t} for j, (lo, _, t) in enumerate(st.runs)])
+        maps.add(f"{base}_info", "array", L.U32, L.INFO, info, "state_info", q.name, cap=state_capacity(info))
+        maps.add(f"{base}_bnd", "array", L.U32, L.BOUND, bounds, "bounds", q.name)
+        runs = max((e["count"] for e in info), default=0)
+        return {
+            "field": q.name,
+            "kind": "range",
+            "maps": [f"{base}_info", f"{base}_bnd"],
+            "max_runs": runs,
+            "search_steps": search_steps(q.width, runs, False),
+        }
+    if q.match_kind == "exact":
+        info, ex = [], []
+        for st in stage.states:
+            es, miss = FieldStage.exact_form(st)
+            info.append({"state": st.state, "miss": miss})
+            ex.extend({"state": st.state, "value": v, "next": t} for v, t in es)
+        maps.add(f"{base}_info", "array", L.U32, L.INFO, info, "state_info", q.name, cap=state_capacity(info))
+        maps.add(f"{base}_ex", "hash", L.EXACT_KEY, L.U32, ex, "exact", q.name)
+        return {"field": q.name, "kind": "exact", "maps": [f"{base}_info", f"{base}_ex"]}
+    lpm = []
+    for st in stage.states:
+        lpm.extend(
+            {"state": st.state, "value": v, "prefix_len": plen, "next": t}
+            for v, plen, t in FieldStage.lpm_form(st, q.width)
         )
-        agg = L.agg_struct(max([len(i.thresholds) for i in st.instances], default=1))
-        add(MN.AGG, "array", L.U32, agg, [], "registers", cap=2 * len(st.instances))
-    leaves = [{"state": 0, "action": default}]
-    leaves += [_leaf_entry(leaf.state, leaf.decision) for leaf in ir.leaves]
-    add(MN.LEAF, "array", L.U32, L.LEAF, leaves, "leaf", cap=state_capacity(leaves))
-    add(MN.LEAF_SET, "array", L.U32, L.SUBSET, [], "leaf_sets", cap=state_capacity(leaves))
+    maps.add(f"{base}_lpm", "lpm_trie", L.LPM_KEY, L.U32, lpm, "lpm", q.name)
+    return {"field": q.name, "kind": "lpm", "maps": [f"{base}_lpm"]}
+
+
+def _state_maps(maps: _Maps, ir: SubscriptionIR) -> None:
+    """Declare the maps of comparisons on state: the update masks and the aggregate registers."""
+    st = ir.state
+    # every state gets its mask, 0 too: a later rule set in this generation's slots finds none stale
+    masks = dict(st.updates)
+    boundary_states = [x.state for x in ir.stages[st.boundary].states] if st.boundary < len(ir.stages) else []
+    upd = [{"state": s, "mask": masks.get(s, 0)} for s in sorted(set(boundary_states) | set(masks))]
+    maps.add(
+        MN.UPD, "array", L.U32, L.mask_struct("subc_umask", st.mask_width), upd, "update_masks", cap=state_capacity(upd)
+    )
+    agg = L.agg_struct(max([len(i.thresholds) for i in st.instances], default=1))
+    maps.add(MN.AGG, "array", L.U32, agg, [], "registers", cap=2 * len(st.instances))
+
+
+def _leaf_maps(maps: _Maps, ir: SubscriptionIR, leaves: list[dict]) -> None:
+    """Declare the leaf maps: actions, subscriber sets and, with named counters, each leaf's updates."""
+    maps.add(MN.LEAF, "array", L.U32, L.LEAF, leaves, "leaf", cap=state_capacity(leaves))
+    maps.add(MN.LEAF_SET, "array", L.U32, L.SUBSET, [], "leaf_sets", cap=state_capacity(leaves))
     if ir.state is not None and ir.state.count_updates:  # named counters: each leaf's updates (0 too)
         cmask = dict(ir.state.leaf_counts)
-        add(
+        maps.add(
             MN.CNT,
             "array",
             L.U32,
@@ -246,22 +246,57 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
             "count_masks",
             cap=state_capacity(leaves),
         )
-    add(MN.SUBS, "array", L.U32, L.sub_struct(DEFAULT_MAX_ENDPOINTS), [], "subscribers", cap=L.MAX_SUBSCRIBERS)
-    add(MN.ALL, "array", L.U32, L.SUBSET, [], "everyone", cap=2)
-    add(MN.EPS, "array", L.U32, L.ENDPOINT, [], "endpoints", cap=DEFAULT_ENDPOINTS)
-    add(MN.SEQ, "array", L.U32, L.U64, [], "sequence", cap=L.RECIPIENTS)
-    add(MN.STATS, "percpu_array", L.U32, L.U64, [], "stats", cap=len(L.STATS))
-    add(MN.SUB_CNT, "percpu_array", L.U32, L.SUB_COUNTER, [], "subscriber_counters", cap=L.RECIPIENTS)
-    add(MN.LEAF_CNT, "percpu_array", L.U32, L.COUNTER, [], "leaf_counters", cap=state_capacity(leaves))
-    add(MN.JMP_XDP, "prog_array", L.U32, L.U32, [], "tail_calls", cap=3)
-    add(MN.JMP_TC, "prog_array", L.U32, L.U32, [], "tail_calls", cap=1)
-    add(MN.FAN_CFG, "array", L.U32, L.FAN_CFG, [], "fan_config", cap=1)
-    add(MN.FAN_DEV, "hash", L.U32, L.U32, [], "fan_devices", cap=L.FAN_SLOTS)
-    add(MN.FAN_GEPS, "array", L.U32, L.U32, [], "fan_group_endpoints", cap=L.FAN_SLOTS * L.FAN_SLOTS)
-    add(MN.FAN, "array_of_maps", L.U32, L.U32, [], "fan", cap=L.FAN_SLOTS * L.FAN_SLOTS + 1 + L.FAN_SETS)
-    add(MN.FAN_SETS, "hash", L.U64, L.U32, [], "fan_sets", cap=L.FAN_SETS)
-    add(MN.FAN_MISS, "hash", L.U64, L.U64, [], "fan_misses", cap=L.FAN_MISSES)
-    add(MN.FAN_HITS, "percpu_array", L.U32, L.U64, [], "fan_set_datagrams", cap=L.FAN_SETS)
+
+
+def _broker_maps(maps: _Maps, leaves: list[dict]) -> None:
+    """Declare the maps the broker fills (subscribers, endpoints, sequence numbers, counters, tail
+    calls, the fan-out's)."""
+    maps.add(MN.SUBS, "array", L.U32, L.sub_struct(DEFAULT_MAX_ENDPOINTS), [], "subscribers", cap=L.MAX_SUBSCRIBERS)
+    maps.add(MN.ALL, "array", L.U32, L.SUBSET, [], "everyone", cap=2)
+    maps.add(MN.EPS, "array", L.U32, L.ENDPOINT, [], "endpoints", cap=DEFAULT_ENDPOINTS)
+    maps.add(MN.SEQ, "array", L.U32, L.U64, [], "sequence", cap=L.RECIPIENTS)
+    maps.add(MN.STATS, "percpu_array", L.U32, L.U64, [], "stats", cap=len(L.STATS))
+    maps.add(MN.SUB_CNT, "percpu_array", L.U32, L.SUB_COUNTER, [], "subscriber_counters", cap=L.RECIPIENTS)
+    maps.add(MN.LEAF_CNT, "percpu_array", L.U32, L.COUNTER, [], "leaf_counters", cap=state_capacity(leaves))
+    maps.add(MN.JMP_XDP, "prog_array", L.U32, L.U32, [], "tail_calls", cap=3)
+    maps.add(MN.JMP_TC, "prog_array", L.U32, L.U32, [], "tail_calls", cap=1)
+    maps.add(MN.FAN_CFG, "array", L.U32, L.FAN_CFG, [], "fan_config", cap=1)
+    maps.add(MN.FAN_DEV, "hash", L.U32, L.U32, [], "fan_devices", cap=L.FAN_SLOTS)
+    maps.add(MN.FAN_GEPS, "array", L.U32, L.U32, [], "fan_group_endpoints", cap=L.FAN_SLOTS * L.FAN_SLOTS)
+    maps.add(MN.FAN, "array_of_maps", L.U32, L.U32, [], "fan", cap=L.FAN_SLOTS * L.FAN_SLOTS + 1 + L.FAN_SETS)
+    maps.add(MN.FAN_SETS, "hash", L.U64, L.U32, [], "fan_sets", cap=L.FAN_SETS)
+    maps.add(MN.FAN_MISS, "hash", L.U64, L.U64, [], "fan_misses", cap=L.FAN_MISSES)
+    maps.add(MN.FAN_HITS, "percpu_array", L.U32, L.U64, [], "fan_set_datagrams", cap=L.FAN_SETS)
+
+
+def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
+    """The ``maps.json`` document of ``res`` (see the module docstring): the lowering of its IR.
+
+    Raises SubcError when a decision or the default action has no eBPF meaning."""
+    spec, ir = res.spec, res.ir
+    default = spec.default_action
+    if default not in ("drop", "nop"):
+        raise SubcError(
+            f"--target ebpf: default action '{default}' has no eBPF meaning (drop or nop)", spec.default_action_location
+        )
+    maps = _Maps()
+    maps.add(MN.ROOT, "array", L.U32, L.U32, [{"index": 0, "root_state": ir.root_state}], "root", cap=1)
+    sv = _StateValueMaps()
+    stages = []
+    for i, stage in enumerate(ir.stages):
+        q = stage.field
+        if q.match_kind == "range" and is_state_field(q.name):
+            stages.append(sv.stage(stage))
+        else:
+            stages.append(_field_stage_maps(maps, i, stage))
+        stages[-1].update({"width": q.width, "states": len(stage.states), "next_states": stage.n_next})
+    sv.add_to(maps)
+    if ir.state is not None:
+        _state_maps(maps, ir)
+    leaves = [{"state": 0, "action": default}]
+    leaves += [_leaf_entry(leaf.state, leaf.decision) for leaf in ir.leaves]
+    _leaf_maps(maps, ir, leaves)
+    _broker_maps(maps, leaves)
     return {
         "format": "subc-ebpf-maps",
         "version": 1,
@@ -277,7 +312,7 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
         "stats": L.STATS,
         "stages": stages,
         "subscribers": sorted({s for e in leaves for s in e.get("subscribers", ())}),
-        "maps": maps,
+        "maps": list(maps),
         **({"state": state_doc(ir)} if ir.state is not None else {}),
     }
 

@@ -179,53 +179,9 @@ def multi_message_context(res: CompileResult, plan: SlotPlan, tna: bool, ctx: di
     hdr, meta, std = ctx["hdr"], ctx["meta"], ctx["std_meta"]
     K = plan.max_messages
     slots = list(range(K))
-    tables = message_tables(plan, pipe)
     slot_insts = [inst for inst, _ in plan.slot]
-    t_ctx = []
-    for i in slots:
-        for t in tables:
-            t_ctx.append(
-                {
-                    "name": slot_table_name(t.name, i),
-                    "key_fields": [
-                        {
-                            "name": slot_key(k.name, i, plan, pipe),
-                            "match_kind": k.match_kind,
-                            "bfrt_name": bfrt_key_name(slot_key(k.name, i, plan, pipe)),
-                        }
-                        for k in t.keys
-                    ],
-                    "actions": [f"{a}({_bound(a, i, meta)})" if _bound(a, i, meta) else a for a in t.actions],
-                    "noaction": t.default_action[0] == "NoAction",
-                    "default_call": "NoAction()"
-                    if t.default_action[0] == "NoAction"
-                    else _slot_call(t.default_action, i, meta),
-                    "size": t.size,
-                }
-            )
-    d = deliver_table(plan)
-    t_ctx.append(
-        {
-            "name": d.name,
-            "key_fields": [{"name": f"{meta}.subc_union", "match_kind": "exact", "bfrt_name": "subc_union"}],
-            "actions": d.actions,
-            "noaction": False,
-            "default_call": "subc_multicast()",
-            "size": d.size,
-        }
-    )
-    steps = [
-        [
-            {
-                "table": slot_table_name(s.table, i),
-                "on_miss": slot_table_name(s.on_miss, i) if s.on_miss else None,
-                "state": s.table == UPDATE_TABLE,
-                "count": s.table == COUNT_TABLE,
-            }
-            for s in pipe.steps
-        ]
-        for i in slots
-    ]
+    t_ctx = _mm_tables(plan, pipe, meta)
+    steps = _mm_steps(pipe, slots)
     headers = [
         [f"{hdr}.subc_s{i}.{h}.isValid()" if h in slot_insts else f"{hdr}.{h}.isValid()" for h in pipe.headers]
         for i in slots
@@ -235,87 +191,9 @@ def multi_message_context(res: CompileResult, plan: SlotPlan, tna: bool, ctx: di
     block_inst = block_len_rel.split(".")[0]
     n_held = max(plan.held.values()) + 1
     if tna:
-        overflow = (
-            [f"ig_tm_md.ucast_egress_port = {plan.overflow_port};"]
-            if plan.overflow_port is not None
-            else ["ig_dprsr_md.drop_ctl = 1;"]
-        )
-        mm_target = {
-            "port_type": "PortId_t",
-            "unicast": "ig_tm_md.ucast_egress_port",
-            "multicast": "ig_tm_md.mcast_grp_a",
-            "drop": "ig_dprsr_md.drop_ctl = 1;",
-            "parser_error": "ig_prsr_md.parser_err != 0",
-            "egress_port": "eg_intr_md.egress_port",
-            "eg_kind": f"{meta}.subc_kind",
-            "eg_union": f"{meta}.subc_union",
-            "eg_drop": f"eg_dprsr_md.drop_ctl = 1;\n                {meta}.subc_kind = {KIND_NONE};",
-            "ingress_tail": [
-                f"{hdr}.subc_bridge.setValid();  // always: the egress parser extracts it first",
-                f"{hdr}.subc_bridge.kind = (bit<8>) {meta}.subc_kind;",
-                f"{hdr}.subc_bridge.union = {meta}.subc_union;",
-            ]
-            + [
-                st
-                for i in slots
-                for st in (
-                    f"{hdr}.subc_bridge.s{i}_ports = {meta}.subc_s{i}_ports;",
-                    f"{hdr}.subc_bridge.s{i}_size = {meta}.subc_s{i}_size;",
-                )
-            ],
-            "egress_head": [
-                f"{meta}.subc_kind = (bit<2>) {hdr}.subc_bridge.kind;",
-                f"{meta}.subc_union = {hdr}.subc_bridge.union;",
-            ],
-            "egress_tail": [f"{hdr}.subc_bridge.setInvalid();"],
-            "seq_decl": (
-                f"    Register<bit<32>, bit<9>>(512, 0) subc_seq;\n"
-                f"    RegisterAction<bit<32>, bit<9>, bit<32>>(subc_seq) subc_seq_take = {{\n"
-                f"        void apply(inout bit<32> value, out bit<32> taken) {{\n"
-                f"            taken = value;\n"
-                f"            value = value + (bit<32>) {meta}.subc_kept;\n"
-                f"        }}\n"
-                f"    }};"
-            ),
-            "seq_take": [
-                f"{plan.f['seq']} = (bit<64>) subc_seq_take.execute(eg_intr_md.egress_port) + 1;",
-                f"{plan.f['udp_csum']} = 0;  // no UDP checksum (RFC 768): Tofino does not sum the payload",
-            ],
-        }
-        count = lambda name: f"subc_datagrams.count({COUNTERS.index(name)});"  # noqa: E731
-        count_held = lambda i: f"subc_held_s{i}.count({meta}.subc_s{i}_held);"  # noqa: E731
-        eg_ports = lambda i: f"{hdr}.subc_bridge.s{i}_ports"  # noqa: E731
-        eg_size = lambda i: f"{hdr}.subc_bridge.s{i}_size"  # noqa: E731
+        overflow, mm_target, count, count_held, eg_ports, eg_size = _tna_mm_target(plan, hdr, meta, slots)
     else:
-        overflow = (
-            [f"{std}.egress_spec = {plan.overflow_port};"]
-            if plan.overflow_port is not None
-            else [f"mark_to_drop({std});"]
-        )
-        mm_target = {
-            "port_type": "bit<9>",
-            "unicast": f"{std}.egress_spec",
-            "multicast": f"{std}.mcast_grp",
-            "drop": f"mark_to_drop({std});",
-            "parser_error": f"{std}.parser_error != error.NoError",
-            "egress_port": f"{std}.egress_port",
-            "eg_kind": f"{meta}.subc_kind",
-            "eg_union": f"{meta}.subc_union",
-            "eg_drop": f"mark_to_drop({std});\n                {meta}.subc_kind = {KIND_NONE};",
-            "seq_decl": "    register<bit<64>>(512) subc_seq;  // per egress port: sequence numbers taken so far",
-            "ingress_tail": [],
-            "egress_head": [],
-            "egress_tail": [],
-            "seq_take": [
-                f"subc_seq.read({meta}.subc_seq_taken, (bit<32>) {std}.egress_port);",
-                f"{plan.f['seq']} = {meta}.subc_seq_taken + 1;",
-                f"subc_seq.write((bit<32>) {std}.egress_port, {meta}.subc_seq_taken + (bit<64>) {meta}.subc_kept);",
-            ],
-        }
-        count = lambda name: f"subc_datagrams.count({COUNTERS.index(name)});"  # noqa: E731
-        count_held = lambda i: f"subc_held.count((bit<32>) {meta}.subc_s{i}_held);"  # noqa: E731
-        eg_ports = lambda i: f"{meta}.subc_s{i}_ports"  # noqa: E731
-        eg_size = lambda i: f"{meta}.subc_s{i}_size"  # noqa: E731
+        overflow, mm_target, count, count_held, eg_ports, eg_size = _v1model_mm_target(plan, meta, std)
     for p in plan.ports:
         number(p, "port")
     bridge_bits = 8 + plan.port_bits * (K + 1) + 16 * K
@@ -363,6 +241,151 @@ def multi_message_context(res: CompileResult, plan: SlotPlan, tna: bool, ctx: di
         "bridge_pad": -bridge_bits % 8,
         **mm_target,
     }
+
+
+def _mm_tables(plan: SlotPlan, pipe, meta: str) -> list[dict]:
+    """The template context of every slot's copy of the message tables, then the deliver table."""
+    slots = range(plan.max_messages)
+    tables = message_tables(plan, pipe)
+    t_ctx = []
+    for i in slots:
+        for t in tables:
+            t_ctx.append(
+                {
+                    "name": slot_table_name(t.name, i),
+                    "key_fields": [
+                        {
+                            "name": slot_key(k.name, i, plan, pipe),
+                            "match_kind": k.match_kind,
+                            "bfrt_name": bfrt_key_name(slot_key(k.name, i, plan, pipe)),
+                        }
+                        for k in t.keys
+                    ],
+                    "actions": [f"{a}({_bound(a, i, meta)})" if _bound(a, i, meta) else a for a in t.actions],
+                    "noaction": t.default_action[0] == "NoAction",
+                    "default_call": "NoAction()"
+                    if t.default_action[0] == "NoAction"
+                    else _slot_call(t.default_action, i, meta),
+                    "size": t.size,
+                }
+            )
+    d = deliver_table(plan)
+    t_ctx.append(
+        {
+            "name": d.name,
+            "key_fields": [{"name": f"{meta}.subc_union", "match_kind": "exact", "bfrt_name": "subc_union"}],
+            "actions": d.actions,
+            "noaction": False,
+            "default_call": "subc_multicast()",
+            "size": d.size,
+        }
+    )
+    return t_ctx
+
+
+def _mm_steps(pipe, slots: list[int]) -> list[list[dict]]:
+    """Per slot, the tables to apply in order (with their miss tables and what they are)."""
+    return [
+        [
+            {
+                "table": slot_table_name(s.table, i),
+                "on_miss": slot_table_name(s.on_miss, i) if s.on_miss else None,
+                "state": s.table == UPDATE_TABLE,
+                "count": s.table == COUNT_TABLE,
+            }
+            for s in pipe.steps
+        ]
+        for i in slots
+    ]
+
+
+def _tna_mm_target(plan: SlotPlan, hdr: str, meta: str, slots: list[int]) -> tuple:
+    """The TNA (Tofino) specifics of the multi-message program: (overflow statements, template
+    names, and the counter, held-counter, egress ports and egress size expressions per slot)."""
+    overflow = (
+        [f"ig_tm_md.ucast_egress_port = {plan.overflow_port};"]
+        if plan.overflow_port is not None
+        else ["ig_dprsr_md.drop_ctl = 1;"]
+    )
+    mm_target = {
+        "port_type": "PortId_t",
+        "unicast": "ig_tm_md.ucast_egress_port",
+        "multicast": "ig_tm_md.mcast_grp_a",
+        "drop": "ig_dprsr_md.drop_ctl = 1;",
+        "parser_error": "ig_prsr_md.parser_err != 0",
+        "egress_port": "eg_intr_md.egress_port",
+        "eg_kind": f"{meta}.subc_kind",
+        "eg_union": f"{meta}.subc_union",
+        "eg_drop": f"eg_dprsr_md.drop_ctl = 1;\n                {meta}.subc_kind = {KIND_NONE};",
+        "ingress_tail": [
+            f"{hdr}.subc_bridge.setValid();  // always: the egress parser extracts it first",
+            f"{hdr}.subc_bridge.kind = (bit<8>) {meta}.subc_kind;",
+            f"{hdr}.subc_bridge.union = {meta}.subc_union;",
+        ]
+        + [
+            st
+            for i in slots
+            for st in (
+                f"{hdr}.subc_bridge.s{i}_ports = {meta}.subc_s{i}_ports;",
+                f"{hdr}.subc_bridge.s{i}_size = {meta}.subc_s{i}_size;",
+            )
+        ],
+        "egress_head": [
+            f"{meta}.subc_kind = (bit<2>) {hdr}.subc_bridge.kind;",
+            f"{meta}.subc_union = {hdr}.subc_bridge.union;",
+        ],
+        "egress_tail": [f"{hdr}.subc_bridge.setInvalid();"],
+        "seq_decl": (
+            f"    Register<bit<32>, bit<9>>(512, 0) subc_seq;\n"
+            f"    RegisterAction<bit<32>, bit<9>, bit<32>>(subc_seq) subc_seq_take = {{\n"
+            f"        void apply(inout bit<32> value, out bit<32> taken) {{\n"
+            f"            taken = value;\n"
+            f"            value = value + (bit<32>) {meta}.subc_kept;\n"
+            f"        }}\n"
+            f"    }};"
+        ),
+        "seq_take": [
+            f"{plan.f['seq']} = (bit<64>) subc_seq_take.execute(eg_intr_md.egress_port) + 1;",
+            f"{plan.f['udp_csum']} = 0;  // no UDP checksum (RFC 768): Tofino does not sum the payload",
+        ],
+    }
+    count = lambda name: f"subc_datagrams.count({COUNTERS.index(name)});"  # noqa: E731
+    count_held = lambda i: f"subc_held_s{i}.count({meta}.subc_s{i}_held);"  # noqa: E731
+    eg_ports = lambda i: f"{hdr}.subc_bridge.s{i}_ports"  # noqa: E731
+    eg_size = lambda i: f"{hdr}.subc_bridge.s{i}_size"  # noqa: E731
+    return overflow, mm_target, count, count_held, eg_ports, eg_size
+
+
+def _v1model_mm_target(plan: SlotPlan, meta: str, std: str) -> tuple:
+    """The v1model (BMv2) specifics of the multi-message program, as :func:`_tna_mm_target`."""
+    overflow = (
+        [f"{std}.egress_spec = {plan.overflow_port};"] if plan.overflow_port is not None else [f"mark_to_drop({std});"]
+    )
+    mm_target = {
+        "port_type": "bit<9>",
+        "unicast": f"{std}.egress_spec",
+        "multicast": f"{std}.mcast_grp",
+        "drop": f"mark_to_drop({std});",
+        "parser_error": f"{std}.parser_error != error.NoError",
+        "egress_port": f"{std}.egress_port",
+        "eg_kind": f"{meta}.subc_kind",
+        "eg_union": f"{meta}.subc_union",
+        "eg_drop": f"mark_to_drop({std});\n                {meta}.subc_kind = {KIND_NONE};",
+        "seq_decl": "    register<bit<64>>(512) subc_seq;  // per egress port: sequence numbers taken so far",
+        "ingress_tail": [],
+        "egress_head": [],
+        "egress_tail": [],
+        "seq_take": [
+            f"subc_seq.read({meta}.subc_seq_taken, (bit<32>) {std}.egress_port);",
+            f"{plan.f['seq']} = {meta}.subc_seq_taken + 1;",
+            f"subc_seq.write((bit<32>) {std}.egress_port, {meta}.subc_seq_taken + (bit<64>) {meta}.subc_kept);",
+        ],
+    }
+    count = lambda name: f"subc_datagrams.count({COUNTERS.index(name)});"  # noqa: E731
+    count_held = lambda i: f"subc_held.count((bit<32>) {meta}.subc_s{i}_held);"  # noqa: E731
+    eg_ports = lambda i: f"{meta}.subc_s{i}_ports"  # noqa: E731
+    eg_size = lambda i: f"{meta}.subc_s{i}_size"  # noqa: E731
+    return overflow, mm_target, count, count_held, eg_ports, eg_size
 
 
 def _mm_meta_members(plan: SlotPlan, pipe) -> list[str]:

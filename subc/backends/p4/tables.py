@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field as dc_field
 
 from ...ir.aggregates import UPDATE_ATOM, StatePlan, is_state_field
@@ -295,89 +296,11 @@ def build_pipeline(
         if ir.state is not None and i == ir.state.boundary:
             tables.append(update_table(ir.state, state_key))
             steps.append(Step(UPDATE_TABLE))
-        if q.match_kind == "range":
-            direct: list[Entry] = []
-            for st in stage.states:
-                runs, fb = FieldStage.range_form(st)
-                direct.extend(_state_entry(st.state, (lo, hi), t, SPECIFIC_PRIORITY) for lo, hi, t in runs)
-                if fb:
-                    direct.append(_state_entry(st.state, (0, st.runs[-1][1]), fb, FALLBACK_PRIORITY))
-            direct_tcam = sum(prefix_cover_count(*e.match[1], q.width) for e in direct)
-            use_code = False
-            if stage.states and (target == Target.TOFINO or range_form == "code"):
-                runs, per_state, ncodes = _code_form(stage)
-                cfb = fallback_target(Counter(c for _, _, c in runs))
-                code_runs = [r for r in runs if r[2] != cfb]
-                code_tcam = sum(prefix_cover_count(lo, hi, q.width) for lo, hi, _ in code_runs)
-                use_code = code_tcam < direct_tcam if range_form == "auto" else range_form == "code"
-            if not use_code:
-                forms[q.name] = "range"
-                tables.append(
-                    Table(
-                        base,
-                        [state_key, fkey("range")],
-                        direct,
-                        to_dead,
-                        "stage",
-                        q.name,
-                        ["subc_set_state"],
-                        direct_tcam,
-                    )
-                )
-                steps.append(Step(base))
-                continue
-            forms[q.name] = "code"
-            cw = max(1, (ncodes - 1).bit_length())
-            code_width = max(code_width, cw)
-            code_entries = [
-                Entry(((lo, hi),), "subc_set_code", (("code", c),), FALLBACK_PRIORITY) for lo, hi, c in code_runs
-            ]
-            tables.append(
-                Table(
-                    f"{base}_code",
-                    [fkey("range")],
-                    code_entries,
-                    ("subc_set_code", (("code", cfb),)),
-                    "code",
-                    q.name,
-                    ["subc_set_code"],
-                    code_tcam,
-                )
-            )
-            ckey = Key(f"{meta}.subc_code", "exact", 0)  # width fixed below
-            code_state_entries, miss_entries = [], []
-            for st in stage.states:
-                targets = per_state[st.state]
-                fb = fallback_target(Counter(targets.values()))
-                code_state_entries.extend(_state_entry(st.state, c, t) for c, t in sorted(targets.items()) if t != fb)
-                if fb:
-                    miss_entries.append(Entry((st.state,), "subc_set_state", (("next_state", fb),)))
-            tables.append(
-                Table(base, [state_key, ckey], code_state_entries, NO_ACTION, "stage", q.name, ["subc_set_state"])
-            )
-            tables.append(Table(f"{base}_miss", [state_key], miss_entries, to_dead, "miss", q.name, ["subc_set_state"]))
-            steps.append(Step(f"{base}_code"))
-            steps.append(Step(base, f"{base}_miss"))
-        elif q.match_kind == "exact":
-            forms[q.name] = "exact"
-            entries, misses = [], []
-            for st in stage.states:
-                es, miss = FieldStage.exact_form(st)
-                entries.extend(_state_entry(st.state, v, t) for v, t in es)
-                if miss:
-                    misses.append(Entry((st.state,), "subc_set_state", (("next_state", miss),)))
-            tables.append(
-                Table(base, [state_key, fkey("exact")], entries, NO_ACTION, "stage", q.name, ["subc_set_state"])
-            )
-            tables.append(Table(f"{base}_miss", [state_key], misses, to_dead, "miss", q.name, ["subc_set_state"]))
-            steps.append(Step(base, f"{base}_miss"))
-        else:
-            forms[q.name] = "lpm"
-            entries = []
-            for st in stage.states:
-                entries.extend(_state_entry(st.state, (v, plen), t) for v, plen, t in FieldStage.lpm_form(st, q.width))
-            tables.append(Table(base, [state_key, fkey("lpm")], entries, to_dead, "stage", q.name, ["subc_set_state"]))
-            steps.append(Step(base))
+        lowered = _stage_tables(stage, _StageKeys(base, fkey, state_key, meta, to_dead), target, range_form)
+        tables += lowered.tables
+        steps += lowered.steps
+        forms[q.name] = lowered.form
+        code_width = max(code_width, lowered.code_width)
     # widths of code keys are known only now
     for t in tables:
         t.keys = [
@@ -411,4 +334,122 @@ def build_pipeline(
         meta=meta,
         hdr=hdr,
         state=ir.state,
+    )
+
+
+@dataclass
+class _StageKeys:
+    """What a field stage's tables are named and keyed by: ``base`` (table name), ``field_key``
+    (match kind -> the field's key), ``state_key``, the metadata struct ``meta``, and ``to_dead``
+    (the action that leads to the dead state)."""
+
+    base: str
+    field_key: Callable[[str], Key]
+    state_key: Key
+    meta: str
+    to_dead: tuple
+
+
+@dataclass
+class _StageTables:
+    """A field stage lowered: its tables and steps in order, its match form ('range', 'code',
+    'exact' or 'lpm'), and the width of its interval code (1 when it has none)."""
+
+    tables: list[Table]
+    steps: list[Step]
+    form: str
+    code_width: int = 1
+
+
+def _stage_tables(stage, k: _StageKeys, target: str, range_form: str) -> _StageTables:
+    """The tables of one field stage (the module docstring), in the forms of :mod:`subc.ir.lowering`."""
+    q = stage.field
+    if q.match_kind == "range":
+        return _range_stage(stage, k, target, range_form)
+    if q.match_kind == "exact":
+        entries, misses = [], []
+        for st in stage.states:
+            es, miss = FieldStage.exact_form(st)
+            entries.extend(_state_entry(st.state, v, t) for v, t in es)
+            if miss:
+                misses.append(Entry((st.state,), "subc_set_state", (("next_state", miss),)))
+        return _StageTables(
+            [
+                Table(
+                    k.base, [k.state_key, k.field_key("exact")], entries, NO_ACTION, "stage", q.name, ["subc_set_state"]
+                ),
+                Table(f"{k.base}_miss", [k.state_key], misses, k.to_dead, "miss", q.name, ["subc_set_state"]),
+            ],
+            [Step(k.base, f"{k.base}_miss")],
+            "exact",
+        )
+    entries = []
+    for st in stage.states:
+        entries.extend(_state_entry(st.state, (v, plen), t) for v, plen, t in FieldStage.lpm_form(st, q.width))
+    return _StageTables(
+        [Table(k.base, [k.state_key, k.field_key("lpm")], entries, k.to_dead, "stage", q.name, ["subc_set_state"])],
+        [Step(k.base)],
+        "lpm",
+    )
+
+
+def _range_stage(stage, k: _StageKeys, target: str, range_form: str) -> _StageTables:
+    """A range stage: direct (per state, its runs above a fallback entry) or, on Tofino when it
+    needs fewer TCAM words (or when ``range_form`` is 'code'), an interval code: a range table on
+    the field alone writes the code, an exact ``(state, code)`` table with a ``_miss`` table."""
+    q = stage.field
+    direct: list[Entry] = []
+    for st in stage.states:
+        runs, fb = FieldStage.range_form(st)
+        direct.extend(_state_entry(st.state, (lo, hi), t, SPECIFIC_PRIORITY) for lo, hi, t in runs)
+        if fb:
+            direct.append(_state_entry(st.state, (0, st.runs[-1][1]), fb, FALLBACK_PRIORITY))
+    direct_tcam = sum(prefix_cover_count(*e.match[1], q.width) for e in direct)
+    use_code = False
+    if stage.states and (target == Target.TOFINO or range_form == "code"):
+        runs, per_state, ncodes = _code_form(stage)
+        cfb = fallback_target(Counter(c for _, _, c in runs))
+        code_runs = [r for r in runs if r[2] != cfb]
+        code_tcam = sum(prefix_cover_count(lo, hi, q.width) for lo, hi, _ in code_runs)
+        use_code = code_tcam < direct_tcam if range_form == "auto" else range_form == "code"
+    if not use_code:
+        table = Table(
+            k.base,
+            [k.state_key, k.field_key("range")],
+            direct,
+            k.to_dead,
+            "stage",
+            q.name,
+            ["subc_set_state"],
+            direct_tcam,
+        )
+        return _StageTables([table], [Step(k.base)], "range")
+    code_entries = [Entry(((lo, hi),), "subc_set_code", (("code", c),), FALLBACK_PRIORITY) for lo, hi, c in code_runs]
+    code_table = Table(
+        f"{k.base}_code",
+        [k.field_key("range")],
+        code_entries,
+        ("subc_set_code", (("code", cfb),)),
+        "code",
+        q.name,
+        ["subc_set_code"],
+        code_tcam,
+    )
+    ckey = Key(f"{k.meta}.subc_code", "exact", 0)  # width fixed by build_pipeline
+    code_state_entries, miss_entries = [], []
+    for st in stage.states:
+        targets = per_state[st.state]
+        fb = fallback_target(Counter(targets.values()))
+        code_state_entries.extend(_state_entry(st.state, c, t) for c, t in sorted(targets.items()) if t != fb)
+        if fb:
+            miss_entries.append(Entry((st.state,), "subc_set_state", (("next_state", fb),)))
+    return _StageTables(
+        [
+            code_table,
+            Table(k.base, [k.state_key, ckey], code_state_entries, NO_ACTION, "stage", q.name, ["subc_set_state"]),
+            Table(f"{k.base}_miss", [k.state_key], miss_entries, k.to_dead, "miss", q.name, ["subc_set_state"]),
+        ],
+        [Step(f"{k.base}_code"), Step(k.base, f"{k.base}_miss")],
+        "code",
+        max(1, (ncodes - 1).bit_length()),
     )
