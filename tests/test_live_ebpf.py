@@ -31,7 +31,7 @@ _LOADED: dict = {}
 def loaded(ix: int):
     """One loaded live program and its live broker per field order (each example ends with no
     subscription, so the next starts from an empty diagram in maps that have been used)."""
-    from subc.backends.ebpf.target import live_program
+    from subc.backends.ebpf.program import live_program
     from subc.dataplane.ebpf.broker import LoadedFilter
     from subc.dataplane.ebpf.fanout import grace_waiter
     from subc.dataplane.ebpf.install import install_subscribers

@@ -25,7 +25,8 @@ from subc.compiler.driver import compile_rules
 from subc.ir.incremental import LiveDiagram
 from subc.lang.rules import parse_rules
 from subc.backends.ebpf import layout as L
-from subc.backends.ebpf.target import build_maps, ebpf_plan, live_program
+from subc.backends.ebpf.program import live_program
+from subc.backends.ebpf.target import build_maps, ebpf_plan
 from subc.errors import SubcError
 from subc.dataplane.ebpf.live_maps import LiveMaps
 

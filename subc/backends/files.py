@@ -72,7 +72,8 @@ def target_files(
     t0 = time.perf_counter()
     files: dict[str, str] = {}
     if res.target == Target.EBPF:
-        from .ebpf.target import build_maps, ebpf_plan, render_filter, report
+        from .ebpf.program import render_filter
+        from .ebpf.target import build_maps, ebpf_plan, report
 
         plan = ebpf_plan(res)
         doc = build_maps(res, plan)

@@ -274,7 +274,8 @@ def bmv2_fit(res: CompileResult) -> tuple[dict, list[Diagnostic]]:
 def ebpf_fit(res: CompileResult, rules_path: str, load: bool = True) -> tuple[dict, list[Diagnostic]]:
     """(fit report, diagnostics) for the eBPF target: map entries against capacities and, with
     ``load`` (root and bcc needed, else a note says why not), the programs' instruction counts."""
-    from ..backends.ebpf.target import build_maps, ebpf_plan, render_filter
+    from ..backends.ebpf.program import render_filter
+    from ..backends.ebpf.target import build_maps, ebpf_plan
     from ..backends.ebpf.source import program_source
     from ..dataplane.ebpf import install
 

@@ -1,6 +1,6 @@
 """The data path of ``subc serve``: loaded once, pinned, and adopted again by a restarted daemon.
 
-The program is :func:`~subc.backends.ebpf.target.live_program` of the spec and field order,
+The program is :func:`~subc.backends.ebpf.program.live_program` of the spec and field order,
 loaded and attached like ``subc load`` does (maps and programs pinned in the broker's home,
 :mod:`..broker_home`, ``state.json`` with ``"mode": "serve"``), so it keeps forwarding
 while the daemon is down.  A daemon that finds it loaded with the same spec text, field order
@@ -75,7 +75,7 @@ def open_dataplane(
     """Adopt the data path ``subc serve`` left on ``iface`` (same spec text, field order and
     capacity), or load a new one.  Raises SubcError when ``iface`` runs something else (a rule
     set of ``subc load``, another spec or order: unload first) or the program cannot be loaded."""
-    from ..backends.ebpf.target import live_program
+    from ..backends.ebpf.program import live_program
 
     spec_hash = hashlib.sha256(Path(spec.path).read_bytes()).hexdigest()
     home = broker_home(iface, mount=True)
