@@ -32,7 +32,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from subc.spec.front_end import MAX_FIELD_WIDTH, load_spec, parse_spec
+from subc.spec.front_end import load_spec, parse_spec
+from subc.spec.model import MAX_FIELD_WIDTH
 from subc.errors import SubcError
 from subc.analysis.messages import decode
 from subc.analysis.splits import file_kind, plan_splits, read_pcap, read_split, walk_binaryfile
