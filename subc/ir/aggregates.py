@@ -67,6 +67,18 @@ class AggregateInstance:
     update: Expr
     name: str | None = None
 
+    def as_json(self) -> dict:
+        """The instance as ``maps.json`` and ``entries.json`` describe it: ``index``, ``kind``,
+        ``field`` (or null), ``window_ns``, ``thresholds`` and, for a named counter, ``name``."""
+        return {
+            "index": self.index,
+            "kind": self.kind,
+            "field": self.field.name if self.field else None,
+            "window_ns": self.window_ns,
+            "thresholds": list(self.thresholds),
+            **({"name": self.name} if self.name is not None else {}),
+        }
+
 
 @dataclass(frozen=True)
 class StateValue:

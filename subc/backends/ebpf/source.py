@@ -17,6 +17,7 @@ into bcc's method syntax (bcc 0.26 resolves maps only there; ``subc_compat.h``).
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -51,8 +52,14 @@ _INCLUDE = re.compile(r'^#include "([A-Za-z0-9_.]+)"[ \t]*$', re.M)
 
 
 def static_files() -> dict[str, str]:
-    """The static C files (name -> text), read from the installed package."""
-    return {name: (BPF_DIR / name).read_text() for name in STATIC_FILES}
+    """The static C files (name -> text), read from the installed package once (a new dict each
+    call: callers add the generated headers to it)."""
+    return dict(_static_texts())
+
+
+@lru_cache(maxsize=1)
+def _static_texts() -> tuple[tuple[str, str], ...]:
+    return tuple((name, (BPF_DIR / name).read_text()) for name in STATIC_FILES)
 
 
 def read_program(out: Path) -> dict[str, str]:

@@ -312,17 +312,7 @@ def state_doc(ir: SubscriptionIR) -> dict:
     return {
         "time": {"field": st.time_field.name if st.time_field else None, "unit_ns": st.time_unit_ns},
         "lock": "bpf_spin_lock per instance",
-        "instances": [
-            {
-                "index": i.index,
-                "kind": i.kind,
-                "field": i.field.name if i.field else None,
-                "window_ns": i.window_ns,
-                "thresholds": list(i.thresholds),
-                **({"name": i.name} if i.name is not None else {}),
-            }
-            for i in st.instances
-        ],
+        "instances": [i.as_json() for i in st.instances],
         "values": [
             {"stage": st.boundary + j, "instance": v.instance, "threshold": v.threshold}
             for j, v in enumerate(st.values)

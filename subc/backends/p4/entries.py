@@ -177,17 +177,7 @@ def state_json(pipe: Pipeline, update_table: str = UPDATE_TABLE, count_table: st
         "update_table": f"{CONTROL}.{update_table}",
         "mask_key": f"{pipe.meta}.{UPDATE_ATOM}",
         "time": {"field": st.time_field.name if st.time_field else None, "unit_ns": st.time_unit_ns},
-        "instances": [
-            {
-                "index": i.index,
-                "kind": i.kind,
-                "field": i.field.name if i.field else None,
-                "window_ns": i.window_ns,
-                "thresholds": list(i.thresholds),
-                **({"name": i.name} if i.name is not None else {}),
-            }
-            for i in st.instances
-        ],
+        "instances": [i.as_json() for i in st.instances],
         "values": [
             {
                 "key": field_key_name(v.field.name, pipe.hdr, pipe.meta),

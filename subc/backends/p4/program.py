@@ -191,9 +191,10 @@ def multi_message_context(res: CompileResult, plan: SlotPlan, tna: bool, ctx: di
     block_inst = block_len_rel.split(".")[0]
     n_held = max(plan.held.values()) + 1
     if tna:
-        overflow, mm_target, count, count_held, eg_ports, eg_size = _tna_mm_target(plan, hdr, meta, slots)
+        overflow, mm_target, count_held, eg_ports, eg_size = _tna_mm_target(plan, hdr, meta, slots)
     else:
-        overflow, mm_target, count, count_held, eg_ports, eg_size = _v1model_mm_target(plan, meta, std)
+        overflow, mm_target, count_held, eg_ports, eg_size = _v1model_mm_target(plan, meta, std)
+    count = lambda name: f"subc_datagrams.count({COUNTERS.index(name)});"  # noqa: E731
     for p in plan.ports:
         number(p, "port")
     bridge_bits = 8 + plan.port_bits * (K + 1) + 16 * K
@@ -301,7 +302,7 @@ def _mm_steps(pipe, slots: list[int]) -> list[list[dict]]:
 
 def _tna_mm_target(plan: SlotPlan, hdr: str, meta: str, slots: list[int]) -> tuple:
     """The TNA (Tofino) specifics of the multi-message program: (overflow statements, template
-    names, and the counter, held-counter, egress ports and egress size expressions per slot)."""
+    names, and the held-counter, egress ports and egress size expressions per slot)."""
     overflow = (
         [f"ig_tm_md.ucast_egress_port = {plan.overflow_port};"]
         if plan.overflow_port is not None
@@ -349,11 +350,10 @@ def _tna_mm_target(plan: SlotPlan, hdr: str, meta: str, slots: list[int]) -> tup
             f"{plan.f['udp_csum']} = 0;  // no UDP checksum (RFC 768): Tofino does not sum the payload",
         ],
     }
-    count = lambda name: f"subc_datagrams.count({COUNTERS.index(name)});"  # noqa: E731
     count_held = lambda i: f"subc_held_s{i}.count({meta}.subc_s{i}_held);"  # noqa: E731
     eg_ports = lambda i: f"{hdr}.subc_bridge.s{i}_ports"  # noqa: E731
     eg_size = lambda i: f"{hdr}.subc_bridge.s{i}_size"  # noqa: E731
-    return overflow, mm_target, count, count_held, eg_ports, eg_size
+    return overflow, mm_target, count_held, eg_ports, eg_size
 
 
 def _v1model_mm_target(plan: SlotPlan, meta: str, std: str) -> tuple:
@@ -381,11 +381,10 @@ def _v1model_mm_target(plan: SlotPlan, meta: str, std: str) -> tuple:
             f"subc_seq.write((bit<32>) {std}.egress_port, {meta}.subc_seq_taken + (bit<64>) {meta}.subc_kept);",
         ],
     }
-    count = lambda name: f"subc_datagrams.count({COUNTERS.index(name)});"  # noqa: E731
     count_held = lambda i: f"subc_held.count((bit<32>) {meta}.subc_s{i}_held);"  # noqa: E731
     eg_ports = lambda i: f"{meta}.subc_s{i}_ports"  # noqa: E731
     eg_size = lambda i: f"{meta}.subc_s{i}_size"  # noqa: E731
-    return overflow, mm_target, count, count_held, eg_ports, eg_size
+    return overflow, mm_target, count_held, eg_ports, eg_size
 
 
 def _mm_meta_members(plan: SlotPlan, pipe) -> list[str]:
