@@ -48,6 +48,7 @@ from subc.spec.front_end import load_spec, parse_spec  # noqa: E402
 from subc.backends.files import target_files  # noqa: E402
 from subc.backends.ebpf.source import program_source  # noqa: E402
 from subc.dataplane.ebpf.bpf import compile_and_load, test_run  # noqa: E402
+from subc.backends.ebpf.maps_doc import MapsDoc  # noqa: E402
 from subc.dataplane.ebpf.broker import LoadedFilter, cflags  # noqa: E402
 from subc.workloads.itch_codec import encode_add_order, stock_value  # noqa: E402
 from subc.wire.moldudp64 import encode_packet  # noqa: E402
@@ -133,7 +134,7 @@ def main() -> None:
         res = compile_rules(rules, sp, "ebpf", field_order=["add_order.stock", "add_order.shares"])
         files, _ = target_files(res, f"camus{n}.sub")
         t_compile = time.perf_counter() - t0
-        doc, src = json.loads(files["maps.json"]), program_source(files)
+        doc, src = MapsDoc.from_json(json.loads(files["maps.json"])), program_source(files)
         lf = LoadedFilter.build(doc, src, None)
         base = compile_and_load(src, cflags(lf.caps, lf.max_endpoints) + ["-DSUBC_PARSE_ONLY"])
         from subc.dataplane.ebpf.bpf import prog_info
@@ -146,7 +147,7 @@ def main() -> None:
                 "counter_rules": c,
                 "aggregate_instances": len(res.ir.state.instances) if res.ir.state else 0,
                 "compile_s": round(t_compile, 2),
-                "entries": sum(len(m["entries"]) for m in doc["maps"] if m["role"] != "root"),
+                "entries": sum(len(m.entries) for m in doc.maps if m.role != "root"),
                 "messages_per_datagram": k,
                 "xdp_ns": round(mean_ns(lf.program.xdp.fd, pkts, args.repeat), 1),
                 "xdp_parse_only_ns": round(mean_ns(base.xdp.fd, pkts, args.repeat), 1),

@@ -93,9 +93,10 @@ def measure(name: str) -> dict:
 
     row = {"variant": name, "generated_lines": sum(files[f].count("\n") for f in GENERATED_FILES if f in files)}
     if os.geteuid() == 0:
+        from subc.backends.ebpf.maps_doc import MapsDoc
         from subc.dataplane.ebpf.broker import LoadedFilter
 
-        doc = json.loads(files["maps.json"])
+        doc = MapsDoc.from_json(json.loads(files["maps.json"]))
         with LoadedFilter.build(doc, program_source(files), None) as lf:
             from subc.dataplane.ebpf.bpf import prog_info
 

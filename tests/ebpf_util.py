@@ -13,6 +13,7 @@ from subc.lang.rules import parse_rules
 from subc.spec.front_end import parse_spec
 from subc.backends.ebpf import layout as L
 from subc.backends.files import target_files
+from subc.backends.ebpf.maps_doc import MapsDoc
 from subc.backends.ebpf.source import program_source
 from subc.semantics.reference import Decision
 from subc.dataplane.ebpf.subscribers import Endpoint, Subscribers
@@ -69,11 +70,12 @@ def diff_frame(pkt: dict[str, int], kind: int = 1) -> bytes:
 
 
 def compile_ebpf(text: str, spec, order=None):
-    """(rules, maps.json document, C source) of ``text`` compiled for the eBPF target."""
+    """(rules, maps.json document (read back from its text), C source) of ``text`` compiled for
+    the eBPF target."""
     rules = parse_rules(text, spec, "gen.sub")
     res = compile_rules(rules, spec, "ebpf", field_order=order)
     files, _ = target_files(res, "gen.sub")
-    return rules, json.loads(files["maps.json"]), program_source(files)
+    return rules, MapsDoc.from_json(json.loads(files["maps.json"])), program_source(files)
 
 
 def need_root():
@@ -152,13 +154,11 @@ class Runner:
 
     def decision(self, leaf: int) -> Decision:
         """The decision ``maps.json`` gives leaf state ``leaf``."""
-        for m in self.lf.doc["maps"]:
-            if m["name"] == "subc_leaf":
-                e = next(e for e in m["entries"] if e["state"] == leaf)
-                if e["action"] == "fwd":
-                    return Decision(tuple(e["subscribers"]), None)
-                return Decision((), (e["action"],))
-        raise AssertionError("no leaf map")
+        e = next(e for e in self.lf.doc.to_json()["maps"] if e["name"] == "subc_leaf")
+        e = next(e for e in e["entries"] if e["state"] == leaf)
+        if e["action"] == "fwd":
+            return Decision(tuple(e["subscribers"]), None)
+        return Decision((), (e["action"],))
 
 
 def expected_xdp(decision: Decision, subs: Subscribers) -> int:

@@ -18,6 +18,7 @@ from subc.compiler.driver import compile_rules
 from subc.lang.rules import parse_rules
 from subc.spec.front_end import parse_spec
 from subc.backends.files import target_files
+from subc.backends.ebpf.maps_doc import MapsDoc
 from subc.backends.ebpf.source import program_source
 from subc.errors import SubcError
 from subc.semantics.reference import reference_decision
@@ -69,8 +70,9 @@ struct metadata { }
 
 
 def test_ebpf_outputs_describe_maps():
-    _, doc, src = compile_ebpf("m.a > 5 and m.c == 2 : fwd(1); m.d == 16/4 : fwd(2, 3); m.e < 9 and m.c == 7 and m.d == 0 : drop();", DIFF_SPEC,
-                               ["m.c", "m.a", "m.d", "m.e"])
+    _, typed, src = compile_ebpf("m.a > 5 and m.c == 2 : fwd(1); m.d == 16/4 : fwd(2, 3); m.e < 9 and m.c == 7 and m.d == 0 : drop();", DIFF_SPEC,
+                                 ["m.c", "m.a", "m.d", "m.e"])
+    doc = typed.to_json()
     kinds = [(s["field"], s["kind"]) for s in doc["stages"]]
     assert kinds == [("m.c", "exact"), ("m.a", "range"), ("m.d", "lpm"), ("m.e", "range")]
     maps = {m["name"]: m for m in doc["maps"]}
@@ -98,7 +100,7 @@ def loaded_for(order_ix: int, subs):
 
     if order_ix not in _LOADED:
         _, doc, src = compile_ebpf(ALL_FIELDS_RULE, DIFF_SPEC, ORDERS[order_ix])
-        caps = {m["name"]: 4096 for m in doc["maps"] if m["role"] not in ("root", "stats", "subscriber_counters")}
+        caps = {m.name: 4096 for m in doc.maps if m.role not in ("root", "stats", "subscriber_counters")}
         _LOADED[order_ix] = LoadedFilter.build(doc, src, subs, min_caps=caps, max_endpoints=8)
     return _LOADED[order_ix]
 
@@ -165,7 +167,7 @@ def itch_filter():
     import json
 
     subs = fake_subscribers(ids=range(1, 6), multi={4: 3})
-    lf = LoadedFilter.build(json.loads(files["maps.json"]), program_source(files), subs)
+    lf = LoadedFilter.build(MapsDoc.from_json(json.loads(files["maps.json"])), program_source(files), subs)
     yield spec, rules, subs, lf
     lf.close()
 
@@ -329,8 +331,8 @@ def test_100k_rule_program_passes_the_verifier():
     rules = parse_rules(camus_rules(100_000), spec, "camus100k.sub")
     res = compile_rules(rules, spec, "ebpf", field_order=["add_order.stock", "add_order.shares"])
     files, _ = target_files(res, "camus100k.sub")
-    doc = json.loads(files["maps.json"])
-    assert sum(len(m["entries"]) for m in doc["maps"]) > 20_000
+    doc = MapsDoc.from_json(json.loads(files["maps.json"]))
+    assert sum(len(m.entries) for m in doc.maps) > 20_000
     subs = fake_subscribers(ids=range(1, 201))
     with LoadedFilter.build(doc, program_source(files), subs) as lf:
         for prog in (lf.program.xdp, lf.program.tc):
@@ -376,7 +378,7 @@ def test_regression_spec_programs_pass_the_verifier():
     files, _ = target_files(compile_rules(rules, spec, "ebpf"), "r.sub")
     import json
 
-    with LoadedFilter.build(json.loads(files["maps.json"]), program_source(files), None) as lf:
+    with LoadedFilter.build(MapsDoc.from_json(json.loads(files["maps.json"])), program_source(files), None) as lf:
         verified = _programs_verified(lf)
     assert set(verified) >= {"subc_xdp", "subc_tc", "subc_xdp_more"}
     assert all(0 < n < 500_000 for n in verified.values()), verified
@@ -401,5 +403,5 @@ def test_programs_of_random_specs_pass_the_verifier(data, form):
     except SubcError as e:
         assert "spans more than 8 bytes" in e.message  # an unaligned 64-bit field: a stated limit
         return
-    with LoadedFilter.build(json.loads(files["maps.json"]), program_source(files), None) as lf:
+    with LoadedFilter.build(MapsDoc.from_json(json.loads(files["maps.json"])), program_source(files), None) as lf:
         assert all(n > 0 for n in _programs_verified(lf).values())

@@ -38,16 +38,16 @@ def loaded(ix: int):
 
     if ix not in _LOADED:
         doc, src, _ = live_program(DIFF_SPEC, ORDERS[ix])
-        caps = {m["name"]: 8192 for m in doc["maps"] if m["role"] in ("state_info", "bounds", "exact", "lpm", "leaf",
+        caps = {m.name: 8192 for m in doc.maps if m.role in ("state_info", "bounds", "exact", "lpm", "leaf",
                                                                      "leaf_sets", "leaf_counters")}
         lf = LoadedFilter.build(doc, src, None, min_caps=caps, max_endpoints=1)
         install_subscribers(lf.maps, fake_subscribers(range(0, 6)), 1)
         from subc.dataplane.live_broker import LiveBroker
         from subc.dataplane.ebpf.live_maps import LiveMaps
 
-        stage_caps = [lf.caps[st["maps"][0]] - 1 for st in lf.doc["stages"][1:]] + [lf.caps["subc_leaf"] - 1]
+        stage_caps = [lf.caps[st.maps[0]] - 1 for st in lf.doc.stages[1:]] + [lf.caps["subc_leaf"] - 1]
         diagram = LiveDiagram([QS[f] for f in ORDERS[ix]], stage_caps)
-        writer = LiveMaps(lf.maps, lf.doc["stages"], lf.caps, 4)
+        writer = LiveMaps(lf.maps, lf.doc.stages, lf.caps, 4)
         _LOADED[ix] = (lf, LiveBroker(diagram, writer, grace_waiter(lf.maps)))
     return _LOADED[ix]
 

@@ -170,7 +170,7 @@ def test_live_ebpf_entries_equal_the_compiled_entries(sc):
     live = LiveDiagram([QS[f] for f in order], capacity=[10_000] * len(order))
     regions = [live.region(r.condition) for r in parsed]
     live_doc, _, _ = live_program(DIFF_SPEC, order)
-    stages = live_doc["stages"]
+    stages = live_doc.stages
     active: list[int] = []
     for add, pick in steps:
         ch = live.change([step(parsed, regions, active, add, pick)])
@@ -179,15 +179,15 @@ def test_live_ebpf_entries_equal_the_compiled_entries(sc):
             continue
         try:
             res = compile_rules(rules, DIFF_SPEC, "ebpf", field_order=order)
-            doc = json.loads(json.dumps(build_maps(res, ebpf_plan(res))))
+            doc = json.loads(json.dumps(build_maps(res, ebpf_plan(res)).to_json()))
         except SubcError as e:
             assert "entries for one run" in e.message, e.render()
             continue
         if res.ir.root_state == 0:
             continue
         # the live writer, into maps in memory: every node the root reaches, the root in slot 1
-        maps = {m["name"]: MemoryMap() for m in live_doc["maps"]}
-        caps = {m["name"]: 1 << 16 for m in live_doc["maps"]}
+        maps = {m.name: MemoryMap() for m in live_doc.maps}
+        caps = {m.name: 1 << 16 for m in live_doc.maps}
         writer = LiveMaps(maps, stages, caps, root_slots=2)
         seen, todo = set(), [ch.root]
         while todo:
@@ -214,7 +214,7 @@ def test_live_ebpf_entries_equal_the_compiled_entries(sc):
                 if live_state == 0:
                     assert batch_state == 0
                     continue
-                got = translate(live_entries(maps, stages, lv, live_state), {0: 0, **to_batch})
+                got = translate(live_entries(maps, [s.to_json() for s in stages], lv, live_state), {0: 0, **to_batch})
                 want = batch_entries(doc, batch_level[f], batch_state)
                 assert got == want, f"level {lv} ({order[lv] if lv < len(order) else 'leaf'}): live {got}, compiled {want}"
 

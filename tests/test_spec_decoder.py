@@ -28,6 +28,7 @@ from spec_model import (binaryfile, build_frame, build_message, message_length, 
 from subc.compiler.driver import compile_rules
 from subc.lang.rules import parse_rules
 from subc.spec.front_end import parse_spec
+from subc.backends.ebpf.maps_doc import MapsDoc
 from subc.backends.ebpf.source import program_source
 from subc.errors import SubcError
 from subc.wire.decoder import MessageDecoder
@@ -238,7 +239,7 @@ def test_xdp_classifies_random_specs_as_the_rules_on_built_values(data, form):
     except SubcError as e:
         assert "spans more than 8 bytes" in e.message, e.render()  # an unaligned 64-bit field: a stated limit
         return
-    doc = json.loads(files["maps.json"])
+    doc = MapsDoc.from_json(json.loads(files["maps.json"]))
     with LoadedFilter.build(doc, program_source(files), fake_subscribers(), max_endpoints=8) as lf:
         run = Runner(lf)
         headers = {p.field.split(".")[0] for r in rules for p in predicates(r.condition)}

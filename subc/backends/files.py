@@ -78,7 +78,7 @@ def target_files(
         plan = ebpf_plan(res)
         doc = build_maps(res, plan)
         files.update(render_filter(res, plan, doc, rules_path))
-        files["maps.json"] = dumps(doc)
+        files["maps.json"] = dumps(doc.to_json())
         if dot:
             files["bdd.dot"] = to_dot(res.rbdd)
         phases = {**res.phases, "codegen": time.perf_counter() - t0}

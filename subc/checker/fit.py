@@ -44,6 +44,7 @@ from __future__ import annotations
 import math
 
 from ..backends.ebpf import map_names as MN
+from ..backends.ebpf.maps_doc import MapsDoc
 from ..compiler.driver import CompileResult
 from ..backends.p4.tables import Table
 from .diagnostics import Diagnostic
@@ -283,10 +284,7 @@ def ebpf_fit(res: CompileResult, rules_path: str, load: bool = True) -> tuple[di
     plan = ebpf_plan(res)
     doc = build_maps(res, plan)
     caps = install.capacities(doc, 2.0, None)
-    maps = [
-        {"name": m["name"], "type": m["type"], "entries": len(m["entries"]), "capacity": caps[m["name"]]}
-        for m in doc["maps"]
-    ]
+    maps = [{"name": m.name, "type": m.type, "entries": len(m.entries), "capacity": caps[m.name]} for m in doc.maps]
     fit: dict = {"model": "ebpf", "maps": maps, "instructions": None}
     for m in maps:
         if m["capacity"] >= 1 << 32:
@@ -321,11 +319,11 @@ def ebpf_fit(res: CompileResult, rules_path: str, load: bool = True) -> tuple[di
     return fit, out
 
 
-def _instruction_counts(doc: dict, src: str, caps: dict[str, int]) -> dict:
+def _instruction_counts(doc: MapsDoc, src: str, caps: dict[str, int]) -> dict:
     from ..dataplane.ebpf.bpf import compile_and_load, prog_info
     from ..dataplane.ebpf.broker import cflags
 
-    prog = compile_and_load(src, cflags(caps, doc["max_endpoints"]))
+    prog = compile_and_load(src, cflags(caps, doc.max_endpoints))
     try:
         return {"subc_xdp": prog_info(prog.xdp.fd), "subc_tc": prog_info(prog.tc.fd)}
     finally:

@@ -154,7 +154,7 @@ class Daemon:
         self._topics()
         fields = [cfg.spec.query_fields[f] for f in cfg.field_order]
         self.diagram = LiveDiagram(fields, self.dp.stage_caps())
-        self.writer = LiveMaps(self.dp.maps, self.dp.doc["stages"], self.dp.caps, ROOT_SLOTS)
+        self.writer = LiveMaps(self.dp.maps, self.dp.doc.stages, self.dp.caps, ROOT_SLOTS)
         self.broker = LiveBroker(self.diagram, self.writer, grace_waiter(self.dp.maps))
         known = self.store.endpoints()
         self.endpoints = EndpointTable(self.dp.maps, known, cfg.resolver)

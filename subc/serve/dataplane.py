@@ -10,12 +10,12 @@ and capacity opens the pinned maps instead (:func:`open_dataplane`).
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..backends.ebpf import map_names as MN
+from ..backends.ebpf.maps_doc import ENTRY_ROLES, MapsDoc
 from ..spec.model import Spec
 from ..errors import SubcError
 from ..dataplane.ebpf import attach
@@ -24,8 +24,8 @@ from ..dataplane.ebpf.broker import LoadedFilter, claim_home, ifindex_of, pinned
 from ..dataplane.ebpf.broker_home import BrokerHome, broker_home, home_lock
 
 ROOT_SLOTS = 32  # versions of the root (stage 0 states 1..32): changes in flight before a grace period ends
+#: Roles of the arrays indexed by state that a live diagram fills.
 STATE_ROLES = ("state_info", "leaf", "leaf_sets", "leaf_counters")
-ENTRY_ROLES = ("bounds", "exact", "lpm")
 
 
 def default_field_order(spec: Spec) -> list[str]:
@@ -37,16 +37,16 @@ def default_field_order(spec: Spec) -> list[str]:
     )
 
 
-def serve_caps(doc: dict, capacity: int) -> dict[str, int]:
+def serve_caps(doc: MapsDoc, capacity: int) -> dict[str, int]:
     """Map capacities for about ``capacity`` live subscriptions: states per stage and leaves
     4 x capacity (+1,024: retired versions wait for their grace period), bounds, exact and lpm
     entries 16 x capacity (+4,096; range segments are rounded up to powers of two)."""
     out = {}
-    for m in doc["maps"]:
-        if m["role"] in STATE_ROLES:
-            out[m["name"]] = 4 * capacity + 1024
-        elif m["role"] in ENTRY_ROLES:
-            out[m["name"]] = 16 * capacity + 4096
+    for m in doc.maps:
+        if m.role in STATE_ROLES:
+            out[m.name] = 4 * capacity + 1024
+        elif m.role in ENTRY_ROLES:
+            out[m.name] = 16 * capacity + 4096
     return out
 
 
@@ -58,7 +58,7 @@ class DataPlane:
 
     iface: str
     maps: dict[str, Map]
-    doc: dict
+    doc: MapsDoc
     caps: dict[str, int]
     adopted: bool
     lf: LoadedFilter | None = None
@@ -66,7 +66,7 @@ class DataPlane:
 
     def stage_caps(self) -> list[int]:
         """States per level 1..n of the live diagram (each array's state 0 is the dead state)."""
-        return [self.caps[st["maps"][0]] - 1 for st in self.doc["stages"][1:]] + [self.caps[MN.LEAF] - 1]
+        return [self.caps[st.maps[0]] - 1 for st in self.doc.stages[1:]] + [self.caps[MN.LEAF] - 1]
 
 
 def open_dataplane(
@@ -92,7 +92,7 @@ def open_dataplane(
             if have != want:
                 diff = ", ".join(f"{k} {have[k]!r} (now {want[k]!r})" for k in want if have[k] != want[k])
                 raise SubcError(f"{iface} runs a data path loaded with {diff}: run subc unload --iface {iface} first")
-            doc = json.loads((home.state_dir / "maps.json").read_text())
+            doc = MapsDoc.read(home.state_dir / "maps.json")
             return DataPlane(iface, pinned_maps(home, state), doc, state["capacities"], True, home=home)
         claim_home(home)
         doc, src, _ = live_program(spec, order)
@@ -125,8 +125,7 @@ def open_dataplane(
                 "subscriber_names": {},
                 "leaves": {},
                 "maps": {
-                    m["name"]: {"key": m["key"]["size"], "value": lf.maps[m["name"]].value_size, "type": m["type"]}
-                    for m in doc["maps"]
+                    m.name: {"key": m.key.size, "value": lf.maps[m.name].value_size, "type": m.type} for m in doc.maps
                 },
                 "loaded_at": time.time(),
                 "links": [],

@@ -2,7 +2,8 @@
 ``maps.json`` lists them and as the map writers (:mod:`subc.dataplane.ebpf`) and ``subc stats``
 open them.  ``tests/test_ebpf_source.py`` checks :data:`STATIC_MAPS` against the C declarations.
 The field stages' maps are named per stage (``st<i>_info``, ``st<i>_bnd``, ``st<i>_ex``,
-``st<i>_lpm``; :mod:`.target`)."""
+``st<i>_lpm``; :mod:`.target`); the state-value stages share three (:data:`SV_INFO`,
+:data:`SV_BOUNDS`, :data:`SV_BASE`), declared by ``subc_config.h`` when the rules compare state."""
 
 ROOT = "subc_root"  # the live generation's root state
 UPD = "subc_upd"  # state -> the aggregate instances a message updates
@@ -31,6 +32,9 @@ SEQ_RES = "subc_seq_res"  # per-CPU sequence number a recipient's copy took
 RING = "subc_ring"  # XDP-to-TC ring of datagrams
 CUR = "subc_cur"  # per-CPU datagram counter and current slot
 SCRATCH = "subc_scratch"  # TC's per-CPU scratch
+SV_INFO = "subc_sv_info"  # state-value stages: (stage base + state) -> bounds offset and count, or next state
+SV_BOUNDS = "subc_sv_bnd"  # state-value stages: their bounds
+SV_BASE = "subc_sv_base"  # per generation: each state-value stage's base in SV_INFO
 
 STATIC_MAPS = (
     ROOT,

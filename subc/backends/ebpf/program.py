@@ -17,7 +17,9 @@ from ..safety import comment_text, identifier
 from ..templating import environment
 from .parse_plan import FieldLayout, ParsePlan
 from .source import BPF_DIR, GENERATED_FILES, program_source, static_files
-from .target import SV_BASE, build_maps, ebpf_plan
+from .maps_doc import MapsDoc
+from . import map_names as MN
+from .target import build_maps, ebpf_plan
 
 
 def _load_expr(fl: FieldLayout) -> str:
@@ -31,7 +33,7 @@ def _load_expr(fl: FieldLayout) -> str:
     return expr
 
 
-def render_filter(res: CompileResult, plan: ParsePlan, doc: dict, rules_path: str) -> dict[str, str]:
+def render_filter(res: CompileResult, plan: ParsePlan, doc: MapsDoc, rules_path: str) -> dict[str, str]:
     """The eBPF program for ``res`` (name -> text): the static C (:mod:`.ebpf_source`) and the two
     headers generated from the rule set and the spec, ``subc_config.h`` (variant, constants, map
     capacities and layouts, the field stages' maps) and ``subc_classify.h`` (the spec's parser and
@@ -40,8 +42,8 @@ def render_filter(res: CompileResult, plan: ParsePlan, doc: dict, rules_path: st
     spec = res.spec
     hb = plan.header_bytes
     states = []
-    for m in doc["maps"]:
-        identifier(m["name"], "BPF map name")
+    for m in doc.maps:
+        identifier(m.name, "BPF map name")
     for f in res.ir.field_order:
         identifier(f, "field", dotted=True)
     for s in plan.states:
@@ -77,26 +79,27 @@ def render_filter(res: CompileResult, plan: ParsePlan, doc: dict, rules_path: st
     stage_ctx = []
     declared: set[str] = set()
     sp = res.ir.state
-    for i, st in enumerate(doc["stages"]):
+    for i, st in enumerate(doc.stages):
+        ctx: dict[str, object]
         if sp is not None and i >= sp.boundary:  # a state value, computed by the aggregates' code
-            ctx = {"field": st["field"], "kind": st["kind"], "width": st["width"], "state_value": i - sp.boundary}
+            ctx = {"field": st.field, "kind": st.kind, "width": st.width, "state_value": i - sp.boundary}
         else:
-            fl = plan.field(st["field"])
+            fl = plan.field(st.field)
             ctx = {
-                "field": st["field"],
-                "kind": st["kind"],
-                "width": st["width"],
+                "field": st.field,
+                "kind": st.kind,
+                "width": st.width,
                 "inst": fl.instance,
                 "byte_offset": fl.byte_offset,
                 "n_bytes": fl.n_bytes,
                 "expr": _load_expr(fl),
                 "state_value": None,
             }
-        ctx["steps"] = st.get("search_steps")
-        ctx["base_index"] = st.get("base_index")
-        ctx["declare"] = not any(m in declared for m in st["maps"])
-        declared.update(st["maps"])
-        for m in st["maps"]:
+        ctx["steps"] = st.search_steps
+        ctx["base_index"] = st.base_index
+        ctx["declare"] = not any(m in declared for m in st.maps)
+        declared.update(st.maps)
+        for m in st.maps:
             ctx[m.rsplit("_", 1)[1].replace("bnd", "bounds").replace("ex", "exact")] = m
         stage_ctx.append(ctx)
     need = 0
@@ -123,12 +126,12 @@ def render_filter(res: CompileResult, plan: ParsePlan, doc: dict, rules_path: st
         fan_sets=L.FAN_SETS,
         fan_misses=L.FAN_MISSES,
         no_fan=hex(L.NO_FAN) + "u",
-        max_endpoints=doc["max_endpoints"],
+        max_endpoints=doc.max_endpoints,
         mold=plan.moldudp64,
         sub_words=L.SUB_WORDS,
         local=L.LOCAL,
         pass_local=L.LEAF_PASS_LOCAL,
-        maps=[{"name": m["name"], "capacity": m["capacity"]} for m in doc["maps"]],
+        maps=[{"name": m.name, "capacity": m.capacity} for m in doc.maps],
         stats=L.STATS,
         structs=structs,
         stages=stage_ctx,
@@ -216,11 +219,11 @@ def _aggregates_context(res: CompileResult, plan: ParsePlan) -> dict:
         "count_words": L.mask_word_count(sp.count_width),
         "n_thresholds": max([len(i.thresholds) for i in sp.instances], default=1) or 1,
         "n_stages": len(sp.values),
-        "base_map": SV_BASE,
+        "base_map": MN.SV_BASE,
     }
 
 
-def live_program(spec, field_order: list[str]) -> tuple[dict, str, ParsePlan]:
+def live_program(spec, field_order: list[str]) -> tuple[MapsDoc, str, ParsePlan]:
     """(``maps.json`` document, C source (one translation unit: :func:`.ebpf_source.program_source`),
     parse plan) of a program over ``field_order`` with no
     rule: the data path of ``subc serve``, whose maps the broker fills incrementally

@@ -37,14 +37,25 @@ from ...ir.aggregates import is_state_field
 from ...compiler.driver import CompileResult
 from ...ir.stages import FieldStage, SubscriptionIR
 from . import layout as L
+from .maps_doc import (
+    BasesEntry,
+    BoundEntry,
+    ExactEntry,
+    InfoEntry,
+    LeafEntry,
+    LpmEntry,
+    MapDoc,
+    MapsDoc,
+    MaskEntry,
+    RootEntry,
+    StageDoc,
+    StructDoc,
+)
 from .parse_plan import ParsePlan, check_fields, plan_parser
 from .source import MAIN_FILE
 
 DEFAULT_MAX_ENDPOINTS = 8  # endpoints of one subscriber
 DEFAULT_ENDPOINTS = 1024
-#: The state-value stages' shared maps: info by (stage base + state; a state with one run holds
-#: its next state), bounds, and the stages' bases (generation g at index g).
-SV_INFO, SV_BOUNDS, SV_BASE = "subc_sv_info", "subc_sv_bnd", "subc_sv_base"
 MAX_SEARCH_STEPS = 32  # binary search steps of a range stage: a map holds fewer than 2**32 bounds
 CAPACITY_FACTOR = 2.0  # room for two generations of the compiled entries during `subc update`
 MIN_CAPACITY = 16
@@ -55,10 +66,11 @@ def capacity(n_entries: int, factor: float = CAPACITY_FACTOR) -> int:
     return max(MIN_CAPACITY, math.ceil(n_entries * factor))
 
 
-def state_capacity(entries: list[dict], factor: float = CAPACITY_FACTOR) -> int:
-    """Capacity of an array map indexed by the ``state`` of ``entries``: ``factor`` times the
-    highest state + 1 (two generations, one from each end, at 2.0), at least 16."""
-    return capacity(max((e["state"] for e in entries), default=0) + 1, factor)
+def state_capacity(entries: list, factor: float = CAPACITY_FACTOR) -> int:
+    """Capacity of an array map indexed by the ``state`` of ``entries`` (entries of
+    :mod:`.maps_doc` with a ``state``): ``factor`` times the highest state + 1 (two generations,
+    one from each end, at 2.0), at least 16."""
+    return capacity(max((e.state for e in entries), default=0) + 1, factor)
 
 
 def steps_needed(runs: int) -> int:
@@ -79,35 +91,39 @@ def search_steps(width: int, runs: int, state_value: bool) -> int:
     return min(full, max(4, steps_needed(runs) + 3))
 
 
-def _leaf_entry(state: int, decision) -> dict:
+def _leaf_entry(state: int, decision) -> LeafEntry:
     """The ``subc_leaf`` entry of a leaf :class:`~subc.ir.decisions.Decision`."""
     if decision.ports:
-        return {"state": state, "action": "fwd", "subscribers": list(decision.ports)}
+        return LeafEntry(state, "fwd", tuple(decision.ports))
     name = decision.action[0]
     if name not in ("drop", "nop"):
         raise SubcError(f"--target ebpf: action '{name}' has no eBPF meaning (fwd, drop and nop only)")
-    return {"state": state, "action": name}
+    return LeafEntry(state, name)
 
 
-class _Maps(list):
+def _struct_doc(s: L.Struct) -> StructDoc:
+    return StructDoc(s.name, s.size, tuple(s.fields))
+
+
+class _Maps(list[MapDoc]):
     """The ``maps`` list of ``maps.json`` being built, in declaration order."""
 
-    def add(self, name, mtype, key, value, entries, role, field=None, cap=None) -> None:
+    def add(
+        self,
+        name: str,
+        mtype: str,
+        key: L.Struct,
+        value: L.Struct,
+        entries: list,
+        role: str,
+        field: str | None = None,
+        cap: int | None = None,
+    ) -> None:
         """Append map ``name`` of BPF type ``mtype`` with key and value layouts, its entries in
-        logical form, its role and field, and its capacity (default: :func:`capacity` of the
-        entries)."""
-        self.append(
-            {
-                "name": name,
-                "type": mtype,
-                "role": role,
-                "field": field,
-                "key": key.as_json(),
-                "value": value.as_json(),
-                "capacity": cap if cap is not None else capacity(len(entries)),
-                "entries": entries,
-            }
-        )
+        logical form (:mod:`.maps_doc`), its role and field, and its capacity (default:
+        :func:`capacity` of the entries)."""
+        cap = cap if cap is not None else capacity(len(entries))
+        self.append(MapDoc(name, mtype, role, field, _struct_doc(key), _struct_doc(value), cap, tuple(entries)))
 
 
 class _StateValueMaps:
@@ -115,12 +131,12 @@ class _StateValueMaps:
     one bounds array, and an array of each stage's first info slot per generation (``subc_sv_base``)."""
 
     def __init__(self):
-        self.info: list[dict] = []
-        self.bounds: list[dict] = []
+        self.info: list[InfoEntry] = []
+        self.bounds: list[BoundEntry] = []
         self.base: list[int] = []
         self.next_slot = 0  # the first info slot of the next state-value stage
 
-    def stage(self, stage) -> dict:
+    def stage(self, stage: FieldStage) -> StageDoc:
         """Add ``stage``'s states; its ``stages`` entry."""
         q = stage.field
         first_slot = self.next_slot
@@ -129,76 +145,71 @@ class _StateValueMaps:
         runs = 0
         for st in stage.states:
             if len(st.runs) == 1:  # the next state does not depend on the value: no read, no search
-                self.info.append({"state": first_slot + st.state, "next": st.runs[0][2], "count": 1})
+                self.info.append(InfoEntry(first_slot + st.state, next=st.runs[0][2], count=1))
                 continue
             first = len(self.bounds)
-            self.info.append({"state": first_slot + st.state, "offset": first, "count": len(st.runs)})
-            self.bounds.extend({"index": first + j, "lo": lo, "next": t} for j, (lo, _, t) in enumerate(st.runs))
+            self.info.append(InfoEntry(first_slot + st.state, offset=first, count=len(st.runs)))
+            self.bounds.extend(BoundEntry(first + j, lo, t) for j, (lo, _, t) in enumerate(st.runs))
             runs = max(runs, len(st.runs))
-        return {
-            "field": q.name,
-            "kind": "range",
-            "maps": [SV_INFO, SV_BOUNDS],
-            "base_index": len(self.base) - 1,
-            "max_runs": runs,
-            "search_steps": search_steps(q.width, runs, True),
-        }
+        return StageDoc(
+            q.name,
+            "range",
+            (MN.SV_INFO, MN.SV_BOUNDS),
+            q.width,
+            len(stage.states),
+            stage.n_next,
+            max_runs=runs,
+            search_steps=search_steps(q.width, runs, True),
+            base_index=len(self.base) - 1,
+        )
 
     def add_to(self, maps: _Maps) -> None:
         """Declare the shared maps (none when no stage is a state value)."""
         if not self.base:
             return
-        maps.add(SV_INFO, "array", L.U32, L.INFO, self.info, "state_info", cap=state_capacity(self.info))
-        maps.add(SV_BOUNDS, "array", L.U32, L.BOUND, self.bounds, "bounds")
+        maps.add(MN.SV_INFO, "array", L.U32, L.INFO, self.info, "state_info", cap=state_capacity(self.info))
+        maps.add(MN.SV_BOUNDS, "array", L.U32, L.BOUND, self.bounds, "bounds")
         maps.add(
-            SV_BASE,
+            MN.SV_BASE,
             "array",
             L.U32,
             L.bases_struct(len(self.base)),
-            [{"index": 0, "bases": self.base}],
+            [BasesEntry(0, tuple(self.base))],
             "state_bases",
             cap=2,
         )
 
 
-def _field_stage_maps(maps: _Maps, i: int, stage) -> dict:
+def _field_stage_maps(maps: _Maps, i: int, stage: FieldStage) -> StageDoc:
     """Declare the maps of field stage ``i`` (range, exact or lpm: the module docstring); its
     ``stages`` entry."""
     q = stage.field
     base = f"st{i}"
+    shape = (q.width, len(stage.states), stage.n_next)
     if q.match_kind == "range":
-        info, bounds = [], []
+        info: list[InfoEntry] = []
+        bounds: list[BoundEntry] = []
         for st in stage.states:
             first = len(bounds)
-            info.append({"state": st.state, "offset": first, "count": len(st.runs)})
-            bounds.extend([{"index": first + j, "lo": lo, "next": t} for j, (lo, _, t) in enumerate(st.runs)])
+            info.append(InfoEntry(st.state, offset=first, count=len(st.runs)))
+            bounds.extend(BoundEntry(first + j, lo, t) for j, (lo, _, t) in enumerate(st.runs))
         maps.add(f"{base}_info", "array", L.U32, L.INFO, info, "state_info", q.name, cap=state_capacity(info))
         maps.add(f"{base}_bnd", "array", L.U32, L.BOUND, bounds, "bounds", q.name)
-        runs = max((e["count"] for e in info), default=0)
-        return {
-            "field": q.name,
-            "kind": "range",
-            "maps": [f"{base}_info", f"{base}_bnd"],
-            "max_runs": runs,
-            "search_steps": search_steps(q.width, runs, False),
-        }
+        runs = max((len(st.runs) for st in stage.states), default=0)
+        steps = search_steps(q.width, runs, False)
+        return StageDoc(q.name, "range", (f"{base}_info", f"{base}_bnd"), *shape, max_runs=runs, search_steps=steps)
     if q.match_kind == "exact":
         info, ex = [], []
         for st in stage.states:
             es, miss = FieldStage.exact_form(st)
-            info.append({"state": st.state, "miss": miss})
-            ex.extend({"state": st.state, "value": v, "next": t} for v, t in es)
+            info.append(InfoEntry(st.state, miss=miss))
+            ex.extend(ExactEntry(st.state, v, t) for v, t in es)
         maps.add(f"{base}_info", "array", L.U32, L.INFO, info, "state_info", q.name, cap=state_capacity(info))
         maps.add(f"{base}_ex", "hash", L.EXACT_KEY, L.U32, ex, "exact", q.name)
-        return {"field": q.name, "kind": "exact", "maps": [f"{base}_info", f"{base}_ex"]}
-    lpm = []
-    for st in stage.states:
-        lpm.extend(
-            {"state": st.state, "value": v, "prefix_len": plen, "next": t}
-            for v, plen, t in FieldStage.lpm_form(st, q.width)
-        )
+        return StageDoc(q.name, "exact", (f"{base}_info", f"{base}_ex"), *shape)
+    lpm = [LpmEntry(st.state, v, plen, t) for st in stage.states for v, plen, t in FieldStage.lpm_form(st, q.width)]
     maps.add(f"{base}_lpm", "lpm_trie", L.LPM_KEY, L.U32, lpm, "lpm", q.name)
-    return {"field": q.name, "kind": "lpm", "maps": [f"{base}_lpm"]}
+    return StageDoc(q.name, "lpm", (f"{base}_lpm",), *shape)
 
 
 def _state_maps(maps: _Maps, ir: SubscriptionIR) -> None:
@@ -207,7 +218,7 @@ def _state_maps(maps: _Maps, ir: SubscriptionIR) -> None:
     # every state gets its mask, 0 too: a later rule set in this generation's slots finds none stale
     masks = dict(st.updates)
     boundary_states = [x.state for x in ir.stages[st.boundary].states] if st.boundary < len(ir.stages) else []
-    upd = [{"state": s, "mask": masks.get(s, 0)} for s in sorted(set(boundary_states) | set(masks))]
+    upd = [MaskEntry(s, masks.get(s, 0)) for s in sorted(set(boundary_states) | set(masks))]
     maps.add(
         MN.UPD, "array", L.U32, L.mask_struct("subc_umask", st.mask_width), upd, "update_masks", cap=state_capacity(upd)
     )
@@ -215,7 +226,7 @@ def _state_maps(maps: _Maps, ir: SubscriptionIR) -> None:
     maps.add(MN.AGG, "array", L.U32, agg, [], "registers", cap=2 * len(st.instances))
 
 
-def _leaf_maps(maps: _Maps, ir: SubscriptionIR, leaves: list[dict]) -> None:
+def _leaf_maps(maps: _Maps, ir: SubscriptionIR, leaves: list[LeafEntry]) -> None:
     """Declare the leaf maps: actions, subscriber sets and, with named counters, each leaf's updates."""
     maps.add(MN.LEAF, "array", L.U32, L.LEAF, leaves, "leaf", cap=state_capacity(leaves))
     maps.add(MN.LEAF_SET, "array", L.U32, L.SUBSET, [], "leaf_sets", cap=state_capacity(leaves))
@@ -226,13 +237,13 @@ def _leaf_maps(maps: _Maps, ir: SubscriptionIR, leaves: list[dict]) -> None:
             "array",
             L.U32,
             L.mask_struct("subc_cmask", ir.state.count_width),
-            [{"state": e["state"], "mask": cmask.get(e["state"], 0)} for e in leaves],
+            [MaskEntry(e.state, cmask.get(e.state, 0)) for e in leaves],
             "count_masks",
             cap=state_capacity(leaves),
         )
 
 
-def _broker_maps(maps: _Maps, leaves: list[dict]) -> None:
+def _broker_maps(maps: _Maps, leaves: list[LeafEntry]) -> None:
     """Declare the maps the broker fills (subscribers, endpoints, sequence numbers, counters, tail
     calls, the fan-out's)."""
     maps.add(MN.SUBS, "array", L.U32, L.sub_struct(DEFAULT_MAX_ENDPOINTS), [], "subscribers", cap=L.MAX_SUBSCRIBERS)
@@ -253,7 +264,7 @@ def _broker_maps(maps: _Maps, leaves: list[dict]) -> None:
     maps.add(MN.FAN_HITS, "percpu_array", L.U32, L.U64, [], "fan_set_datagrams", cap=L.FAN_SETS)
 
 
-def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
+def build_maps(res: CompileResult, plan: ParsePlan) -> MapsDoc:
     """The ``maps.json`` document of ``res`` (see the module docstring): the lowering of its IR.
 
     Raises SubcError when a decision or the default action has no eBPF meaning."""
@@ -264,7 +275,7 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
             f"--target ebpf: default action '{default}' has no eBPF meaning (drop or nop)", spec.default_action_location
         )
     maps = _Maps()
-    maps.add(MN.ROOT, "array", L.U32, L.U32, [{"index": 0, "root_state": ir.root_state}], "root", cap=1)
+    maps.add(MN.ROOT, "array", L.U32, L.U32, [RootEntry(0, ir.root_state)], "root", cap=1)
     sv = _StateValueMaps()
     stages = []
     for i, stage in enumerate(ir.stages):
@@ -273,32 +284,29 @@ def build_maps(res: CompileResult, plan: ParsePlan) -> dict:
             stages.append(sv.stage(stage))
         else:
             stages.append(_field_stage_maps(maps, i, stage))
-        stages[-1].update({"width": q.width, "states": len(stage.states), "next_states": stage.n_next})
     sv.add_to(maps)
     if ir.state is not None:
         _state_maps(maps, ir)
-    leaves = [{"state": 0, "action": default}]
+    leaves = [LeafEntry(0, default)]
     leaves += [_leaf_entry(leaf.state, leaf.decision) for leaf in ir.leaves]
     _leaf_maps(maps, ir, leaves)
     _broker_maps(maps, leaves)
-    return {
-        "format": "subc-ebpf-maps",
-        "version": 1,
-        "program": MAIN_FILE,
-        "functions": {"xdp": "subc_xdp", "tc": "subc_tc", "xdp_more": "subc_xdp_more", "tc_more": "subc_tc_more"},
-        "moldudp64": plan.moldudp64,
-        "generation_bit": L.GEN_BIT,
-        "ports": [p for p, _ in plan.ports],
-        "field_order": ir.field_order,
-        "root_state": ir.root_state,
-        "default_action": default,
-        "max_endpoints": DEFAULT_MAX_ENDPOINTS,
-        "stats": L.STATS,
-        "stages": stages,
-        "subscribers": sorted({s for e in leaves for s in e.get("subscribers", ())}),
-        "maps": list(maps),
-        **({"state": state_doc(ir)} if ir.state is not None else {}),
-    }
+    return MapsDoc(
+        program=MAIN_FILE,
+        functions={"xdp": "subc_xdp", "tc": "subc_tc", "xdp_more": "subc_xdp_more", "tc_more": "subc_tc_more"},
+        moldudp64=plan.moldudp64,
+        generation_bit=L.GEN_BIT,
+        ports=tuple(p for p, _ in plan.ports),
+        field_order=tuple(ir.field_order),
+        root_state=ir.root_state,
+        default_action=default,
+        max_endpoints=DEFAULT_MAX_ENDPOINTS,
+        stats=tuple(L.STATS),
+        stages=tuple(stages),
+        subscribers=tuple(sorted({s for e in leaves for s in e.subscribers or ()})),
+        maps=tuple(maps),
+        state=state_doc(ir) if ir.state is not None else None,
+    )
 
 
 def state_doc(ir: SubscriptionIR) -> dict:
@@ -337,7 +345,7 @@ def ebpf_plan(res: CompileResult) -> ParsePlan:
     return plan
 
 
-def report(res: CompileResult, doc: dict) -> dict:
+def report(res: CompileResult, doc: MapsDoc) -> dict:
     """``report.json`` of the eBPF target: states and entries per stage and per map, leaves (no
     timings, so that a compile's outputs are byte-identical from run to run).
 
@@ -350,20 +358,20 @@ def report(res: CompileResult, doc: dict) -> dict:
         "diagram_states": res.diagram_states,
         "field_order": res.ir.field_order,
         "orders_tried": res.orders_tried,
-        "stages": doc["stages"],
+        "stages": [s.to_json() for s in doc.stages],
         "maps": [
             {
-                "name": m["name"],
-                "type": m["type"],
-                "role": m["role"],
-                "field": m["field"],
-                "entries": len(m["entries"]),
-                "capacity": m["capacity"],
+                "name": m.name,
+                "type": m.type,
+                "role": m.role,
+                "field": m.field,
+                "entries": len(m.entries),
+                "capacity": m.capacity,
             }
-            for m in doc["maps"]
+            for m in doc.maps
         ],
         "leaf_states": len(res.ir.leaves),
-        "total_entries": sum(len(m["entries"]) for m in doc["maps"] if m["role"] != "root"),
+        "total_entries": sum(len(m.entries) for m in doc.maps if m.role != "root"),
         "multicast_groups": len(res.ir.port_sets),
         "instructions": None,
     }

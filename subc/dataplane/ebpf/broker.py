@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ...backends.ebpf import map_names as MN
 from ...backends.ebpf import layout as L
+from ...backends.ebpf.maps_doc import MapDoc, MapsDoc
 from ...backends.ebpf.target import MAX_SEARCH_STEPS, steps_needed
 from ...backends.ebpf.source import program_source, read_program
 from ...errors import SubcError
@@ -42,25 +43,29 @@ from .subscribers import Subscribers, load_subscribers, resolve_endpoints
 GRACE_S = 0.2  # wait after switching generations before deleting the old one
 
 
-def read_maps_doc(out_dir: str | Path) -> tuple[dict, str]:
+def read_maps_doc(out_dir: str | Path) -> tuple[MapsDoc, str]:
     """(maps.json document, C source: one translation unit, :func:`program_source`) of an
     ``subc compile --target ebpf`` output directory.  Raises SubcError for a directory that is not
     one (or one an older subc wrote, without the program's headers)."""
     out = Path(out_dir)
     try:
-        doc = json.loads((out / "maps.json").read_text())
-        src = program_source(read_program(out), doc["program"])
+        text = (out / "maps.json").read_text()
+    except OSError as e:
+        raise SubcError(f"{out}: not an eBPF output directory of subc compile --target ebpf ({e})") from None
+    try:
+        doc = MapsDoc.from_json(json.loads(text))
+    except ValueError as e:
+        raise SubcError(f"{out}/maps.json: {e}") from None
+    try:
+        src = program_source(read_program(out), doc.program)
     except (OSError, ValueError, KeyError) as e:
         raise SubcError(f"{out}: not an eBPF output directory of subc compile --target ebpf ({e})") from None
-    if doc.get("format") != "subc-ebpf-maps":
-        raise SubcError(f"{out}/maps.json: not a subc eBPF maps document")
     return doc, src
 
 
-def _map_struct(m: dict, max_endpoints: int) -> tuple[int, int]:
-    key = m["key"]["size"]
-    value = L.sub_struct(max_endpoints).size if m["role"] == "subscribers" else m["value"]["size"]
-    return key, value
+def _map_struct(m: MapDoc, max_endpoints: int) -> tuple[int, int]:
+    value = L.sub_struct(max_endpoints).size if m.role == "subscribers" else m.value.size
+    return m.key.size, value
 
 
 def cflags(caps: dict[str, int], max_endpoints: int) -> list[str]:
@@ -72,12 +77,12 @@ def cflags(caps: dict[str, int], max_endpoints: int) -> list[str]:
     ]
 
 
-def open_maps(doc: dict, fds: dict[str, int], max_endpoints: int) -> dict[str, Map]:
+def open_maps(doc: MapsDoc, fds: dict[str, int], max_endpoints: int) -> dict[str, Map]:
     """:class:`Map` handles for ``doc``'s maps from their file descriptors."""
     out = {}
-    for m in doc["maps"]:
+    for m in doc.maps:
         k, v = _map_struct(m, max_endpoints)
-        out[m["name"]] = Map(fds[m["name"]], k, v, percpu=m["type"].startswith("percpu"), name=m["name"])
+        out[m.name] = Map(fds[m.name], k, v, percpu=m.percpu, name=m.name)
     return out
 
 
@@ -86,7 +91,7 @@ class LoadedFilter:
     """A compiled and loaded (not attached) filter with its maps, for tests and benchmarks."""
 
     program: Program
-    doc: dict
+    doc: MapsDoc
     maps: dict[str, Map]
     caps: dict[str, int]
     max_endpoints: int
@@ -97,7 +102,7 @@ class LoadedFilter:
     @classmethod
     def build(
         cls,
-        doc: dict,
+        doc: MapsDoc,
         src: str,
         subs: Subscribers | None = None,
         factor: float = 2.0,
@@ -110,9 +115,9 @@ class LoadedFilter:
         caps = install.capacities(doc, factor, subs)
         for n, c in (min_caps or {}).items():
             caps[n] = max(caps.get(n, 0), c)
-        eps = max_endpoints or max(doc["max_endpoints"], install.needed_endpoints(subs))
+        eps = max_endpoints or max(doc.max_endpoints, install.needed_endpoints(subs))
         prog = compile_and_load(src, cflags(caps, eps), egress_fn="subc_egress" if egress else None)
-        maps = open_maps(doc, {m["name"]: prog.map_fd(m["name"]) for m in doc["maps"]}, eps)
+        maps = open_maps(doc, {m.name: prog.map_fd(m.name) for m in doc.maps}, eps)
         lf = cls(prog, doc, maps, caps, eps, subs)
         install.install_subscribers(maps, subs, eps)
         plan = install.plan_generation(doc, 0, subs, caps)
@@ -131,7 +136,7 @@ class LoadedFilter:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def update(self, doc: dict, grace_s: float = 0.0) -> None:
+    def update(self, doc: MapsDoc, grace_s: float = 0.0) -> None:
         """Install ``doc`` as the next generation, switch to it, then delete the old one (SubcError
         when it does not fit: :func:`check_search_steps`, :func:`update_maps`)."""
         check_search_steps(self.doc, doc)
@@ -140,21 +145,21 @@ class LoadedFilter:
         self.doc = doc
 
 
-def check_search_steps(old_doc: dict, doc: dict, where: str = "") -> None:
+def check_search_steps(old_doc: MapsDoc, doc: MapsDoc, where: str = "") -> None:
     """Raise SubcError when a range stage of ``doc`` has states with more runs than the loaded
     program of ``old_doc`` searches (its ``search_steps``; 32 for programs without it)."""
-    for new, old in zip(doc["stages"], old_doc["stages"]):
-        steps = old.get("search_steps", MAX_SEARCH_STEPS)
-        if new["kind"] == "range" and steps_needed(new.get("max_runs", 0)) > steps:
+    for new, old in zip(doc.stages, old_doc.stages):
+        steps = old.search_steps if old.search_steps is not None else MAX_SEARCH_STEPS
+        if new.kind == "range" and steps_needed(new.max_runs or 0) > steps:
             raise SubcError(
-                f"{where}stage {new['field']} has up to {new['max_runs']} runs per state and the loaded program "
+                f"{where}stage {new.field} has up to {new.max_runs} runs per state and the loaded program "
                 f"searches at most {2**steps} ({steps} steps): load the rule set again (subc unload, subc load)"
             )
 
 
 def update_maps(
     maps: dict[str, Map],
-    doc: dict,
+    doc: MapsDoc,
     gen: int,
     caps: dict[str, int],
     subs: Subscribers | None,
@@ -290,12 +295,8 @@ def load(
                 "subscriber_names": {str(k): v for k, v in (subs.names if subs else {}).items()},
                 "leaves": _leaf_labels(doc),
                 "maps": {
-                    m["name"]: {
-                        "key": m["key"]["size"],
-                        "value": _map_struct(m, lf.max_endpoints)[1],
-                        "type": m["type"],
-                    }
-                    for m in doc["maps"]
+                    m.name: {"key": m.key.size, "value": _map_struct(m, lf.max_endpoints)[1], "type": m.type}
+                    for m in doc.maps
                 },
                 "loaded_at": time.time(),
                 "links": [p.as_dict() for p in problems],
@@ -338,24 +339,18 @@ def record_instructions(out_dir: str | Path, info: dict) -> bool:
     return True
 
 
-def _leaf_labels(doc: dict) -> dict[str, str]:
-    out = {}
-    for e in install._maps_by_name(doc)[MN.LEAF]["entries"]:
-        if e["action"] == "fwd":
-            out[str(e["state"])] = "fwd(" + ", ".join(map(str, e["subscribers"])) + ")"
-        else:
-            out[str(e["state"])] = e["action"] + ("(default)" if e["state"] == 0 else "")
-    return out
+def _leaf_labels(doc: MapsDoc) -> dict[str, str]:
+    return {str(e.state): e.label for e in doc.leaves}
 
 
-def write_state(home: BrokerHome, state: dict, doc: dict) -> None:
+def write_state(home: BrokerHome, state: dict, doc: MapsDoc) -> None:
     """Write ``state.json`` and ``maps.json`` of a loaded broker (each replaced atomically)."""
     d = home.state_dir
     d.mkdir(parents=True, exist_ok=True)
     tmp = d / "state.json.tmp"
     tmp.write_text(json.dumps(state, indent=1))
     os.replace(tmp, d / "state.json")
-    (d / "maps.json.tmp").write_text(json.dumps(doc))
+    (d / "maps.json.tmp").write_text(doc.dumps())
     os.replace(d / "maps.json.tmp", d / "maps.json")
 
 
@@ -427,14 +422,18 @@ def update(out_dir: str, iface: str, grace_s: float = GRACE_S) -> GenerationResu
     require_root("subc update")
     home, state = loaded_home(iface)
     doc, _ = read_maps_doc(out_dir)
-    old_doc = json.loads((home.state_dir / "maps.json").read_text())
-    if [(s["field"], s["kind"]) for s in doc["stages"]] != [(s["field"], s["kind"]) for s in old_doc["stages"]] or doc[
-        "ports"
-    ] != old_doc["ports"]:
+    old_doc = MapsDoc.read(home.state_dir / "maps.json")
+    new_fields = [s.field for s in doc.stages]
+    old_fields = [s.field for s in old_doc.stages]
+    if (
+        [s.kind for s in doc.stages] != [s.kind for s in old_doc.stages]
+        or new_fields != old_fields
+        or (doc.ports != old_doc.ports)
+    ):
         raise SubcError(
-            f"{out_dir}: the new rule set tests fields {[s['field'] for s in doc['stages']]} and the loaded program "
-            f"{[s['field'] for s in old_doc['stages']]}: the data path differs, so it cannot be swapped in place; "
-            f"compile with --field-order {','.join(s['field'] for s in old_doc['stages']) or '...'} "
+            f"{out_dir}: the new rule set tests fields {new_fields} and the loaded program "
+            f"{old_fields}: the data path differs, so it cannot be swapped in place; "
+            f"compile with --field-order {','.join(old_fields) or '...'} "
             "if the fields are the same, or unload and load"
         )
     check_search_steps(old_doc, doc, f"{out_dir}: ")
@@ -475,7 +474,7 @@ def stats(iface: str) -> dict:
                 nxt = L.U64.unpack(seq.lookup(L.U32.pack(v=sid)))["v"]
                 subs["local" if sid == L.LOCAL else str(sid)] = {**c, "next_seq": nxt, "name": name}
         gen = state["generation"]
-        doc = json.loads((home.state_dir / "maps.json").read_text())
+        doc = MapsDoc.read(home.state_dir / "maps.json")
         leaves = {
             str(st): {"action": state["leaves"].get(str(st), "?"), **c}
             for st, c in install.leaf_counters(maps, doc, gen, state["capacities"]).items()

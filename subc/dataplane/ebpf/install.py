@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from ...backends.ebpf import map_names as MN
 from ...backends.ebpf import layout as L
+from ...backends.ebpf.maps_doc import ENTRY_ROLES, MapDoc, MapsDoc
 from ...errors import SubcError
 from .bpf import Map
 from .fanout import endpoint_groups
@@ -85,11 +86,7 @@ def endpoint_value(ep: Endpoint, group: int = 0) -> bytes:
     )
 
 
-def _maps_by_name(doc: dict) -> dict[str, dict]:
-    return {m["name"]: m for m in doc["maps"]}
-
-
-def plan_generation(doc: dict, gen: int, subs: Subscribers | None, caps: dict[str, int]) -> GenerationPlan:
+def plan_generation(doc: MapsDoc, gen: int, subs: Subscribers | None, caps: dict[str, int]) -> GenerationPlan:
     """The writes of ``doc``'s rule set as generation ``gen`` (see the module docstring).
 
     ``caps`` are the map capacities in the kernel.  Raises SubcError when a rule forwards to a
@@ -97,69 +94,63 @@ def plan_generation(doc: dict, gen: int, subs: Subscribers | None, caps: dict[st
     """
     plan = GenerationPlan(gen)
     w = plan.writes
-    maps = _maps_by_name(doc)
+    maps = doc.by_name
     done: set[str] = set()
-    for st in doc["stages"]:
-        if st["kind"] == "range" and st["maps"][0] in done:
+    for st in doc.stages:
+        if st.kind == "range" and st.maps[0] in done:
             continue  # the state-value stages share their maps: written with the first one
-        done.update(st["maps"])
-        if st["kind"] == "range":
-            info, bnd = (maps[n] for n in st["maps"])
-            n = len(bnd["entries"])
-            if n > caps[bnd["name"]]:
+        done.update(st.maps)
+        if st.kind == "range":
+            info, bnd = (maps[n] for n in st.maps)
+            n = len(bnd.entries)
+            if n > caps[bnd.name]:
                 raise SubcError(
-                    f"bounds array {bnd['name']} holds {caps[bnd['name']]} entries, the rule set needs {n}: "
+                    f"bounds array {bnd.name} holds {caps[bnd.name]} entries, the rule set needs {n}: "
                     "load the rule set again (subc unload, subc load) or with a larger --capacity-factor"
                 )
-            base = 0 if gen == 0 else caps[bnd["name"]] - n
-            plan.regions[bnd["name"]] = n
+            base = 0 if gen == 0 else caps[bnd.name] - n
+            plan.regions[bnd.name] = n
             _state_region(plan, info, caps)
-            w[info["name"]] = [
+            w[info.name] = [
                 (
-                    _slot_key(e["state"], gen, caps[info["name"]]),
-                    L.INFO.pack(a=e["next"] if "next" in e else base + e["offset"], b=e["count"]),
+                    _slot_key(e.state, gen, caps[info.name]),
+                    L.INFO.pack(a=e.next if e.next is not None else base + e.offset, b=e.count),
                 )
-                for e in info["entries"]
+                for e in info.entries
             ]
-            w[bnd["name"]] = [
-                (L.U32.pack(v=base + e["index"]), L.BOUND.pack(lo=e["lo"], next=e["next"])) for e in bnd["entries"]
-            ]
-        elif st["kind"] == "exact":
-            info, ex = (maps[n] for n in st["maps"])
+            w[bnd.name] = [(L.U32.pack(v=base + e.index), L.BOUND.pack(lo=e.lo, next=e.next)) for e in bnd.entries]
+        elif st.kind == "exact":
+            info, ex = (maps[n] for n in st.maps)
             _state_region(plan, info, caps)
-            w[info["name"]] = [
-                (_slot_key(e["state"], gen, caps[info["name"]]), L.INFO.pack(a=e["miss"])) for e in info["entries"]
-            ]
-            w[ex["name"]] = [
-                (L.EXACT_KEY.pack(state=tag(e["state"], gen), value=e["value"]), L.U32.pack(v=e["next"]))
-                for e in ex["entries"]
+            w[info.name] = [(_slot_key(e.state, gen, caps[info.name]), L.INFO.pack(a=e.miss)) for e in info.entries]
+            w[ex.name] = [
+                (L.EXACT_KEY.pack(state=tag(e.state, gen), value=e.value), L.U32.pack(v=e.next)) for e in ex.entries
             ]
         else:
-            (lpm,) = (maps[n] for n in st["maps"])
-            width = st["width"]
-            w[lpm["name"]] = [
+            (lpm,) = (maps[n] for n in st.maps)
+            width = st.width
+            w[lpm.name] = [
                 (
                     L.LPM_KEY.pack(
-                        prefixlen=32 + e["prefix_len"],
-                        state=tag(e["state"], gen),
-                        value=(e["value"] << (64 - width)) & ((1 << 64) - 1),
+                        prefixlen=32 + e.prefix_len,
+                        state=tag(e.state, gen),
+                        value=(e.value << (64 - width)) & ((1 << 64) - 1),
                     ),
-                    L.U32.pack(v=e["next"]),
+                    L.U32.pack(v=e.next),
                 )
-                for e in lpm["entries"]
+                for e in lpm.entries
             ]
     if MN.UPD in maps:  # comparisons on state: update masks by state, this generation's registers emptied
         upd, agg = maps[MN.UPD], maps[MN.AGG]
         _state_region(plan, upd, caps)
         w[MN.UPD] = _mask_entries(upd, gen, caps)
-        n, cap = len(doc["state"]["instances"]), caps[MN.AGG]
-        empty = bytes(agg["value"]["size"])
+        n, cap = doc.instances, caps[MN.AGG]
+        empty = bytes(agg.value.size)
         w[MN.AGG] = [(L.U32.pack(v=k if gen == 0 else cap - 1 - k), empty) for k in range(n)]
         plan.regions[MN.AGG] = n
-    if "subc_sv_base" in maps:  # the state-value stages' first info slots, this generation's
-        sv = maps["subc_sv_base"]
-        bases = sv["entries"][0]["bases"]
-        w["subc_sv_base"] = [(L.U32.pack(v=gen), L.bases_struct(len(bases)).pack(b=bases))]
+    if MN.SV_BASE in maps:  # the state-value stages' first info slots, this generation's
+        bases = list(maps[MN.SV_BASE].entries[0].bases)
+        w[MN.SV_BASE] = [(L.U32.pack(v=gen), L.bases_struct(len(bases)).pack(b=bases))]
     if MN.CNT in maps:  # named counters: the updates of each leaf's message
         cnt = maps[MN.CNT]
         _state_region(plan, cnt, caps)
@@ -168,18 +159,18 @@ def plan_generation(doc: dict, gen: int, subs: Subscribers | None, caps: dict[st
     local = False
     leaf_cap = caps[MN.LEAF]
     _state_region(plan, maps[MN.LEAF], caps)
-    for e in maps[MN.LEAF]["entries"]:
+    for e in doc.leaves:
         # the leaf, its counters and its subscriber set share the leaf's slot
-        set_index = state_slot(e["state"], gen, leaf_cap)
+        set_index = state_slot(e.state, gen, leaf_cap)
         key = L.U32.pack(v=set_index)
         ids: list[int] = []
-        if e["action"] == "drop":
+        if e.action == "drop":
             val = L.LEAF.pack(set=set_index)
-        elif e["action"] == "nop" or subs is None:
+        elif e.action == "nop" or subs is None:
             val = L.LEAF.pack(flags=L.LEAF_PASS_LOCAL, set=set_index)
             local = True
         else:
-            ids = sorted(set(e["subscribers"]))
+            ids = sorted(set(e.subscribers or ()))
             for sid in ids:
                 if sid not in subs.by_id:
                     raise SubcError(f"{subs.path}: rules forward to subscriber {sid}, which the subscribers file lacks")
@@ -195,40 +186,32 @@ def plan_generation(doc: dict, gen: int, subs: Subscribers | None, caps: dict[st
     w[MN.LEAF_SET] = sets
     everyone = [sid for sid, eps in subs.by_id.items() if eps] if subs is not None else []
     w[MN.ALL] = [(L.U32.pack(v=gen), L.SUBSET.pack(subs=subscriber_words(everyone), local=int(local)))]
-    plan.root = tag(doc["root_state"], gen)
+    plan.root = tag(doc.root_state, gen)
     return plan
-
-
-def state_count(m: dict) -> int:
-    """Slots an array map of ``maps.json`` indexed by state needs for one generation: its highest
-    state + 1."""
-    return max((e["state"] for e in m["entries"]), default=0) + 1
 
 
 def _slot_key(state: int, gen: int, cap: int) -> bytes:
     return L.U32.pack(v=state_slot(state, gen, cap))
 
 
-def _mask_entries(m: dict, gen: int, caps: dict[str, int]) -> list[tuple[bytes, bytes]]:
+def _mask_entries(m: MapDoc, gen: int, caps: dict[str, int]) -> list[tuple[bytes, bytes]]:
     """The writes of mask array ``m`` (``subc_upd``, ``subc_cnt``: by state) for generation
     ``gen``: each mask as its 64-bit words, host order."""
-    words = m["value"]["size"] // 8
-    st = L.mask_struct(m["value"]["struct"], 64 * words)
-    return [
-        (_slot_key(e["state"], gen, caps[m["name"]]), st.pack(w=L.mask_words(e["mask"], words))) for e in m["entries"]
-    ]
+    words = m.value.size // 8
+    st = L.mask_struct(m.value.struct, 64 * words)
+    return [(_slot_key(e.state, gen, caps[m.name]), st.pack(w=L.mask_words(e.mask, words))) for e in m.entries]
 
 
-def _state_region(plan: GenerationPlan, m: dict, caps: dict[str, int]) -> None:
+def _state_region(plan: GenerationPlan, m: MapDoc, caps: dict[str, int]) -> None:
     """Record the region of array map ``m`` (indexed by its entries' states); raise SubcError when
     one generation alone does not fit."""
-    n = state_count(m)
-    if n > caps[m["name"]]:
+    n = m.state_count
+    if n > caps[m.name]:
         raise SubcError(
-            f"array {m['name']} holds {caps[m['name']]} states, the rule set needs {n}: load the rule set "
+            f"array {m.name} holds {caps[m.name]} states, the rule set needs {n}: load the rule set "
             "again (subc unload, subc load) or with a larger --capacity-factor"
         )
-    plan.regions[m["name"]] = n
+    plan.regions[m.name] = n
 
 
 def subscriber_words(ids) -> list[int]:
@@ -265,24 +248,23 @@ def install_subscribers(maps: dict[str, Map], subs: Subscribers | None, max_endp
         maps[MN.SEQ].update(L.U32.pack(v=r), L.U64.pack(v=1))
 
 
-def capacities(doc: dict, factor: float, subs: Subscribers | None) -> dict[str, int]:
+def capacities(doc: MapsDoc, factor: float, subs: Subscribers | None) -> dict[str, int]:
     """Map capacities for ``doc``: ``factor`` times the entries (two generations at 2.0); for the
     arrays indexed by state, ``factor`` times the highest state + 1 (the leaf counters and
     subscriber sets as many as the leaves: they share the leaf's slot)."""
     out = {}
-    leaf = _maps_by_name(doc)[MN.LEAF]
-    for m in doc["maps"]:
-        n = len(m["entries"])
-        if m["role"] in ("state_info", "leaf", "update_masks"):
-            out[m["name"]] = max(16, math.ceil(state_count(m) * factor))
-        elif m["role"] in ("bounds", "exact", "lpm"):
-            out[m["name"]] = max(16, math.ceil(n * factor))
-        elif m["role"] in ("leaf_counters", "leaf_sets"):
-            out[m["name"]] = max(16, math.ceil(state_count(leaf) * factor))
-        elif m["role"] == "endpoints":
-            out[m["name"]] = max(m["capacity"], len(subs.endpoints) if subs else 0)
+    leaf = doc.map(MN.LEAF)
+    for m in doc.maps:
+        if m.role in ("state_info", "leaf", "update_masks"):
+            out[m.name] = max(16, math.ceil(m.state_count * factor))
+        elif m.role in ENTRY_ROLES:
+            out[m.name] = max(16, math.ceil(len(m.entries) * factor))
+        elif m.role in ("leaf_counters", "leaf_sets"):
+            out[m.name] = max(16, math.ceil(leaf.state_count * factor))
+        elif m.role == "endpoints":
+            out[m.name] = max(m.capacity, len(subs.endpoints) if subs else 0)
         else:
-            out[m["name"]] = m["capacity"]
+            out[m.name] = m.capacity
     return out
 
 
@@ -355,11 +337,11 @@ def live_counts(gen: int, maps: dict[str, Map], regions_used: dict[str, int]) ->
     return out
 
 
-def leaf_counters(maps: dict[str, Map], doc: dict, gen: int, caps: dict[str, int]) -> dict[int, dict[str, int]]:
+def leaf_counters(maps: dict[str, Map], doc: MapsDoc, gen: int, caps: dict[str, int]) -> dict[int, dict[str, int]]:
     """Per leaf state of ``doc`` installed as generation ``gen``: its messages and bytes, summed
     over CPUs."""
     m, out = maps[MN.LEAF_CNT], {}
-    for e in _maps_by_name(doc)[MN.LEAF]["entries"]:
-        vals = [L.COUNTER.unpack(v) for v in m.lookup(_slot_key(e["state"], gen, caps[MN.LEAF])) or []]
-        out[e["state"]] = {"messages": sum(v["messages"] for v in vals), "bytes": sum(v["bytes"] for v in vals)}
+    for e in doc.leaves:
+        vals = [L.COUNTER.unpack(v) for v in m.lookup(_slot_key(e.state, gen, caps[MN.LEAF])) or []]
+        out[e.state] = {"messages": sum(v["messages"] for v in vals), "bytes": sum(v["bytes"] for v in vals)}
     return out

@@ -28,12 +28,14 @@ restarted daemon keeps those (:meth:`LiveMaps.inherit`) until its own diagram is
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ...backends.ebpf import map_names as MN
 from ...ir import lowering
 from ...ir.incremental import Node, exact_miss, is_dead
 from ...backends.ebpf import layout as L
+from ...backends.ebpf.maps_doc import StageDoc
 from ...errors import SubcError
 from .bpf import Map
 from .install import subscriber_words
@@ -98,14 +100,14 @@ class LiveMaps:
     """Writes delivery nodes into the maps of a loaded eBPF program.
 
     ``maps``: the program's maps by name; ``stages``: per field, (match kind, width in bits,
-    map names) as in ``maps.json``'s ``stages``; ``caps``: map capacities; ``root_slots``: the
+    map names): ``maps.json``'s ``stages``; ``caps``: map capacities; ``root_slots``: the
     root versions (states 1..root_slots of stage 0)."""
 
-    def __init__(self, maps: dict[str, Map], stages: list[dict], caps: dict[str, int], root_slots: int):
+    def __init__(self, maps: dict[str, Map], stages: Sequence[StageDoc], caps: dict[str, int], root_slots: int):
         self.maps, self.stages, self.caps, self.root_slots = maps, stages, caps, root_slots
         self.n = len(stages)
         self.segments = {
-            lv: Segments(caps[st["maps"][1]], st["maps"][1]) for lv, st in enumerate(stages) if st["kind"] == "range"
+            lv: Segments(caps[st.maps[1]], st.maps[1]) for lv, st in enumerate(stages) if st.kind == "range"
         }
         self.seg_of: dict[tuple[int, int], tuple[int, int]] = {}  # (level, state) -> (offset, size class)
         self.slot_node: dict[int, Node | None] = {}  # what each root slot's entries encode
@@ -158,7 +160,7 @@ class LiveMaps:
     # -- nodes below the root -----------------------------------------------------------------
 
     def _write_range(self, lv: int, state: int, node: Node) -> None:
-        info, bnd = self.stages[lv]["maps"]
+        info, bnd = self.stages[lv].maps
         key = (lv, state)
         old = self.seg_of.get(key)
         n = len(node.runs)
@@ -193,18 +195,18 @@ class LiveMaps:
             self._put(MN.LEAF, key, self._leaf(0, len(ids), ids[0] if len(ids) == 1 else 0, state, *words))
             return
         st = self.stages[lv]
-        if st["kind"] == "range":
+        if st.kind == "range":
             self._write_range(lv, state, node)
-        elif st["kind"] == "exact":
-            info, ex = st["maps"]
+        elif st.kind == "exact":
+            info, ex = st.maps
             miss = exact_miss(node)
             for v, c in lowering.exact_values(node.runs, miss):
                 self._put(ex, self._exact_key(state, v), L.U32.pack(v=c.state))
             self._put(info, L.U32.pack(v=state), L.INFO.pack(a=miss.state))
         else:
-            (lpm,) = st["maps"]
-            for (v, plen), c in self._lpm_entries(node, st["width"]):
-                self._put(lpm, self._lpm_key(state, v, plen, st["width"]), L.U32.pack(v=c.state))
+            (lpm,) = st.maps
+            for (v, plen), c in self._lpm_entries(node, st.width):
+                self._put(lpm, self._lpm_key(state, v, plen, st.width), L.U32.pack(v=c.state))
 
     def clear(self, node: Node, state: int | None = None) -> None:
         """Delete the hash and trie entries of freed ``node`` (under its state or ``state``) and
@@ -215,20 +217,20 @@ class LiveMaps:
             self._put(MN.LEAF, L.U32.pack(v=state), L.LEAF.pack())
             return
         st = self.stages[lv]
-        if st["kind"] == "range":
-            self._put(st["maps"][0], L.U32.pack(v=state), L.INFO.pack())  # before its segment is reused
+        if st.kind == "range":
+            self._put(st.maps[0], L.U32.pack(v=state), L.INFO.pack())  # before its segment is reused
             seg = self.seg_of.pop((lv, state), None)
             if seg is not None:
                 self.segments[lv].release(*seg)
-        elif st["kind"] == "exact":
-            self._put(st["maps"][0], L.U32.pack(v=state), L.INFO.pack())
-            name = st["maps"][1]
+        elif st.kind == "exact":
+            self._put(st.maps[0], L.U32.pack(v=state), L.INFO.pack())
+            name = st.maps[1]
             for v, _ in lowering.exact_values(node.runs, exact_miss(node)):
                 self._del(name, self._exact_key(state, v))
         else:
-            name = st["maps"][0]
-            for (v, plen), _ in self._lpm_entries(node, st["width"]):
-                self._del(name, self._lpm_key(state, v, plen, st["width"]))
+            name = st.maps[0]
+            for (v, plen), _ in self._lpm_entries(node, st.width):
+                self._del(name, self._lpm_key(state, v, plen, st.width))
 
     # -- a previous writer's entries (a restarted daemon) ---------------------------------------
 
@@ -244,10 +246,10 @@ class LiveMaps:
         for lv in range(self.n + 1):
             inh.states[lv] = set()
         for lv, st in enumerate(self.stages):
-            kind = st["kind"]
+            kind = st.kind
             if kind in ("range", "exact"):
-                info = self.maps[st["maps"][0]]
-                for s in range(1 if lv else live, (self.caps[st["maps"][0]] if lv else live + 1)):
+                info = self.maps[st.maps[0]]
+                for s in range(1 if lv else live, (self.caps[st.maps[0]] if lv else live + 1)):
                     if s == 0:
                         continue
                     raw = info.lookup(L.U32.pack(v=s))
@@ -262,7 +264,7 @@ class LiveMaps:
                     elif kind == "exact" and v["a"]:
                         inh.states[lv].add(s)
             if kind in ("exact", "lpm"):
-                name = st["maps"][1] if kind == "exact" else st["maps"][0]
+                name = st.maps[1] if kind == "exact" else st.maps[0]
                 m = self.maps[name]
                 struct = L.EXACT_KEY if kind == "exact" else L.LPM_KEY
                 kept = inh.keys.setdefault(name, [])
@@ -300,10 +302,10 @@ class LiveMaps:
         may differ from what the slot held (None: anywhere); only those entries are rewritten
         where the match kind allows it (exact fields with an unchanged miss target)."""
         old = self.slot_node.get(slot)
-        kind = self.stages[0]["kind"]
+        kind = self.stages[0].kind
         miss = exact_miss(root) if kind == "exact" else None
         if old is not None and miss is not None and spans is not None and exact_miss(old) is miss:
-            info, ex = self.stages[0]["maps"]
+            info, ex = self.stages[0].maps
             for lo, hi in spans:
                 new = dict(lowering.exact_values(root.between(lo, hi), miss, lo, hi))
                 for v, _ in lowering.exact_values(old.between(lo, hi), miss, lo, hi):
