@@ -10,10 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
-from typing import Callable, Union
+from typing import TYPE_CHECKING, Callable, Union
 
 from ..errors import Location
 from ..ir.intervals import IntervalSet
+
+if TYPE_CHECKING:
+    from .rule_shapes import Shape
 
 #: Operators of a predicate.  'in' holds several operands; a prefix operand is (value, prefix_len).
 OPS = ("==", "!=", "<", "<=", ">", ">=", "in", "not in")
@@ -168,12 +171,14 @@ Expr = Union[Pred, StatePred, And, Or, Not]
 
 @dataclass(frozen=True)
 class Action:
-    """An action call: ``fwd`` (args are ports), ``drop``, or a spec action with raw argument values;
-    ``location`` is that of its name."""
+    """An action call: ``fwd`` (args are ports), ``drop``, or a spec action with raw argument values
+    (integers); the update of a named counter (:data:`~subc.ir.decisions.COUNT_ATOM`) has the
+    counter's name and the added field's name (or None) as args.  ``location`` is that of its
+    name; None in a rule's shared atoms (:class:`Rule`)."""
 
     name: str
-    args: tuple[int, ...]
-    location: Location
+    args: tuple[int | str | None, ...]
+    location: Location | None
 
     def atoms(self) -> list[tuple]:
         """The action as atoms: one ('fwd', port) per port, else (name, *args)."""
@@ -211,11 +216,11 @@ class Rule:
         self.index = index
         self.core = condition
         self.atom_set = frozenset(x for act in actions for x in act.atoms())
-        self.shape = None
+        self.shape: Shape | None = None
         self._parts: object = (condition, actions, location, text)
 
     @classmethod
-    def deferred(cls, index: int, core: "Expr", atoms: frozenset, shape, start: int) -> "Rule":
+    def deferred(cls, index: int, core: "Expr", atoms: frozenset, shape: "Shape", start: int) -> "Rule":
         """A rule whose condition, actions, location and text ``shape.materialize(start)`` gives
         as a tuple on first use (``start``: the offset of its piece); ``core`` and ``atoms`` mean
         what those would give."""
@@ -226,6 +231,7 @@ class Rule:
     def _full(self) -> tuple:
         parts = self._parts
         if type(parts) is int:  # deferred: the offset of the rule's piece
+            assert self.shape is not None  # a deferred rule has its shape
             parts = self._parts = self.shape.materialize(parts)
         return parts  # type: ignore[return-value]
 

@@ -118,12 +118,14 @@ def syntax_error(e: UnexpectedInput, path: str, text: str, line_offset: int = 0)
         else (Location.from_offset(path, text, len(text)))
     )
     if isinstance(e, UnexpectedCharacters):
-        err = SubcError(f"unexpected character {text[e.pos_in_stream]!r}", loc)
+        # lark declares pos_in_stream None (UnexpectedInput's default); UnexpectedCharacters sets the int offset
+        err = SubcError(f"unexpected character {text[e.pos_in_stream]!r}", loc)  # type: ignore[index]
     elif isinstance(e, UnexpectedEOF) or (isinstance(e, UnexpectedToken) and e.token.type == "$END"):
         err = SubcError(
             "unexpected end of input (is a ';' missing?)", Location.from_offset(path, text, len(text.rstrip()))
         )
     else:
+        assert isinstance(e, UnexpectedToken)  # lark raises no other UnexpectedInput
         expected = sorted({FRIENDLY_TERMINALS.get(t, t) for t in getattr(e, "expected", ()) if not t.startswith("__")})
         msg = f"unexpected {e.token.value!r}"
         if expected:
@@ -135,23 +137,49 @@ def syntax_error(e: UnexpectedInput, path: str, text: str, line_offset: int = 0)
     return err
 
 
-def comparison_parts(t: Tree) -> tuple[Tree, Token, str, object]:
+def as_token(x: Token | Tree) -> Token:
+    """``x``, a child of a parse tree where the grammar puts a token (a name, an operator, a
+    literal).  TypeError when it is a tree."""
+    if not isinstance(x, Token):
+        raise TypeError(f"expected a token, found a {x.data!r} tree")
+    return x
+
+
+def as_tree(x: Token | Tree) -> Tree:
+    """``x``, a child of a parse tree where the grammar puts a tree (a rule, a condition, a field).
+    TypeError when it is a token."""
+    if not isinstance(x, Tree):
+        raise TypeError(f"expected a tree, found token {x!r}")
+    return x
+
+
+def token_start(tok: Token) -> int:
+    """The offset of ``tok`` in the parsed text (the parser gives every token its position, and the
+    shape parser the tokens it builds).  ValueError for a token without one."""
+    pos = tok.start_pos
+    if pos is None:
+        raise ValueError(f"token {tok!r} has no position")
+    return pos
+
+
+def comparison_parts(t: Tree) -> tuple[Tree, Token, str, Token | Tree]:
     """(field tree, operator token, operator as if the field came first with ``=`` as ``==``,
     value) of a ``cmp`` or ``cmp_rev`` tree (``5 < price`` is ``price > 5``); of an ``agg_cmp`` or
-    ``agg_cmp_rev`` tree the first item is the aggregate's tree."""
+    ``agg_cmp_rev`` tree the first item is the aggregate's tree.  The value is a literal token or a
+    ``prefix`` tree."""
     if t.data in ("cmp", "agg_cmp"):
         ftree, op_tok, value = t.children
         op = str(op_tok)
     else:
         value, op_tok, ftree = t.children
         op = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}.get(str(op_tok), str(op_tok))
-    return ftree, op_tok, "==" if op == "=" else op, value
+    return as_tree(ftree), as_token(op_tok), "==" if op == "=" else op, value
 
 
 def tree_tokens(tree: Tree) -> list[Token]:
     """The tokens of a Lark tree in text order, found without recursion."""
     out: list[Token] = []
-    stack: list[object] = [tree]
+    stack: list[Token | Tree] = [tree]
     while stack:
         node = stack.pop()
         if isinstance(node, Tree):
@@ -161,7 +189,7 @@ def tree_tokens(tree: Tree) -> list[Token]:
     return out
 
 
-def condition_depth(tree: Tree, mark: int = 0) -> tuple[int, Tree | None]:
+def condition_depth(tree: Token | Tree, mark: int = 0) -> tuple[int, Tree | None]:
     """(nesting depth, the first node found at depth ``mark`` or, with ``mark`` 0, at the
     maximum depth) of a condition's Lark tree, counted without recursion as the AST nests: each
     ``and``/``or``/``not`` node is a level, except that a left-nested chain of one operator

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from lark.exceptions import UnexpectedInput
 
 from ..errors import Location, SubcError
-from .grammar_parser import condition_depth, rule_parser
+from .grammar_parser import as_tree, condition_depth, rule_parser
 
 _NESTERS = ("(", "not", "!")
 _LEAD = re.compile(r"(?:\s|(?:#|//)[^\n]*)*")
@@ -49,7 +49,9 @@ DEFAULT_LIMITS = Limits()
 def _rule_start(text: str, start: int) -> int:
     """The offset of the first character of the rule whose piece starts at ``start`` (comments and
     white space skipped)."""
-    return _LEAD.match(text, start).end()
+    m = _LEAD.match(text, start)
+    assert m is not None  # _LEAD matches the empty string
+    return m.end()
 
 
 def _loc(path: str, text: str, offset: int, line_offset: int) -> Location:
@@ -95,8 +97,9 @@ def _check_nesting(text: str, start: int, end: int, path: str, line_offset: int,
     except UnexpectedInput:
         return  # the parser reports the syntax error
     for rule in tree.children:
-        depth, node = condition_depth(rule.children[0], limits.max_nesting + 1)
+        depth, node = condition_depth(as_tree(rule).children[0], limits.max_nesting + 1)
         if depth > limits.max_nesting:
+            assert node is not None  # depth > max_nesting >= 0: a node at the mark (max_nesting + 1) was found
             pos = start + (node.meta.start_pos if not node.meta.empty else 0)
             raise LimitError(
                 f"condition nested {depth} levels deep (and/or/not), more than the limit of {limits.max_nesting}",

@@ -46,7 +46,17 @@ from lark.exceptions import UnexpectedInput
 from ..errors import SubcError
 from .ast import And, Action, Not, Or, Pred, Rule
 from ..compiler.gcpause import paused_gc
-from .grammar_parser import SourceText, comparison_parts, condition_depth, rule_parser, syntax_error, tree_tokens
+from .grammar_parser import (
+    SourceText,
+    as_token,
+    as_tree,
+    comparison_parts,
+    condition_depth,
+    rule_parser,
+    syntax_error,
+    token_start,
+    tree_tokens,
+)
 from .limits import DEFAULT_LIMITS, Limits, check_rule_text
 
 #: Rule ends: a ';' outside strings and comments (strings and comments are matched to skip them).
@@ -101,13 +111,15 @@ class Shape:
     def resolve(self, m: re.Match, ck, ak) -> tuple:
         """(core condition, atoms) of the piece matched by ``m`` with condition and action literal
         texts ``ck`` and ``ak``, cached; raises SubcError as the resolver would on that piece."""
+        tpl = self.template
+        assert tpl is not None  # only a template shape's pieces are matched and resolved
         cond = self.conditions.get(ck)
         r = self.resolver
         if cond is None:
-            cond = self.conditions[ck] = self.template.cond(m, None, r)
+            cond = self.conditions[ck] = tpl.cond(m, None, r)
         atoms = self.atom_sets.get(ak)
         if atoms is None:
-            atoms = self.atom_sets[ak] = frozenset(a for f in self.template.actions for a in f(m, None, r).atoms())
+            atoms = self.atom_sets[ak] = frozenset(a for f in tpl.actions for a in f(m, None, r).atoms())
         return cond, atoms
 
     def rebound(self, source: SourceText, resolver) -> "Shape":
@@ -122,10 +134,12 @@ class Shape:
     def materialize(self, start: int) -> tuple:
         """(condition, actions, location, text) of the deferred rule whose piece starts at ``start``,
         with every predicate and action located, as the resolver builds them."""
-        m = self.pattern.match(self.source.text, start)
+        tpl, pattern = self.template, self.pattern
+        assert tpl is not None and pattern is not None  # deferred rules are made of template shapes only
+        m = pattern.match(self.source.text, start)
         if m is None:  # pragma: no cover - the piece matched when it was parsed
             raise RuntimeError(f"rule at offset {start} no longer matches its shape")
-        tpl, loc, r = self.template, self.source.location, self.resolver
+        loc, r = self.source.location, self.resolver
         s, e = tpl.start(m), tpl.end(m)
         return tpl.cond(m, loc, r), tuple(f(m, loc, r) for f in tpl.actions), loc(s), self.source.text[s:e]
 
@@ -269,6 +283,7 @@ class ShapeParser:
         offset after them (``pos`` when the first does not match).  _Anomaly when a piece is too
         long or the rules are too many."""
         text = self.source.text
+        assert shape.pattern is not None  # only shapes with a pattern are run
         match = shape.pattern.match
         max_chars = self.limits.max_rule_chars
         index = self.index
@@ -341,7 +356,7 @@ class ShapeParser:
             if shape is not None:
                 self.shapes[key] = shape
         first = shape is None
-        if first:
+        if shape is None:
             tree = self._lark(piece)
             shape = self.shapes[key] = Shape(self.source, self.resolver)
             if self._safe(tree, parts):
@@ -387,7 +402,7 @@ class ShapeParser:
             raise _Anomaly from None
         if len(tree.children) != 1:
             raise _Anomaly  # pragma: no cover - a piece ends at its first ';'
-        if condition_depth(tree.children[0].children[0])[0] > self.limits.max_nesting:
+        if condition_depth(as_tree(tree.children[0]).children[0])[0] > self.limits.max_nesting:
             raise _Anomaly
         return tree
 
@@ -410,7 +425,7 @@ class ShapeParser:
         for tok in tree_tokens(tree):
             if tok.type in ("IPV4", "IPV6", "MAC"):
                 return False
-            if tok.type in _LITERAL_TYPES and lit_at.get(tok.start_pos) != str(tok):
+            if tok.type in _LITERAL_TYPES and lit_at.get(token_start(tok)) != str(tok):
                 return False
         return True
 
@@ -448,7 +463,7 @@ class ShapeParser:
             return comparison(t)
 
         def operand(q, tok: Token):
-            g, kind, qname = group_at[tok.start_pos], tok.type, q.name
+            g, kind, qname = group_at[token_start(tok)], tok.type, q.name
             cond_groups.append(g)
 
             def f(m, r):
@@ -463,23 +478,18 @@ class ShapeParser:
 
         def comparison(t: Tree):
             where = at(t.meta.start_pos)
+            # the values are literal tokens: a shape with a prefix is no template
             if t.data in ("member", "not_member"):
                 q = rep_resolver.field(t.children[0])  # the shape's checks ran on the first piece
-                fs = tuple(operand(q, v) for v in t.children[1:])
+                values = [as_token(v) for v in t.children[1:]]
                 op = "in" if t.data == "member" else "not in"
             else:
                 ftree, _, op, value = comparison_parts(t)
                 q = rep_resolver.field(ftree)
-                fs = (operand(q, value),)
+                values = [as_token(value)]
+            fs = tuple(operand(q, v) for v in values)
             name, width = q.name, q.width
-            groups = tuple(
-                sorted(
-                    {
-                        group_at[v.start_pos]
-                        for v in (t.children[1:] if t.data in ("member", "not_member") else (value,))
-                    }
-                )
-            )
+            groups = tuple(sorted({group_at[token_start(v)] for v in values}))
             cores: dict = {}  # literal texts -> the predicate without location
 
             def f(m, loc, r):
@@ -494,9 +504,9 @@ class ShapeParser:
             return f
 
         def action(t: Tree):
-            name_tok, *args = t.children
-            where = at(name_tok.start_pos)
-            groups = tuple(group_at[a.start_pos] for a in args)
+            name_tok, *args = map(as_token, t.children)
+            where = at(token_start(name_tok))
+            groups = tuple(group_at[token_start(a)] for a in args)
             act_groups.extend(groups)
             kinds = tuple(a.type for a in args)
             name = str(name_tok)
@@ -506,7 +516,7 @@ class ShapeParser:
                 key = (name, kinds, texts)
                 v = action_values.get(key)
                 if v is None:
-                    toks = [Token("NAME", name, start_pos=where(m))]
+                    toks: list[Token | Tree] = [Token("NAME", name, start_pos=where(m))]
                     toks += [Token(k, x, start_pos=m.start(g)) for k, x, g in zip(kinds, texts, groups)]
                     a = r.action(Tree("action", toks))
                     v = action_values[key] = (a.name, a.args)

@@ -13,7 +13,7 @@ from pathlib import Path
 from lark import Token, Tree
 from lark.exceptions import UnexpectedInput
 
-from ..errors import SubcError
+from ..errors import Location, SubcError
 from ..ir.decisions import COUNT_ATOM
 from .ast import (
     AGGREGATES,
@@ -30,7 +30,15 @@ from .ast import (
     StatePred,
     state_predicates,
 )
-from .grammar_parser import SourceText, comparison_parts, rule_parser, syntax_error
+from .grammar_parser import (
+    SourceText,
+    as_token,
+    as_tree,
+    comparison_parts,
+    rule_parser,
+    syntax_error,
+    token_start,
+)
 from .limits import DEFAULT_LIMITS, Limits
 from .literals import arg_value, literal_value
 from .rule_shapes import ShapeCache, ShapeParser
@@ -63,9 +71,9 @@ class RuleResolver:
         positions are offsets into the piece)."""
         return RuleResolver(self.spec, self.source, base)
 
-    def loc(self, item):
+    def loc(self, item: Token | Tree) -> Location:
         """The location of a token or a (non-empty) tree."""
-        return self.source.location(self.base + (item.start_pos if isinstance(item, Token) else item.meta.start_pos))
+        return self.source.location(self.base + (token_start(item) if isinstance(item, Token) else item.meta.start_pos))
 
     def rule(self, tree: Tree, index: int) -> Rule:
         """The rule of a ``rule`` tree, with ``index``."""
@@ -113,10 +121,10 @@ class RuleResolver:
             raise SubcError(f"unknown field '{name}' (not a query field of the spec)", loc)
         return q
 
-    def operand(self, v, q: QueryField) -> Operand:
+    def operand(self, v: Token | Tree, q: QueryField) -> Operand:
         """The operand of literal token (or ``prefix`` tree) ``v`` compared with field ``q``."""
         if isinstance(v, Tree):  # prefix
-            base, plen_tok = v.children
+            base, plen_tok = map(as_token, v.children)
             loc = self.loc(base)
             plen = int(plen_tok)
             if q.match_kind == "exact":
@@ -156,14 +164,15 @@ class RuleResolver:
         ``count(c)`` of a named counter ``c`` is the counter."""
         name_tok, *args = t.children
         kind = str(name_tok)
-        if len(args) == 1 and self.counter_name(args[0]) is not None:
+        cname = self.counter_name(args[0]) if len(args) == 1 else None
+        if cname is not None:
             if kind != "count":
                 raise SubcError(
                     f"'{args[0].children[0]}' is a named counter: compare it by name or as "
                     f"count({args[0].children[0]}), not with {kind}()",
                     self.loc(name_tok),
                 )
-            return self.counter(self.counter_name(args[0]), t)
+            return self.counter(cname, t)
         if kind not in AGGREGATES:
             raise SubcError(f"unknown aggregate '{kind}' (known: {', '.join(sorted(AGGREGATES))})", self.loc(name_tok))
         q, window, seen_kw = None, None, False
@@ -178,7 +187,7 @@ class RuleResolver:
                     raise SubcError(f"unknown keyword argument '{key}' (known: window=<us>)", self.loc(key))
                 if window is not None:
                     raise SubcError("window= is given twice", self.loc(key))
-                window, seen_kw = int(value) * 1000, True
+                window, seen_kw = int(as_token(value)) * 1000, True
         if q is None and kind != "count":
             raise SubcError(f"{kind}() needs a field: {kind}(header.field)", self.loc(name_tok))
         if q is not None:
@@ -196,6 +205,7 @@ class RuleResolver:
             scale = q.scale if (q is not None and kind == "sum") else None
             values_field = QueryField(f"{kind}()", 64, "range", self.loc(t), scale)
         else:
+            assert q is not None  # avg, min and max need a field (checked above)
             values_field = q
         return agg, values_field
 
@@ -283,7 +293,7 @@ class RuleResolver:
         adds 1 to it."""
         if t.data == "counter_assign":
             return self.counter_update(t)
-        name_tok, *args = t.children
+        name_tok, *args = map(as_token, t.children)
         name, loc = str(name_tok), self.loc(name_tok)
         if any(a.type == "NAME" for a in args):
             if name != "inc" or len(args) != 1:
@@ -383,7 +393,7 @@ def parse_rules_lark(
     except UnexpectedInput as e:
         raise syntax_error(e, path, text, line_offset) from None
     resolver = RuleResolver(spec, SourceText(path, text, line_offset))
-    return [resolver.rule(r, first_index + i) for i, r in enumerate(tree.children)]
+    return [resolver.rule(as_tree(r), first_index + i) for i, r in enumerate(tree.children)]
 
 
 def load_rules(path: str | Path, spec: Spec, limits: Limits = DEFAULT_LIMITS) -> list[Rule]:

@@ -64,7 +64,7 @@ class _SpecParser(P414Declarations, PragmaRules):
         # P4_14: header instances (type, instance), stacks, parser functions; first P4_16 keyword
         self.p414_instances: list[tuple[str, str]] = []
         self.p414_stacks: set[str] = set()
-        self.p414_states: list = []
+        self.p414_states: list[ParserState] = []
         self.p416_seen: str | None = None
 
     # -- token helpers ---------------------------------------------------------------------
@@ -80,6 +80,11 @@ class _SpecParser(P414Declarations, PragmaRules):
     def peek(self, k: int = 0) -> Token | None:
         j = self.i + k
         return self.toks[j] if j < len(self.toks) else None
+
+    def peek_is(self, kind: str) -> bool:
+        """Whether the current token is of ``kind`` (False at the end of the file)."""
+        tok = self.peek()
+        return tok is not None and tok.kind == kind
 
     def next(self) -> Token:
         tok = self.peek()
@@ -109,7 +114,7 @@ class _SpecParser(P414Declarations, PragmaRules):
     def skip_annotations(self) -> None:
         while self.accept("@"):
             self.expect("id")
-            if self.peek() and self.peek().kind == "(":
+            if self.peek_is("("):
                 self.skip_balanced("(", ")")
 
     def skip_balanced(self, open_: str, close: str) -> Token:
@@ -146,7 +151,7 @@ class _SpecParser(P414Declarations, PragmaRules):
             elif tok.kind in ")}]":
                 depth -= 1
                 if depth == 0 and tok.kind == "}":
-                    if self.peek() and self.peek().kind == ";":
+                    if self.peek_is(";"):
                         self.i += 1
                     return
             elif tok.kind == ";" and depth == 0:
@@ -294,14 +299,17 @@ class _SpecParser(P414Declarations, PragmaRules):
             self.spec.typedefs[name.text] = width
         self.spec.decls.append(("typedef", name.text, self.raw(start, end)))
 
-    def parse_members(self) -> list[tuple[int | None, str, str, Token]]:
+    def parse_members(self) -> list[tuple[int | None, str, str, Token, Token]]:
+        """The members of a ``{ ... }`` block: (width or None, type name, member name, first token,
+        the ``;``) each."""
         self.expect("{")
         out = []
         while not self.accept("}"):
             self.skip_annotations()
-            first = self.peek()
+            j = self.i
             width, tname = self.parse_type()
-            if self.peek() and self.peek().kind == "[":  # header stack
+            first = self.toks[j]  # the type's first token, which parse_type consumed
+            if self.peek_is("["):  # header stack
                 self.skip_balanced("[", "]")
                 tname += "[]"
             name = self.expect("id")
@@ -358,7 +366,8 @@ class _SpecParser(P414Declarations, PragmaRules):
         while not self.accept(")"):
             self.skip_annotations()
             direction = ""
-            if self.peek() and self.peek().text in ("in", "out", "inout"):
+            ptok = self.peek()
+            if ptok is not None and ptok.text in ("in", "out", "inout"):
                 direction = self.next().text
             _, tname = self.parse_type()
             pname = self.expect("id").text
@@ -427,13 +436,16 @@ class _SpecParser(P414Declarations, PragmaRules):
         kw = self.expect("id")
         loc = self.loc(kw.start)
         if self.accept("id", "select"):
-            lp = self.peek()
+            j = self.i
             rp = self.skip_balanced("(", ")")
+            lp = self.toks[j]  # the '(' skip_balanced consumed
             sel = self.clean[lp.start + 1 : rp.end - 1].strip()
             self.expect("{")
             cases = []
             while not self.accept("}"):
-                first, t = self.peek(), self.scan_until(":")
+                j = self.i
+                t = self.scan_until(":")
+                first = self.toks[j]  # the keyset's first token, which scan_until consumed
                 keyset = self.clean[first.start : t.start].strip()
                 target = self.expect("id").text
                 self.expect(";")

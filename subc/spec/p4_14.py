@@ -25,9 +25,11 @@ skipped: rules that call actions of a P4_14 spec declare them (``Spec.infers_act
 
 from __future__ import annotations
 
-from ..errors import SubcError
+from typing import TYPE_CHECKING
+
+from ..errors import Location, SubcError
 from .p4lexer import Token
-from .model import HeaderType, ParserDecl, ParserState, Transition
+from .model import HeaderType, ParserDecl, ParserState, Spec, Transition
 
 #: P4_14 targets of ``return`` that leave the parser (Camus's specs return to ``ingress``).
 P4_14_ACCEPT = ("ingress", "egress")
@@ -35,8 +37,36 @@ P4_14_ACCEPT = ("ingress", "egress")
 
 class P414Declarations:
     """The P4_14 declarations of :class:`subc.spec.front_end._SpecParser` (a mixin: it uses the
-    parser's token helpers ``next``, ``expect``, ``accept``, ``peek``, ``error``, ``loc``,
-    ``const_value``, ``skip_balanced``, ``scan_until`` and its ``spec``)."""
+    parser's token helpers ``next``, ``expect``, ``accept``, ``peek``, ``peek_is``, ``error``, ``loc``,
+    ``const_value``, ``skip_balanced``, ``scan_until``, its tokens ``toks`` and ``i``, its ``spec`` and
+    the P4_14 declarations seen so far)."""
+
+    # -- what the host parser provides (declared for the type checker) -----------------------
+    spec: Spec
+    #: the tokens, and the index of the current one
+    toks: list[Token]
+    i: int
+    #: header instances as (type, instance), in declaration order
+    p414_instances: list[tuple[str, str]]
+    #: header stack instances (not supported in a parser)
+    p414_stacks: set[str]
+    #: the parser functions, as parser states
+    p414_states: list[ParserState]
+    #: the first P4_16 declaration's keyword, or None
+    p416_seen: str | None
+
+    if TYPE_CHECKING:
+
+        def loc(self, offset: int) -> Location: ...
+        def error(self, msg: str, tok: Token | None = None) -> SubcError: ...
+        def peek(self, k: int = 0) -> Token | None: ...
+        def peek_is(self, kind: str) -> bool: ...
+        def next(self) -> Token: ...
+        def expect(self, kind: str) -> Token: ...
+        def accept(self, kind: str, text: str | None = None) -> Token | None: ...
+        def skip_balanced(self, open_: str, close: str) -> Token: ...
+        def scan_until(self, kind: str) -> Token: ...
+        def const_value(self, tok: Token) -> int: ...
 
     # -- header types and instances ---------------------------------------------------------
     def parse_header_type(self) -> None:
@@ -63,7 +93,7 @@ class P414Declarations:
                             raise self.error(
                                 f"field '{fname.text}' of header type '{name.text}' has width {width}", wtok
                             )
-                    if self.peek() is not None and self.peek().kind == "(":
+                    if self.peek_is("("):
                         self.skip_balanced("(", ")")  # (signed, saturating)
                     self.expect(";")
                     fields.append((fname.text, width))
@@ -80,11 +110,11 @@ class P414Declarations:
         kw = self.next()
         tname = self.expect("id")
         inst = self.expect("id")
-        if self.peek() is not None and self.peek().kind == "[":
+        if self.peek_is("["):
             self.skip_balanced("[", "]")
             if kw.text == "header":
                 self.p414_stacks.add(inst.text)
-        if self.peek() is not None and self.peek().kind == "{":
+        if self.peek_is("{"):
             self.skip_balanced("{", "}")
         self.expect(";")
         if kw.text != "header" or inst.text in self.p414_stacks:
@@ -101,14 +131,15 @@ class P414Declarations:
         self.next()
         name = self.expect("id")
         self.expect("{")
-        statements, extracts = [], []
+        statements: list[str] = []
+        extracts: list[str] = []
         transition = None
         while not self.accept("}"):
             tok = self.expect("id")
             if tok.text == "extract":
                 self.expect("(")
                 inst = self.expect("id")
-                if self.peek() is not None and self.peek().kind == "[" or inst.text in self.p414_stacks:
+                if self.peek_is("[") or inst.text in self.p414_stacks:
                     raise self.error(f"header stack '{inst.text}': header stacks are not supported", inst)
                 self.expect(")")
                 self.expect(";")
@@ -129,7 +160,7 @@ class P414Declarations:
             raise self.error(f"parser function '{name.text}' has no return statement", name)
         self.p414_states.append(ParserState(name.text, statements, extracts, transition, self.loc(name.start)))
 
-    def p414_return(self, state: str, extracts: list[str], tok: Token):
+    def p414_return(self, state: str, extracts: list[str], tok: Token) -> Transition:
         """The transition of a ``return`` statement (after the ``return`` keyword)."""
 
         loc = self.loc(tok.start)
@@ -156,7 +187,7 @@ class P414Declarations:
         self.expect("{")
         cases: list[tuple[str, str]] = []
         while not self.accept("}"):
-            first = self.peek()
+            j = self.i
             values: list[tuple[int, int | None]] = []
             default = False
             while True:
@@ -171,6 +202,7 @@ class P414Declarations:
                     values.append((v, mask))
                 if not self.accept(","):
                     break
+            first = self.toks[j]  # the case's first token (consumed by the loop)
             self.expect(":")
             target = self.expect("id").text
             self.expect(";")

@@ -137,6 +137,7 @@ def tokenize(path: str, text: str, clean: str) -> list[Token]:
         if not m:
             raise SubcError(f"unexpected character {clean[pos]!r}", Location.from_offset(path, text, pos))
         kind = m.lastgroup
+        assert kind is not None  # every alternative of _TOKEN_RE is a named group
         if kind != "ws":
             tk = m.group()
             toks.append(Token(tk if kind == "punct" else kind, tk, m.start(), m.end()))

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Literal
 
 from ..errors import Location, SubcError
 from .p4lexer import parse_p4_int
@@ -171,7 +172,7 @@ class ParseGraph:
             self.header_bits[inst] = off
         self._raw = {s.name: s for s in spec.parser.states}
         self.states: dict[str, GraphState] = {}
-        self._feed: Feed | None | bool = False
+        self._feed: Feed | None | Literal[False] = False
 
     # -- states ----------------------------------------------------------------------------
     def state(self, name: str, where: Location | None = None) -> GraphState:
@@ -458,7 +459,7 @@ class ParseGraph:
         feed = self.feed()
         if feed is None:
             return []
-        out = []
+        out: list[str] = []
         for name in self.reachable(feed.entry):
             out.extend(i for i in self.state(name).extracts if i not in feed.framing)
         return list(dict.fromkeys(out))

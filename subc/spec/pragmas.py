@@ -6,7 +6,9 @@ time field.  A mixin of the front end's parser (:class:`PragmaRules`), which giv
 
 from __future__ import annotations
 
-from ..errors import SubcError
+from typing import TYPE_CHECKING
+
+from ..errors import Location, SubcError
 from .p4lexer import Pragma, parse_p4_int
 from .model import (
     COUNTER_RESERVED,
@@ -15,6 +17,7 @@ from .model import (
     MAX_TYPE_WIDTH,
     NamedCounter,
     QueryField,
+    Spec,
     TopicFields,
 )
 
@@ -22,10 +25,22 @@ from .model import (
 class PragmaRules:
     """What the spec's pragmas declare (:meth:`apply_pragmas`), for the front end's parser."""
 
+    # -- what the host parser provides (declared for the type checker) -----------------------
+    #: the spec parsed so far, which the pragmas complete
+    spec: Spec
+    #: the spec's ``@pragma`` lines, in source order
+    pragmas: list[Pragma]
+
+    if TYPE_CHECKING:
+
+        def loc(self, offset: int) -> Location: ...
+
     def apply_pragmas(self) -> None:
         spec = self.spec
         instances = spec.instances
         extra: list[Pragma] = []
+        # counters declared without a window, which take the spec's query_window (it may come later)
+        unwindowed: list[NamedCounter] = []
         kinds = {
             "query_field": "range",
             "query_field_range": "range",
@@ -36,11 +51,11 @@ class PragmaRules:
             if p.name in kinds:
                 self.query_field_pragma(p, kinds[p.name], instances)
             elif p.name == "query_field_counter" and p.args and "." not in p.args[0]:
-                self.counter_pragma(p)  # Camus: query_field_counter(name, tumble time)
+                self.counter_pragma(p, unwindowed)  # Camus: query_field_counter(name, tumble time)
             elif p.name == "query_field_counter":
                 self.field_counter_pragma(p, instances)
             elif p.name == "query_counter":
-                self.counter_pragma(p)
+                self.counter_pragma(p, unwindowed)
             elif p.name in (
                 "query_field_scale",
                 "query_field_alpha",
@@ -94,13 +109,15 @@ class PragmaRules:
                 if digits is None or not 0 <= digits <= 18:
                     raise SubcError("scale must be a number of decimal digits from 0 to 18", self.loc(p.arg_offsets[1]))
                 q.scale = digits
-        for c in spec.counters.values():  # query_window may come after query_counter
-            if c.window_ns is None:
-                c.window_ns = spec.window_ns
+        for c in unwindowed:  # query_window may come after query_counter
+            c.window_ns = spec.window_ns
+        for c in spec.counters.values():
             if spec.resolve_field(c.name) is not None or spec.bare_ambiguity(c.name):
                 raise SubcError(f"counter '{c.name}' has the name of a query field; give it another name", c.location)
         da = spec.default_action
         if da not in ("drop", "nop") and da not in spec.actions and spec.infers_actions and IDENT_RE.match(da):
+            # a default action other than drop is the pragma's, which gives its location too
+            assert spec.default_action_location is not None
             spec.declare_action(da, [], spec.default_action_location)
         if da not in ("drop", "nop") and (da not in spec.actions or spec.actions[da].params):
             raise SubcError(
@@ -118,10 +135,11 @@ class PragmaRules:
             )
         return us * 1000
 
-    def counter_pragma(self, p: Pragma) -> None:
+    def counter_pragma(self, p: Pragma, unwindowed: list[NamedCounter]) -> None:
         """``query_counter(name[, window_us])``: a named counter (:class:`NamedCounter`) that the
         rules compare by name and update with ``inc(name)`` or ``name <- count()`` /
-        ``name <- sum(h.f)``."""
+        ``name <- sum(h.f)``.  A counter without a window is added to ``unwindowed`` (its window is
+        the spec's ``query_window``, set when every pragma has been read)."""
         if not 1 <= len(p.args) <= 2:
             raise SubcError(f"{p.name} takes a counter name and an optional window in us", self.loc(p.offset))
         name, loc = p.args[0], self.loc(p.arg_offsets[0])
@@ -131,8 +149,11 @@ class PragmaRules:
             raise SubcError(f"counter name '{name}' is reserved", loc)
         if name in self.spec.counters:
             raise SubcError(f"counter '{name}' is declared twice", loc)
-        window = self.window_arg(p, 1) if len(p.args) == 2 else None
-        self.spec.counters[name] = NamedCounter(name, window, loc)
+        if len(p.args) == 2:
+            self.spec.counters[name] = NamedCounter(name, self.window_arg(p, 1), loc)
+        else:
+            self.spec.counters[name] = c = NamedCounter(name, 0, loc)  # window: the spec's, set later
+            unwindowed.append(c)
 
     def field_counter_pragma(self, p: Pragma, instances: dict[str, str]) -> None:
         """``query_field_counter(h.f[, window_us])`` (Camus): ``h.f`` is a range query field (unless
