@@ -29,7 +29,9 @@ from .lang.rules import load_rules, parse_rules
 from .spec.front_end import load_spec, parse_spec
 from .spec.model import Spec
 from .compiler.target import Target, target_of
+from .backends.ebpf.maps_doc import MapsDoc
 from .backends.files import target_files
+from .backends.p4.entries_doc import EntriesDoc
 from .backends.output import write_directory
 from .errors import SubcError
 
@@ -81,9 +83,13 @@ class Compilation:
         return self._files
 
     @cached_property
-    def entries(self) -> dict:
-        """The control-plane entries: ``entries.json`` (P4 targets) or ``maps.json`` (eBPF), parsed."""
-        return json.loads(self.files["maps.json" if self.target == Target.EBPF else "entries.json"])
+    def entries(self) -> EntriesDoc | MapsDoc:
+        """The control-plane entries: ``entries.json`` (P4 targets, :class:`EntriesDoc`) or
+        ``maps.json`` (eBPF, :class:`MapsDoc`), read back from their text (``.to_json()`` gives
+        the parsed JSON)."""
+        if self.target == Target.EBPF:
+            return MapsDoc.from_json(json.loads(self.files["maps.json"]))
+        return EntriesDoc.from_json(json.loads(self.files["entries.json"]))
 
     @cached_property
     def report(self) -> dict:

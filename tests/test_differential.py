@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from subc.compiler.driver import compile_rules
 from subc.lang.rules import parse_rules
 from subc.spec.front_end import parse_spec
-from subc.backends.p4.entries import entries_json
+from subc.backends.p4.entries import entries_doc
 from subc.errors import SubcError
 from subc.semantics.reference import reference_decision
 from subc.sim.switch import TableSimulator
@@ -46,7 +46,7 @@ def check(fields_text, target, range_form, data):
         except SubcError:
             return
         raise AssertionError("compiler reported a conflict that the reference does not see")
-    sim = TableSimulator(entries_json(res.pipeline, target))
+    sim = TableSimulator(entries_doc(res.pipeline, target))
     for pkt in boundary_packets(rules, FIELDS, data.draw):
         try:
             ref = reference_decision(rules, SPEC, pkt)

@@ -26,6 +26,7 @@ from subc.ir.incremental import LiveDiagram
 from subc.lang.rules import parse_rules
 from subc.backends.ebpf import layout as L
 from subc.backends.ebpf.program import live_program
+from subc.backends.p4.entries_doc import EntriesDoc
 from subc.backends.ebpf.target import build_maps, ebpf_plan
 from subc.errors import SubcError
 from subc.dataplane.ebpf.live_maps import LiveMaps
@@ -285,7 +286,7 @@ def test_live_p4_entries_equal_the_compiled_entries(sc):
     live = LiveDiagram([QS[f] for f in order], capacity=[10_000] * len(order))
     regions = [live.region(r.condition) for r in parsed]
     doc = json.loads(serve_program(DIFF_SPEC, order, PORTS, 100)["entries.json"])
-    writer = LiveEntries(NoSwitch, doc, root_slots=2)
+    writer = LiveEntries(NoSwitch, EntriesDoc.from_json(doc), root_slots=2)
     active: list[int] = []
     for add, pick in steps:
         ch = live.change([step(parsed, regions, active, add, pick)])

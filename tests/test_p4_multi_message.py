@@ -19,6 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from subc.backends.p4.entries_doc import EntriesDoc
 import pytest
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
@@ -271,7 +272,7 @@ def simulate(doc: dict, spec, feed: Feed) -> dict[int, list[bytes]]:
         d = dec.decode(msg, network=network)
         return (d.values, d.valid) if d.status == "ok" else None
 
-    sim = SwitchSimulator(doc, decode)
+    sim = SwitchSimulator(EntriesDoc.from_json(doc), decode)
     got: dict[int, list[bytes]] = {}
     for f, payload, ours in zip(feed.frames, feed.payloads, feed.feed_frame):
         if not ours:
@@ -524,3 +525,21 @@ def test_bmv2_random_spec_multi_message(tmp_path_factory, data):
     assert r.returncode == 0, r.stderr
     outs, counts = run_bmv2(tmp / "out", tmp, feed.frames, _done(feed))
     verify(feed, outs, counts)
+
+
+def test_a_variable_size_message_header_keeps_the_single_message_program():
+    """A message header of variable size (a P4_14 ``*`` field, varbit) cannot be copied into
+    fixed message slots: the compile keeps the one-message program and says why, instead of
+    failing (it raised a TypeError summing the header's unknown size)."""
+    import subc
+
+    from conftest import ROOT
+
+    p4_14 = ROOT / "tests" / "specs" / "camus_itch_p4_14.p4"
+    text = p4_14.read_text().replace("        price : 32;\n    }", "        price : 32;\n        extra : *;\n    }", 1)
+    assert "extra : *;" in text
+    spec = subc.parse_spec(text, "varbit.p4")
+    rules = subc.parse_rules('add_order.stock == "GOOGL" : fwd(1);', spec)
+    c = subc.compile(rules, spec, target="bmv2")
+    assert c.report["messages"]["mode"] == "single", c.report["messages"]
+    assert "variable size" in c.report["messages"]["reason"]

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from subc.backends.p4.entries_doc import EntriesDoc, Entry
 from subc.compiler.driver import compile_rules
 from subc.lang.rules import parse_rules
 from subc.backends.files import target_files
@@ -93,7 +94,7 @@ def _check(files: dict) -> None:
 
     doc = json.loads(files["entries.json"])
     p4info = read_p4info(files["p4info.txtpb"])
-    updates = insert_updates(generation_entities(doc, P4InfoIndex(p4info)))
+    updates = insert_updates(generation_entities(EntriesDoc.from_json(doc), P4InfoIndex(p4info)))
     got, groups = decode(updates, p4info)
     want, want_groups = _norm(doc, p4info)
     key = lambda e: json.dumps(e, sort_keys=True)  # noqa: E731
@@ -151,13 +152,13 @@ def test_dont_care_fields_are_omitted_and_prefixes_masked():
     p = a.params.add()
     p.id, p.name, p.bitwidth = 1, "port", 9
     idx = P4InfoIndex(info)
-    te = table_entry(idx, "C.t", {"match": [{"range": [0, 65535]}, {"lpm": [0x0A0000FF, 8]}, {"ternary": [5, 0]}],
-                                  "priority": 3, "action": "go", "params": {"port": 2}})
+    te = table_entry(idx, "C.t", Entry.from_json({"match": [{"range": [0, 65535]}, {"lpm": [0x0A0000FF, 8]}, {"ternary": [5, 0]}],
+                                                 "priority": 3, "action": "go", "params": {"port": 2}}))
     assert [m.field_id for m in te.match] == [2]
     assert te.match[0].lpm.value == b"\x0a\x00\x00\x00" and te.match[0].lpm.prefix_len == 8
     assert te.priority == 3 and te.action.action.params[0].value == b"\x02"
     with pytest.raises(SubcError, match="no parameter"):
-        table_entry(idx, "C.t", {"match": [{"range": [1, 2]}, {"lpm": [0, 0]}, {"ternary": [0, 0]}],
-                                 "action": "go", "params": {"nope": 1}})
+        table_entry(idx, "C.t", Entry.from_json({"match": [{"range": [1, 2]}, {"lpm": [0, 0]}, {"ternary": [0, 0]}],
+                                                "action": "go", "params": {"nope": 1}}))
     with pytest.raises(SubcError, match="not in the P4Info"):
-        table_entry(idx, "C.u", {"match": [], "action": "go"})
+        table_entry(idx, "C.u", Entry.from_json({"match": [], "action": "go"}))

@@ -32,7 +32,8 @@ from hypothesis import strategies as st
 from subc.compiler.driver import compile_rules
 from subc.lang.rules import parse_rules
 from subc.backends.files import target_files
-from subc.backends.p4.entries import entries_json
+from subc.backends.p4.entries import entries_doc
+from subc.backends.p4.entries_doc import EntriesDoc
 from subc.errors import SubcError
 from subc.semantics.reference import reference_decision
 from subc.sim.switch import TableSimulator
@@ -76,6 +77,16 @@ def _key(e: dict) -> str:
     return json.dumps([e["match"], e.get("priority")])
 
 
+def typed(doc: dict) -> EntriesDoc:
+    """The model's entries.json (a dict) as the control plane reads it."""
+    return EntriesDoc.from_json(doc)
+
+
+def entries_json(pipe, target: str) -> dict:
+    """The compiled entries.json document, as the model holds it (a dict)."""
+    return entries_doc(pipe, target).to_json()
+
+
 def _held(doc: dict, tables: dict, root: int, groups: dict) -> dict:
     """The entries.json document of what a switch with ``tables`` ({name: {key: entry}}) and
     ``groups`` ({id: ports}) holds."""
@@ -104,10 +115,12 @@ def _root_rows(doc: dict, tables: dict, root: int) -> dict:
 def _apply_steps(doc, tables, root, groups, plan, check, rnd):
     """Apply ``plan`` to the switch held in ``tables``/``root``/``groups`` one update at a time,
     each phase shuffled, ``check(switched, root)`` after every update; returns the new root."""
-    phases = [[("group", g) for g in plan.group_inserts], [("delete", x) for x in plan.spare_deletes],
-              [("insert", x) for x in plan.inserts] + [("modify", x) for x in plan.modifies],
+    js = lambda xs: [(t, e.to_json()) for t, e in xs]  # noqa: E731 - the model holds entries as entries.json has them
+    phases = [[("group", {"group": g, "ports": list(p)}) for g, p in plan.group_inserts],
+              [("delete", x) for x in js(plan.spare_deletes)],
+              [("insert", x) for x in js(plan.inserts)] + [("modify", x) for x in js(plan.modifies)],
               [("root", plan.root)] if plan.root is not None else [],
-              [("delete", x) for x in plan.deletes], [("ungroup", g) for g in plan.group_deletes]]
+              [("delete", x) for x in js(plan.deletes)], [("ungroup", g) for g in plan.group_deletes]]
     check(False, root)
     switched = plan.root is None
     steps = 0
@@ -151,7 +164,7 @@ def test_every_step_of_an_update_classifies_as_one_rule_set(chain, spare, data):
     docs = [entries_json(res.pipeline, "bmv2") for _, res in compiled]
     packets = list(boundary_packets([r for rs, _ in compiled for r in rs], FIELDS, data.draw))
     wants = [[_expect(rs, p) for p in packets] for rs, _ in compiled]
-    held = with_spare_root(docs[0]) if spare else docs[0]
+    held = with_spare_root(typed(docs[0])).to_json() if spare else docs[0]
     tables = {t["name"]: {_key(e): e for e in t["entries"]} for t in held["tables"]}
     root = held["initial_state"]
     groups = {g["group"]: g["ports"] for g in held["multicast_groups"]}
@@ -159,7 +172,7 @@ def test_every_step_of_an_update_classifies_as_one_rule_set(chain, spare, data):
     for hop in (1, 2):
         before = _held(docs[0], tables, root, groups)
         try:
-            plan = plan_update(before, docs[hop])
+            plan = plan_update(typed(before), typed(docs[hop]))
         except SubcError as e:
             # the next rule set needs another program (a field unused so far, another last stage) or more states
             assert "reload the switch" in e.message, e.render()
@@ -169,7 +182,7 @@ def test_every_step_of_an_update_classifies_as_one_rule_set(chain, spare, data):
               f"{', written into the spare' if plan.modifies or plan.spare_deletes else ''}")
 
         def check(switched: bool, root: int, hop=hop):
-            sim = TableSimulator(_held(docs[0], tables, root, groups))
+            sim = TableSimulator(typed(_held(docs[0], tables, root, groups)))
             want = wants[hop if switched else hop - 1]
             for pkt, w in zip(packets, want):
                 assert sim.process(pkt) == w, ("rule sets:\n" + "\n--\n".join(texts) + f"\npacket {pkt}: "
@@ -178,7 +191,8 @@ def test_every_step_of_an_update_classifies_as_one_rule_set(chain, spare, data):
         spare_rows = _root_rows(docs[0], tables, root) if plan.root is not None else None
         root = _apply_steps(docs[0], tables, root, groups, plan, check, rnd)
         # nothing of the rule set before is left but the old root's entries (the next spare)
-        final = {t["name"]: {_key(e): e for e in t["entries"]} for t in plan.doc["tables"]}
+        new_doc = plan.doc.to_json()
+        final = {t["name"]: {_key(e): e for e in t["entries"]} for t in new_doc["tables"]}
         if spare_rows is not None:
             assert plan.spare is not None and plan.spare != root
             for t, rows in spare_rows.items():
@@ -186,8 +200,8 @@ def test_every_step_of_an_update_classifies_as_one_rule_set(chain, spare, data):
         else:
             for t, rows in _root_rows(docs[0], tables, plan.spare).items() if plan.spare is not None else ():
                 final[t].update(rows)
-        assert tables == final and root == plan.doc["initial_state"]
-        assert groups == {g["group"]: g["ports"] for g in plan.doc["multicast_groups"]}
+        assert tables == final and root == new_doc["initial_state"]
+        assert groups == {g["group"]: g["ports"] for g in new_doc["multicast_groups"]}
 
 
 def test_an_unchanged_rule_set_writes_nothing():
@@ -196,7 +210,7 @@ def test_an_unchanged_rule_set_writes_nothing():
     fields = ["h.a", "h.c"]
     _, res = _compile("h.a > 5 and h.c == 3 : fwd(1);\nh.a < 9 : fwd(2, 3);", fields)
     doc = entries_json(res.pipeline, "bmv2")
-    plan = plan_update(doc, json.loads(json.dumps(doc)))
+    plan = plan_update(typed(doc), typed(json.loads(json.dumps(doc))))
     assert plan.writes == 0 and plan.root is None
 
 
@@ -206,15 +220,15 @@ def test_another_program_is_refused():
     _, ra = _compile("h.a > 5 and h.c == 3 : fwd(1);", ["h.a", "h.c"])
     _, rb = _compile("h.a > 5 and h.c == 3 : fwd(1);", ["h.c", "h.a"])
     with pytest.raises(SubcError, match="reload the switch"):
-        plan_update(entries_json(ra.pipeline, "bmv2"), entries_json(rb.pipeline, "bmv2"))
+        plan_update(entries_doc(ra.pipeline, "bmv2"), entries_doc(rb.pipeline, "bmv2"))
 
 
 def test_a_rule_set_with_state_needs_a_reload():
     """Registers belong to the program: an update from or to a rule set comparing state is refused."""
     from subc.dataplane.p4rt.plan import plan_update
 
-    plain = entries_json(_compile("h.a > 5 : fwd(1);", None)[1].pipeline, "bmv2")
-    stateful = entries_json(_compile("h.a > 5 and count() > 2 : fwd(1);", None)[1].pipeline, "bmv2")
+    plain = entries_doc(_compile("h.a > 5 : fwd(1);", None)[1].pipeline, "bmv2")
+    stateful = entries_doc(_compile("h.a > 5 and count() > 2 : fwd(1);", None)[1].pipeline, "bmv2")
     for old, new in ((plain, stateful), (stateful, plain), (stateful, stateful)):
         with pytest.raises(SubcError, match="compare state.*reload the switch"):
             plan_update(old, new)
@@ -329,7 +343,7 @@ def _load_and_update(tmp_path, fields, text_a, text_b, data):
         sim_doc = {**doc_b, "initial_state": root_b, "multicast_groups":
                    [{"group": g, "ports": p} for g, p in sw_groups(sw).items()],
                    "tables": [{**t, "entries": held.get(t["name"], [])} for t in doc_b["tables"]]}
-        sim = TableSimulator(sim_doc)
+        sim = TableSimulator(typed(sim_doc))
         qs = {q.name: q for q in DIFF_SPEC.query_fields.values()}
         for pkt in boundary_packets(rules["a"] + rules["b"], qs, data.draw):
             assert sim.process(pkt) == reference_decision(rules["b"], DIFF_SPEC, pkt), pkt
@@ -403,7 +417,7 @@ def test_updates_of_multi_message_programs_of_random_specs(data, form):
     doc_b = json.loads(target_files(res_b, "b.sub", max_messages=slots)[0]["entries.json"])
     assume("messages" in doc_a and "messages" in doc_b)
     try:
-        plan = plan_update(doc_a, doc_b)
+        plan = plan_update(typed(doc_a), typed(doc_b))
     except SubcError as e:
         assert "reload the switch" in e.message, e.render()
         event("refused: another program")
@@ -413,8 +427,8 @@ def test_updates_of_multi_message_programs_of_random_specs(data, form):
     packets = list(boundary_packets(rules_a + rules_b, qs, data.draw))[:20]
     want = {False: [reference_decision(rules_a, spec, p) for p in packets],
             True: [reference_decision(rules_b, spec, p) for p in packets]}
-    held = with_spare_root(doc_a) if data.draw(st.booleans(), label="spare root") else doc_a
-    plan = plan_update(held, doc_b)
+    held = with_spare_root(typed(doc_a)).to_json() if data.draw(st.booleans(), label="spare root") else doc_a
+    plan = plan_update(typed(held), typed(doc_b))
     tables = {t["name"]: {_key(e): e for e in t["entries"]} for t in held["tables"]}
     groups = {g["group"]: g["ports"] for g in held["multicast_groups"]}
     rnd = random.Random(data.draw(st.integers(0, 2**32 - 1)))
@@ -426,7 +440,7 @@ def test_updates_of_multi_message_programs_of_random_specs(data, form):
             return  # every few steps and at the root switch: the slots' simulators are the cost
         calls[1] = switched
         for view in _slot_views(doc_a, tables, root, groups):
-            sim = TableSimulator(view)
+            sim = TableSimulator(typed(view))
             for pkt, w in zip(packets, want[switched]):
                 assert sim.process(pkt) == w, (lines_a, lines_b, pkt, switched)
 

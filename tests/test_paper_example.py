@@ -12,7 +12,7 @@ import pytest
 
 from subc.compiler.driver import compile_rules
 from subc.lang.rules import parse_rules
-from subc.backends.p4.entries import entries_json
+from subc.backends.p4.entries import entries_doc
 from subc.semantics.reference import reference_decision
 from subc.sim.switch import TableSimulator
 
@@ -47,7 +47,7 @@ def test_figure4_entry_counts(example_spec, target):
 def test_figure4_forwarding(example_spec):
     rules = parse_rules(RULES, example_spec, "fig4.sub")
     res = compile_rules(rules, example_spec, "bmv2")
-    sim = TableSimulator(entries_json(res.pipeline, "bmv2"))
+    sim = TableSimulator(entries_doc(res.pipeline, "bmv2"))
     cases = {
         (59, "AAPL"): (3,), (60, "AAPL"): (), (101, "MSFT"): (1, 2), (100, "MSFT"): (),
         (101, "AAPL"): (1,), (5, "MSFT"): (), (1000, "GOOGL"): (1,),

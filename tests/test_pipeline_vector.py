@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from subc.compiler.driver import compile_rules
 from subc.lang.rules import parse_rules
-from subc.backends.p4.entries import entries_json
+from subc.backends.p4.entries import entries_doc
 from subc.errors import SubcError
 from subc.analysis.evaluate import representatives
 from subc.analysis.messages import decode
@@ -56,7 +56,7 @@ def test_numpy_tables_agree_with_the_table_simulator_and_the_reference(fields_te
         res = compile_rules(rules, SPEC, target)
     except SubcError:
         return  # conflicting actions: covered by test_differential
-    doc = entries_json(res.pipeline, target)
+    doc = entries_doc(res.pipeline, target)
     ev, sim = PipelineEvaluator(doc), TableSimulator(doc)
     pkts = boundary_packets(rules, FIELDS, data.draw)
     codes = ev.decide(_columns(pkts))
@@ -211,3 +211,4 @@ def test_pcap_with_several_messages_per_packet(tmp_path):
     assert file_kind(str(ng)) == "pcap"
     buf = read_pcap(str(ng))
     assert [bytes(buf.data[s : s + n]) for s, n in zip(buf.starts, buf.lengths)] == msgs
+

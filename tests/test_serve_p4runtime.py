@@ -27,6 +27,7 @@ from spec_model import spec_models
 from strategies import boundary_packets, condition
 from test_delivery_differential import RENDER
 
+from subc.backends.p4.entries_doc import EntriesDoc
 from subc.lang.rules import parse_rules
 from subc.spec.front_end import load_spec, parse_spec
 from subc.backends.p4.serve_program import serve_program
@@ -93,8 +94,8 @@ def _check(sw: FakeSwitch, spec, skeleton: dict, live: dict, packets) -> None:
     index = P4InfoIndex(sw.p4info)
     root_id = index.table(skeleton["root"]["table"]).id
     with sw.lock:
-        doc = switch_document(skeleton, index, list(sw.entries.values()), sw.defaults[root_id],
-                              list(sw.groups.values()))
+        doc = switch_document(EntriesDoc.from_json(skeleton), index, list(sw.entries.values()),
+                              sw.defaults[root_id], list(sw.groups.values())).to_json()
     text = "".join(f"{cond} : fwd({port});\n" for cond, port in live.values())
     rules = parse_rules(text, spec, "live.sub") if text else []
     want = [reference_decision(rules, spec, p) for p in packets]
@@ -110,7 +111,7 @@ def _check(sw: FakeSwitch, spec, skeleton: dict, live: dict, packets) -> None:
                       + [t for t in doc["tables"] if "slot" not in t]})
     event(f"{len(slots)} message slots" if slots else "single-message program")
     for view in views or [doc]:  # the single-message program: the tables as they are
-        sim = TableSimulator(view)
+        sim = TableSimulator(EntriesDoc.from_json(view))
         for p, w in zip(packets, want):
             assert sim.process(p) == w, (text, p)
 

@@ -23,7 +23,7 @@ from subc.ir.aggregates import stateless_part
 from subc.compiler.driver import compile_rules
 from subc.lang.rules import parse_rules
 from subc.spec.front_end import parse_spec
-from subc.backends.p4.entries import entries_json
+from subc.backends.p4.entries import entries_doc
 from subc.errors import SubcError
 from subc.sim.switch import TableSimulator
 from subc.semantics.stateful_reference import StatefulReference
@@ -48,7 +48,7 @@ AGG_FIELDS = ["h.a", "h.b", "h.e"]
 def run(spec, text, messages, timed: bool):
     rules = parse_rules(text, spec, "gen.sub")
     res = compile_rules(rules, spec, "bmv2")
-    sim = TableSimulator(entries_json(res.pipeline, "bmv2"))
+    sim = TableSimulator(entries_doc(res.pipeline, "bmv2"))
     ref = StatefulReference(rules, spec)
     decisions = []
     for i, (t, msg) in enumerate(messages):

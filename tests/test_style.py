@@ -1,6 +1,7 @@
-"""The package's source is formatted and lint-clean as ``pyproject.toml`` configures ruff
-(``ruff format --check`` and ``ruff check`` on ``subc/``): a change that breaks either is
-named here, file and line, before review."""
+"""The package's source is formatted, lint-clean and type-checked as ``pyproject.toml`` configures
+ruff (``ruff format --check`` and ``ruff check`` on ``subc/``) and mypy (``[tool.mypy]``: every
+module of ``subc/``, bodies of unannotated functions included): a change that breaks any of them
+is named here, file and line, before review."""
 
 from __future__ import annotations
 
@@ -34,3 +35,17 @@ def test_lint_is_clean():
 def test_format_is_clean():
     r = ruff("format", "--no-cache", "--check", "subc")
     assert r.returncode == 0, "ruff format would change:\n" + r.stdout + r.stderr
+
+
+def test_types_are_clean():
+    try:
+        import mypy  # noqa: F401 - the test extra installs it
+    except ImportError:
+        pytest.skip("mypy is not installed (pip install -e '.[test]')")
+    r = subprocess.run(
+        [sys.executable, "-m", "mypy", "--no-incremental", "--config-file", "pyproject.toml"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -44,7 +44,7 @@ import pyarrow as pa
 
 from ..lang.ast import Rule
 from ..compiler.driver import CompileResult
-from ..backends.p4.entries import entries_json
+from ..backends.p4.entries import entries_doc
 from ..errors import SubcError
 from ..wire.decoder import MessageDecoder
 from .evaluate import AGGREGATE_SCHEMA, TIME, TIME_FIELD_NAMES, Bundle, process_split, representatives
@@ -84,7 +84,7 @@ def make_bundle(
     from ..wire.capture import choose_feed_ports
 
     stateful = res.ir.state is not None
-    if stateful and res.spec.time_field is None:
+    if res.ir.state is not None and res.spec.time_field is None:
         binary = [t for t in traces if file_kind(t) != "pcap"]
         if binary and any(i.window_ns for i in res.ir.state.instances):
             raise SubcError(
@@ -98,7 +98,7 @@ def make_bundle(
     }
     return Bundle(
         splits=splits,
-        tables=PipelineEvaluator(entries_json(res.pipeline, res.target)),
+        tables=PipelineEvaluator(entries_doc(res.pipeline, res.target)),
         classes=ValueClasses(res.rules),
         fields=list(res.spec.query_fields),
         vector=vector,
@@ -355,7 +355,7 @@ def _class_examples(spark, tmp: Path, bad, keys, ref, tables, traces) -> list[di
     """Up to 10 messages whose table decision differs from their class's reference decision."""
     from pyspark.sql import functions as F
 
-    examples = []
+    examples: list[dict] = []
     key_pos = {int(k): i for i, k in enumerate(keys)}
     bad_keys = [int(k) for k in bad["class_key"]][:1000]
     sample = (

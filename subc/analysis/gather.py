@@ -122,7 +122,7 @@ class VectorDecoder:
                 if g.fields[f].instance not in outside:
                     self.reads.setdefault(g.fields[f].instance, []).append((name, g.fields[f]))
         self.key_instances = set()
-        self.fast: dict[str, tuple] = {}
+        self.fast: dict[str, tuple | None] = {}
         for name in self.order:
             st = g.state(name)
             if st.key is None:
@@ -132,14 +132,14 @@ class VectorDecoder:
                     f"state '{name}': a select key of {st.key_width} bits (the vectorised decoder reads up to 64)",
                     st.location,
                 )
-            for f in st.key:
-                if f.instance in self.feed.framing:
+            for slot in st.key:
+                if slot.instance in self.feed.framing:
                     raise SubcError(
-                        f"state '{name}' selects on the MoldUDP64 field '{f.ref}', which the "
+                        f"state '{name}' selects on the MoldUDP64 field '{slot.ref}', which the "
                         "vectorised decoder does not read",
                         st.location,
                     )
-                self.key_instances.add(f.instance)
+                self.key_instances.add(slot.instance)
             self.fast[name] = self._exact_cases(st)
 
     def _exact_cases(self, st) -> tuple | None:
@@ -207,10 +207,10 @@ class VectorDecoder:
             if not len(live):
                 continue
             if st.key is None:
-                target = self._next(st.cases[0][1])
-                state[live] = target
-                if target >= 0:
-                    pending.setdefault(target, []).append(live)
+                next_id = self._next(st.cases[0][1])
+                state[live] = next_id
+                if next_id >= 0:
+                    pending.setdefault(next_id, []).append(live)
                 continue
             key = np.zeros(len(live), dtype=np.uint64)
             for f in st.key:
@@ -242,9 +242,9 @@ class VectorDecoder:
                     nxt[m] = self._next(target)
                     undecided &= ~m
             state[live] = nxt
-            for target in np.unique(nxt):
-                if target >= 0:
-                    pending.setdefault(int(target), []).append(live[nxt == target])
+            for next_id in np.unique(nxt):
+                if next_id >= 0:
+                    pending.setdefault(int(next_id), []).append(live[nxt == next_id])
         # statuses, as MessageDecoder.decode gives them
         parsed = cursor - MSG_BIT  # bits
         lengths = lengths.astype(np.int64) * 8

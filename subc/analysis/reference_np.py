@@ -26,6 +26,7 @@ by about the number of distinct equality constants when rules have one.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -127,6 +128,7 @@ def _eval_shape(shape: tuple, C: np.ndarray, reps: dict[str, np.ndarray], j: int
     for sub in shape[1]:
         res, j = _eval_shape(sub, C, reps, j)
         acc = res if acc is None else (acc & res if kind == "and" else acc | res)
+    assert acc is not None  # a parsed 'and' or 'or' joins two conditions or more
     return acc, j
 
 
@@ -262,8 +264,9 @@ def _combine_sets(asets: list[frozenset], acc: np.ndarray, spec: Spec) -> list[D
                 has_other[k] = True
     A = acc.T.astype(np.float32)
     port_hits = (A @ PM) > 0
-    any_match = acc.any(axis=0)
-    other = acc[has_other].any(axis=0) if has_other.any() else np.zeros(T, dtype=bool)
+    # (acc is 2-D: any() over axis 0 is an array, not the scalar numpy's types allow for)
+    any_match = cast(np.ndarray, acc.any(axis=0))
+    other = cast(np.ndarray, acc[has_other].any(axis=0)) if has_other.any() else np.zeros(T, dtype=bool)
     out: list[Decision] = []
     cache: dict[bytes, Decision] = {}
     port_arr = np.array(ports, dtype=np.int64)

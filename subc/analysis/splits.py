@@ -301,6 +301,7 @@ def read_pcap(
     of its record.  A capture that cannot be read raises SubcError with the byte offset (see
     :func:`~subc.wire.capture.read_records`)."""
     stats = stats if stats is not None else CaptureStats()
+    feed: set[int] | list[int]  # the feed ports
     if udp_port is not None or ports is not None:
         feed = set(ports or ()) | ({udp_port} if udp_port is not None else set())
     else:

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..backends.p4.entries_doc import InstanceDoc, StateDoc
+
 SUM_MAX = (1 << 64) - 1
 _I64 = 1 << 63
 
@@ -69,15 +71,15 @@ class StateRegisters:
     (:attr:`~subc.analysis.tables_np.PipelineEvaluator.masks`).  :meth:`step` takes the next
     chunk of messages.  Raises ValueError for a section with named counters."""
 
-    def __init__(self, doc: dict, masks: list[int]):
-        self.instances = doc["instances"]
-        if any(i["kind"] == "counter" for i in self.instances):
+    def __init__(self, doc: StateDoc, masks: list[int]):
+        self.instances = doc.instances
+        if any(i.kind == "counter" for i in self.instances):
             raise ValueError("named counters depend on each message's decision: run the messages one by one")
-        self.values = [(v["key"], v["instance"], v["threshold"]) for v in doc["values"]]
-        self.time_field = doc["time"]["field"]
-        self.unit_ns = doc["time"]["unit_ns"]
+        self.values = [(v.key, v.instance, v.threshold) for v in doc.values]
+        self.time_field = doc.time_field
+        self.unit_ns = doc.unit_ns
         self.masks = masks
-        self.carry = [_Carry(i["thresholds"]) for i in self.instances]
+        self.carry = [_Carry(i.thresholds) for i in self.instances]
 
     def window_ids(self, window_ns: int, fields: dict[str, np.ndarray], arrival_ns: np.ndarray | None) -> np.ndarray:
         """Per message, the id of its window of ``window_ns`` (0 when the window never ends): its
@@ -118,19 +120,19 @@ class StateRegisters:
             by_instance.setdefault(k, []).append((key, x))
         for k, inst in enumerate(self.instances):
             hit = has & bits[upd, k] if len(self.masks) else np.zeros(n, bool)
-            wid = self.window_ids(inst["window_ns"], fields, arrival_ns)
+            wid = self.window_ids(inst.window_ns, fields, arrival_ns)
             reads = self._instance(k, inst, np.flatnonzero(hit), wid, fields)
             for key, x in by_instance.get(k, []):
                 out[key] = reads(x)
         return out
 
-    def _instance(self, k: int, inst: dict, u: np.ndarray, wid: np.ndarray, fields: dict[str, np.ndarray]):
+    def _instance(self, k: int, inst: InstanceDoc, u: np.ndarray, wid: np.ndarray, fields: dict[str, np.ndarray]):
         """Update instance ``k`` with the messages ``u`` (indexes into the chunk, ascending), carry
         its registers on, and return ``reads(threshold)``: the state value per message."""
         carry = self.carry[k]
         prev = (carry.wid, carry.count, carry.total, carry.extreme, dict(carry.excess))
-        kind, m, n = inst["kind"], len(u), len(wid)
-        v = fields[inst["field"]][u].astype(np.uint64) if inst["field"] is not None else np.zeros(m, np.uint64)
+        kind, m, n = inst.kind, len(u), len(wid)
+        v = fields[inst.field][u].astype(np.uint64) if inst.field is not None else np.zeros(m, np.uint64)
         w = wid[u]
         start = np.ones(m, dtype=bool)
         continues = False
@@ -152,7 +154,7 @@ class StateRegisters:
                 c = np.uint64(carry.extreme)
                 extreme[sel] = np.minimum(extreme[sel], c) if kind == "min" else np.maximum(extreme[sel], c)
         excess = {}
-        for x in inst["thresholds"]:
+        for x in inst.thresholds:
             bound = m * max(vmax, x) + abs(carry.excess[x])
             d = (v.astype(np.int64) - np.int64(x)) if bound < _I64 else np.array([int(a) - x for a in v], dtype=object)
             excess[x] = _prefix_sums(d, start, carry.excess[x], continues, bound)
@@ -185,6 +187,7 @@ class StateRegisters:
                     a = np.zeros(n, np.uint64)
                 val = np.where(before, np.uint64(min(pre, SUM_MAX)), a)
             elif kind in ("min", "max"):
+                assert extreme is not None  # kept for min and max
                 pre = pext + 1 if pcount else 0
                 val = np.where(before, np.uint64(pre), (extreme[js] + np.uint64(1)) if m else np.uint64(0))
             else:

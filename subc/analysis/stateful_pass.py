@@ -30,6 +30,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -42,6 +43,9 @@ from ..semantics.stateful_reference import StatefulReference
 from .evaluate import RAW, Bundle, count_rows, datagram_copies, representatives, subscriber_lists
 from .reference_np import evaluate_rules
 from .state_np import StateRegisters
+
+if TYPE_CHECKING:
+    from ..sim.switch import TableSimulator
 
 #: Disagreement examples kept.
 MAX_EXAMPLES = 10
@@ -76,12 +80,15 @@ class StatefulPass:
         self.res, self.bundle, self.traces = res, bundle, traces
         self.tables = bundle.tables
         state = self.tables.state_doc
-        self.counters = bool(state.get("count_updates")) or any(i["kind"] == "counter" for i in state["instances"])
+        assert state is not None  # the rules compare state: the tables' document has its state section
+        self.simulator: TableSimulator | None
+        self.registers: StateRegisters | None
+        self.counters = bool(state.count_updates) or any(i.kind == "counter" for i in state.instances)
         if self.counters:
-            from ..backends.p4.entries import entries_json
+            from ..backends.p4.entries import entries_doc
             from ..sim.switch import TableSimulator
 
-            self.simulator = TableSimulator(entries_json(res.pipeline, res.target))
+            self.simulator = TableSimulator(entries_doc(res.pipeline, res.target))
             self.registers = None
         else:
             self.simulator = None
@@ -100,7 +107,8 @@ class StatefulPass:
         #: atoms, how many of them matched)
         self.keys: dict[int, tuple[tuple, int, frozenset, int]] = {}
         self.key_counts: Counter = Counter()  # messages per class key, for the other rules' hits
-        self.out = StatefulOutcome(rule_hits=np.zeros(len(res.rules), np.int64), tables_one_by_one=self.counters)
+        self.rule_hits = np.zeros(len(res.rules), np.int64)  # the outcome's
+        self.out = StatefulOutcome(rule_hits=self.rule_hits, tables_one_by_one=self.counters)
 
     # -- reference -------------------------------------------------------------------------------
     def _classify_keys(self, keys: np.ndarray) -> None:
@@ -139,7 +147,7 @@ class StatefulPass:
             candidates, _, atoms, others = info[i]
             matched = ref.matched(packet, t, candidates)
             for r in matched:
-                self.out.rule_hits[r.index] += 1
+                self.rule_hits[r.index] += 1
                 atoms = atoms | r.atoms()
             if not matched and not others:
                 self.out.no_match += 1
@@ -163,6 +171,7 @@ class StatefulPass:
                 codes[i] = t.code_of(d)
             return codes
         head = t.run(cols, t.head_steps)
+        assert self.registers is not None  # without the simulator: the registers
         try:
             values = self.registers.step(head.mask, cols, arrival)
         except ValueError as e:
@@ -235,6 +244,6 @@ class StatefulPass:
             counts = np.array([self.key_counts[int(k)] for k in ks], dtype=np.int64)
             ref = evaluate_rules(self.other_rules, self.res.spec, representatives(self.bundle.classes, ks), counts)
             for r, h in zip(self.other_rules, ref.rule_hits):
-                self.out.rule_hits[r.index] += int(h)
+                self.rule_hits[r.index] += int(h)
         self.out.value_classes = len(self.keys)
         return self.out

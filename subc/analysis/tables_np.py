@@ -20,23 +20,24 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..backends.p4.entries_doc import EntriesDoc, Match, TableDoc
 from ..semantics.reference import Decision
 from ..sim.switch import leaf_decision
 
 _NO_ENTRY = -1
 
 
-def _interval(kind: str, m, width: int) -> tuple[int, int]:
+def _interval(kind: str, m: Match, width: int) -> tuple[int, int]:
     """The values ``[lo, hi]`` a match element covers."""
     if kind == "exact":
-        return m["exact"], m["exact"]
+        return m.a, m.a
     if kind == "range":
-        return m["range"][0], m["range"][1]
+        return m.a, m.b
     if kind == "lpm":
-        value, plen = m["lpm"]
+        value, plen = m.a, m.b
         span = (1 << (width - plen)) - 1
         return value & ~span, value | span
-    value, mask = m["ternary"]
+    value, mask = m.a, m.b
     top = (1 << width) - 1
     inv = top & ~mask
     if inv & (inv + 1):  # not a prefix mask
@@ -50,18 +51,21 @@ class TableIndex:
     ``lookup(values)`` takes one uint64 array per key (in key order, all of equal length n) and
     returns the index of the winning entry per packet (int64, -1 on a miss)."""
 
-    def __init__(self, doc: dict):
-        self.name = doc["name"]
-        self.keys = doc["keys"]
-        self.kinds = [k["match_kind"] for k in self.keys]
-        self.entries = doc["entries"]
-        self.default = (doc["default_action"]["action"], doc["default_action"]["params"])
+    def __init__(self, t: TableDoc):
+        self.name = t.name
+        self.keys = t.keys
+        self.kinds = [k.match_kind for k in self.keys]
+        self.entries = t.entries
+        self.default = (t.default_action.action, t.default_action.params)
         lead = len(self.keys) - 1
         groups: dict[tuple, list] = {}
         for i, e in enumerate(self.entries):
-            prefix = tuple(m["exact"] for m in e["match"][:lead])
-            lo, hi = _interval(self.kinds[-1], e["match"][-1], self.keys[-1]["bitwidth"])
-            rank = e.get("priority", e["match"][-1]["lpm"][1] if self.kinds[-1] == "lpm" else 0)
+            prefix = tuple(m.a for m in e.match[:lead])
+            lo, hi = _interval(self.kinds[-1], e.match[-1], self.keys[-1].bitwidth)
+            if e.priority is not None:
+                rank = e.priority
+            else:
+                rank = e.match[-1].b if self.kinds[-1] == "lpm" else 0
             groups.setdefault(prefix, []).append((rank, -i, lo, hi, i))
         if any(k != "exact" for k in self.kinds[:lead]):
             raise ValueError(f"table {self.name}: only the last key may be non-exact")
@@ -97,7 +101,7 @@ class TableIndex:
         self.seg_group = np.array(seg_group, dtype=np.int64)[order]
         self.seg_entry = np.array(seg_entry, dtype=np.int64)[order]
         # leading exact keys -> group number
-        self.prefix_width = [k["bitwidth"] for k in self.keys[:lead]]
+        self.prefix_width = [k.bitwidth for k in self.keys[:lead]]
         self.group_code = np.array([self._prefix_code(p) for p in self.group_keys], dtype=np.uint64)
 
     def _prefix_code(self, prefix: tuple) -> int:
@@ -131,8 +135,7 @@ class PipelineEvaluator:
 
     ``decide(fields)`` takes ``{'header.field': uint64 array}`` (every field a key names, equal
     lengths n) and returns the decision code per packet (int64 array of n, indexes into
-    :attr:`decisions`).  Raises ValueError for a document that is not ``subc-entries`` or a key on
-    a field missing from ``fields``.
+    :attr:`decisions`).  Raises ValueError for a key on a field missing from ``fields``.
 
     With comparisons on state (the document's ``state`` section, docs/state.md "Stateful
     subscriptions") the pipeline runs in two parts around the registers: :meth:`run` over
@@ -141,38 +144,34 @@ class PipelineEvaluator:
     :meth:`run` over :attr:`tail_steps` with them (``meta``) gives the decisions.
     """
 
-    def __init__(self, doc: dict):
-        if doc.get("format") != "subc-entries":
-            raise ValueError("not a subc entries.json document")
-        self.tables = {t["name"]: TableIndex(t) for t in doc["tables"]}
-        self.steps = [(s["table"], s["on_miss"]) for s in doc["pipeline"]]
-        state = doc.get("state")
+    def __init__(self, doc: EntriesDoc):
+        self.tables = {t.name: TableIndex(t) for t in doc.tables}
+        self.steps = [(s.table, s.on_miss) for s in doc.pipeline]
+        state = doc.state
         #: the document's ``state`` section (None without comparisons on state)
         self.state_doc = state
-        self.update_table = state["update_table"] if state else None
-        self.count_table = state.get("count_table") if state else None
+        self.update_table = state.update_table if state else None
+        self.count_table = state.count_table if state else None
         cut = next((i + 1 for i, (t, _) in enumerate(self.steps) if t == self.update_table), len(self.steps))
         #: the steps up to the update table (all steps without state) and the steps after it
         self.head_steps, self.tail_steps = self.steps[:cut], self.steps[cut:]
         #: the distinct update masks of the update and count tables (``subc_update``, ``subc_count``)
         self.masks: list[int] = []
         self._mask_ids: dict[int, int] = {}
-        self.groups = {g["group"]: tuple(sorted(g["ports"])) for g in doc["multicast_groups"]}
-        self.initial_state = doc["initial_state"]
-        self.state_key = doc["state_key"]
+        self.groups = doc.groups
+        self.initial_state = doc.initial_state
+        self.state_key = doc.state_key
         self.code_key = self.state_key.rsplit(".", 1)[0] + ".subc_code"
         self.decisions: list[Decision] = []
         self._codes: dict[Decision, int] = {}
-        self.default_code = self.code_of(
-            self._decision(doc["default_action"]["action"], doc["default_action"]["params"])
-        )
+        self.default_code = self.code_of(self._decision(doc.default_action.action, doc.default_action.params))
         # per table: per entry (kind, value): kind 0 set_state, 1 set_code, 2 decision, 3 nothing,
         # 4 update mask (value: index into self.masks)
         self._acts: dict[str, tuple[np.ndarray, np.ndarray, tuple[int, int]]] = {}
         for name, t in self.tables.items():
             kinds, vals = [], []
             for e in t.entries:
-                k, v = self._action(e["action"], e["params"])
+                k, v = self._action(e.action, e.params)
                 kinds.append(k)
                 vals.append(v)
             self._acts[name] = (
@@ -239,7 +238,7 @@ class PipelineEvaluator:
                 idx = np.flatnonzero(pending)
                 vals = []
                 for k in t.keys:
-                    key = k["name"]
+                    key = k.name
                     if key == self.state_key:
                         vals.append(state[idx])
                     elif key == self.code_key:

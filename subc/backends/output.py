@@ -15,6 +15,7 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+from collections.abc import Mapping
 from typing import IO, Iterator
 
 from ..errors import SubcError
@@ -40,7 +41,7 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
-def write_directory(dest: str | Path, files: dict[str, str | bytes]) -> Path:
+def write_directory(dest: str | Path, files: Mapping[str, str | bytes]) -> Path:
     """Replace directory ``dest`` by one holding ``files`` (name -> text, or bytes for a binary
     file).
 

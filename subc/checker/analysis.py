@@ -52,12 +52,19 @@ _PRED_TEXT = re.compile(
 
 
 def pred_text(p: Pred) -> str:
-    """The predicate as written (read from its source line), or a rendering of its parts."""
-    loc = p.location
+    """The predicate as written (read from its source line), or a rendering of its parts.  ``p``
+    is a predicate of a rule's located condition (not of its shared ``core``)."""
+    loc = _located(p)
     m = _PRED_TEXT.match(loc.source_line, loc.column - 1) if loc.source_line else None
     if m:
         return m.group()
     return f"{p.field} {p.op} {', '.join(str(o.value) for o in p.operands)}"
+
+
+def _located(p: Pred) -> Location:
+    """The location of ``p``, a predicate of a rule's located condition (which has one)."""
+    assert p.location is not None, "a predicate of a rule's core"
+    return p.location
 
 
 def _where(loc: Location) -> str:
@@ -106,10 +113,11 @@ class RuleSpace:
             hull = []
             for i, d in enumerate(self.domains):
                 rs = [c[i] for c in cubes]
-                if any(x is None for x in rs):
+                known = [x for x in rs if x is not None]
+                if len(known) < len(rs):  # a cube with any value of the field
                     hull.append((0, d.k - 1))
                 else:
-                    hull.append((min(a for x in rs for a, _ in x), max(b for x in rs for _, b in x)))
+                    hull.append((min(a for x in known for a, _ in x), max(b for x in known for _, b in x)))
             self.box.append(tuple(hull))
 
     def expr(self, e: Expr) -> cudd.Function:
@@ -162,7 +170,9 @@ def unsatisfiable(space: RuleSpace) -> list[Diagnostic]:
             msg = f"rule never matches: '{texts[0]}' holds for no packet"
         else:
             msg = "rule never matches: " + " and ".join(f"'{t}'" for t in texts) + " contradict"
-        notes = [f"{_where(x.location)}:{x.location.column}: '{t}'" for x, t in zip(core, texts) if isinstance(x, Pred)]
+        notes = [
+            f"{_where(_located(x))}:{_located(x).column}: '{t}'" for x, t in zip(core, texts) if isinstance(x, Pred)
+        ]
         at = core[-1].location if isinstance(core[-1], Pred) else r.location
         d = Diagnostic("warning", "unsatisfiable", msg, at, notes, [r.location])
         out.append(d)
@@ -187,32 +197,33 @@ def changes_nothing(space: RuleSpace) -> list[Diagnostic]:
     key_field = _index_field(space)
     buckets: dict[tuple, list[int]] = defaultdict(list)  # (atom, point or None) -> rule indices
     by_atom: dict[tuple, list[int]] = defaultdict(list)
+    boxed = {i: b for i, b in enumerate(box) if b is not None}  # the satisfiable rules' boxes
     for i, r in enumerate(rules):
-        if box[i] is None:
+        bi = boxed.get(i)
+        if bi is None:
             continue
         for a in r.atoms():
             by_atom[a].append(i)
-            pt = (
-                box[i][key_field][0] if key_field is not None and box[i][key_field][0] == box[i][key_field][1] else None
-            )
+            pt = bi[key_field][0] if key_field is not None and bi[key_field][0] == bi[key_field][1] else None
             buckets[(a, pt)].append(i)
     kept = [True] * len(rules)
     out = []
     for i in range(len(rules) - 1, -1, -1):
-        if box[i] is None:
+        bi = boxed.get(i)
+        if bi is None:
             continue  # unsatisfiable: reported as such
         r = rules[i]
         covers: list[int] = []
         redundant = True
         for a in sorted(r.atoms(), key=repr):
-            if key_field is not None and box[i][key_field][0] == box[i][key_field][1]:
-                cand = sorted(buckets[(a, box[i][key_field][0])] + buckets[(a, None)])
+            if key_field is not None and bi[key_field][0] == bi[key_field][1]:
+                cand = sorted(buckets[(a, bi[key_field][0])] + buckets[(a, None)])
             else:
                 cand = by_atom[a]
             uncovered = cond[i]
             chosen: list[int] = []
             for j in cand:
-                if j == i or (j > i and not kept[j]) or not _boxes_meet(box[i], box[j]):
+                if j == i or (j > i and not kept[j]) or not _boxes_meet(bi, boxed[j]):
                     continue
                 if uncovered & cond[j] != f:
                     uncovered &= ~cond[j]

@@ -42,6 +42,7 @@ verifier processed over all paths against 1,000,000.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from ..backends.ebpf import map_names as MN
 from ..backends.ebpf.maps_doc import MapsDoc
@@ -157,11 +158,12 @@ def message_stages_text(fit: dict) -> str:
     )
 
 
-def message_stages(res: CompileResult, max_messages: int, overflow_port: int | None = None) -> dict | None:
+def message_stages(res: CompileResult, max_messages: int, overflow_port: int | None = None) -> dict:
     """Stages and PHV bits of the multi-message program for K = 1, 2, 4, ... up to ``max_messages``
-    (see the module docstring): ``{'max_messages', 'per_k': [{'k', 'ingress_stages',
-    'egress_stages', 'stages', 'phv_bits'}]}``, or None when the spec is not slotted (the program
-    is single-message; ``reason`` then says why).  Raises SubcError for a bad ``max_messages``."""
+    (see the module docstring): ``{'max_messages', 'mode': 'multi', 'phv_limit', 'per_k': [{'k',
+    'ingress_stages', 'egress_stages', 'stages', 'phv_bits'}]}``, or, when the spec is not slotted
+    (the program is single-message), ``{'max_messages': 1, 'mode': 'single', 'reason', 'per_k': []}``
+    (``reason`` says why).  Raises SubcError for a bad ``max_messages``."""
     from ..backends.p4.slots import check_options, slot_plan
 
     check_options(max_messages, overflow_port)
@@ -284,7 +286,9 @@ def ebpf_fit(res: CompileResult, rules_path: str, load: bool = True) -> tuple[di
     plan = ebpf_plan(res)
     doc = build_maps(res, plan)
     caps = install.capacities(doc, 2.0, None)
-    maps = [{"name": m.name, "type": m.type, "entries": len(m.entries), "capacity": caps[m.name]} for m in doc.maps]
+    maps: list[dict[str, Any]] = [
+        {"name": m.name, "type": m.type, "entries": len(m.entries), "capacity": caps[m.name]} for m in doc.maps
+    ]
     fit: dict = {"model": "ebpf", "maps": maps, "instructions": None}
     for m in maps:
         if m["capacity"] >= 1 << 32:
@@ -342,6 +346,7 @@ def state_fit(res: CompileResult) -> dict:
     from ..backends.p4.state import registers, tofino_registers, tofino_resources
 
     st = res.ir.state
+    assert st is not None  # called for a rule set with comparisons on state only
     size = L.agg_struct(max([len(i.thresholds) for i in st.instances], default=1)).size
     return {
         "instances": [

@@ -245,6 +245,7 @@ def simulate_cmd(
         res = compile_paths(rules, spec_path, target, None)
         out = simulate_trace(res, trace, strict, udp_port, copies=copies_dir is not None)
         if copies_dir is not None:
+            assert out.port_copies is not None  # simulated with copies
             write_directory(copies_dir, copies_pcaps(out.port_copies))
     except SubcError as e:
         fail(e)
@@ -257,8 +258,8 @@ def simulate_cmd(
         click.echo(f"zero-length prefixes: {doc['zero_length_fallbacks']} (length taken from the spec's message type)")
         for kind, n in doc["problems"].items():
             click.echo(f"not decoded:          {n} {kind.replace('_', ' ')}")
-        for e in doc["problem_examples"][:5]:
-            click.echo(f"  {e['where']}: {e['message']}")
+        for ex in doc["problem_examples"][:5]:
+            click.echo(f"  {ex['where']}: {ex['message']}")
         if doc["capture"]:
             counts = ", ".join(f"{k} {v}" for k, v in doc["capture"].items() if isinstance(v, int) and v)
             click.echo(f"capture:              {counts}")

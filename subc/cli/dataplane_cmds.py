@@ -95,6 +95,7 @@ def load_cmd(
         return
     from ..dataplane.ebpf.broker import load
 
+    assert iface is not None  # one_of: --iface when not --p4runtime
     try:
         state = load(out_dir, iface, subscribers, xdp_mode, capacity_factor, fix_links, fanout, fan_ratio)
     except SubcError as e:
@@ -161,6 +162,7 @@ def update_cmd(
         except SubcError as e:
             fail(e)
         p = w.plan
+        assert p is not None  # update() planned what it wrote
         click.echo(
             f"{p4rt}: {out_dir} live; {'root switched, ' if p.root is not None else 'no change to the root, '}"
             f"{len(p.inserts)} entries inserted, {len(p.modifies)} modified and "
@@ -171,6 +173,7 @@ def update_cmd(
         return
     from ..dataplane.ebpf.broker import update
 
+    assert iface is not None  # one_of: --iface when not --p4runtime
     try:
         r = update(out_dir, iface)
     except SubcError as e:
@@ -241,7 +244,11 @@ def stats_cmd(iface: str | None, p4rt: str | None, device_id: int, election_id: 
     from ..dataplane.p4rt.control import stats as p4rt_stats
 
     try:
-        doc = p4rt_stats(p4rt, device_id, election_id) if p4rt else stats(iface)
+        if p4rt:
+            doc = p4rt_stats(p4rt, device_id, election_id)
+        else:
+            assert iface is not None  # one_of: --iface when not --p4runtime
+            doc = stats(iface)
     except SubcError as e:
         fail(e)
     if as_json:

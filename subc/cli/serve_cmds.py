@@ -284,14 +284,24 @@ def publish_cmd(
     """REGISTER TOPIC with the broker and send PAYLOAD (else each line of standard input) as
     messages of TOPIC: the spec's topic header with the level labels, then the topic name and the
     payload (docs/serve.md, "Live subscriptions"); then UNREGISTER unless --keep."""
-    from ..spec.parse_graph import ParseGraph
+    from ..spec.parse_graph import ParseGraph, spec_start
     from ..spec.front_end import load_spec
     from ..traffic.topic_client import Publisher
 
     try:
         spec = load_spec(spec_path)
         b = ip_port(broker)
-        dest = ip_port(feed) if feed else (b[0], ParseGraph(spec).feed().ports[0][0])
+        if feed:
+            dest = ip_port(feed)
+        else:
+            spec_feed = ParseGraph(spec).feed()
+            if spec_feed is None:  # (as the publisher's MessageDecoder says)
+                raise SubcError(
+                    "the spec's parser reaches no UDP destination port select after Ethernet and IPv4, "
+                    "so it describes no message feed",
+                    spec_start(spec),
+                )
+            dest = (b[0], spec_feed.ports[0][0])
         pub = Publisher(spec, b, dest)
         values = field_values(spec, sets)
         labels = pub.register(topic)

@@ -24,7 +24,7 @@ from ..ir.stages import SubscriptionIR, build_ir
 from ..ir.layered import SliceBudgetExceeded, StateLimitExceeded, slice_rules
 from ..lang.limits import DEFAULT_LIMITS, Limits
 from ..spec.parse_graph import check_parsed
-from ..spec.model import Spec
+from ..spec.model import QueryField, Spec
 from ..backends.p4.tables import Pipeline, build_pipeline
 from .target import P4_TARGETS, Target, target_of
 
@@ -55,7 +55,7 @@ class CompileResult:
     #: the rules as sliced (comparisons on state rewritten, update rules added:
     #: :func:`~.aggregates.plan_state`) and the fields they test, when the rules compare state
     sliced_rules: list[Rule] | None = None
-    fields: dict | None = None
+    fields: dict[str, QueryField] | None = None
     #: the pipeline the field-order search built for the IR it kept (:attr:`pipeline`)
     searched_pipeline: Pipeline | None = field(default=None, repr=False, compare=False)
 
@@ -74,6 +74,7 @@ class CompileResult:
         """The global BDD of the rules in the chosen field order, built on first use (``--dot``):
         the compiler slices without it (:mod:`.layered`), to the same stages."""
         if self.sliced_rules is not None:
+            assert self.fields is not None  # set with sliced_rules
             return build_bdd(self.sliced_rules, self.fields, self.ir.field_order)
         return build_bdd(self.rules, self.spec.query_fields, self.ir.field_order)
 
@@ -110,6 +111,8 @@ def _build(rules, spec, order, target, range_form="auto", max_work=None, limits=
     sliced = slice_rules(rules, fields or spec.query_fields, order, max_work, limits)
     t1 = time.perf_counter()
     ir = build_ir(sliced, rules, spec, plan)
+    cost: tuple[int, ...]  # (compared between candidates: least first)
+    pipe: Pipeline | None
     if target == Target.EBPF:
         cost, pipe = ebpf_cost(ir), None
     else:
@@ -207,6 +210,7 @@ def compile_rules(
             if best is None or built[1] < best[1]:
                 best = built
     if best is None:
+        assert too_big is not None  # the first candidate has no work budget: it was built, or too big
         raise too_big
     ir, _, pipe, phases = best
     # the order search is the time spent on the candidates that were not kept

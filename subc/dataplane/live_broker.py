@@ -1,7 +1,8 @@
 """Atomic, incremental updates of a loaded data path: the live diagram, its root slots and grace periods.
 
-:class:`LiveBroker` ties the incremental diagram (:mod:`subc.ir.incremental`) to the maps
-(:mod:`.live_maps`).  One change (a batch of subscription additions and removals):
+:class:`LiveBroker` ties the incremental diagram (:mod:`subc.ir.incremental`) to a data plane's
+live writer (:class:`~.writer.LiveWriter`: the BPF maps or a P4Runtime switch).  One change (a
+batch of subscription additions and removals):
 
 1. the diagram derives its new delivery nodes (persistent: written next to the live ones);
 2. their entries are written, children before parents;
@@ -24,7 +25,7 @@ import threading
 from typing import Callable, Sequence
 
 from ..ir.incremental import Change, LiveDiagram, Node, merge_spans
-from .ebpf.live_maps import LiveMaps
+from .writer import LiveWriter
 
 MAX_DIRTY_SPANS = 512  # beyond, a root slot is rewritten whole
 
@@ -33,11 +34,11 @@ class LiveBroker:
     """The live diagram of a loaded data path (see the module docstring).  ``grace``: a function
     that returns once every program run that started before the call has ended."""
 
-    def __init__(self, diagram: LiveDiagram, writer: LiveMaps, grace: Callable[[], None]):
+    def __init__(self, diagram: LiveDiagram, writer: LiveWriter, grace: Callable[[], None]):
         self.diagram, self.writer, self.grace = diagram, writer, grace
         self.lock = threading.Condition()
         self.free_slots = list(range(writer.root_slots, 0, -1))
-        self.dirty: dict[int, list | None] = {s: None for s in self.free_slots}  # None: rewrite whole
+        self.dirty: dict[int, list[tuple[int, int]] | None] = {s: None for s in self.free_slots}  # None: whole
         self.live_slot = 0
         self.live_root: Node | None = None
         self.retired: list[tuple[int, Node | None]] = []
@@ -48,7 +49,7 @@ class LiveBroker:
     def adopt(self, live_slot: int, release: Callable[[], None]) -> None:
         """Start from a root slot a previous writer left live (a restarted daemon): it stays in
         use until the first change switches away from it; after that change's grace period
-        ``release()`` frees what it reached (:meth:`.live_maps.LiveMaps.release_inherited`)."""
+        ``release()`` frees what it reached (:meth:`.ebpf.live_maps.LiveMaps.release_inherited`)."""
         with self.lock:
             self.live_slot = self._inherited_slot = live_slot
             if live_slot in self.free_slots:
@@ -85,13 +86,12 @@ class LiveBroker:
     def _publish(self, ch: Change, owned: bool) -> None:
         """Steps 3 and 4 for ``ch``'s root (``owned``: this slot holds the root's reference)."""
         slot = self.free_slots.pop()
-        for s in self.dirty:
-            if s != slot and self.dirty[s] is not None:
-                self.dirty[s].extend(ch.spans)
-                if len(self.dirty[s]) > MAX_DIRTY_SPANS:
-                    self.dirty[s] = merge_spans(self.dirty[s])
-                    if len(self.dirty[s]) > MAX_DIRTY_SPANS:
-                        self.dirty[s] = None
+        for s, dirty in self.dirty.items():
+            if s != slot and dirty is not None:
+                dirty.extend(ch.spans)
+                if len(dirty) > MAX_DIRTY_SPANS:
+                    merged = merge_spans(dirty)
+                    self.dirty[s] = merged if len(merged) <= MAX_DIRTY_SPANS else None
         spans = self.dirty[slot]
         if spans is not None:
             spans = merge_spans(spans + ch.spans)

@@ -304,15 +304,15 @@ def plan_state(rules: Sequence[Rule], spec: Spec) -> tuple[list[Rule], StatePlan
         rewritten[r.index] = Rule(r.index, rewrite(r.condition), r.actions, r.location, r.text)
     out = [rewritten.get(r.index, r) for r in rules]
     first = len(rules) and max(r.index for r in rules) + 1
-    for inst in instances:
-        if isinstance(inst.update, Or) and not inst.update.items:
+    for instance in instances:
+        if isinstance(instance.update, Or) and not instance.update.items:
             continue  # no message matches the stateless part: the aggregate stays empty
-        r0 = next(r for r in rules if r.index == inst.rules[0])
+        r0 = next(r for r in rules if r.index == instance.rules[0])
         out.append(
             Rule(
-                first + inst.index,
-                inst.update,
-                (Action(UPDATE_ATOM, (inst.index,), r0.location),),
+                first + instance.index,
+                instance.update,
+                (Action(UPDATE_ATOM, (instance.index,), r0.location),),
                 r0.location,
                 r0.text,
             )
@@ -363,7 +363,8 @@ def boundary_updates(sliced, boundary: int) -> tuple[tuple[int, int], ...]:
     leaves = {leaf.state: leaf.atoms for leaf in sliced.leaves}
     out = []
     for st in stages[boundary].states:
-        node, i, atoms = st, boundary, frozenset()
+        node, i = st, boundary
+        atoms: frozenset = frozenset()
         while True:
             t = next((t for _, _, t in node.runs if t), 0)
             i += 1

@@ -20,7 +20,8 @@ needs to slice the BDD into one table per field.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING, Sequence
 
@@ -44,7 +45,7 @@ class FieldDomain:
     field: QueryField
     cuts: list[int]
     vars: list[str]
-    mentioned: set = field(default_factory=set)
+    mentioned: set = dataclasses.field(default_factory=set)  # (the class's own ``field`` hides dataclasses.field)
 
     @property
     def k(self) -> int:
@@ -124,6 +125,7 @@ class ConditionBuilder:
             return self.index_set(self.domains[e.field], e.values())
         if isinstance(e, Not):
             return ~self.expr(e.item)
+        assert isinstance(e, (And, Or))  # comparisons on state are pseudo-field predicates by now (.aggregates)
         u = self.bdd.true if isinstance(e, And) else self.bdd.false  # And(()) is true, Or(()) false
         for x in e.items:
             p = self.expr(x)

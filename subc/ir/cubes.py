@@ -4,7 +4,8 @@ docstring, step 1) and what :mod:`subc.checker.analysis` reasons about."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import enum
+from typing import TYPE_CHECKING, Final, Literal, cast
 
 from ..lang.ast import And, Expr, Pred
 from .bdd import ConditionBuilder, FieldDomain, index_segments
@@ -15,7 +16,13 @@ if TYPE_CHECKING:  # dd.cudd is imported where a BDD is built: importing it cost
 
 Ranges = tuple[tuple[int, int], ...] | None
 Cube = tuple[Ranges, ...]
-EMPTY = object()  # the index ranges of an empty value set
+
+
+class _Empty(enum.Enum):
+    EMPTY = "EMPTY"
+
+
+EMPTY: Final = _Empty.EMPTY  # the index ranges of an empty value set
 
 
 def conjuncts(e: Expr) -> list[Pred] | None:
@@ -68,7 +75,7 @@ class CubeMaker:
         self._by_cond[id(cond)] = (cond, out)
         return out
 
-    def pred_ranges(self, p: Pred) -> tuple[Pred, int, Ranges | object]:
+    def pred_ranges(self, p: Pred) -> tuple[Pred, int, Ranges | Literal[_Empty.EMPTY]]:
         """(p, field position, index ranges of p's values or EMPTY), cached per predicate."""
         hit = self._pred_cube.get(id(p))
         if hit is None or hit[0] is not p:
@@ -95,7 +102,7 @@ class CubeMaker:
             # the common case: predicates on distinct fields, each its own cached ranges
             cube: list[Ranges] = [None] * len(self.domains)
             seen = set()
-            for p in cond.items:
+            for p in cast("tuple[Pred, ...]", cond.items):  # predicates, as just checked
                 _, i, ranges = self.pred_ranges(p)
                 if i in seen:
                     break
@@ -112,7 +119,7 @@ class CubeMaker:
         for p in flat:
             _, i, values = self._pred(p)
             per[i] = per[i].intersect(values) if i in per else values
-        cube: list[Ranges] = [None] * len(self.domains)
+        cube = [None] * len(self.domains)
         cache = self._ranges
         for i, s in per.items():
             hit = cache.get((i, id(s)))
@@ -155,5 +162,6 @@ class CubeMaker:
             for child, rs in groups.values():
                 walk(child, i + 1, acc + [None if rs == [(0, dom.k - 1)] else tuple(rs)])
 
+        assert self._builder is not None  # made with the BDD
         walk(self._builder.expr(cond), 0, [])
         return out

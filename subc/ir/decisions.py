@@ -52,6 +52,7 @@ class Decision:
     def __str__(self) -> str:
         if self.ports:
             return "fwd(" + ", ".join(map(str, self.ports)) + ")"
+        assert self.action is not None  # a decision that forwards nowhere has its action
         name, *args = self.action
         return f"{name}({', '.join(map(str, args))})"
 

@@ -45,7 +45,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from functools import partial
 from operator import itemgetter
-from typing import Iterable, Sequence
+from typing import Iterable, Sequence, cast
 
 from ..errors import SubcError
 from . import lowering
@@ -75,10 +75,11 @@ class Node:
         self.false = False  # a region's FALSE (at any level)
         self.ref = 0
         self.state = 0
-        self.q = None
-        self.origin = None
+        self.q: Node | None = None
+        # a counting node's (node, level-0 spans) it derives from; a delivery root's regions
+        self.origin: tuple[Node, list[tuple[int, int]]] | list[tuple[int, int]] | None = None
         self.dead = False
-        self._los = None
+        self._los: list[int] | None = None
 
     @property
     def los(self) -> list[int]:
@@ -193,6 +194,11 @@ def _runs_within(node: Node, regions: Iterable[tuple[int, int]] | None):
         return
     for a, b in regions:
         yield from node.between(a, b)
+
+
+def _regions(root: Node) -> list[tuple[int, int]] | None:
+    """The regions where delivery root ``root`` holds references of its own (None: all its runs)."""
+    return cast("list[tuple[int, int]] | None", root.origin)
 
 
 class _Universe:
@@ -344,8 +350,7 @@ class LiveDiagram:
 
     def _chain(self, uni: _Universe, terminal) -> list[Node]:
         """Nodes that lead every value to ``terminal``, per level (index = level)."""
-        out = [None] * (self.n + 1)
-        out[self.n] = uni.intern(self.n, terminal)[0]
+        out = [uni.intern(self.n, terminal)[0]] * (self.n + 1)  # levels below n: replaced next
         for lv in range(self.n - 1, -1, -1):
             out[lv] = uni.intern(lv, ((0, self.tops[lv], out[lv + 1]),))[0]
         return out
@@ -497,7 +502,7 @@ class LiveDiagram:
         else:
             out: list = []
             rr, emit, copy = _builder(lv, out)
-            origin = n.origin
+            origin = cast("tuple[Node, list[tuple[int, int]]] | None", n.origin)  # a counting node's
             if (
                 origin is not None
                 and len(n.runs) > self.SPLICE_MIN_RUNS
@@ -585,6 +590,7 @@ class LiveDiagram:
             self._undo(done)
             raise
         if root is old_root:
+            assert old_root.q is not None  # the counting root's delivery root (at first the dead chain's)
             return Change(old_root.q, [], [], changed=False)
         if len(done) > 1:
             root.origin = (old_root, spans)  # outside the spans of all ops, root's runs are old_root's
@@ -653,13 +659,13 @@ class LiveDiagram:
             roots.popleft()
             if roots:
                 succ = roots[0]
-                self.delivery.drop(q, succ.origin, freed)  # succ now holds all its runs
+                self.delivery.drop(q, _regions(succ), freed)  # succ now holds all its runs
                 succ.origin = None
             else:
                 self.delivery.drop(q, None, freed)
         elif roots and roots[-1] is q:
             roots.pop()
-            self.delivery.drop(q, q.origin, freed)
+            self.delivery.drop(q, _regions(q), freed)
         else:
             raise ValueError("release_root: not the oldest or newest live root")
         q.dead = True

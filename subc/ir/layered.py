@@ -39,7 +39,7 @@ boundary is bounded (:class:`~subc.lang.limits.Limits`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import reduce
 from itertools import chain
 from operator import attrgetter, itemgetter, xor
@@ -107,6 +107,7 @@ def _sweep(
     events.sort(key=_first)
     runs: list[tuple[int, int, int]] = []
     start, j, ne = 0, 0, len(events)
+    tgt: int | None  # a segment's next state (None: not numbered yet)
     while True:
         p = events[j][0] if j < ne else k
         if p > start:  # the segment [start, p - 1] has the current item set
@@ -163,6 +164,7 @@ def _sweep_suffixes(
     h = 0
     runs: list[tuple[int, int, int]] = []
     start, j, ne = 0, 0, len(starts)
+    tgt: int | None  # a segment's next state (None: not numbered yet)
     while True:
         p = starts[j][0] if j < ne else k
         if p > start:  # the segment [start, p - 1] has the current item set
@@ -470,7 +472,7 @@ def _sweep_layers(
         layer_states = [[None]]  # the root, swept below
     for i, dom in enumerate(domains):
         nxt_states: list = []
-        runs_i = []
+        runs_i: list[list[tuple[int, int, int]]] = []
         if i == 0:
             if not root:
                 layer_runs.append(runs_i)
@@ -480,6 +482,7 @@ def _sweep_layers(
             if max_work is not None and work > max_work:
                 raise SliceBudgetExceeded(f"more than {max_work} item visits in field order {list(order)}")
             runs = _root_by_point(root, ranges_of[0], dom.k, nxt_states) if n >= 2 else None
+            sizes: Iterable[int]
             if runs is None:
                 groups = _root_groups(root, n, ranges_of, interned, keys)
                 runs = _sweep(groups, dom.k, _zobrist_keys(1, len(keys[1])), {}, nxt_states)
@@ -522,6 +525,7 @@ def _minimise(
     leaf_atoms: list[frozenset] = []
     leaf_class: dict[frozenset, int] = {}
     cls_below: list[int] = []
+    c: int | None  # a class (None: not numbered yet)
     atoms_of = leaf_keys.__getitem__
     # when every rule has one atom, distinct leaf states (sets of atom sets) have distinct atoms
     singletons = all(len(a) == 1 for a in leaf_keys)
@@ -567,7 +571,10 @@ def _number(
     order of first reach, the leaves, the root state (0: no rule can match))."""
     stages: list[Stage] = []
     root_state = 1 if has_root else 0
-    current: dict[int, tuple[int, dict]] = {root_class: (1, {})} if root_state else {}
+    current: dict[int, tuple[int, dict]] = {}
+    if root_state:
+        assert root_class is not None  # a root state has its class (_minimise)
+        current[root_class] = (1, {})
     for i, dom in enumerate(domains):
         nxt: dict[int, tuple[int, dict]] = {}
         states: list[StageState] = []

@@ -226,7 +226,9 @@ def build_ir(sliced: Sliced, rules: Sequence[Rule], spec: Spec, plan: StatePlan 
         leaves.append(LeafDecision(leaf.state, d, atoms, leaf.example))
         if d.ports:
             used.setdefault(FWD, ActionSignature(FWD, (("port", PORT_WIDTH),)))
-        elif d.action[0] in spec.actions:
+            continue
+        assert d.action is not None  # decide(): a decision that forwards nowhere has its action
+        if d.action[0] in spec.actions:
             used.setdefault(d.action[0], ActionSignature(d.action[0], tuple(spec.actions[d.action[0]].params)))
         else:
             used.setdefault(d.action[0], ActionSignature(d.action[0]))

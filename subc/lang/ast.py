@@ -10,13 +10,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
-from typing import TYPE_CHECKING, Callable, Union
+from typing import Callable, Protocol, Union
 
 from ..errors import Location
 from ..ir.intervals import IntervalSet
 
-if TYPE_CHECKING:
-    from .rule_shapes import Shape
+
+class Shape(Protocol):
+    """What a deferred :class:`Rule` needs of its shape (:class:`subc.lang.rule_shapes.Shape`)."""
+
+    def materialize(self, start: int) -> tuple:
+        """(condition, actions, location, text) of the rule whose piece starts at ``start``."""
+        ...
+
 
 #: Operators of a predicate.  'in' holds several operands; a prefix operand is (value, prefix_len).
 OPS = ("==", "!=", "<", "<=", ">", ">=", "in", "not in")

@@ -20,15 +20,17 @@ message's, then adds 1 or the message's field (saturating at 2**64 - 1).
 
 from __future__ import annotations
 
+from ..backends.p4.entries_doc import InstanceDoc, StateDoc
+
 SUM_MAX = (1 << 64) - 1
 
 
 class _Instance:
     __slots__ = ("kind", "field", "window_ns", "thresholds", "wid", "count", "total", "extreme", "excess")
 
-    def __init__(self, doc: dict):
-        self.kind, self.field, self.window_ns = doc["kind"], doc["field"], doc["window_ns"]
-        self.thresholds = list(doc["thresholds"])
+    def __init__(self, doc: InstanceDoc):
+        self.kind, self.field, self.window_ns = doc.kind, doc.field, doc.window_ns
+        self.thresholds = list(doc.thresholds)
         self.wid = 0
         self.clear()
 
@@ -80,6 +82,7 @@ class _Instance:
             return 0
         if kind in ("min", "max"):
             return self.extreme + 1
+        assert threshold is not None, "an avg state value compares against a threshold"
         e = self.excess[threshold]
         return 1 if e < 0 else 2 if e == 0 else 3
 
@@ -87,16 +90,16 @@ class _Instance:
 class StateModel:
     """The registers of one ``entries.json`` ``state`` section (``doc``), all empty at first."""
 
-    def __init__(self, doc: dict):
+    def __init__(self, doc: StateDoc):
         self.doc = doc
-        self.update_table = doc["update_table"]
-        self.mask_key = doc["mask_key"]
-        self.time_field = doc["time"]["field"]
-        self.unit_ns = doc["time"]["unit_ns"]
-        self.instances = [_Instance(i) for i in doc["instances"]]
-        self.values = [(v["key"], v["instance"], v["threshold"]) for v in doc["values"]]
-        self.count_table = doc.get("count_table")
-        self.count_updates = [(u["index"], u["instance"], u["field"]) for u in doc.get("count_updates", [])]
+        self.update_table = doc.update_table
+        self.mask_key = doc.mask_key
+        self.time_field = doc.time_field
+        self.unit_ns = doc.unit_ns
+        self.instances = [_Instance(i) for i in doc.instances]
+        self.values = [(v.key, v.instance, v.threshold) for v in doc.values]
+        self.count_table = doc.count_table
+        self.count_updates = [(u.index, u.instance, u.field) for u in doc.count_updates]
 
     def message_time(self, packet: dict[str, int], arrival_ns: int | None) -> int:
         """A message's time in ns: its time field's value (times the unit) when the document names

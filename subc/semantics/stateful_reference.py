@@ -48,7 +48,9 @@ class _Window:
     __slots__ = ("wid", "count", "total", "lo", "hi")
 
     def __init__(self, wid: int):
-        self.wid, self.count, self.total, self.lo, self.hi = wid, 0, 0, None, None
+        self.wid, self.count, self.total = wid, 0, 0
+        self.lo: int | None = None
+        self.hi: int | None = None
 
     def add(self, v: int) -> None:
         self.count += 1
@@ -158,6 +160,7 @@ class StatefulReference:
 
             def state(p: StatePred) -> bool:
                 if p.agg.kind == COUNTER:
+                    assert p.agg.name is not None  # a named counter has its name
                     return p.holds(counts[p.agg.name])
                 return p.holds(wins[p.agg].value(p.agg.kind))
 
@@ -165,8 +168,8 @@ class StatefulReference:
                 matched.append(r)
         updates = {a for r in matched for a in r.atoms() if a[0] == COUNT_ATOM}
         for _, name, field in updates:
-            w = self.counter_windows[name]
-            wid = time_ns // w if w else 0
+            window_ns = self.counter_windows[name]
+            wid = time_ns // window_ns if window_ns else 0
             cell = self.counters.setdefault(name, [wid, 0])
             if cell[0] != wid:
                 cell[:] = [wid, 0]
@@ -177,6 +180,7 @@ class StatefulReference:
         """The current value of ``rule``'s aggregate ``agg`` in the window of its last update (a
         named counter's after the last message's updates)."""
         if agg.kind == COUNTER:
+            assert agg.name is not None  # a named counter has its name
             return self.counters.get(agg.name, [0, 0])[1]
         w = self.windows.get((rule.index, agg))
         return _Window(0).value(agg.kind) if w is None else w.value(agg.kind)

@@ -64,6 +64,7 @@ class SubscriptionBook:
         self.per_source[lv.source] -= 1
         release_endpoint(lv.ep)
         if lv.names:
+            assert self.topics is not None  # names come from the topic book's conditions
             self.topics.release(lv.names)
 
     def track(self, lv: Live) -> None:
@@ -76,6 +77,7 @@ class SubscriptionBook:
         """``lv`` is gone: forget it, its source's count and its topic names."""
         del self.subs[lv.id]
         if lv.names:
+            assert self.topics is not None  # names come from the topic book's conditions
             self.topics.release(lv.names)
         self.per_source[lv.source] -= 1
         if not self.per_source[lv.source]:

@@ -31,7 +31,7 @@ import logging
 import queue
 import threading
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, cast
 
 from ..backends.ebpf import layout as L
 from ..backends.ebpf import map_names as MN
@@ -42,7 +42,7 @@ from ..errors import SubcError
 from ..ir.incremental import LiveDiagram
 from ..lang.rules import parse_rules
 from .book import Live, SubscriptionBook
-from .config import ServeConfig, SwitchOptions  # noqa: F401 (SwitchOptions: part of this module's names)
+from .config import ServeConfig, SwitchOptions
 from .dataplane import ROOT_SLOTS, DataPlane, open_dataplane
 from .endpoints import EndpointTable
 from .events import JsonFormatter, event  # noqa: F401 (JsonFormatter: part of this module's names)
@@ -54,6 +54,11 @@ from .store import REMOVED, Store, Stored
 from .topics import TopicBook, TopicError, parse_filter, parse_topic
 from .updater import Updater
 
+if TYPE_CHECKING:
+    from ..dataplane.p4rt.live_entries import LiveEntries
+    from ..dataplane.p4rt.live_switch import SwitchPlane
+    from .port_map import PortEndpoints
+
 RULES_SOURCE = "rules-file"  # the source of --rules subscriptions
 RESTORE_BATCH = 5000  # stored subscriptions per change at start
 GC_YOUNG = 100_000  # allocations between collections of the youngest generation
@@ -63,6 +68,11 @@ class Daemon:
     """The ``subc serve`` daemon for ``cfg`` (see the module docstring).  :meth:`start` loads or
     adopts the data path and restores the store (SubcError on failure); :meth:`stop` ends it,
     leaving the data path loaded."""
+
+    # set by start(): the switch (--p4runtime) or None, the data plane's writer, the endpoints' numbers
+    sw: SwitchPlane | None
+    writer: LiveMaps | LiveEntries
+    endpoints: EndpointTable | PortEndpoints
 
     def __init__(self, cfg: ServeConfig):
         self.cfg = cfg
@@ -95,18 +105,18 @@ class Daemon:
         self.depth = self.topics.schema.depth if self.topics else None
         self.book = SubscriptionBook(self.topics)
 
-    def _open_switch(self):
-        """Open the switch (:mod:`subc.dataplane.p4rt.live_switch`); (inherited root slot or None,
-        the function that frees the inherited entries)."""
+    def _open_switch(self, sw: SwitchOptions):
+        """Open the switch of ``sw`` (:mod:`subc.dataplane.p4rt.live_switch`); (inherited root slot
+        or None, the function that frees the inherited entries)."""
         from ..dataplane.p4rt.live_switch import open_switch
         from .port_map import PortEndpoints, load_port_map
 
-        cfg, sw = self.cfg, self.cfg.switch
-        self.sw = open_switch(sw.program, sw.addr, sw.device_id, sw.election_id, sw.config, sw.grace)
+        cfg = self.cfg
+        plane = self.sw = open_switch(sw.program, sw.addr, sw.device_id, sw.election_id, sw.config, sw.grace)
         try:
-            if list(cfg.field_order) != self.sw.doc["field_order"]:
+            if list(cfg.field_order) != list(self.sw.doc.field_order):
                 raise SubcError(
-                    f"{sw.program} tests {', '.join(self.sw.doc['field_order'])}; --field-order gives "
+                    f"{sw.program} tests {', '.join(self.sw.doc.field_order)}; --field-order gives "
                     f"{', '.join(cfg.field_order)}"
                 )
             port_map = load_port_map(sw.port_map, self.sw.ports)
@@ -121,11 +131,11 @@ class Daemon:
         self.broker = LiveBroker(self.diagram, self.writer, self.sw.grace)
         self.endpoints = PortEndpoints(port_map)
         self.adopted = self.sw.adopted
-        self._held = []
+        self._held: list[int] = []
         if not self.sw.adopted:
             return None, None
         inh = self.sw.inherit()
-        return inh.live_slot, self._reserve_inherited(inh.states, lambda: self.sw.release_inherited(inh))
+        return inh.live_slot, self._reserve_inherited(inh.states, lambda: plane.release_inherited(inh))
 
     def _reserve_inherited(self, states: dict[int, set[int]], free: Callable[[], None]) -> Callable[[], None]:
         """Keep the inherited ``states`` (level -> states) out of the diagram's use; returns the
@@ -154,26 +164,27 @@ class Daemon:
         self._topics()
         fields = [cfg.spec.query_fields[f] for f in cfg.field_order]
         self.diagram = LiveDiagram(fields, self.dp.stage_caps())
-        self.writer = LiveMaps(self.dp.maps, self.dp.doc.stages, self.dp.caps, ROOT_SLOTS)
-        self.broker = LiveBroker(self.diagram, self.writer, grace_waiter(self.dp.maps))
+        writer = self.writer = LiveMaps(self.dp.maps, self.dp.doc.stages, self.dp.caps, ROOT_SLOTS)
+        self.broker = LiveBroker(self.diagram, writer, grace_waiter(self.dp.maps))
         known = self.store.endpoints()
-        self.endpoints = EndpointTable(self.dp.maps, known, cfg.resolver)
+        endpoints = self.endpoints = EndpointTable(self.dp.maps, known, cfg.resolver)
         self._held = []
         self.adopted = self.dp.adopted
         if not self.dp.adopted:
             return None, None
-        inh = self.writer.inherit()
+        inh = writer.inherit()
         # numbers the inherited leaves may deliver to, beyond the stored endpoints'
         in_use = {
             s
             for s in range(L.MAX_SUBSCRIBERS)
-            if L.sub_struct(1).unpack(self.dp.maps[MN.SUBS].lookup(L.U32.pack(v=s)))["count"]
+            # an array map, not per-CPU: one value for every index
+            if L.sub_struct(1).unpack(cast(bytes, self.dp.maps[MN.SUBS].lookup(L.U32.pack(v=s))))["count"]
         }
-        held = self._held = self.endpoints.hold(in_use - set(known.values()))
+        held = self._held = endpoints.hold(in_use - set(known.values()))
 
         def free() -> None:
-            self.writer.release_inherited(inh)
-            self.endpoints.free_sids(held)
+            writer.release_inherited(inh)
+            endpoints.free_sids(held)
 
         return inh.live_slot, self._reserve_inherited(inh.states, free)
 
@@ -182,7 +193,7 @@ class Daemon:
         start the threads.  Raises SubcError when any of these fails."""
         cfg = self.cfg
         if cfg.switch is not None:
-            inherited, release = self._open_switch()
+            inherited, release = self._open_switch(cfg.switch)
         else:
             inherited, release = self._open_dataplane()
         held: list[int] = self._held
@@ -259,7 +270,7 @@ class Daemon:
                 if s.filter is not None:
                     if self.topics is None:
                         raise SubcError("a topic subscription, and the spec has no topic fields")
-                    cond, names = self.topics.condition(parse_filter(s.filter, self.depth), s.text)
+                    cond, names = self.topics.condition(parse_filter(s.filter, self.topics.schema.depth), s.text)
                 else:
                     cond = parse_rules(s.text + " : fwd(0);", self.cfg.spec, "<store>", limits=self.cfg.limits)[
                         0
@@ -268,6 +279,7 @@ class Daemon:
                 sid, _ = self.endpoints.acquire((s.ip, s.port), fresh=False)
             except (SubcError, TopicError) as e:
                 if names:
+                    assert self.topics is not None  # names come from the topic book's conditions
                     self.topics.release(names)
                 event(logging.WARNING, "restore_dropped", id=s.id, condition=s.text, reason=e.message)
                 dropped.append(s.id)
@@ -286,7 +298,7 @@ class Daemon:
         if self.topics is not None:
             for topic, source, expires in self.store.registrations():
                 try:
-                    self.topics.register(topic, parse_topic(topic, self.depth), source, expires, 1 << 62)
+                    self.topics.register(topic, parse_topic(topic, self.topics.schema.depth), source, expires, 1 << 62)
                 except (SubcError, TopicError) as e:
                     event(logging.WARNING, "restore_dropped", topic=topic, source=source, reason=e.message)
                     self.topics.pending[(topic, source)] = REMOVED

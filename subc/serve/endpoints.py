@@ -122,10 +122,10 @@ class EndpointTable:
         with self.lock:
             for i, (dep, _) in enumerate(self.draining):  # not yet reusable: keep its number
                 if dep == ep:
-                    sid = self.draining.pop(i)[1]
-                    self.by_ep[ep] = _Entry(sid, 1)
+                    kept = self.draining.pop(i)[1]
+                    self.by_ep[ep] = _Entry(kept, 1)
                     self._everyone()
-                    return sid, False
+                    return kept, False
             sid = self.known.pop(ep, None)
             restart = sid is not None and not fresh
             if sid is None:

@@ -14,10 +14,10 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, cast
 
 from ..errors import SubcError
-from ..ir.incremental import LiveDiagram
+from ..ir.incremental import LiveDiagram, Node
 from ..lang.rule_shapes import ShapeCache
 from .acl import RateLimiter
 from .config import ServeConfig
@@ -39,7 +39,7 @@ class Pending:
     req: Request | None = None
     source: tuple[str, int] = ("", 0)
     reply: Callable[[str], None] | None = None
-    region: object = None
+    region: Node | None = None
     t0: float = 0.0
 
 
@@ -71,9 +71,10 @@ def bind_udp_tcp(host: str, port: int, tries: int = PORT_TRIES) -> tuple[socket.
     raise SubcError(f"cannot listen on {host}:{port}: no tries")
 
 
-def request_region(diagram: LiveDiagram, req: Request, reply: Callable[[str], None]):
+def request_region(diagram: LiveDiagram, req: Request, reply: Callable[[str], None]) -> Node | None:
     """The region of ``req``'s condition in ``diagram`` (:meth:`LiveDiagram.region`), or None after
     an error reply (a field outside the field order, a condition that accepts no message)."""
+    assert req.condition is not None  # a SUBSCRIBE's, or a SUB's once the updater gave it its filter's
     try:
         region = diagram.region(req.condition)
     except SubcError as e:
@@ -161,7 +162,7 @@ class RequestListener:
                     sel.register(conn, selectors.EVENT_READ, ("tcp", conn.getpeername(), threading.Lock()))
                 else:
                     _, peer, lock = kind
-                    conn = key.fileobj
+                    conn = cast(socket.socket, key.fileobj)  # registered above with its ("tcp", ...) data
                     try:
                         data = conn.recv(65536)
                     except OSError:
@@ -174,7 +175,7 @@ class RequestListener:
                     buf = conns[conn]
                     buf += data
 
-                    def reply(line: str, conn=conn, lock=lock) -> None:
+                    def tcp_reply(line: str, conn=conn, lock=lock) -> None:
                         with lock:
                             send_all(conn, line.encode() + b"\n")
 
@@ -186,10 +187,10 @@ class RequestListener:
                         raw = bytes(buf[:i])
                         del buf[: i + 1]
                         if raw.strip():
-                            batch.append((raw, peer, reply))
+                            batch.append((raw, peer, tcp_reply))
                     self._requests(batch)
                     if len(buf) > MAX_LINE:
-                        reply(f"ERR request longer than {MAX_LINE} bytes")
+                        tcp_reply(f"ERR request longer than {MAX_LINE} bytes")
                         sel.unregister(conn)
                         conns.pop(conn, None)
                         conn.close()

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from ..lang.limits import DEFAULT_LIMITS, Limits
 from ..lang.rule_shapes import ShapeCache
-from ..lang.ast import state_predicates
+from ..lang.ast import Expr, state_predicates
 from ..lang.rules import parse_rules
 from ..spec.model import Spec
 from ..errors import SubcError
@@ -64,7 +64,7 @@ class Request:
     text), ``to`` ((ip, port) or None), ``token`` (or None), ``sub_id``."""
 
     verb: str
-    condition: object = None
+    condition: Expr | None = None
     text: str = ""
     to: tuple[str, int] | None = None
     sub_id: int | None = None
@@ -103,7 +103,7 @@ def _split_to(rest: str, rest_col: int) -> tuple[str, tuple[str, int] | None, st
     return rest[: m.start()], (ip, port), m.group(3)
 
 
-def _condition(text: str, col: int, spec: Spec, limits: Limits, shapes: ShapeCache | None = None):
+def _condition(text: str, col: int, spec: Spec, limits: Limits, shapes: ShapeCache | None = None) -> Expr:
     """The condition AST of ``text`` (at request column ``col``).  Raises ProtocolError."""
     try:
         rules = parse_rules(text + " : fwd(0);", spec, "<request>", limits=limits, shapes=shapes)
@@ -121,8 +121,10 @@ def _condition(text: str, col: int, spec: Spec, limits: Limits, shapes: ShapeCac
         raise ProtocolError(col, "a subscription takes one condition, without actions")
     preds = state_predicates(rules[0].condition)
     if preds:
+        loc = preds[0].location
+        assert loc is not None  # a parsed comparison has its location
         raise ProtocolError(
-            col + preds[0].location.column - 1, "live subscriptions do not take comparisons on state (aggregates) yet"
+            col + loc.column - 1, "live subscriptions do not take comparisons on state (aggregates) yet"
         )
     return rules[0].condition
 

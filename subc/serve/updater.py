@@ -94,6 +94,7 @@ class Updater:
                 if live is not None:
                     subs.append((p, live))
             elif p.kind in ("UNSUBSCRIBE", "expire"):
+                assert p.req is not None and p.req.sub_id is not None  # an UNSUBSCRIBE's id, or the expired one's
                 live = self.book.subs.get(p.req.sub_id)
                 if live is None or live.id in removing or (p.kind == "UNSUBSCRIBE" and live.source != p.source[0]):
                     if p.reply:
@@ -117,6 +118,7 @@ class Updater:
             if p.kind in ("REGISTER", "UNREGISTER"):
                 after.append((p, self._registration(p, now)))
             elif p.kind == "RENEW":
+                assert p.req is not None  # every request from the network has its own
                 ids = (
                     [p.req.sub_id]
                     if p.req.sub_id is not None
@@ -131,17 +133,20 @@ class Updater:
                     n += self.topics.renew(p.source[0], exp)
                 after.append((p, f"RENEWACK {n}"))
             elif p.kind == "LIST":
+                reply = p.reply
+                assert reply is not None  # every request from the network has its reply
                 lines = [lv.listing() for lv in self.book.subs.values() if lv.source == p.source[0]]
                 if self.topics is not None:
                     lines += self.topics.listing(p.source[0])
                 for line in lines:
-                    p.reply(line)
-                p.reply(f"END {len(lines)}")
+                    reply(line)
+                reply(f"END {len(lines)}")
         if renewed:
             self.store.renew(renewed, now + self.cfg.lease if self.cfg.lease else None)
         if self.topics is not None and self.topics.dirty():
             self.store.commit([], [], {}, topics=self.topics.changes())
         for p, line in after:
+            assert p.reply is not None  # REGISTER, UNREGISTER and RENEW come from the network
             p.reply(line)
             self.metrics.requests.labels(p.kind, "error" if line.startswith("ERR") else "ok").inc()
         if self.topics is not None:
@@ -151,6 +156,8 @@ class Updater:
     def _registration(self, p: Pending, now: float) -> str:
         """Carry out a REGISTER or UNREGISTER; returns its reply."""
         req, src = p.req, p.source[0]
+        # parsed only when the spec has topic fields (protocol.parse_request), and then there is a topic book
+        assert req is not None and req.topic is not None and self.topics is not None
         if p.kind == "UNREGISTER":
             if not self.topics.unregister(req.topic_text, src):
                 return f"ERR {src} has no registration of {req.topic_text}"
@@ -171,6 +178,8 @@ class Updater:
         """A SUB's subscription (:meth:`_admit` of its filter's condition), or None after an error
         reply."""
         req = p.req
+        # parsed only when the spec has topic fields (protocol.parse_request), and then there is a topic book
+        assert req is not None and req.topic is not None and self.topics is not None and p.reply is not None
         where = req.text
         try:
             cond, names = self.topics.condition(req.topic, where)
@@ -192,6 +201,7 @@ class Updater:
     def _admit(self, p: Pending, now: float, ep_new: dict) -> Live | None:
         """A SUBSCRIBE's subscription, its endpoint numbered, or None after an error reply."""
         req, src = p.req, p.source[0]
+        assert req is not None and p.reply is not None  # a SUBSCRIBE or SUB from the network
         ep = req.to or p.source
         if req.to is not None and not self.cfg.acl.may_send_to(src, req.to[0], req.token):
             self.metrics.requests.labels("SUBSCRIBE", "denied").inc()

@@ -21,12 +21,13 @@ datagrams the switch cannot split to the overflow port.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import Callable
+from typing import AbstractSet, Callable
 
 from ..semantics.delivery import Delivery, recipients_of, split_payload
 from ..wire.moldudp64 import END_OF_SESSION, HEARTBEAT
 from ..semantics.reference import Decision
 from ..semantics.state_model import StateModel
+from ..backends.p4.entries_doc import EntriesDoc, Entry, Key, TableDoc
 
 _BUILTIN = {"subc_drop": ("drop",), "subc_nop": ("nop",)}
 
@@ -46,104 +47,95 @@ def leaf_decision(action: str, params: dict, groups: dict[int, tuple[int, ...]])
 class _Table:
     """One table with an index for the common shapes: (state exact, X) keys are grouped by state."""
 
-    def __init__(self, doc: dict):
-        self.name = doc["name"]
-        self.keys = doc["keys"]
-        self.default = (doc["default_action"]["action"], doc["default_action"]["params"])
-        self.entries = doc["entries"]
-        self.kinds = [k["match_kind"] for k in self.keys]
-        self.by_state: dict[int, list] = defaultdict(list)
-        self.exact: dict[tuple, tuple] = {}
+    def __init__(self, t: TableDoc):
+        self.name = t.name
+        self.keys = t.keys
+        self.default = (t.default_action.action, t.default_action.params)
+        self.entries = t.entries
+        self.kinds = [k.match_kind for k in self.keys]
+        self.bits = t.bits
+        self.by_state: dict[int | None, list[Entry]] = defaultdict(list)
+        self.exact: dict[tuple, tuple[str, dict[str, int]]] = {}
         self.all_exact = all(k == "exact" for k in self.kinds)
         if self.all_exact:
             for e in self.entries:
-                self.exact[tuple(m["exact"] for m in e["match"])] = (e["action"], e["params"])
+                self.exact[tuple(m.a for m in e.match)] = (e.action, e.params)
         else:
             for e in self.entries:
-                first = e["match"][0]
-                self.by_state[first.get("exact")].append(e)
+                first = e.match[0]
+                self.by_state[first.a if first.kind == "exact" else None].append(e)
 
-    def lookup(self, values: list[int]) -> tuple[bool, tuple[str, dict]]:
+    def lookup(self, values: list[int]) -> tuple[bool, tuple[str, dict[str, int]]]:
         """(hit, (action, params)) for key ``values`` in key order."""
         if self.all_exact:
             hit = self.exact.get(tuple(values))
             return (True, hit) if hit is not None else (False, self.default)
         candidates = self.by_state.get(values[0] if self.kinds[0] == "exact" else None, [])
-        best, best_rank = None, None
+        best: Entry | None = None
+        best_rank = 0
         for e in candidates:
             rank = 0
             ok = True
-            for kind, m, v, k in zip(self.kinds, e["match"], values, self.keys):
-                if kind == "exact":
-                    ok = m["exact"] == v
-                elif kind == "range":
-                    lo, hi = m["range"]
-                    ok = lo <= v <= hi
-                elif kind == "lpm":
-                    value, plen = m["lpm"]
-                    shift = k["bitwidth"] - plen
-                    ok = (v >> shift) == (value >> shift)
-                    rank = plen
-                else:
-                    value, mask = m["ternary"]
-                    ok = (v & mask) == (value & mask)
+            for m, v, bits in zip(e.match, values, self.bits):
+                ok = m.matches(v, bits)
                 if not ok:
                     break
+                if m.kind == "lpm":
+                    rank = m.b
             if not ok:
                 continue
-            if "priority" in e:
-                rank = e["priority"]
+            if e.priority is not None:
+                rank = e.priority
             if best is None or rank > best_rank:
                 best, best_rank = e, rank
         if best is None:
             return False, self.default
-        return True, (best["action"], best["params"])
+        return True, (best.action, best.params)
 
 
 class TableSimulator:
-    """Run packets through the tables of an ``entries.json`` document.
+    """Run packets through the tables of an ``entries.json`` document (:class:`EntriesDoc`).
 
     ``process(packet)`` takes ``{'header.field': value}`` and the set of valid header instances
     (all headers the fields belong to, when omitted) and returns a :class:`Decision`.
+    Raises ValueError when the message slots' copies of a table differ.
     """
 
-    def __init__(self, doc: dict):
-        if doc.get("format") != "subc-entries":
-            raise ValueError("not a subc entries.json document")
+    def __init__(self, doc: EntriesDoc):
         self.doc = doc
-        self.tables = {t["name"]: _Table(t) for t in doc["tables"]}
-        self.steps = [(s["table"], s["on_miss"]) for s in doc["pipeline"]]
-        self.groups = {g["group"]: tuple(sorted(g["ports"])) for g in doc["multicast_groups"]}
-        self.headers = doc["headers"]
-        self.default_action = (doc["default_action"]["action"], doc["default_action"]["params"])
-        self.state_key = doc["state_key"]
-        self.code_key = doc.get("code_key", self.state_key.rsplit(".", 1)[0] + ".subc_code")
+        self.tables = {t.name: _Table(t) for t in doc.tables}
+        self.steps = [(s.table, s.on_miss) for s in doc.pipeline]
+        self.groups = doc.groups
+        self.headers = doc.headers
+        self.default_action = (doc.default_action.action, doc.default_action.params)
+        self.state_key = doc.state_key
+        self.code_key = doc.code_key or self.state_key.rsplit(".", 1)[0] + ".subc_code"
         self.trace: list[tuple[str, bool, str]] = []
-        self.state = StateModel(doc["state"]) if "state" in doc else None
-        self.messages = doc.get("messages")
+        self.state = StateModel(doc.state) if doc.state is not None else None
+        self.messages = doc.messages
         if self.messages is not None:
-            self.ports = list(self.messages["ports"])
-            self.held = {h["code"]: (h["action"], h["params"]) for h in self.messages["held"]}
+            self.ports = list(self.messages.ports)
+            self.held = {h.code: (h.action, h.params) for h in self.messages.held}
             self._check_slots(doc)
 
     @staticmethod
-    def _check_slots(doc: dict) -> None:
+    def _check_slots(doc: EntriesDoc) -> None:
         """Raise ValueError unless every slot's copy of a table has slot 0's entries and default."""
-        by_slot: dict[int, list[dict]] = defaultdict(list)
-        for t in doc["tables"]:
-            if "slot" in t:
-                by_slot[t["slot"]].append(t)
-        first = [(t["entries"], t["default_action"]) for t in by_slot.get(0, [])]
+        by_slot: dict[int, list[TableDoc]] = defaultdict(list)
+        for t in doc.tables:
+            if t.slot is not None:
+                by_slot[t.slot].append(t)
+        first = [(t.entries, t.default_action) for t in by_slot.get(0, [])]
         for i, ts in by_slot.items():
-            if [(t["entries"], t["default_action"]) for t in ts] != first:
+            if [(t.entries, t.default_action) for t in ts] != first:
                 raise ValueError(f"slot {i}'s tables differ from slot 0's")
 
-    def _key_value(self, key: dict, packet: dict[str, int], meta: dict[str, int]) -> int:
-        name = key["name"]
+    def _key_value(self, key: Key, packet: dict[str, int], meta: dict[str, int]) -> int:
+        name = key.name
         if name in meta:
             return meta[name]
-        if "field" in key:
-            return packet[key["field"]]
+        if key.field is not None:
+            return packet[key.field]
         field = name.split(".", 1)[1]
         return packet[field]
 
@@ -158,7 +150,11 @@ class TableSimulator:
         return leaf_decision(action, params, self.groups)
 
     def process(
-        self, packet: dict[str, int], valid: set[str] | None = None, trace: bool = False, arrival_ns: int | None = None
+        self,
+        packet: dict[str, int],
+        valid: AbstractSet[str] | None = None,
+        trace: bool = False,
+        arrival_ns: int | None = None,
     ) -> Decision:
         """The decision for ``packet`` (see the class docstring).  With comparisons on state (the
         document's ``state`` section), the registers (:class:`~.state_model.StateModel`) are
@@ -167,7 +163,7 @@ class TableSimulator:
         if valid is not None and not all(h in valid for h in self.headers):
             return self._decision(*self.default_action)
         state_key = self.state_key
-        meta = {state_key: self.doc["initial_state"], self.code_key: 0}
+        meta = {state_key: self.doc.initial_state, self.code_key: 0}
         model = self.state
         time_ns = model.message_time(packet, arrival_ns) if model is not None else 0
         if trace:
@@ -220,16 +216,16 @@ class SwitchSimulator:
     Raises ValueError for a document without ``messages`` (not the multi-message program).
     """
 
-    def __init__(self, doc: dict, decode: Callable[[bytes, object], tuple[dict, set] | None]):
-        if "messages" not in doc:
+    def __init__(self, doc: EntriesDoc, decode: Callable[[bytes, object], tuple[dict, set] | None]):
+        m = doc.messages
+        if m is None:
             raise ValueError("not the entries.json of a multi-message P4 program (no 'messages')")
         self.tables = TableSimulator(doc)
         self.decode = decode
-        m = doc["messages"]
-        self.max_messages = m["max_messages"]
-        self.overflow_port = m["overflow_port"]
-        self.codes = {(h["action"], tuple(h["params"].values())): h["code"] for h in m["held"]}
-        self.delivery = Delivery(decide=lambda _msg: set(), everyone=list(m["ports"]))
+        self.max_messages = m.max_messages
+        self.overflow_port = m.overflow_port
+        self.codes = {(h.action, tuple(h.params.values())): h.code for h in m.held}
+        self.delivery = Delivery(decide=lambda _msg: set(), everyone=list(m.ports))
         self.counters: Counter = Counter()
         self.held: Counter = Counter()
 
@@ -246,7 +242,7 @@ class SwitchSimulator:
         _, _, count, msgs = parts
         if count in (HEARTBEAT, END_OF_SESSION):
             self.counters["heartbeat"] += 1
-            return {p: c.payload() for p, c in self.delivery.datagram(payload).items()}
+            return self._copies(payload)
         if count > self.max_messages:
             return self._whole(payload, "too_many")
         decoded = []
@@ -264,9 +260,16 @@ class SwitchSimulator:
         self.counters["classified"] += 1
         nxt = iter(recipients)
         self.delivery.decide = lambda _msg: next(nxt)
-        return {p: c.payload() for p, c in self.delivery.datagram(payload).items()}
+        return self._copies(payload)
+
+    def _copies(self, payload: bytes) -> dict[int, bytes]:
+        """``{port: UDP payload}`` of the copies :attr:`delivery` makes of a well-framed datagram."""
+        copies = self.delivery.datagram(payload)
+        assert copies is not None  # split_payload accepted the payload: it is not malformed
+        return {p: c.payload() for p, c in copies.items()}
 
     @staticmethod
     def _atom(d: Decision) -> tuple:
+        assert d.action is not None  # a decision that forwards nowhere has its action
         name = d.action[0]
         return ({"drop": "subc_drop", "nop": "subc_nop"}.get(name, name), tuple(d.action[1:]))

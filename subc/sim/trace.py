@@ -28,7 +28,7 @@ from typing import Iterator
 
 from ..lang.ast import evaluate
 from ..compiler.driver import CompileResult
-from ..backends.p4.entries import entries_json
+from ..backends.p4.entries import entries_doc
 from ..errors import SubcError
 from ..wire.binaryfile import iter_frames
 from ..wire.capture import is_capture
@@ -223,7 +223,7 @@ def simulate_trace(
     unreadable or malformed trace, a spec the decoder cannot follow, or (``strict``) the first
     problem message or foreign frame."""
     decoder = MessageDecoder(res.spec)
-    sim = TableSimulator(entries_json(res.pipeline, res.target))
+    sim = TableSimulator(entries_doc(res.pipeline, res.target))
     stateful = StatefulReference(res.rules, res.spec) if res.ir.state is not None else None
     out = SimulationResult()
     headers = set(res.pipeline.headers)
@@ -243,10 +243,11 @@ def simulate_trace(
 
     source = (
         capture_messages(path, decoder, out, strict, udp_port, on_datagram)
-        if capture
+        if data is None  # a capture
         else binaryfile_messages(data, path, decoder, out)
     )
-    current, ports_here = None, set()
+    current: int | None = None
+    ports_here: set[int] = set()
     for m in source:
         if m.datagram != current:
             out.copies.update(ports_here)  # delivery semantics: one copy per port per datagram

@@ -12,16 +12,20 @@ the latest packet (heartbeats and end of session carry the next sequence number 
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import socket
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ..errors import SubcError
 from ..wire.capture import UdpPcapWriter
 from ..wire.moldudp64 import decode_packet
+
+if TYPE_CHECKING:
+    from ..wire.decoder import MessageDecoder
 
 #: Receive buffer requested by :func:`listen` (bytes); the kernel may grant less.
 RCVBUF = 8 * 1024 * 1024
@@ -60,8 +64,8 @@ class ListenStats:
     first_seq: int | None = None
     last_seq: int | None = None
     seconds: float = 0.0
-    kept: list[bytes] = field(default_factory=list)
-    decoder: object = field(default=None, repr=False)
+    kept: list[builtins.bytes] = field(default_factory=list)  # (``bytes`` here is the field above)
+    decoder: MessageDecoder | None = field(default=None, repr=False)
     _digest: "hashlib._Hash" = field(default_factory=hashlib.sha256, repr=False)
 
     @property
@@ -88,7 +92,7 @@ class ListenStats:
             "sha256": self.sha256,
         }
 
-    def add_datagram(self, data: bytes, keep: bool = False, save=None) -> bool:
+    def add_datagram(self, data: builtins.bytes, keep: bool = False, save=None) -> bool:
         """Count one datagram; True when it is an end-of-session packet."""
         self.received += 1
         self.bytes += len(data)
@@ -196,7 +200,8 @@ def listen(
             here = sock.getsockname()[:2]
             if on_ready is not None:
                 on_ready()
-            first = last = None
+            first: float | None = None
+            last = 0.0  # (read once there is a first)
             try:
                 while count is None or stats.received < count:
                     try:

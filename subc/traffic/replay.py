@@ -25,6 +25,7 @@ sleeps until each datagram is due (no busy waiting) and never waits to catch up.
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 from collections import Counter
 import socket
@@ -103,7 +104,7 @@ class ReplayStats:
     def sha256(self) -> str:
         return self._digest.hexdigest()
 
-    def add(self, payload: bytes, messages: int) -> None:
+    def add(self, payload: builtins.bytes, messages: int) -> None:  # (``bytes`` here is the field)
         """Count one datagram sent with ``messages`` ITCH messages."""
         self.datagrams += 1
         self.messages += messages
@@ -209,7 +210,7 @@ def replay(
     else:
         _check(ports is None, f"{path} is a BinaryFILE; only a capture takes: feed port")
         length_of = decoder.types.length_of if decoder is not None else None
-        messages = (check(msg) for _off, msg in read_binaryfile(path, length_of=length_of))
+        messages: Iterator[bytes] = (check(msg) for _off, msg in read_binaryfile(path, length_of=length_of))
         if count is not None:
             messages = islice(messages, count)
         items = _binaryfile_items(

@@ -168,7 +168,8 @@ class Publisher:
         for topic, payload in items:
             labels = self.labels.get(topic) or self.register(topic)
             msgs.append(self.codec.encode(topic, labels, payload, values))
-        sent, batch, size = 0, [], MOLD_HEADER
+        sent, size = 0, MOLD_HEADER
+        batch: list[bytes] = []
         for m in msgs:
             if batch and size + 2 + len(m) > MAX_DATAGRAM:
                 sent += self._send(batch)

@@ -124,6 +124,7 @@ def read_records(f: BinaryIO, path: str) -> Iterator[Record]:
 
     magic = f.read(4)
     f.seek(0)
+    frame: bytes | None  # a record's frame (pcapng: None for a block that is no packet)
     if magic in PCAP_MAGICS:
         e = "<" if magic in _PCAP_LE else ">"
         frac = 1 if magic in _PCAP_NANO else 1000
@@ -137,7 +138,8 @@ def read_records(f: BinaryIO, path: str) -> Iterator[Record]:
         return
     if magic != PCAPNG_MAGIC:
         raise SubcError(f"{path}: not a pcap or pcapng capture: magic number {magic!r} at byte offset 0")
-    e, links, pos = "<", [], 0
+    e, pos = "<", 0
+    links: list[tuple[int, ...]] = []  # per interface: (link type, snap length, mul, div, offset)
     while pos < size:
         block = take(8, pos, "the pcapng block header")
         if block[:4] == PCAPNG_MAGIC:  # section header block: its byte-order magic sets the byte order

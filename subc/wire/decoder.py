@@ -182,7 +182,7 @@ class MessageDecoder:
             return TypeTable(0, 0, {0: n} if n else {})
         st = self.graph.state(sel[0])
         width = st.key_width
-        lengths = {}
+        lengths: dict[int, int] = {}
         for ks, _ in st.cases:
             if ks.default or ks.mask != (1 << width) - 1:
                 continue

@@ -29,7 +29,7 @@ class MessageEncoder:
     def _enumerate(self):
         """(instances -> bit offset, [(state, keyset)], end bit) of the paths from the entry to accept."""
         g = self.graph
-        stack = [(self.decoder.feed.entry, 0, {}, [])]
+        stack: list[tuple[str, int, dict[str, int], list[tuple[str, int]]]] = [(self.decoder.feed.entry, 0, {}, [])]
         n = 0
         while stack and n < MAX_PATHS:
             name, bit, insts, picks = stack.pop()
@@ -67,9 +67,12 @@ class MessageEncoder:
                 if value is None:
                     break
                 shift = st.key_width
-                for f in st.key:
-                    shift -= f.width
-                    put_bits(data, insts[f.instance] + f.bit_offset, f.width, (value >> shift) & ((1 << f.width) - 1))
+                assert st.key is not None  # only states with a key are picks (_enumerate)
+                for key in st.key:
+                    shift -= key.width
+                    put_bits(
+                        data, insts[key.instance] + key.bit_offset, key.width, (value >> shift) & ((1 << key.width) - 1)
+                    )
             else:
                 for f, v in wanted.items():
                     slot = g.fields[f]

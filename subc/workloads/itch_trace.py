@@ -237,6 +237,7 @@ def _flow_chunk(out: _Writer, rng, kinds, ttype, ts, order_base, stock_bytes, me
         rec = np.zeros(len(sel), DTYPES[k])
         _set_header(rec, k, ts[sel], sym[sel] + 1)
         names = rec.dtype.names
+        assert names is not None  # a record dtype (DTYPES) has its field names
         if "ref" in names:
             rec["ref"] = own_ref[sel] if k in ("A", "F") else (0 if k == "P" else earlier[sel])
         if "side" in names:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import struct
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 GEN_BIT = 1 << 31
 STATE_MASK = GEN_BIT - 1
@@ -79,6 +80,8 @@ class Struct:
 
     name: str
     fields: tuple[tuple[str, str, int], ...]
+    #: the compiled packers (:func:`_compile`), set by ``__post_init__``
+    _packer: list[tuple[struct.Struct, list]] = field(init=False, repr=False, compare=False)
 
     @property
     def size(self) -> int:
@@ -155,7 +158,8 @@ class Struct:
 
     def unpack(self, data: bytes) -> dict:
         """Field values of ``data`` (arrays as lists, u8 arrays as bytes)."""
-        res, off = {}, 0
+        res: dict[str, Any] = {}
+        off = 0
         for name, kind, count in self.fields:
             size = _SIZES[kind]
             order = "big" if kind.startswith("be") else sys.byteorder
@@ -184,7 +188,7 @@ _CODES = {"u8": "B", "u16": "H", "u32": "I", "u64": "Q", "be16": "H", "be32": "I
 def _compile(fields: tuple[tuple[str, str, int], ...]) -> list[tuple[struct.Struct, list]]:
     """Packers of ``fields``: segments of consecutive fields in one byte order, each a
     :class:`struct.Struct` with its plan ((name, how, count): 0 a scalar, 1 bytes, 2 an array)."""
-    segments: list[tuple[str, list[str], list]] = []
+    segments: list[tuple[str | None, list[str], list]] = []
     for name, kind, count in fields:
         if kind == "pad" or (kind == "u8" and count > 1):
             order, code, how = None, f"{count}s", 1

@@ -101,17 +101,18 @@ def _error(spec: Spec, msg: str, where: Location | None = None) -> SubcError:
 
 
 def _layouts(spec: Spec) -> tuple[dict[str, int], dict[tuple[str, str], FieldLayout], dict[str, int]]:
-    sizes, layouts, widths = {}, {}, {}
+    sizes: dict[str, int] = {}
+    layouts: dict[tuple[str, str], FieldLayout] = {}
+    widths: dict[str, int] = {}
     for inst, tname in spec.instances.items():
         h = spec.headers[tname]
         off = 0
         for fname, w in h.fields:
             if w is None:
-                off = None
-                break
+                break  # a field of no fixed width: nor has the header
             layouts[(inst, fname)] = FieldLayout(inst, fname, off, w)
             off += w
-        if off is not None:
+        else:
             widths[inst] = off
             if off % 8 == 0:
                 sizes[inst] = off // 8
@@ -134,6 +135,7 @@ def _select_field(spec: Spec, st: ParserState, layouts) -> FieldLayout | None:
     sel = st.transition.select_text
     if sel is None:
         return None
+    assert spec.parser is not None  # called by plan_parser, which checked
     hdr = spec.parser.hdr
     m = re.fullmatch(rf"{re.escape(hdr)}\s*\.\s*(\w+)\s*\.\s*(\w+)", sel.strip())
     where = st.transition.location or st.location
@@ -257,6 +259,7 @@ def _plan_moldudp64(spec: Spec, plan: ParsePlan, widths: dict[str, int]) -> None
     if not any(ok for ok, _ in framings.values()):
         return
     if not all(ok for ok, _ in framings.values()):
+        assert spec.parser is not None  # called by plan_parser, which checked
         raise _error(
             spec,
             "the feed ports' entry states differ in framing (MoldUDP64 on some ports only)",

@@ -99,8 +99,8 @@ def render_filter(res: CompileResult, plan: ParsePlan, doc: MapsDoc, rules_path:
         ctx["base_index"] = st.base_index
         ctx["declare"] = not any(m in declared for m in st.maps)
         declared.update(st.maps)
-        for m in st.maps:
-            ctx[m.rsplit("_", 1)[1].replace("bnd", "bounds").replace("ex", "exact")] = m
+        for map_name in st.maps:
+            ctx[map_name.rsplit("_", 1)[1].replace("bnd", "bounds").replace("ex", "exact")] = map_name
         stage_ctx.append(ctx)
     need = 0
     for h in res.ir.headers:
@@ -162,6 +162,7 @@ def _aggregates_context(res: CompileResult, plan: ParsePlan) -> dict:
     each state-value stage reads (``values``: instance, kind, window, ``avg`` excess slot) and the
     named counters' updates after the last stage (``counts``)."""
     sp = res.ir.state
+    assert sp is not None  # called for a stateful rule set only
     loads: dict[str, dict] = {}
 
     def var(field) -> str | None:

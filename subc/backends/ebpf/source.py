@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ...errors import SubcError
@@ -121,7 +121,7 @@ def bcc_dialect(src: str) -> str:
     return src
 
 
-def clang_command(directory: Path, output: Path, defines: list[str] = ()) -> list[str]:
+def clang_command(directory: Path, output: Path, defines: Sequence[str] = ()) -> list[str]:
     """The command that builds the program in ``directory`` (its :data:`PROGRAM_FILES`) into the BPF
     object ``output`` with clang and libbpf's headers (Debian: clang, libbpf-dev), as CI does;
     ``defines``: extra ``-D`` flags (``SUBC_PARSE_ONLY``, capacities)."""

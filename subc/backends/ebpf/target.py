@@ -199,7 +199,8 @@ def _field_stage_maps(maps: _Maps, i: int, stage: FieldStage) -> StageDoc:
         steps = search_steps(q.width, runs, False)
         return StageDoc(q.name, "range", (f"{base}_info", f"{base}_bnd"), *shape, max_runs=runs, search_steps=steps)
     if q.match_kind == "exact":
-        info, ex = [], []
+        info = []
+        ex: list[ExactEntry] = []
         for st in stage.states:
             es, miss = FieldStage.exact_form(st)
             info.append(InfoEntry(st.state, miss=miss))
@@ -215,6 +216,7 @@ def _field_stage_maps(maps: _Maps, i: int, stage: FieldStage) -> StageDoc:
 def _state_maps(maps: _Maps, ir: SubscriptionIR) -> None:
     """Declare the maps of comparisons on state: the update masks and the aggregate registers."""
     st = ir.state
+    assert st is not None  # called for a stateful rule set only
     # every state gets its mask, 0 too: a later rule set in this generation's slots finds none stale
     masks = dict(st.updates)
     boundary_states = [x.state for x in ir.stages[st.boundary].states] if st.boundary < len(ir.stages) else []
@@ -317,6 +319,7 @@ def state_doc(ir: SubscriptionIR) -> dict:
     ``values`` (``stage`` index, ``instance``, ``threshold``) and ``count_updates`` (``index``: bit
     of a leaf's mask in ``subc_cnt``, ``instance``, ``field`` added or null to add 1)."""
     st = ir.state
+    assert st is not None  # called for a stateful rule set only
     return {
         "time": {"field": st.time_field.name if st.time_field else None, "unit_ns": st.time_unit_ns},
         "lock": "bpf_spin_lock per instance",

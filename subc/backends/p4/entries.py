@@ -34,6 +34,7 @@ them inverted.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from ...ir.aggregates import UPDATE_ATOM
 from ...ir.decisions import COUNT_ATOM
@@ -41,42 +42,48 @@ from ...compiler.driver import CompileResult
 from .tables import COUNT_TABLE, UPDATE_TABLE, Pipeline, Table, field_key_name
 from ..safety import check_pipeline, identifier
 from ...compiler.target import P4_TARGETS, Target
+from .entries_doc import (
+    ActionCall,
+    CountUpdate,
+    Entry,
+    EntriesDoc,
+    Held,
+    InstanceDoc,
+    Key,
+    Match,
+    MessagesDoc,
+    RootRef,
+    StateDoc,
+    StateValue,
+    Step,
+    TableDoc,
+)
 
 CONTROL = "SubcIngress"
 
 
-def _match_json(kind: str, m) -> dict:
-    if kind == "exact":
-        return {"exact": m}
-    if kind == "range":
-        return {"range": [m[0], m[1]]}
-    if kind == "lpm":
-        return {"lpm": [m[0], m[1]]}
-    return {"ternary": [m[0], m[1]]}
+def _match(kind: str, m) -> Match:
+    return Match("exact", m) if kind == "exact" else Match(kind, m[0], m[1])
 
 
-def _table_json(t: Table, control: str = CONTROL) -> dict:
-    return {
-        "name": f"{control}.{t.name}",
-        "role": t.role,
-        "field": t.field,
-        "size": t.size,
-        "keys": [{"name": k.name, "match_kind": k.match_kind, "bitwidth": k.width} for k in t.keys],
-        "default_action": {"action": t.default_action[0], "params": dict(t.default_action[1])},
-        "entries": [
-            {
-                "match": [_match_json(k.match_kind, m) for k, m in zip(t.keys, e.match)],
-                **({"priority": e.priority} if e.priority is not None else {}),
-                "action": e.action,
-                "params": dict(e.params),
-            }
+def _table_doc(t: Table, control: str = CONTROL) -> TableDoc:
+    return TableDoc(
+        f"{control}.{t.name}",
+        t.role,
+        t.field,
+        t.size,
+        tuple(Key(k.name, k.match_kind, k.width) for k in t.keys),
+        ActionCall(t.default_action[0], dict(t.default_action[1])),
+        tuple(
+            Entry(tuple(_match(k.match_kind, m) for k, m in zip(t.keys, e.match)), e.priority, e.action, dict(e.params))
             for e in t.entries
-        ],
-    }
+        ),
+    )
 
 
-def entries_json(pipe: Pipeline, target: str, plan=None) -> dict:
-    """The ``entries.json`` document of ``pipe`` (see the module docstring).
+def entries_doc(pipe: Pipeline, target: str, plan=None) -> EntriesDoc:
+    """The ``entries.json`` document of ``pipe`` (see the module docstring;
+    :meth:`~.entries_doc.EntriesDoc.to_json` gives its JSON).
 
     With ``plan`` (a :class:`~.p4slots.SlotPlan`: the multi-message program), the tables' leaf
     entries take their per-message form (``subc_msg_fwd(ports)``: a bitmap over
@@ -85,80 +92,71 @@ def entries_json(pipe: Pipeline, target: str, plan=None) -> dict:
     same entries, and ``pipeline`` names slot 0's), the delivery tables ``subc_deliver`` (ingress)
     and ``subc_port_bit`` (egress) are added, and ``multicast_groups`` is the one group of all
     subscriber ports."""
+    base = EntriesDoc(
+        target=target,
+        control=CONTROL,
+        state_width=pipe.state_width,
+        code_width=pipe.code_width,
+        initial_state=pipe.root_state,
+        root=RootRef(f"{CONTROL}.subc_root", "subc_set_root", "root"),
+        state_key=f"{pipe.meta}.subc_state",
+        default_action=ActionCall(pipe.default_action[0], dict(pipe.default_action[1])),
+        headers=tuple(pipe.headers),
+        field_order=tuple(pipe.field_order),
+        pipeline=tuple(
+            Step(f"{CONTROL}.{s.table}", f"{CONTROL}.{s.on_miss}" if s.on_miss else None) for s in pipe.steps
+        ),
+        tables=tuple(_table_doc(t) for t in pipe.tables),
+        multicast_groups=tuple((g, tuple(p)) for g, p in sorted(pipe.mcast_groups.items())),
+        state=state_doc(pipe) if pipe.state is not None else None,
+    )
     if plan is None:
-        doc = {
-            "format": "subc-entries",
-            "version": 2,
-            "target": target,
-            "control": CONTROL,
-            "state_width": pipe.state_width,
-            "code_width": pipe.code_width,
-            "initial_state": pipe.root_state,
-            "root": {"table": f"{CONTROL}.subc_root", "action": "subc_set_root", "param": "root"},
-            "state_key": f"{pipe.meta}.subc_state",
-            "default_action": {"action": pipe.default_action[0], "params": dict(pipe.default_action[1])},
-            "headers": pipe.headers,
-            "field_order": pipe.field_order,
-            "pipeline": [
-                {"table": f"{CONTROL}.{s.table}", "on_miss": f"{CONTROL}.{s.on_miss}" if s.on_miss else None}
-                for s in pipe.steps
-            ],
-            "tables": [_table_json(t) for t in pipe.tables],
-            "multicast_groups": [{"group": g, "ports": list(p)} for g, p in sorted(pipe.mcast_groups.items())],
-        }
-        if pipe.state is not None:
-            doc["state"] = state_json(pipe)
-        return doc
+        return base
     from .slots import ALL_PORTS_GROUP, COUNTERS, message_action, slot_table_name
 
-    doc = entries_json(pipe, target)
-    doc["default_action"] = dict(
-        zip(("action", "params"), _action_json(message_action(plan, pipe, pipe.default_action)))
-    )
     tables = []
     for t, names in _installed(pipe, plan, target):
-        base = _table_json(t)
+        tdoc = _table_doc(t)
         for i, name in enumerate(names):
-            # every slot's copy shares one entries list (serialised once by dumps)
-            tj = {**base, "keys": [dict(k) for k in base["keys"]]}
-            tj["name"] = name
-            if t.role not in ("deliver", "egress"):
-                tj["slot"] = i
-                for kj, k in zip(tj["keys"], t.keys):
-                    kj["name"] = slot_key(k.name, i, plan, pipe)
-                    if k.field:
-                        kj["field"] = k.field
-            tables.append(tj)
-    doc["state_key"] = f"{pipe.meta}.subc_s0_state"
-    doc["code_key"] = f"{pipe.meta}.subc_s0_code"
-    doc["pipeline"] = [
-        {
-            "table": f"{CONTROL}.{slot_table_name(s.table, 0)}",
-            "on_miss": f"{CONTROL}.{slot_table_name(s.on_miss, 0)}" if s.on_miss else None,
-        }
-        for s in pipe.steps
-    ]
-    doc["tables"] = tables
-    doc["multicast_groups"] = [{"group": ALL_PORTS_GROUP, "ports": list(plan.ports)}] if plan.ports else []
-    doc["messages"] = {
-        "max_messages": plan.max_messages,
-        "overflow_port": plan.overflow_port,
-        "ports": list(plan.ports),
-        "held": [
-            {"code": c, "action": a, "params": dict(p)} for (a, p), c in sorted(plan.held.items(), key=lambda x: x[1])
-        ],
-        "counters": {
-            "SubcIngress.subc_datagrams": list(COUNTERS),
-            "SubcIngress.subc_held": "messages withheld, by code (Tofino: one counter per slot, subc_held_s<i>)",
-        },
-        "sequence_register": "SubcEgress.subc_seq",
-    }
-    if pipe.state is not None:  # every slot's messages update the one set of registers, in order
-        doc["state"] = state_json(pipe, slot_table_name(UPDATE_TABLE, 0), slot_table_name(COUNT_TABLE, 0))
-    return doc
+            if t.role in ("deliver", "egress"):
+                tables.append(replace(tdoc, name=name))
+                continue
+            keys = tuple(Key(slot_key(k.name, i, plan, pipe), k.match_kind, k.width, k.field or None) for k in t.keys)
+            tables.append(replace(tdoc, name=name, keys=keys, slot=i))  # the slots share one entries tuple
+    action, params = message_action(plan, pipe, pipe.default_action)
+    return replace(
+        base,
+        default_action=ActionCall(action, dict(params)),
+        state_key=f"{pipe.meta}.subc_s0_state",
+        code_key=f"{pipe.meta}.subc_s0_code",
+        pipeline=tuple(
+            Step(
+                f"{CONTROL}.{slot_table_name(s.table, 0)}",
+                f"{CONTROL}.{slot_table_name(s.on_miss, 0)}" if s.on_miss else None,
+            )
+            for s in pipe.steps
+        ),
+        tables=tuple(tables),
+        multicast_groups=((ALL_PORTS_GROUP, tuple(plan.ports)),) if plan.ports else (),
+        messages=MessagesDoc(
+            max_messages=plan.max_messages,
+            overflow_port=plan.overflow_port,
+            ports=tuple(plan.ports),
+            held=tuple(Held(c, a, dict(p)) for (a, p), c in sorted(plan.held.items(), key=lambda x: x[1])),
+            counters={
+                "SubcIngress.subc_datagrams": list(COUNTERS),
+                "SubcIngress.subc_held": "messages withheld, by code (Tofino: one counter per slot, subc_held_s<i>)",
+            },
+            sequence_register="SubcEgress.subc_seq",
+        ),
+        # every slot's messages update the one set of registers, in order
+        state=state_doc(pipe, slot_table_name(UPDATE_TABLE, 0), slot_table_name(COUNT_TABLE, 0))
+        if pipe.state is not None
+        else None,
+    )
 
 
-def state_json(pipe: Pipeline, update_table: str = UPDATE_TABLE, count_table: str = COUNT_TABLE) -> dict:
+def state_doc(pipe: Pipeline, update_table: str = UPDATE_TABLE, count_table: str = COUNT_TABLE) -> StateDoc:
     """The ``state`` section of ``entries.json``: what a target keeps and computes for comparisons
     on state (:mod:`subc.ir.aggregates`), for a simulator or a control plane to read.
 
@@ -173,34 +171,26 @@ def state_json(pipe: Pipeline, update_table: str = UPDATE_TABLE, count_table: st
     j, goes to ``count_key``) and ``count_updates`` (``index``, ``instance``, ``field``: added,
     or null to add 1)."""
     st = pipe.state
-    return {
-        "update_table": f"{CONTROL}.{update_table}",
-        "mask_key": f"{pipe.meta}.{UPDATE_ATOM}",
-        "time": {"field": st.time_field.name if st.time_field else None, "unit_ns": st.time_unit_ns},
-        "instances": [i.as_json() for i in st.instances],
-        "values": [
-            {
-                "key": field_key_name(v.field.name, pipe.hdr, pipe.meta),
-                "field": v.field.name,
-                "instance": v.instance,
-                "threshold": v.threshold,
-                "width": v.field.width,
-            }
+    assert st is not None, "a pipeline without comparisons on state has no state section"
+    counts = bool(st.count_updates)
+    return StateDoc(
+        update_table=f"{CONTROL}.{update_table}",
+        mask_key=f"{pipe.meta}.{UPDATE_ATOM}",
+        time_field=st.time_field.name if st.time_field else None,
+        unit_ns=st.time_unit_ns,
+        instances=tuple(InstanceDoc.from_json(i.as_json()) for i in st.instances),
+        values=tuple(
+            StateValue(
+                field_key_name(v.field.name, pipe.hdr, pipe.meta), v.field.name, v.instance, v.threshold, v.field.width
+            )
             for v in st.values
-        ],
-        **(
-            {
-                "count_table": f"{CONTROL}.{count_table}",
-                "count_key": f"{pipe.meta}.{COUNT_ATOM}",
-                "count_updates": [
-                    {"index": u.index, "instance": u.instance, "field": u.field.name if u.field else None}
-                    for u in st.count_updates
-                ],
-            }
-            if st.count_updates
-            else {}
         ),
-    }
+        count_table=f"{CONTROL}.{count_table}" if counts else None,
+        count_key=f"{pipe.meta}.{COUNT_ATOM}" if counts else None,
+        count_updates=tuple(
+            CountUpdate(u.index, u.instance, u.field.name if u.field else None) for u in st.count_updates
+        ),
+    )
 
 
 def slot_key(name: str, i: int, plan, pipe: Pipeline) -> str:
@@ -212,10 +202,6 @@ def slot_key(name: str, i: int, plan, pipe: Pipeline) -> str:
     if name == f"{pipe.meta}.subc_code":
         return f"{pipe.meta}.subc_s{i}_code"
     return rename_instances(name, pipe.hdr, [inst for inst, _ in plan.slot], f"subc_s{i}")
-
-
-def _action_json(action) -> tuple:
-    return action[0], dict(action[1])
 
 
 def _message_tables(pipe: Pipeline, plan) -> list[Table]:

@@ -277,11 +277,11 @@ def p4info(cp: ControlPlane):
                 r.annotations.append("@defaultonly")
                 r.scope = pi.ActionRef.DEFAULT_ONLY
         m.size = t.size
-    for a in cp.actions:
+    for act in cp.actions:
         m = msg.actions.add()
-        m.preamble.id, m.preamble.name, m.preamble.alias = ids[("action", a.name)], a.name, alias[a.name]
-        m.preamble.annotations.extend(a.annotations)
-        for j, (name, width) in enumerate(a.params, 1):
+        m.preamble.id, m.preamble.name, m.preamble.alias = ids[("action", act.name)], act.name, alias[act.name]
+        m.preamble.annotations.extend(act.annotations)
+        for j, (name, width) in enumerate(act.params, 1):
             p = m.params.add()
             p.id, p.name, p.bitwidth = j, name, width
     for e in cp.externs:

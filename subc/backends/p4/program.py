@@ -63,7 +63,7 @@ def program_context(res: CompileResult, rules_path: str, tna: bool) -> dict:
     spec, pipe = res.spec, res.pipeline
     check_pipeline(pipe)
     parser = spec.parser
-    ctx = {
+    ctx: dict[str, object] = {
         "version": __version__,
         "tna": tna,
         "rules_path": comment_text(rules_path),
@@ -89,6 +89,7 @@ def program_context(res: CompileResult, rules_path: str, tna: bool) -> dict:
         identifier(name, "parser parameter")
     for a in spec.actions.values():
         identifier(a.name, "spec action")
+    meta_members: list[str] = []
     if parser is not None:
         rename = (lambda n: "subc_spec_start" if n == "start" else n) if tna else (lambda n: n)
         for s in parser.states:
@@ -105,10 +106,12 @@ def program_context(res: CompileResult, rules_path: str, tna: bool) -> dict:
             for s in parser.states
         ]
         ctx["decls"] = [text for kind, name, text in spec.decls if not (kind == "struct" and name == parser.meta_type)]
-        ctx["meta_members"] = [raw for _, _, raw in spec.structs.get(parser.meta_type or "", [])]
-    ctx["agg"] = _state_context(res, ctx, tna)
-    if ctx["agg"] is not None:
-        ctx["meta_members"] = ctx.get("meta_members", []) + ctx["agg"]["meta_members"]
+        meta_members = [raw for _, _, raw in spec.structs.get(parser.meta_type or "", [])]
+        ctx["meta_members"] = meta_members
+    agg = _state_context(res, ctx, tna)
+    ctx["agg"] = agg
+    if agg is not None:
+        ctx["meta_members"] = meta_members + agg["meta_members"]
     return ctx
 
 
@@ -122,14 +125,13 @@ def _state_context(res: CompileResult, ctx: dict, tna: bool, plan: SlotPlan | No
     else:
         key_of = lambda b, name: slot_key(f"{pipe.hdr}.{name}", b, plan, pipe)  # noqa: E731
     if tna:  # one message per packet touches the registers (target_files checks)
-        return {
-            **tna_state(pipe, lambda name: key_of(0, name), "ig_intr_md.ingress_mac_tstamp"),
-            "table": UPDATE_TABLE,
-            "count_table": None,
-        }
+        agg = tna_state(pipe, lambda name: key_of(0, name), "ig_intr_md.ingress_mac_tstamp")
+        assert agg is not None  # None only when the pipeline has no state plan
+        return {**agg, "table": UPDATE_TABLE, "count_table": None}
     agg = v1model_state(
         pipe, key_of, f"{ctx['std_meta']}.ingress_global_timestamp", plan.max_messages if plan is not None else 1
     )
+    assert agg is not None  # None only when the pipeline has no state plan
     return {**agg, "table": UPDATE_TABLE, "count_table": COUNT_TABLE}
 
 
@@ -146,7 +148,8 @@ def _bound(action: str, i: int, meta: str) -> str | None:
 def _slot_call(action: tuple[str, tuple], i: int, meta: str) -> str:
     check_action(action, "default")
     name, params = action
-    args = ([_bound(name, i, meta)] if _bound(name, i, meta) else []) + [str(v) for _, v in params]
+    bound = _bound(name, i, meta)
+    args = ([bound] if bound else []) + [str(v) for _, v in params]
     return f"{name}({', '.join(args)})"
 
 

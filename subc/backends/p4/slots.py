@@ -212,7 +212,7 @@ def slot_plan(
     d = pipe.default_action
     held.setdefault((d[0], tuple(d[1])), len(held) + 1)
     net = fr.net
-    f = dict(net)
+    f: dict[str, object] = dict(net)
     f.update(
         {
             "count": cnt,
@@ -281,12 +281,20 @@ class _Framing:
     net: dict[str, str]
 
 
+def _header_bits(g: ParseGraph, inst: str) -> int:
+    """The size in bits of header instance ``inst``; _NotSlottable when it has a variable size."""
+    bits = g.header_bits[inst]
+    if bits is None:
+        raise _NotSlottable(f"header instance '{inst}' has a variable size")
+    return bits
+
+
 def _framing(g: ParseGraph, feed, hdr: str) -> _Framing:
     starts, bit = {}, 0
-    for inst in feed.framing:
+    for inst in feed.framing:  # (each of a fixed size: the feed is MoldUDP64-framed)
         starts[inst] = bit
-        bit += g.header_bits[inst]
-    mold = [i for i in feed.framing if starts[i] + g.header_bits[i] <= MOLD_BOUNDARIES[2]]
+        bit += _header_bits(g, inst)
+    mold = [i for i in feed.framing if starts[i] + _header_bits(g, i) <= MOLD_BOUNDARIES[2]]
     block = [i for i in feed.framing if starts[i] >= MOLD_BOUNDARIES[2]]
     if len(mold) + len(block) != len(feed.framing) or bit != MOLD_BOUNDARIES[3]:
         raise _NotSlottable("a framing header straddles the MoldUDP64 header and the block length")
@@ -464,7 +472,7 @@ def _slot_states(
         gs = g.state(n)
         exts = gs.extracts if extracts is None else extracts
         stmts = [f"{spec.parser.packet}.extract({hdr}.{pre}.{x});" for x in exts]
-        bits += sum(g.header_bits[x] for x in exts)
+        bits += sum(_header_bits(g, x) for x in exts)
         most = max(most, bits)
         st = SlotState(sname, stmts, None, [])
         states.append(st)

@@ -23,6 +23,8 @@ multiplication", PLDI 1994, theorem 4.2), or a shift when ``W`` is a power of tw
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from ...ir.aggregates import StatePlan
 from .tables import Pipeline, field_key_name
 from ..safety import identifier, number
@@ -59,11 +61,12 @@ def _now(plan: StatePlan, key_of, arrival_us: str) -> str:
     return t if plan.time_unit_ns == 1 else f"({t} * 64w{number(plan.time_unit_ns, 'time unit')})"
 
 
-def _outs(pipe: Pipeline, meta: str, instance: int) -> list[dict]:
-    """The state values of aggregate instance ``instance``: the metadata (``key``) the stages
-    match, its ``width`` in bits and its ``avg`` ``threshold`` (None for the other kinds)."""
-    out = []
-    for v in pipe.state.values:
+def _outs(pipe: Pipeline, plan: StatePlan, meta: str, instance: int) -> list[dict[str, object]]:
+    """The state values of aggregate instance ``instance`` of ``plan`` (``pipe``'s): the metadata
+    (``key``) the stages match, its ``width`` in bits and its ``avg`` ``threshold`` (None for the
+    other kinds)."""
+    out: list[dict[str, object]] = []
+    for v in plan.values:
         if v.instance == instance:
             identifier(v.field.name.split(".", 1)[1], "state value")
             out.append(
@@ -99,6 +102,17 @@ def registers(plan: StatePlan) -> list[tuple[str, int]]:
     return out
 
 
+class _V1Instance(TypedDict):
+    """An aggregate instance in the v1model ``agg`` context (each block adds its ``load``)."""
+
+    index: int
+    kind: str
+    window_ns: int
+    wid: str
+    field: str | None
+    outs: list[dict[str, object]]
+
+
 def v1model_state(pipe: Pipeline, key_of, arrival_us: str, n_blocks: int = 1) -> dict | None:
     """The ``agg`` template context of ``pipe``'s comparisons on state for v1model, or None when
     the rules compare no state.
@@ -115,9 +129,10 @@ def v1model_state(pipe: Pipeline, key_of, arrival_us: str, n_blocks: int = 1) ->
     meta = identifier(pipe.meta, "metadata name")
     windows = sorted({i.window_ns for i in plan.instances})
     wid_var = {w: f"{meta}.subc_wid{j}" for j, w in enumerate(windows)}
-    excess_slot, instances = 0, []
+    excess_slot = 0
+    instances: list[_V1Instance] = []
     for inst in plan.instances:
-        outs = _outs(pipe, meta, inst.index)
+        outs = _outs(pipe, plan, meta, inst.index)
         for o in outs:  # avg: its excess register cell, one per threshold
             o["excess"] = None
             if inst.kind == "avg":
@@ -260,6 +275,19 @@ def tofino_resources(plan: StatePlan) -> dict:
     return {"stateful_alus": sum(levels), "per_level": levels, "stages": stages, "salus_per_stage": SALUS_PER_STAGE}
 
 
+class _TnaInstance(TypedDict):
+    """An aggregate instance in the TNA ``agg`` context."""
+
+    index: int
+    kind: str
+    window_ns: int
+    wid: str
+    load: str
+    p: str
+    outs: list[dict[str, object]]
+    excess: list[tuple[int, int]]
+
+
 def tna_state(pipe: Pipeline, key_of, arrival_ns: str) -> dict | None:
     """The ``agg`` template context of ``pipe``'s comparisons on state for TNA, or None when the
     rules compare no state.  ``key_of(query field name)`` gives a header field's P4 expression,
@@ -280,9 +308,9 @@ def tna_state(pipe: Pipeline, key_of, arrival_ns: str) -> dict | None:
     for j, w in enumerate(windows):
         shift = (w // unit).bit_length() - 1 if w else None
         wid[w] = (f"{meta}.subc_wid{j}", "32w0" if w == 0 else f"(bit<32>) ({time} >> {shift})")
-    instances = []
+    instances: list[_TnaInstance] = []
     for inst in plan.instances:
-        outs = _outs(pipe, meta, inst.index)
+        outs = _outs(pipe, plan, meta, inst.index)
         k = number(inst.index, "instance")
         load = f"(bit<32>) {identifier(key_of(inst.field.name), 'field', dotted=True)}" if inst.field else "32w0"
         instances.append(

@@ -222,11 +222,14 @@ def p4_leaf_actions(ir: SubscriptionIR, spec: Spec) -> tuple[dict[int, tuple[str
             out[leaf.state] = ("subc_fwd", (("port", d.ports[0]),))
         elif d.ports:
             out[leaf.state] = ("subc_mcast", (("group", groups[d.ports]),))
-        elif d.action[0] == "drop":
-            out[leaf.state] = ("subc_drop", ())
         else:
-            params = tuple((p, v) for (p, _), v in zip(spec.actions[d.action[0]].params, d.action[1:]))
-            out[leaf.state] = (d.action[0], params)
+            action = d.action
+            assert action is not None  # a decision that forwards nowhere has its action
+            if action[0] == "drop":
+                out[leaf.state] = ("subc_drop", ())
+            else:
+                params = tuple((p, v) for (p, _), v in zip(spec.actions[action[0]].params, action[1:]))
+                out[leaf.state] = (action[0], params)
     return out, {gid: ports for ports, gid in groups.items()}
 
 
@@ -311,6 +314,7 @@ def build_pipeline(
         _apply_leaf_actions([t for t in tables if t.field == last and t.role != "code"], leaf_actions, default_action)
     else:  # no field to match (no rules: the root state alone decides), or counters to update
         if counting:
+            assert ir.state is not None  # counting: the rules update named counters of the state plan
             tables.append(count_table(ir.state, state_key))
             steps.append(Step(COUNT_TABLE))
         leaf_entries = [Entry((s,), a, p) for s, (a, p) in sorted(leaf_actions.items())]
@@ -367,7 +371,8 @@ def _stage_tables(stage, k: _StageKeys, target: str, range_form: str) -> _StageT
     if q.match_kind == "range":
         return _range_stage(stage, k, target, range_form)
     if q.match_kind == "exact":
-        entries, misses = [], []
+        entries: list[Entry] = []
+        misses: list[Entry] = []
         for st in stage.states:
             es, miss = FieldStage.exact_form(st)
             entries.extend(_state_entry(st.state, v, t) for v, t in es)
@@ -404,7 +409,8 @@ def _range_stage(stage, k: _StageKeys, target: str, range_form: str) -> _StageTa
         direct.extend(_state_entry(st.state, (lo, hi), t, SPECIFIC_PRIORITY) for lo, hi, t in runs)
         if fb:
             direct.append(_state_entry(st.state, (0, st.runs[-1][1]), fb, FALLBACK_PRIORITY))
-    direct_tcam = sum(prefix_cover_count(*e.match[1], q.width) for e in direct)
+    # a direct entry's match is (state, (lo, hi))
+    direct_tcam = sum(prefix_cover_count(e.match[1][0], e.match[1][1], q.width) for e in direct)
     use_code = False
     if stage.states and (target == Target.TOFINO or range_form == "code"):
         runs, per_state, ncodes = _code_form(stage)
@@ -436,7 +442,8 @@ def _range_stage(stage, k: _StageKeys, target: str, range_form: str) -> _StageTa
         code_tcam,
     )
     ckey = Key(f"{k.meta}.subc_code", "exact", 0)  # width fixed by build_pipeline
-    code_state_entries, miss_entries = [], []
+    code_state_entries: list[Entry] = []
+    miss_entries: list[Entry] = []
     for st in stage.states:
         targets = per_state[st.state]
         fb = fallback_target(Counter(targets.values()))

@@ -19,7 +19,18 @@ from pathlib import Path
 from ...backends.ebpf import map_names as MN
 from ...backends.ebpf import layout as L
 from ...errors import SubcError
-from .bpf import TAIL_CALLS, Map, Program, link_prog_id, link_xdp_ifindex, obj_get, obj_id, pin_fd, xdp_link_create
+from .bpf import (
+    TAIL_CALLS,
+    Map,
+    Program,
+    link_prog_id,
+    link_xdp_ifindex,
+    obj_get,
+    obj_id,
+    pin_fd,
+    single,
+    xdp_link_create,
+)
 from .broker_home import BrokerHome
 
 XDP_FLAGS = {"auto": 0, "generic": 2, "native": 4}
@@ -197,7 +208,7 @@ def clear_dead(bpffs: Path, run: Path) -> list[str]:
     """Remove the pins and state of every broker on ``bpffs`` whose XDP link lost its device
     (its interface, or its whole network namespace, is gone: nothing of it can run again).
     Returns ``netns key/iface`` of each one removed."""
-    out = []
+    out: list[str] = []
     root = bpffs / "subc"
     if not root.is_dir():
         return out
@@ -250,7 +261,7 @@ def check_data_path(
             else:
                 os.close(fd)
         for (fn_name, _, array, index), fn in zip(TAIL_CALLS, program.tails):
-            got = pinned[array].lookup(L.U32.pack(v=index)) if array in pinned else None
+            got = single(pinned[array].lookup(L.U32.pack(v=index))) if array in pinned else None
             if got is None or L.U32.unpack(got)["v"] != obj_id(fn.fd):
                 missing.append(f"tail call {array}[{index}] -> {fn_name}")
         try:
@@ -271,7 +282,7 @@ def check_data_path(
             for index in fan_indexes:
                 if pinned[MN.FAN].lookup(L.U32.pack(v=index)) is None:
                     missing.append(f"fan-out device map subc_fan[{index}]")
-            cfg = pinned[MN.FAN_CFG].lookup(L.U32.pack(v=0))
+            cfg = single(pinned[MN.FAN_CFG].lookup(L.U32.pack(v=0)))
             if cfg is None or not L.FAN_CFG.unpack(cfg)["n_eps"]:
                 missing.append("fan-out configuration subc_fan_cfg")
     finally:

@@ -21,6 +21,10 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bcc import BPF  # no type information: Any
 
 from ...backends.ebpf import map_names as MN
 from ...errors import SubcError
@@ -99,11 +103,11 @@ class Program:
     (``tails``: the programs of :data:`TAIL_CALLS`, in order) and the fan-out's devmap program
     (``egress``: ``subc_egress``, or None when not loaded)."""
 
-    bpf: object
-    xdp: object
-    tc: object
-    tails: list = field(default_factory=list)
-    egress: object = None
+    bpf: BPF
+    xdp: BPF.Function
+    tc: BPF.Function
+    tails: list[BPF.Function] = field(default_factory=list)
+    egress: BPF.Function | None = None
 
     def map_fd(self, name: str) -> int:
         return self.bpf[name.encode()].map_fd
@@ -142,6 +146,7 @@ def compile_and_load(
     require_root("loading BPF programs")
     bcc = import_bcc()
     check_kernel_headers()
+    err: Exception | None
     with _StderrCapture() as cap:
         try:
             b = bcc.BPF(text=bcc_dialect(src).encode(), cflags=cflags)
@@ -231,9 +236,10 @@ class Map:
         if self.percpu:
             values = [(v + bytes(self.slot - len(v))) * self.ncpu for v in values]
         kb, vb = b"".join(keys), b"".join(values)
-        k, v = ct.create_string_buffer(kb, len(kb)), ct.create_string_buffer(vb, len(vb))
+        kbuf, vbuf = ct.create_string_buffer(kb, len(kb)), ct.create_string_buffer(vb, len(vb))
         cnt = ct.c_uint32(len(keys))
-        if self.lib.bpf_update_batch(self.fd, ct.cast(k, ct.c_void_p), ct.cast(v, ct.c_void_p), ct.byref(cnt)) >= 0:
+        kp, vp = ct.cast(kbuf, ct.c_void_p), ct.cast(vbuf, ct.c_void_p)
+        if self.lib.bpf_update_batch(self.fd, kp, vp, ct.byref(cnt)) >= 0:
             return
         e = ct.get_errno()
         if e in (errno.EINVAL, errno.EOPNOTSUPP, ENOTSUPP) and cnt.value == 0:  # no batch operations here
@@ -281,8 +287,8 @@ class Map:
 
     def keys(self) -> list[bytes]:
         """All keys (a snapshot; hash and trie maps)."""
-        out = []
-        cur = None
+        out: list[bytes] = []
+        cur: bytes | None = None
         nxt = ct.create_string_buffer(self.key_size)
         while True:
             if cur is None:
@@ -297,6 +303,26 @@ class Map:
 
     def pin(self, path: Path) -> None:
         pin_fd(self.fd, path)
+
+
+def single(value: bytes | list[bytes] | None) -> bytes | None:
+    """``value``, a :meth:`Map.lookup` result of a map that is not per-CPU: its one value, or None."""
+    assert not isinstance(value, list), "a per-CPU map's values"
+    return value
+
+
+def present(value: bytes | list[bytes] | None) -> bytes:
+    """``value``, a :meth:`Map.lookup` result of a map that is not per-CPU for a key it holds (an
+    array map's index below its size): its one value."""
+    assert value is not None and not isinstance(value, list), "a missing key, or a per-CPU map's values"
+    return value
+
+
+def per_cpu(value: bytes | list[bytes] | None) -> list[bytes]:
+    """``value``, a :meth:`Map.lookup` result of a per-CPU map: one value per CPU (none when the
+    key is missing)."""
+    assert not isinstance(value, bytes), "the value of a map that is not per-CPU"
+    return value or []
 
 
 def obj_get(path: Path) -> int:

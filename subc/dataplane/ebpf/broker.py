@@ -18,6 +18,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ...backends.ebpf import map_names as MN
 from ...backends.ebpf import layout as L
@@ -26,7 +27,7 @@ from ...backends.ebpf.target import MAX_SEARCH_STEPS, steps_needed
 from ...backends.ebpf.source import program_source, read_program
 from ...errors import SubcError
 from . import attach, install
-from .bpf import Map, Program, compile_and_load, obj_get, possible_cpus, prog_info, require_root
+from .bpf import Map, Program, compile_and_load, obj_get, per_cpu, possible_cpus, present, prog_info, require_root
 from .broker_home import BrokerHome, broker_home, home_lock, stale_reason
 from .fanout import (
     DEFAULT_RATIO,
@@ -274,6 +275,7 @@ def load(
                 if xdp_attach_mode(iface) != XDP_ATTACHED_DRV:
                     fan["reason"] = "XDP is not attached in driver mode (devmap programs need it)"
                 else:
+                    assert lf.program.egress is not None  # loaded with egress= (subscribers and fanout)
                     fan = install_fanout(lf.maps, lf.program.egress.fd, subs, fan_ratio)
                     fan_indexes = sorted(fan_plan(subs)) if fan["enabled"] else []
             attach.check_data_path(lf.program, lf.maps, home, ifindex, fan_indexes)
@@ -462,16 +464,16 @@ def stats(iface: str) -> dict:
     try:
         glob = {}
         for i, name in enumerate(L.STATS):
-            vals = maps[MN.STATS].lookup(L.U32.pack(v=i)) or []
+            vals = per_cpu(maps[MN.STATS].lookup(L.U32.pack(v=i)))
             glob[name] = sum(int.from_bytes(v[:8], "little") for v in vals)
-        subs = {}
+        subs: dict[str, dict[str, Any]] = {}
         sub_map, seq = maps[MN.SUB_CNT], maps[MN.SEQ]
         for sid in range(L.RECIPIENTS):
-            vals = [L.SUB_COUNTER.unpack(v) for v in sub_map.lookup(L.U32.pack(v=sid)) or []]
-            c = {k: sum(v[k] for v in vals) for k in ("datagrams", "messages", "bytes")}
+            counters = [L.SUB_COUNTER.unpack(v) for v in per_cpu(sub_map.lookup(L.U32.pack(v=sid)))]
+            c = {k: sum(v[k] for v in counters) for k in ("datagrams", "messages", "bytes")}
             if c["datagrams"]:
                 name = "local" if sid == L.LOCAL else state["subscriber_names"].get(str(sid))
-                nxt = L.U64.unpack(seq.lookup(L.U32.pack(v=sid)))["v"]
+                nxt = L.U64.unpack(present(seq.lookup(L.U32.pack(v=sid))))["v"]
                 subs["local" if sid == L.LOCAL else str(sid)] = {**c, "next_seq": nxt, "name": name}
         gen = state["generation"]
         doc = MapsDoc.read(home.state_dir / "maps.json")
@@ -516,8 +518,8 @@ def stats(iface: str) -> dict:
             per_ep: dict[str, int] = {}
             for s in live:
                 per_ep[f"{s.ip}:{s.port}"] = per_ep.get(f"{s.ip}:{s.port}", 0) + 1
-            for sid, c in subs.items():
-                c["name"] = names.get(int(sid)) if sid.isdigit() else c["name"]
+            for key, c in subs.items():
+                c["name"] = names.get(int(key)) if key.isdigit() else c["name"]
                 c["subscriptions"] = per_ep.get(c["name"] or "", 0)
     if fan_sets is not None:
         out["fan_sets"] = fan_sets
@@ -552,8 +554,10 @@ def fanout_sets(iface: str, interval_s: float = 0.005, once: bool = False, stop=
         lock.close()
         raise
     try:
-        cfg = L.FAN_CFG.unpack(maps[MN.FAN_CFG].lookup(L.U32.pack(v=0)))
-        ifindexes = [L.ENDPOINT.unpack(maps[MN.EPS].lookup(L.U32.pack(v=e)))["ifindex"] for e in range(cfg["n_eps"])]
+        cfg = L.FAN_CFG.unpack(present(maps[MN.FAN_CFG].lookup(L.U32.pack(v=0))))
+        ifindexes = [
+            L.ENDPOINT.unpack(present(maps[MN.EPS].lookup(L.U32.pack(v=e))))["ifindex"] for e in range(cfg["n_eps"])
+        ]
         cache = SetCache(installed_sets(maps), idle_s=idle_s)  # read once: this loop is the only writer
         passes = total = evicted = 0
         while True:

@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from ...backends.ebpf import map_names as MN
 from ...backends.ebpf import layout as L
 from ...errors import SubcError
-from .bpf import Map, import_bcc
+from .bpf import Map, import_bcc, per_cpu, single
 from .subscribers import Subscribers
 
 BPF_MAP_TYPE_DEVMAP = 14
@@ -183,7 +183,7 @@ def install_set(maps: dict[str, Map], egress_fd: int, ifindexes: list[int], key:
 def installed_sets(maps: dict[str, Map]) -> dict[int, int]:
     """The FAN_SET maps in place: ``subc_fan`` index -> recipient set (read from ``subc_fan_sets``)."""
     return {
-        L.U32.unpack(maps[MN.FAN_SETS].lookup(k) or bytes(4))["v"]: L.U64.unpack(k)["v"]
+        L.U32.unpack(single(maps[MN.FAN_SETS].lookup(k)) or bytes(4))["v"]: L.U64.unpack(k)["v"]
         for k in maps[MN.FAN_SETS].keys()
     }
 
@@ -206,8 +206,8 @@ def read_set_hits(maps: dict[str, Map], indexes) -> dict[int, int]:
     CPUs, from ``subc_fan_hits``)."""
     out = {}
     for index in indexes:
-        v = maps[MN.FAN_HITS].lookup(L.U32.pack(v=index - SET_BASE))
-        out[index] = sum(L.U64.unpack(c)["v"] for c in v or [])  # a per-CPU map: one value per CPU
+        v = per_cpu(maps[MN.FAN_HITS].lookup(L.U32.pack(v=index - SET_BASE)))
+        out[index] = sum(L.U64.unpack(c)["v"] for c in v)  # a per-CPU map: one value per CPU
     return out
 
 
@@ -247,7 +247,7 @@ def install_missing_sets(maps: dict[str, Map], egress_fd: int, ifindexes: list[i
     used = cache.used
     missed = []
     for k in maps[MN.FAN_MISS].keys():
-        v = maps[MN.FAN_MISS].lookup(k)
+        v = single(maps[MN.FAN_MISS].lookup(k))
         missed.append((L.U64.unpack(v)["v"] if v else 0, L.U64.unpack(k)["v"], k))
     if not missed:
         return {"installed": 0, "evicted": 0, "full": 0, "sets": len(used)}

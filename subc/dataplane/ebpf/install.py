@@ -35,7 +35,7 @@ from ...backends.ebpf import map_names as MN
 from ...backends.ebpf import layout as L
 from ...backends.ebpf.maps_doc import ENTRY_ROLES, MapDoc, MapsDoc
 from ...errors import SubcError
-from .bpf import Map
+from .bpf import Map, per_cpu
 from .fanout import endpoint_groups
 from .subscribers import Endpoint, Subscribers
 
@@ -342,6 +342,6 @@ def leaf_counters(maps: dict[str, Map], doc: MapsDoc, gen: int, caps: dict[str, 
     over CPUs."""
     m, out = maps[MN.LEAF_CNT], {}
     for e in doc.leaves:
-        vals = [L.COUNTER.unpack(v) for v in m.lookup(_slot_key(e.state, gen, caps[MN.LEAF])) or []]
+        vals = [L.COUNTER.unpack(v) for v in per_cpu(m.lookup(_slot_key(e.state, gen, caps[MN.LEAF])))]
         out[e.state] = {"messages": sum(v["messages"] for v in vals), "bytes": sum(v["bytes"] for v in vals)}
     return out

@@ -333,9 +333,10 @@ def _check_veth_peer(ipr, link: _Link, feed_iface: str | None, feed_mtu: int | N
 XDP_ATTACHED_DRV, XDP_ATTACHED_SKB, XDP_ATTACHED_HW, XDP_ATTACHED_MULTI = 1, 2, 3, 4
 
 
-def xdp_attach_mode(iface: str) -> int:
+def xdp_attach_mode(iface: str) -> int | str:
     """How XDP is attached to ``iface`` (in this network namespace): an ``XDP_ATTACHED_*`` value,
-    0 when nothing is attached.  Raises SubcError when the interface does not exist."""
+    0 when nothing is attached (a name pyroute2 decodes that is not known here: that name).
+    Raises SubcError when the interface does not exist."""
     from pyroute2 import IPRoute
 
     with IPRoute() as ipr:

@@ -37,7 +37,7 @@ from ...ir.incremental import Node, exact_miss, is_dead
 from ...backends.ebpf import layout as L
 from ...backends.ebpf.maps_doc import StageDoc
 from ...errors import SubcError
-from .bpf import Map
+from .bpf import Map, present, single
 from .install import subscriber_words
 
 
@@ -241,7 +241,7 @@ class LiveMaps:
         by no packet) are deleted now, and their slots are rewritten whole when next used.
         The caller reserves the returned states in its diagram."""
         self.flush()
-        live = L.U32.unpack(self.maps[MN.ROOT].lookup(L.U32.pack(v=0)))["v"]
+        live = L.U32.unpack(present(self.maps[MN.ROOT].lookup(L.U32.pack(v=0))))["v"]
         inh = Inherited(live)
         for lv in range(self.n + 1):
             inh.states[lv] = set()
@@ -252,7 +252,7 @@ class LiveMaps:
                 for s in range(1 if lv else live, (self.caps[st.maps[0]] if lv else live + 1)):
                     if s == 0:
                         continue
-                    raw = info.lookup(L.U32.pack(v=s))
+                    raw = single(info.lookup(L.U32.pack(v=s)))
                     if raw is None:
                         continue
                     v = L.INFO.unpack(raw)
@@ -276,7 +276,7 @@ class LiveMaps:
                     kept.append(key)
                     inh.states[lv].add(s)
         for s in range(1, self.caps[MN.LEAF]):
-            raw = self.maps[MN.LEAF].lookup(L.U32.pack(v=s))
+            raw = single(self.maps[MN.LEAF].lookup(L.U32.pack(v=s)))
             if raw is not None and L.LEAF.unpack(raw)["nsubs"]:
                 inh.states[self.n].add(s)
         inh.states[0].discard(0)

@@ -58,7 +58,8 @@ class Subscribers:
 
     def endpoint_indexes(self, subscriber: int) -> list[int]:
         """Indexes (into :attr:`endpoints`) of ``subscriber``'s endpoints."""
-        out, i = [], 0
+        out: list[int] = []
+        i = 0
         for sid, eps in self.by_id.items():
             if sid == subscriber:
                 out.extend(range(i, i + len(eps)))

@@ -23,8 +23,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...backends.p4.entries_doc import EntriesDoc, Entry
 from ...errors import SubcError
-from .plan import UpdatePlan, compare, plan_update, with_spare_root
+from .diagram import compare
+from .plan import UpdatePlan, plan_update, with_spare_root
 from .readback import switch_document
 from .requests import P4InfoIndex, generation_entities, insert_updates, multicast_entry, read_p4info, table_entry
 from .session import Session
@@ -32,19 +34,23 @@ from .session import Session
 GRACE = 0.05  # seconds between the root switch and the deletions
 
 
-def read_output(out_dir: str) -> tuple[dict, object]:
-    """(entries.json, P4Info message) of a ``subc compile --target bmv2|tofino`` directory."""
+def read_output(out_dir: str) -> tuple[EntriesDoc, object]:
+    """(entries.json, P4Info message) of a ``subc compile --target bmv2|tofino`` directory.
+    SubcError when either is missing or the document is not one this subc reads."""
     d = Path(out_dir)
     try:
-        doc = json.loads((d / "entries.json").read_text())
+        raw = json.loads((d / "entries.json").read_text())
         info = read_p4info((d / "p4info.txtpb").read_text())
     except FileNotFoundError as e:
         raise SubcError(
             f"{out_dir}: no {Path(e.filename).name}: compile a whole program with --target bmv2 or tofino"
         ) from None
-    if "root" not in doc:
+    if isinstance(raw, dict) and "root" not in raw:
         raise SubcError(f"{out_dir}/entries.json has no root table: recompile it with this subc")
-    return doc, info
+    try:
+        return EntriesDoc.from_json(raw), info
+    except ValueError as e:
+        raise SubcError(f"{out_dir}/entries.json: {e}") from None
 
 
 def program_differences(switch_info, compiled_info) -> list[str]:
@@ -91,12 +97,12 @@ def same_program(s: Session, info, out_dir: str) -> None:
         )
 
 
-def root_update(index: P4InfoIndex, doc: dict, root: int):
+def root_update(index: P4InfoIndex, doc: EntriesDoc, root: int):
     """The MODIFY of the root table's default action that makes ``root`` the root state."""
     from p4.v1 import p4runtime_pb2 as pr
 
-    r = doc["root"]
-    te = table_entry(index, r["table"], {"match": [], "action": r["action"], "params": {r["param"]: root}})
+    r = doc.root
+    te = table_entry(index, r.table, Entry((), None, r.action, {r.param: root}))
     te.is_default_action = True
     return pr.Update(type=pr.Update.MODIFY, entity=pr.Entity(table_entry=te))
 
@@ -131,7 +137,7 @@ def load(
     cfg = (str(Path(out_dir) / "p4info.txtpb"), config) if config else None
     with Session(addr, device_id, election_id, cfg) as s:
         same_program(s, info, out_dir)
-        ours = {t["name"] for t in doc["tables"]}
+        ours = {t.name for t in doc.tables}
         held = sum(1 for te in s.table_entries() if s.index.table_names.get(te.table_id) in ours)
         if held:
             raise SubcError(
@@ -140,35 +146,35 @@ def load(
             )
         ents = generation_entities(_spared(s, doc), s.index)
         ups = insert_updates(ents)
-        n_groups = len(doc.get("multicast_groups", []))
+        n_groups = len(doc.multicast_groups)
         w = Written()
         _phase(w, s, "groups", ups[:n_groups])
         _phase(w, s, "entries", ups[n_groups:])
-        _phase(w, s, "root", [root_update(s.index, doc, doc["initial_state"])])
+        _phase(w, s, "root", [root_update(s.index, doc, doc.initial_state)])
         return w
 
 
-def _spared(s: Session, doc: dict) -> dict:
+def _spared(s: Session, doc: EntriesDoc) -> EntriesDoc:
     """``doc`` with the spare root's copy (:func:`~.plan.with_spare_root`) when the switch's tables
     have room for it (``--capacity-factor`` 2 and more); else ``doc`` (the first update then
     writes its whole root)."""
     sizes = {t.preamble.name: t.size for t in s.p4info.tables}
     spared = with_spare_root(doc)
-    if all(not sizes.get(t["name"]) or len(t["entries"]) <= sizes[t["name"]] for t in spared["tables"]):
+    if all(not sizes.get(t.name) or len(t.entries) <= sizes[t.name] for t in spared.tables):
         return spared
     return doc
 
 
-def read_switch(s: Session, skeleton: dict) -> dict:
+def read_switch(s: Session, skeleton: EntriesDoc) -> EntriesDoc:
     """The entries.json document of what the switch of ``s`` holds, in the shape of ``skeleton``."""
     return switch_document(
-        skeleton, s.index, s.table_entries(), s.default_entry(skeleton["root"]["table"]), s.multicast_groups()
+        skeleton, s.index, s.table_entries(), s.default_entry(skeleton.root.table), s.multicast_groups()
     )
 
 
-def _check_room(s: Session, old: dict, plan: UpdatePlan) -> None:
+def _check_room(s: Session, old: EntriesDoc, plan: UpdatePlan) -> None:
     sizes = {t.preamble.name: t.size for t in s.p4info.tables}
-    have = {t["name"]: len(t["entries"]) for t in old["tables"]}
+    have = {t.name: len(t.entries) for t in old.tables}
     adds: dict[str, int] = {}
     for t, _ in plan.inserts:
         adds[t] = adds.get(t, 0) + 1
@@ -202,10 +208,8 @@ def update(
             s,
             "groups",
             [
-                pr.Update(
-                    type=ins, entity=pr.Entity(packet_replication_engine_entry=multicast_entry(g["group"], g["ports"]))
-                )
-                for g in plan.group_inserts
+                pr.Update(type=ins, entity=pr.Entity(packet_replication_engine_entry=multicast_entry(g, ports)))
+                for g, ports in plan.group_inserts
             ],
         )
         dele, mod = pr.Update.DELETE, pr.Update.MODIFY

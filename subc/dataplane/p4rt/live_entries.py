@@ -43,6 +43,7 @@ from ...ir.incremental import Node
 from ...errors import SubcError
 from ...ir import lowering
 from ...ir.incremental import exact_miss, is_dead
+from ...backends.p4.entries_doc import ActionCall, EntriesDoc, Entry, Match
 from ...backends.p4.tables import FALLBACK_PRIORITY, SPECIFIC_PRIORITY
 from .requests import multicast_entry, table_entry
 
@@ -69,11 +70,11 @@ class Inherited:
 
     live_slot: int
     states: dict[int, set[int]] = field(default_factory=dict)
-    entries: list[tuple[str, dict]] = field(default_factory=list)
+    entries: list[tuple[str, Entry]] = field(default_factory=list)
 
 
-def _action(a: dict) -> tuple:
-    return a["action"], tuple(sorted(a.get("params", {}).items()))
+def _action(a: ActionCall) -> tuple:
+    return a.action, tuple(sorted(a.params.items()))
 
 
 class LiveEntries:
@@ -82,39 +83,42 @@ class LiveEntries:
     ``session``: a :class:`~.session.Session` on the switch; ``doc``: the program's
     ``entries.json``; ``root_slots``: root versions (``serve.json``)."""
 
-    def __init__(self, session, doc: dict, root_slots: int):
+    def __init__(self, session, doc: EntriesDoc, root_slots: int):
         self.s, self.doc, self.root_slots = session, doc, root_slots
-        self.order = doc["field_order"]
+        self.order = doc.field_order
         self.n = len(self.order)
-        self.mm = doc.get("messages")
-        self.bit = {p: 1 << j for j, p in enumerate(self.mm["ports"])} if self.mm else {}
-        tables = {t["name"]: t for t in doc["tables"]}
-        by_field: dict[str, dict[str, list]] = {}
-        for t in doc["tables"]:
-            if t["role"] in ("stage", "miss"):
-                by_field.setdefault(t["field"], {"stage": [], "miss": []})[t["role"]].append(t["name"])
+        self.mm = doc.messages
+        self.bit = {p: 1 << j for j, p in enumerate(self.mm.ports)} if self.mm else {}
+        tables = {t.name: t for t in doc.tables}
+        by_field: dict[str | None, dict[str, list]] = {}
+        for t in doc.tables:
+            if t.role in ("stage", "miss"):
+                by_field.setdefault(t.field, {"stage": [], "miss": []})[t.role].append(t.name)
         self.levels: list[Level] = []
         for f in self.order:
             names = by_field.get(f)
             if not names or not names["stage"]:
                 raise SubcError(f"the program has no table for {f}: compile it with subc serve-program")
             st = tables[names["stage"][0]]
-            kind = st["keys"][1]["match_kind"]
+            kind = st.keys[1].match_kind
             if kind not in ("range", "exact", "lpm"):
-                raise SubcError(f"{st['name']} matches {f} by {kind}: not a program of subc serve-program")
-            miss_default = _action(tables[names["miss"][0]]["default_action"]) if names["miss"] else None
+                raise SubcError(f"{st.name} matches {f} by {kind}: not a program of subc serve-program")
+            miss_default = _action(tables[names["miss"][0]].default_action) if names["miss"] else None
             self.levels.append(
                 Level(
                     kind,
-                    st["keys"][1]["bitwidth"],
+                    st.keys[1].bitwidth,
                     names["stage"],
                     names["miss"],
-                    _action(st["default_action"]),
+                    _action(st.default_action),
                     miss_default,
                 )
             )
         last = self.levels[-1]
-        self.leaf_default = last.miss_default if last.kind == "exact" else last.stage_default
+        leaf_default = last.miss_default if last.kind == "exact" else last.stage_default
+        if leaf_default is None:
+            raise SubcError(f"the program has no miss table for {self.order[-1]}: compile it with subc serve-program")
+        self.leaf_default: tuple = leaf_default
         self.sizes = {t.preamble.name: t.size for t in session.p4info.tables}
         self.held: Counter = Counter()  # entries per table
         self.slot_entries: dict[int, dict] = {}  # root slot -> {(role, key): action}
@@ -142,7 +146,7 @@ class LiveEntries:
             bitmap = 0
             for p in ports:
                 if p not in self.bit:
-                    raise SubcError(f"port {p} is not a subscriber port of the program ({self.mm['ports']})")
+                    raise SubcError(f"port {p} is not a subscriber port of the program ({list(self.mm.ports)})")
                 bitmap |= self.bit[p]
             return "subc_msg_fwd", (("ports", bitmap),)
         if len(ports) == 1:
@@ -182,7 +186,7 @@ class LiveEntries:
     def entries_of(self, node: Node) -> dict:
         """{(role, key): action} of ``node`` (any state: keys hold no state)."""
         lv, L = node.level, self.levels[node.level]
-        out = {}
+        out: dict[tuple, tuple] = {}
         if L.kind == "range":
             runs, fb = lowering.range_form(node.runs, is_dead)
             for lo, hi, c in runs:
@@ -220,7 +224,7 @@ class LiveEntries:
         for (role, key), a in self.entries_of(node).items():
             self._ops.append(("DELETE", node.level, state, role, key, None, a))
 
-    def write_root(self, slot: int, root: Node, spans) -> None:
+    def write_root(self, slot: int, root: Node, spans: list[tuple[int, int]] | None) -> None:
         """Make root slot ``slot`` hold ``root``'s entries: the difference with what it holds
         (``spans`` unused: the whole root is compared)."""
         old = self.slot_entries.get(slot, {})
@@ -237,19 +241,15 @@ class LiveEntries:
 
     # -- writing ------------------------------------------------------------------------------
 
-    def _entry(self, role: str, state: int, key: tuple, action: tuple) -> dict:
+    def _entry(self, role: str, state: int, key: tuple, action: tuple) -> Entry:
+        match: tuple[Match, ...]
         if role == "miss":
-            match = [{"exact": state}]
+            match = (Match("exact", state),)
         elif key[0] == "exact":
-            match = [{"exact": state}, {"exact": key[1]}]
-        elif key[0] == "range":
-            match = [{"exact": state}, {"range": [key[1], key[2]]}]
-        else:
-            match = [{"exact": state}, {"lpm": [key[1], key[2]]}]
-        e = {"match": match, "action": action[0], "params": dict(action[1])}
-        if key[0] == "range":
-            e["priority"] = key[3]
-        return e
+            match = (Match("exact", state), Match("exact", key[1]))
+        else:  # range (lo, hi) or lpm (value, prefix length)
+            match = (Match("exact", state), Match(key[0], key[1], key[2]))
+        return Entry(match, key[3] if key[0] == "range" else None, action[0], dict(action[1]))
 
     def flush(self) -> None:
         """Write the buffered changes (see the module docstring).  SubcError when a table would
@@ -338,7 +338,7 @@ class LiveEntries:
             self.held[name] += d
         self.free_groups.extend(dead)
 
-    def _updates(self, kind, names: list[str], e: dict) -> list:
+    def _updates(self, kind, names: list[str], e: Entry) -> list:
         """One update of ``kind`` of entry ``e`` per table of ``names`` (DELETEs without action)."""
         from p4.v1 import p4runtime_pb2 as pr
 

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...backends.p4.entries_doc import EntriesDoc
 from ...errors import SubcError
 from .control import read_output, root_update, same_program
 from .live_entries import Inherited, LiveEntries
@@ -34,7 +35,7 @@ class SwitchPlane:
     ``grace_s`` (seconds between a root switch and freeing what only the old root reached)."""
 
     session: Session
-    doc: dict
+    doc: EntriesDoc
     serve: dict
     writer: LiveEntries
     adopted: bool
@@ -46,8 +47,8 @@ class SwitchPlane:
 
     def stage_caps(self) -> list[int]:
         """States per level 1..n of the live diagram (the state field's values but 0)."""
-        top = (1 << self.doc["state_width"]) - 1
-        return [top] * (len(self.doc["field_order"]) - 1) + [LEAF_STATES]
+        top = (1 << self.doc.state_width) - 1
+        return [top] * (len(self.doc.field_order) - 1) + [LEAF_STATES]
 
     def grace(self) -> None:
         """Wait out the packets that may still read an old root (P4Runtime gives no signal)."""
@@ -60,21 +61,21 @@ class SwitchPlane:
         from p4.v1 import p4runtime_pb2 as pr
 
         s, w = self.session, self.writer
-        rt = self.doc["root"]["table"]
+        rt = self.doc.root.table
         _, params = decode_action(s.index, rt, s.default_entry(rt))
-        live = params.get(self.doc["root"]["param"], 0)
+        live = params.get(self.doc.root.param, 0)
         inh = Inherited(live, {lv: set() for lv in range(w.n + 1)})
         level_of = {}
         for lv, L in enumerate(w.levels):
-            for name in L.stage + L.miss:
-                level_of[name] = lv
+            for table in L.stage + L.miss:
+                level_of[table] = lv
         drop = []
         for te in s.table_entries():
             name = s.index.table_names.get(te.table_id)
-            if name not in level_of:
+            if name is None or name not in level_of:
                 continue
             _, e = decode_entry(s.index, te)
-            lv, state = level_of[name], e["match"][0]["exact"]
+            lv, state = level_of[name], e.match[0].a
             if lv == 0 and state != live:
                 drop.append(pr.Update(type=pr.Update.DELETE, entity=pr.Entity(table_entry=te)))
                 continue
@@ -100,7 +101,7 @@ class SwitchPlane:
             te.ClearField("action")
             ups.append(pr.Update(type=pr.Update.DELETE, entity=pr.Entity(table_entry=te)))
             w.held[name] -= 1
-        keep = set(w.groups.values()) | {g["group"] for g in self._fixed_groups()}
+        keep = set(w.groups.values()) | {g for g, _ in self._fixed_groups()}
         for g in s.multicast_groups():
             if g.multicast_group_id not in keep:
                 ups.append(
@@ -113,8 +114,9 @@ class SwitchPlane:
             s.write(ups)
         inh.entries.clear()
 
-    def _fixed_groups(self) -> list[dict]:
-        return self.doc.get("multicast_groups", []) if self.doc.get("messages") else []
+    def _fixed_groups(self) -> tuple[tuple[int, tuple[int, ...]], ...]:
+        """The multi-message program's one group of every subscriber port (none otherwise)."""
+        return self.doc.multicast_groups if self.doc.messages else ()
 
     def close(self) -> None:
         self.session.close()
@@ -143,7 +145,7 @@ def open_switch(
     try:
         same_program(s, info, program_dir)
         writer = LiveEntries(s, doc, serve["root_slots"])
-        held: dict[str, int] = {}
+        held: dict[str | None, int] = {}  # None: a table the P4Info lacks
         for te in s.table_entries():
             name = s.index.table_names.get(te.table_id)
             held[name] = held.get(name, 0) + 1
@@ -151,21 +153,21 @@ def open_switch(
         adopted = any(held.get(n) for n in live_tables)
         ups = []
         groups = {g.multicast_group_id for g in s.multicast_groups()}
-        for g in doc.get("multicast_groups", []) if doc.get("messages") else []:
-            if g["group"] not in groups:
+        for g, ports in doc.multicast_groups if doc.messages else ():
+            if g not in groups:
                 ups.append(
                     pr.Update(
                         type=pr.Update.INSERT,
-                        entity=pr.Entity(packet_replication_engine_entry=multicast_entry(g["group"], g["ports"])),
+                        entity=pr.Entity(packet_replication_engine_entry=multicast_entry(g, ports)),
                     )
                 )
-            writer.next_group = max(writer.next_group, g["group"] + 1)
-        for t in doc["tables"]:
-            if t["name"] in live_tables or held.get(t["name"]):
+            writer.next_group = max(writer.next_group, g + 1)
+        for t in doc.tables:
+            if t.name in live_tables or held.get(t.name):
                 continue
-            for e in t["entries"]:
+            for e in t.entries:
                 ups.append(
-                    pr.Update(type=pr.Update.INSERT, entity=pr.Entity(table_entry=table_entry(s.index, t["name"], e)))
+                    pr.Update(type=pr.Update.INSERT, entity=pr.Entity(table_entry=table_entry(s.index, t.name, e)))
                 )
         if not adopted:
             ups.append(root_update(s.index, doc, 0))  # nothing is delivered until the first change

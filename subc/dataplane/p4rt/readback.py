@@ -9,6 +9,9 @@ of their table (``subc_set_state``), and their parameters by name.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from ...backends.p4.entries_doc import EntriesDoc, Entry, Match
 from ...errors import SubcError
 from .requests import P4InfoIndex
 
@@ -23,43 +26,39 @@ def _action_name(table: str, full: str) -> str:
     return full[len(control) :] if full.startswith(control) else full
 
 
-def decode_entry(index: P4InfoIndex, te) -> tuple[str, dict]:
-    """(table name, entries.json entry) of the ``p4.v1.TableEntry`` ``te``.
+def decode_entry(index: P4InfoIndex, te) -> tuple[str, Entry]:
+    """(table name, entry) of the ``p4.v1.TableEntry`` ``te``.
     SubcError for a table, field or action the P4Info lacks, or an indirect action."""
     table = index.table_names.get(te.table_id)
     if table is None:
         raise SubcError(f"the switch returned an entry of table id {te.table_id}, which its P4Info lacks")
     info = index.tables[table]
     given = {fm.field_id: fm for fm in te.match}
-    match = []
+    match: list[Match] = []
     for fid, name, bits, kind in info.fields:
         fm = given.pop(fid, None)
         top = (1 << bits) - 1
         if fm is None:
             if kind not in ("range", "lpm", "ternary"):
                 raise SubcError(f"{table}: the switch returned an entry without its {kind} field {name}")
-            match.append(
-                {"range": [0, top]} if kind == "range" else {"lpm": [0, 0]} if kind == "lpm" else {"ternary": [0, 0]}
-            )
+            match.append(Match(kind, 0, top) if kind == "range" else Match(kind, 0, 0))
             continue
         which = fm.WhichOneof("field_match_type")
         if which == "exact":
-            match.append({"exact": decode_value(fm.exact.value)})
+            match.append(Match("exact", decode_value(fm.exact.value)))
         elif which == "range":
-            match.append({"range": [decode_value(fm.range.low), decode_value(fm.range.high)]})
+            match.append(Match("range", decode_value(fm.range.low), decode_value(fm.range.high)))
         elif which == "lpm":
-            match.append({"lpm": [decode_value(fm.lpm.value), fm.lpm.prefix_len]})
+            match.append(Match("lpm", decode_value(fm.lpm.value), fm.lpm.prefix_len))
         elif which == "ternary":
-            match.append({"ternary": [decode_value(fm.ternary.value), decode_value(fm.ternary.mask)]})
+            match.append(Match("ternary", decode_value(fm.ternary.value), decode_value(fm.ternary.mask)))
         else:
             raise SubcError(f"{table}: field {name} has a {which} match, which subc does not write")
     if given:
         raise SubcError(f"{table}: the switch returned match fields {sorted(given)} that the P4Info lacks")
-    out = {"match": match}
-    if any(k in ("range", "ternary", "optional") for *_, k in info.fields):
-        out["priority"] = te.priority
-    out["action"], out["params"] = decode_action(index, table, te)
-    return table, out
+    priority = te.priority if any(k in ("range", "ternary", "optional") for *_, k in info.fields) else None
+    action, params = decode_action(index, table, te)
+    return table, Entry(tuple(match), priority, action, params)
 
 
 def decode_action(index: P4InfoIndex, table: str, te) -> tuple[str, dict]:
@@ -75,15 +74,15 @@ def decode_action(index: P4InfoIndex, table: str, te) -> tuple[str, dict]:
     return _action_name(table, full), {names[p.param_id]: decode_value(p.value) for p in act.params}
 
 
-def switch_document(skeleton: dict, index: P4InfoIndex, entries: list, root_entry, groups: list) -> dict:
+def switch_document(skeleton: EntriesDoc, index: P4InfoIndex, entries: list, root_entry, groups: list) -> EntriesDoc:
     """The entries.json document of what a switch holds: ``skeleton`` (a compiled entries.json
     of the same program: tables, keys, field order) with the entries of ``entries``
     (``TableEntry`` messages), the root of ``root_entry`` (the default entry of the root table)
     and the multicast groups of ``groups`` (``MulticastGroupEntry`` messages).
 
     SubcError when the switch holds entries of a table the skeleton lacks."""
-    by_table: dict[str, list] = {t["name"]: [] for t in skeleton["tables"]}
-    root_table = skeleton["root"]["table"]
+    by_table: dict[str, list[Entry]] = {t.name: [] for t in skeleton.tables}
+    root_table = skeleton.root.table
     for te in entries:
         table, e = decode_entry(index, te)
         if table == root_table:
@@ -95,13 +94,13 @@ def switch_document(skeleton: dict, index: P4InfoIndex, entries: list, root_entr
             )
         by_table[table].append(e)
     action, params = decode_action(index, root_table, root_entry)
-    if action != skeleton["root"]["action"]:
-        raise SubcError(f"the root table {root_table} runs action {action}, not {skeleton['root']['action']}")
-    doc = dict(skeleton)
-    doc["initial_state"] = params[skeleton["root"]["param"]]
-    doc["tables"] = [{**t, "entries": by_table[t["name"]]} for t in skeleton["tables"]]
-    doc["multicast_groups"] = sorted(
-        ({"group": g.multicast_group_id, "ports": sorted(r.egress_port for r in g.replicas)} for g in groups),
-        key=lambda g: g["group"],
+    if action != skeleton.root.action:
+        raise SubcError(f"the root table {root_table} runs action {action}, not {skeleton.root.action}")
+    return replace(
+        skeleton,
+        initial_state=params[skeleton.root.param],
+        tables=tuple(replace(t, entries=tuple(by_table[t.name])) for t in skeleton.tables),
+        multicast_groups=tuple(
+            sorted((g.multicast_group_id, tuple(sorted(r.egress_port for r in g.replicas))) for g in groups)
+        ),
     )
-    return doc

@@ -19,8 +19,10 @@ an action's name qualified by its table's control (``SubcIngress.subc_set_state`
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ...backends.p4.entries_doc import EntriesDoc, Entry, Match
 from ...errors import SubcError
 
 PRIORITY_KINDS = ("range", "ternary", "optional")
@@ -92,66 +94,66 @@ def read_p4info(text: str):
     return text_format.Parse(text, p4info_pb2.P4Info())
 
 
-def _field_match(fid: int, kind: str, bits: int, m: dict):
-    """The FieldMatch of entries.json match element ``m``, or None when it matches everything."""
+def _field_match(fid: int, kind: str, bits: int, m: Match):
+    """The FieldMatch of match element ``m``, or None when it matches everything."""
     from p4.v1 import p4runtime_pb2 as pr
 
     fm = pr.FieldMatch(field_id=fid)
     top = (1 << bits) - 1
-    if "exact" in m:
-        fm.exact.value = encode_value(m["exact"], bits)
-    elif "range" in m:
-        lo, hi = m["range"]
+    if m.kind == "exact":
+        fm.exact.value = encode_value(m.a, bits)
+    elif m.kind == "range":
+        lo, hi = m.a, m.b
         if (lo, hi) == (0, top):
             return None
         if lo > hi:
             raise SubcError(f"range {lo}..{hi} is empty")
         fm.range.low, fm.range.high = encode_value(lo, bits), encode_value(hi, bits)
-    elif "lpm" in m:
-        value, plen = m["lpm"]
+    elif m.kind == "lpm":
+        value, plen = m.a, m.b
         if not 0 <= plen <= bits:
             raise SubcError(f"prefix length {plen} of a {bits}-bit field")
         if plen == 0:
             return None
         fm.lpm.value = encode_value(value & (top ^ ((1 << (bits - plen)) - 1)), bits)
         fm.lpm.prefix_len = plen
-    elif "ternary" in m:
-        value, mask = m["ternary"]
+    elif m.kind == "ternary":
+        value, mask = m.a, m.b
         if mask == 0:
             return None
         fm.ternary.value, fm.ternary.mask = encode_value(value & mask, bits), encode_value(mask, bits)
     else:
         raise SubcError(f"unknown match element {m}")
-    if kind not in m:
-        raise SubcError(f"field {fid} is {kind} in the P4Info, the entry gives {next(iter(m))}")
+    if kind != m.kind:
+        raise SubcError(f"field {fid} is {kind} in the P4Info, the entry gives {m.kind}")
     return fm
 
 
-def table_entry(index: P4InfoIndex, table: str, entry: dict):
-    """The ``p4.v1.TableEntry`` of one entries.json ``entry`` of ``table``."""
+def table_entry(index: P4InfoIndex, table: str, entry: Entry):
+    """The ``p4.v1.TableEntry`` of one ``entry`` of ``table``."""
     from p4.v1 import p4runtime_pb2 as pr
 
     ti = index.table(table)
-    if len(entry["match"]) != len(ti.fields):
-        raise SubcError(f"{table}: the entry has {len(entry['match'])} match fields, the P4Info {len(ti.fields)}")
+    if len(entry.match) != len(ti.fields):
+        raise SubcError(f"{table}: the entry has {len(entry.match)} match fields, the P4Info {len(ti.fields)}")
     te = pr.TableEntry(table_id=ti.id)
-    for (fid, _, bits, kind), m in zip(ti.fields, entry["match"]):
+    for (fid, _, bits, kind), m in zip(ti.fields, entry.match):
         fm = _field_match(fid, kind, bits, m)
         if fm is not None:
             te.match.append(fm)
-    if "priority" in entry and any(k in PRIORITY_KINDS for *_, k in ti.fields):
-        te.priority = entry["priority"]
-    _, ai = index.action(table, entry["action"])
+    if entry.priority is not None and any(k in PRIORITY_KINDS for *_, k in ti.fields):
+        te.priority = entry.priority
+    _, ai = index.action(table, entry.action)
     te.action.action.action_id = ai.id
-    for pname, value in entry.get("params", {}).items():
+    for pname, value in entry.params.items():
         if pname not in ai.params:
-            raise SubcError(f"action {entry['action']} of {table} has no parameter {pname} in the P4Info")
+            raise SubcError(f"action {entry.action} of {table} has no parameter {pname} in the P4Info")
         pid, bits = ai.params[pname]
         te.action.action.params.add(param_id=pid, value=encode_value(value, bits))
     return te
 
 
-def multicast_entry(group: int, ports: list[int]):
+def multicast_entry(group: int, ports: Sequence[int]):
     """The ``PacketReplicationEngineEntry`` of multicast group ``group`` (one replica per port)."""
     from p4.v1 import p4runtime_pb2 as pr
 
@@ -163,17 +165,17 @@ def multicast_entry(group: int, ports: list[int]):
     return pre
 
 
-def generation_entities(doc: dict, index: P4InfoIndex) -> list:
-    """Every ``p4.v1.Entity`` of entries.json ``doc``: table entries in the order of its tables,
+def generation_entities(doc: EntriesDoc, index: P4InfoIndex) -> list:
+    """Every ``p4.v1.Entity`` of ``doc``: table entries in the order of its tables,
     then the multicast groups."""
     from p4.v1 import p4runtime_pb2 as pr
 
     out = []
-    for t in doc["tables"]:
-        for e in t["entries"]:
-            out.append(pr.Entity(table_entry=table_entry(index, t["name"], e)))
-    for g in doc.get("multicast_groups", []):
-        out.append(pr.Entity(packet_replication_engine_entry=multicast_entry(g["group"], g["ports"])))
+    for t in doc.tables:
+        for e in t.entries:
+            out.append(pr.Entity(table_entry=table_entry(index, t.name, e)))
+    for g, ports in doc.multicast_groups:
+        out.append(pr.Entity(packet_replication_engine_entry=multicast_entry(g, ports)))
     return out
 
 
