@@ -212,3 +212,22 @@ def test_pcap_with_several_messages_per_packet(tmp_path):
     buf = read_pcap(str(ng))
     assert [bytes(buf.data[s : s + n]) for s, n in zip(buf.starts, buf.lengths)] == msgs
 
+
+def test_a_frame_inside_a_message_that_ends_at_the_file_end_is_no_split_point(tmp_path):
+    """One Add Order of 12 shares of "SPY": its bytes from the shares' low half on read as a
+    well-formed 12-byte 'S' frame that ends exactly at the end of the file.  Splits of a few bytes
+    must still read the one message (the planner took that "frame" for a split point, and the
+    task then failed: "crosses the split point")."""
+    from test_p4_multi_message import _itch_classes
+
+    AddOrder = _itch_classes()[0]
+    msg = bytes(AddOrder(type=b"A", timestamp=1, side=b"B", shares=12, stock=b"SPY".ljust(8), price=100))
+    assert len(msg) == 36 and msg[22:25] == b"\x00\x0cS"  # the false frame: length 12, type 'S', to the end
+    path = tmp_path / "one.itch"
+    path.write_bytes(len(msg).to_bytes(2, "big") + msg)
+    for split_bytes in (1, 8, 24):
+        got = []
+        for sp in plan_splits([str(path)], split_bytes, TYPES):
+            buf = read_split(sp, TYPES)
+            got += [bytes(buf.data[s : s + n]) for s, n in zip(buf.starts, buf.lengths)]
+        assert got == [msg], split_bytes

@@ -4,7 +4,12 @@
 cut into splits of about ``split_bytes`` and each split boundary is moved forward to the first offset
 where :data:`SYNC_MESSAGES` consecutive frames are well formed: every length equals the length the
 spec gives the frame's message type (a :class:`~subc.wire.decoder.TypeTable`; or is 0, the
-zero-length quirk, followed by a known type), or the chain ends exactly at the end of the file.  Each task then walks
+zero-length quirk, followed by a known type).  Near the end of a file, where fewer frames follow
+(a chain of a few frames ending exactly at the end of the file is too often found inside a
+message: a 36-byte Add Order held a 12-byte "frame" ending there), and wherever no chain is found,
+the split point is instead the first frame at or after the boundary found by walking the length
+prefixes from the previous split point (exact; when that is at most :data:`WALK_LIMIT` bytes back).
+Each task then walks
 its split from its start; the walk must end exactly on the next split's start, else the task raises
 (:func:`walk_binaryfile`), so a wrong split point is an error, never silently wrong data.  Pass
 ``split_bytes=0`` to read each file in one task.
@@ -40,6 +45,8 @@ SYNC_MESSAGES = 32
 SYNC_WINDOW = 1 << 16
 #: Default split size (bytes).
 DEFAULT_SPLIT_BYTES = 64 << 20
+#: How far back from a boundary the planner walks frames from the previous split point (bytes).
+WALK_LIMIT = 4 << 20
 
 
 def type_lengths(types: TypeTable, d: np.ndarray, st: np.ndarray) -> np.ndarray:
@@ -114,11 +121,9 @@ def file_kind(path: str) -> str:
 
 
 def _chain_ok(data: bytes, pos: int, count: int, types: TypeTable) -> bool:
-    """True when ``count`` well-formed frames start at ``pos`` (or fewer that end exactly at the end)."""
+    """True when ``count`` well-formed frames start at ``pos`` in ``data``."""
     n = len(data)
     for _ in range(count):
-        if pos == n:
-            return True
         if pos + 3 > n:
             return False
         length = (data[pos] << 8) | data[pos + 1]
@@ -134,7 +139,7 @@ def _chain_ok(data: bytes, pos: int, count: int, types: TypeTable) -> bool:
 def sync_point(path: str, boundary: int, size: int, types: TypeTable) -> int | None:
     """The first offset at or after ``boundary`` where :data:`SYNC_MESSAGES` well-formed frames
     start (``size`` = file size in bytes), or None within :data:`SYNC_WINDOW` bytes (or when the
-    spec gives no message type lengths)."""
+    spec gives no message type lengths, or fewer frames follow before the end of the file)."""
     if not types.lengths:
         return None
     longest = max(types.lengths.values())
@@ -142,13 +147,33 @@ def sync_point(path: str, boundary: int, size: int, types: TypeTable) -> int | N
     with open(path, "rb") as f:
         f.seek(boundary)
         data = f.read(need)
-    at_end = boundary + len(data) >= size
     for i in range(min(SYNC_WINDOW, len(data))):
-        if _chain_ok(data, i, SYNC_MESSAGES, types):
-            if not at_end and i + SYNC_MESSAGES * (2 + longest) > len(data):
-                return None
+        if _chain_ok(data, i, SYNC_MESSAGES, types):  # the whole chain lies in data (need covers it)
             return boundary + i
     return None
+
+
+def walked_point(path: str, start: int, boundary: int, size: int, types: TypeTable) -> int | None:
+    """The first frame start at or after ``boundary`` and before the end of the file (``size``
+    bytes), walking the length prefixes from ``start`` (a frame start), as :func:`walk_binaryfile`
+    does; None when ``boundary`` is more than :data:`WALK_LIMIT` bytes after ``start``, or the walk
+    meets a zero length it cannot resolve or the end of the file first."""
+    if boundary - start > WALK_LIMIT:
+        return None
+    with open(path, "rb") as f:
+        f.seek(start)
+        data = f.read(min(size, boundary + 2 + 0xFFFF) - start)
+    n, pos, goal = len(data), 0, boundary - start
+    while pos < goal:
+        if pos + 2 > n:
+            return None
+        length = (data[pos] << 8) | data[pos + 1]
+        if not length:  # the zero-length quirk: the type's length
+            length = types.length_of(data, pos + 2) or 0 if pos + 2 < n else 0
+            if not length:
+                return None
+        pos += 2 + length
+    return start + pos if start + pos < size else None
 
 
 def plan_splits(
@@ -160,7 +185,9 @@ def plan_splits(
     :data:`SYNC_WINDOW` bytes is dropped (its bytes go to the previous split).  No byte is searched
     twice: a boundary at or before the last split point is dropped, and one inside the window of a
     boundary without a split point is searched from that window's end, so that the time is linear
-    in the file size whatever ``split_bytes``.  ``types``: the spec's message type lengths (None:
+    in the file size whatever ``split_bytes``.  Where no chain is found, the boundary's split point
+    is walked from the previous split point (:func:`walked_point`); a walk that fails is not
+    tried again from the same split point.  ``types``: the spec's message type lengths (None:
     one split per file).  Raises :class:`SubcError` when a file cannot be read."""
     out: list[Split] = []
     for i, path in enumerate(paths):
@@ -172,6 +199,7 @@ def plan_splits(
         points = [0]
         if split_bytes > 0 and types is not None:
             searched = 0  # no split point starts in [points[-1] + 1, searched)
+            walkable = True  # no walk from points[-1] has failed
             for b in range(split_bytes, size, split_bytes):
                 if b <= points[-1]:
                     continue
@@ -179,8 +207,12 @@ def plan_splits(
                 p = sync_point(path, start, size, types) if start < size else None
                 if p is None:
                     searched = start + SYNC_WINDOW
-                elif p > points[-1] and p < size:
+                    if walkable:
+                        p = walked_point(path, points[-1], b, size, types)
+                        walkable = p is not None
+                if p is not None and points[-1] < p < size:
                     points.append(p)
+                    walkable = True
         points.append(size)
         out.extend(Split(i, path, "binaryfile", a, b) for a, b in zip(points, points[1:]))
     return out
