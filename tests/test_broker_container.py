@@ -176,7 +176,7 @@ def netns_inode(topo: Topology) -> int:
 def test_serve_under_ip_netns_exec(bpffs, tmp_path):
     """``subc serve`` in a container: SUBSCRIBE, delivery, UNSUBSCRIBE, SIGKILL and restart with
     ``--state`` (the pinned data path keeps delivering meanwhile; every subscription is kept)."""
-    from subc.dataplane.ebpf.broker import stats
+    from subc.dataplane.ebpf.broker_stats import stats
     from test_serve_netns import World
 
     topo = Topology("cvt", 3, container=True)

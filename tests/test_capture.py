@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 from subc.cli import main
 from subc.errors import SubcError
 from subc.analysis.splits import read_pcap
-from subc.wire.capture import FRAME_KINDS, CaptureStats, detect_feed_ports, iter_moldudp64, read_datagrams, read_records
+from subc.wire.capture import FRAME_KINDS, CaptureStats, detect_feed_ports, iter_moldudp64, read_datagrams
+from subc.wire.pcap_records import read_records
 from subc.workloads.itch_codec import encode_add_order, read_binaryfile, stock_value
 from subc.wire.moldudp64 import HEADER_LEN, MAX_COUNT, decode_packet, encode_packet
 from subc.traffic.replay import replay

@@ -175,7 +175,7 @@ class Broker:
 def messages_counted(topo: Topology) -> int:
     """The broker's message counter, read as a process in the broker's namespace would
     (the broker's pins and state are keyed by its network namespace)."""
-    from subc.dataplane.ebpf.broker import stats
+    from subc.dataplane.ebpf.broker_stats import stats
 
     return call_in_netns(topo.brk, lambda: stats(topo.b0))["stats"]["messages"]
 

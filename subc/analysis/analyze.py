@@ -23,7 +23,7 @@ Steps (each Spark step runs on every core in local mode, or on a cluster under `
    ``messages_per_second.png``.
 
 Bytes count what a subscriber receives per message in a MoldUDP64 stream: the message and its
-2-byte message-block length (packet headers excluded).  Broadcast sends every message of the trace
+2-byte message-block length (packet headers excluded; :mod:`.summary`).  Broadcast sends every message of the trace
 to every subscriber (every port that a rule forwards to); filtering sends each classified message
 to the ports of its decision and no other message.
 """
@@ -36,26 +36,23 @@ import shutil
 import tempfile
 import time
 import warnings
-from collections import Counter
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 
-from ..lang.ast import Rule
 from ..compiler.driver import CompileResult
 from ..backends.p4.entries import entries_doc
 from ..errors import SubcError
 from ..wire.decoder import MessageDecoder
 from .evaluate import AGGREGATE_SCHEMA, TIME, TIME_FIELD_NAMES, Bundle, process_split, representatives
-from .gather import LENGTH_MISMATCH_CODE, REJECTED_CODE, VectorDecoder
+from .gather import VectorDecoder
 from .reference_np import ValueClasses, evaluate_rules
 from .session import get_session, task_error
 from .splits import DEFAULT_SPLIT_BYTES, file_kind, plan_splits
+from .summary import capture_summary, copies_summary, summarize
 from .tables_np import PipelineEvaluator
-
-#: Bytes of framing a subscriber receives per message (the MoldUDP64 message-block length).
-BLOCK_LENGTH_BYTES = 2
 
 
 def make_bundle(
@@ -121,10 +118,6 @@ def _time_fields(decoder: MessageDecoder) -> list[str]:
     ]
 
 
-def _subscribers(rules: list[Rule]) -> list[int]:
-    return sorted({a[1] for r in rules for a in r.atoms() if a[0] == "fwd"})
-
-
 def auto_split_bytes(traces: list[str], parallelism: int) -> int:
     """A split size that gives every core the same number of splits of at most
     :data:`~.splits.DEFAULT_SPLIT_BYTES` (a multiple of ``parallelism`` splits in all)."""
@@ -165,8 +158,6 @@ def analyze(
     Raises :class:`SubcError` for unreadable or malformed traces (file and byte offset), for
     conflicting actions, or when the output directory cannot be written.
     """
-    from pyspark.sql import functions as F
-
     say = log or (lambda msg: None)
     out_dir = Path(out_dir)
     t0 = time.perf_counter()
@@ -179,89 +170,22 @@ def analyze(
     if split_bytes is None:
         split_bytes = auto_split_bytes(traces, sc.defaultParallelism)
     bundle = make_bundle(res, traces, split_bytes, udp_port, strict)
-    stateful = bundle.stateful
     timings["plan"] = time.perf_counter() - t_work
     bc = sc.broadcast(bundle)
-    tables = bundle.tables
-    ports = [d.ports for d in tables.decisions]
-
-    parent = out_dir.resolve().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=parent))
-    parts = tmp / "messages.parquet"
-    parts.mkdir()
-    staging = tmp / "staging"  # with comparisons on state: the tasks' parts, before the stateful pass
-    if stateful:
-        staging.mkdir()
-    parts_dir = str(staging if stateful else parts)
-
-    def run(batches):
-        b = bc.value
-        for batch in batches:
-            for i in batch.column(0).to_pylist():
-                yield process_split(b, i, parts_dir, ports)
-
+    tmp, parts, staging = _temporary_output(out_dir, bundle.stateful)
     n_splits = len(bundle.splits)
     say(f"analyze: {len(traces)} trace file(s) in {n_splits} split(s), {len(res.rules)} rules")
     ids = spark.range(0, n_splits, 1, numPartitions=max(1, n_splits))
     try:
         # 1. read, decode, evaluate the tables, write messages.parquet; partial counts per split, summed by Spark
         t = time.perf_counter()
-        with warnings.catch_warnings():  # a task's error is re-raised below; Arrow's warning repeats it
-            warnings.simplefilter("ignore", UserWarning)
-            agg = (
-                ids.mapInArrow(run, AGGREGATE_SCHEMA)
-                .groupBy("class_key", "decision", "type", "second")
-                .agg(*(F.sum(c).alias(c) for c in ("messages", "bytes", "zero_length")))
-                .toPandas()
-            )
+        parts_dir = str(staging if bundle.stateful else parts)
+        agg = _read_and_evaluate(ids, bc, parts_dir, [d.ports for d in bundle.tables.decisions])
         timings["read_and_tables"] = time.perf_counter() - t
-
         # 2. reference semantics on one representative per class key, or the stateful pass
-        t = time.perf_counter()
-        if stateful:
-            agg, outcome = _stateful_pass(res, bundle, traces, staging, parts, agg, say, t)
-            disagreements, examples, no_match = outcome.disagreements, outcome.examples, outcome.no_match
-            rule_hits, n_keys = outcome.rule_hits, outcome.value_classes
-            timings["stateful_pass"] = time.perf_counter() - t
-        else:
-            outcome = None
-            ref, keys, counts, bad, disagreements = _reference_pass(res, bundle, agg, tables)
-            timings["reference"] = time.perf_counter() - t
-            examples = _class_examples(spark, tmp, bad, keys, ref, tables, traces) if disagreements else []
-            no_match = int(counts[ref.matched_rules == 0].sum())
-            rule_hits, n_keys = ref.rule_hits, len(keys)
-
+        checked = _check_decisions(spark, res, bundle, traces, tmp, staging, parts, agg, say, timings)
         # 3. the other outputs, then the temporary directory is renamed
-        t = time.perf_counter()
-        try:
-            summary, per_port, per_sec = _summarize(
-                res, traces, bundle, agg[agg["class_key"].isna()], tables, no_match, disagreements, examples, n_keys
-            )
-            if outcome is not None:
-                summary["stateful"] = {
-                    "reference_one_by_one": outcome.one_by_one,
-                    "tables": "one by one (named counters)" if outcome.tables_one_by_one else "vectorised per split",
-                }
-            summary["capture"] = _capture_summary(tmp, bundle)
-            copies = outcome.copies if outcome is not None else _copies_summary(tmp)
-            summary["copies_per_port"] = {
-                str(p): copies.get(str(p), 0) for p in sorted(set(per_port) | {int(q) for q in copies})
-            }
-            _write_tables_and_plots(res, tmp, per_port, copies, rule_hits, per_sec)
-            timings["write"] = time.perf_counter() - t
-            timings["total"] = time.perf_counter() - t0
-            work = time.perf_counter() - t_work
-            summary["seconds"] = {k: round(v, 3) for k, v in timings.items()}
-            summary["messages_per_second"] = round(summary["messages"] / max(work, 1e-9))
-            (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-            os.chmod(tmp, 0o755)
-            if out_dir.exists():
-                shutil.rmtree(out_dir)
-            os.replace(tmp, out_dir)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        summary = _write_outputs(res, traces, bundle, tmp, out_dir, checked, timings, t0, t_work)
     except SubcError:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -273,6 +197,126 @@ def analyze(
         raise
     finally:
         bc.unpersist()
+    return summary
+
+
+def _temporary_output(out_dir: Path, stateful: bool) -> tuple[Path, Path, Path]:
+    """(a new temporary directory next to ``out_dir``, its ``messages.parquet`` directory, its
+    ``staging`` directory, made only when ``stateful``: the tasks' parts before the stateful pass)."""
+    parent = out_dir.resolve().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=parent))
+    parts = tmp / "messages.parquet"
+    parts.mkdir()
+    staging = tmp / "staging"  # with comparisons on state: the tasks' parts, before the stateful pass
+    if stateful:
+        staging.mkdir()
+    return tmp, parts, staging
+
+
+def _read_and_evaluate(ids, bc, parts_dir: str, ports: list):
+    """Step 1: one task per split id of ``ids`` (a Spark DataFrame) runs
+    :func:`~.evaluate.process_split` on the broadcast bundle ``bc``, writing its messages' part
+    into ``parts_dir``; returns the tasks' counts summed per (class key, decision, type, second),
+    as a pandas DataFrame."""
+    from pyspark.sql import functions as F
+
+    def run(batches):
+        b = bc.value
+        for batch in batches:
+            for i in batch.column(0).to_pylist():
+                yield process_split(b, i, parts_dir, ports)
+
+    with warnings.catch_warnings():  # a task's error is re-raised below; Arrow's warning repeats it
+        warnings.simplefilter("ignore", UserWarning)
+        return (
+            ids.mapInArrow(run, AGGREGATE_SCHEMA)
+            .groupBy("class_key", "decision", "type", "second")
+            .agg(*(F.sum(c).alias(c) for c in ("messages", "bytes", "zero_length")))
+            .toPandas()
+        )
+
+
+class _Checked(NamedTuple):
+    """What step 2 found: the aggregate counts (with the stateful pass's classified messages),
+    the stateful pass's outcome (None without state), the disagreements and up to 10 examples,
+    the classified messages no rule matched, the hits per rule and the value classes evaluated."""
+
+    agg: Any
+    outcome: Any
+    disagreements: int
+    examples: list[dict]
+    no_match: int
+    rule_hits: Any
+    n_keys: int
+
+
+def _check_decisions(spark, res: CompileResult, bundle: Bundle, traces, tmp, staging, parts, agg, say, timings):
+    """Step 2: the stateful pass (:func:`_stateful_pass`) with comparisons on state, else the
+    reference semantics on one representative per class key (:func:`_reference_pass`); its
+    time goes into ``timings``.  Returns a :class:`_Checked`."""
+    t = time.perf_counter()
+    if bundle.stateful:
+        agg, outcome = _stateful_pass(res, bundle, traces, staging, parts, agg, say, t)
+        timings["stateful_pass"] = time.perf_counter() - t
+        return _Checked(
+            agg,
+            outcome,
+            outcome.disagreements,
+            outcome.examples,
+            outcome.no_match,
+            outcome.rule_hits,
+            outcome.value_classes,
+        )
+    tables = bundle.tables
+    ref, keys, counts, bad, disagreements = _reference_pass(res, bundle, agg, tables)
+    timings["reference"] = time.perf_counter() - t
+    examples = _class_examples(spark, tmp, bad, keys, ref, tables, traces) if disagreements else []
+    no_match = int(counts[ref.matched_rules == 0].sum())
+    return _Checked(agg, None, disagreements, examples, no_match, ref.rule_hits, len(keys))
+
+
+def _write_outputs(res, traces, bundle: Bundle, tmp: Path, out_dir: Path, checked: _Checked, timings, t0, t_work):
+    """Step 3: ``summary.json`` (returned), the tables and the plots written in ``tmp``, which is
+    then renamed to ``out_dir`` (removed on any error)."""
+    t = time.perf_counter()
+    agg, outcome, tables = checked.agg, checked.outcome, bundle.tables
+    try:
+        summary, per_port, per_sec = summarize(
+            res,
+            traces,
+            bundle,
+            agg[agg["class_key"].isna()],
+            tables,
+            checked.no_match,
+            checked.disagreements,
+            checked.examples,
+            checked.n_keys,
+        )
+        if outcome is not None:
+            summary["stateful"] = {
+                "reference_one_by_one": outcome.one_by_one,
+                "tables": "one by one (named counters)" if outcome.tables_one_by_one else "vectorised per split",
+            }
+        summary["capture"] = capture_summary(tmp, bundle)
+        copies = outcome.copies if outcome is not None else copies_summary(tmp)
+        summary["copies_per_port"] = {
+            str(p): copies.get(str(p), 0) for p in sorted(set(per_port) | {int(q) for q in copies})
+        }
+        _write_tables_and_plots(res, tmp, per_port, copies, checked.rule_hits, per_sec)
+        timings["write"] = time.perf_counter() - t
+        timings["total"] = time.perf_counter() - t0
+        work = time.perf_counter() - t_work
+        summary["seconds"] = {k: round(v, 3) for k, v in timings.items()}
+        summary["messages_per_second"] = round(summary["messages"] / max(work, 1e-9))
+        (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        os.chmod(tmp, 0o755)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return summary
 
 
@@ -378,102 +422,3 @@ def _class_examples(spark, tmp: Path, bad, keys, ref, tables, traces) -> list[di
                 }
             )
     return examples
-
-
-def _copies_summary(tmp: Path) -> Counter:
-    """Per port (as text), the datagrams it receives: the tasks' ``copies-<split>.json``
-    (:func:`~.evaluate.datagram_copies`) summed (the files are removed)."""
-    total: Counter = Counter()
-    for d in sorted(tmp.glob("copies-*.json")):
-        total.update(json.loads(d.read_text()))
-        d.unlink()
-    return total
-
-
-def _capture_summary(tmp: Path, bundle: Bundle) -> dict | None:
-    """The capture counts the tasks wrote (``capture-<split>.json``), summed over the captures (the
-    files are removed), with the feed ports of each capture; None without captures."""
-    docs = sorted(tmp.glob("capture-*.json"))
-    if not docs:
-        return None
-    total: dict = {}
-    examples = []
-    for d in docs:
-        doc = json.loads(d.read_text())
-        d.unlink()
-        for k, v in doc.items():
-            if isinstance(v, int):
-                total[k] = total.get(k, 0) + v
-        examples.extend(doc.get("examples", []))
-    paths = {sp.file_index: sp.path for sp in bundle.splits}
-    total["feed_ports"] = {paths[i]: p for i, p in sorted((bundle.capture_ports or {}).items())}
-    total["examples"] = examples[:20]
-    return total
-
-
-def _summarize(res, traces, bundle, agg, tables, no_match, disagreements, examples, n_keys):
-    """summary.json (without timings), per port (messages, bytes), messages per second series."""
-    subscribers = _subscribers(res.rules)
-    agg = agg.rename(columns={"messages": "n"}).copy()
-    agg["wire"] = agg["bytes"] + agg["n"] * BLOCK_LENGTH_BYTES
-    messages = int(agg["n"].sum())
-    wire_all = int(agg["wire"].sum())
-    decoded = agg[agg["decision"] > REJECTED_CODE]
-    decoded = decoded[decoded["decision"] != LENGTH_MISMATCH_CODE]
-    by_type = decoded.groupby("type")["n"].sum()
-    problems = {
-        name: int(agg.loc[agg["decision"] == code, "n"].sum())
-        for name, code in (("length_mismatch", LENGTH_MISMATCH_CODE), ("rejected", REJECTED_CODE))
-    }
-    evaluated = agg[agg["decision"] >= 0]
-    per_dec = evaluated.groupby("decision")[["n", "wire"]].sum()
-    per_port: dict[int, list[int]] = {p: [0, 0] for p in subscribers}
-    deliveries = unicast = multicast = 0
-    actions: dict[str, int] = {}
-    filtered = 0
-    for code, row in per_dec.iterrows():
-        d = tables.decisions[int(code)]
-        n, wire = int(row["n"]), int(row["wire"])
-        if d.ports:
-            for p in d.ports:
-                per_port.setdefault(p, [0, 0])
-                per_port[p][0] += n
-                per_port[p][1] += wire
-            deliveries += n * len(d.ports)
-            filtered += wire * len(d.ports)
-            if len(d.ports) > 1:
-                multicast += n
-            else:
-                unicast += n
-        else:
-            actions[str(d)] = actions.get(str(d), 0) + n
-    per_sec = agg.groupby("second")["n"].sum().sort_index()
-    ao_wire = int(evaluated["wire"].sum())
-    broadcast = wire_all * len(subscribers)
-    summary = {
-        "files": traces,
-        "messages": messages,
-        "by_type": {(bundle.types.label(int(k)) if k >= 0 else "") or "?": int(v) for k, v in sorted(by_type.items())},
-        "classified": int(evaluated["n"].sum()),
-        "problems": {k: v for k, v in problems.items() if v},
-        "zero_length_fallbacks": int(agg["zero_length"].sum()),
-        "deliveries": deliveries,
-        "unicast": unicast,
-        "multicast": multicast,
-        "no_rule_matched": no_match,
-        "actions": dict(sorted(actions.items())),
-        "subscribers": len(subscribers),
-        "bytes": {
-            "filtered": filtered,
-            "broadcast": broadcast,
-            "broadcast_classified": ao_wire * len(subscribers),
-            "saving": round(1 - filtered / broadcast, 6) if broadcast else 0.0,
-        },
-        "disagreements": disagreements,
-        "disagreement_examples": examples,
-        "decisions": {str(i): str(d) for i, d in enumerate(tables.decisions)},
-        "value_classes": n_keys,
-        "rules": len(res.rules),
-        "splits": len(bundle.splits),
-    }
-    return summary, per_port, ([int(s) for s in per_sec.index], [int(c) for c in per_sec.to_numpy()])

@@ -19,7 +19,7 @@ fields read as 0 (the buffer holds the messages only).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -83,6 +83,27 @@ def gather_bits(data: np.ndarray, bit: np.ndarray, width: int) -> np.ndarray:
         nine = data[byte[far] + 8].astype(np.uint64)
         out[far] = ((head << extra) | (nine >> (np.uint64(8) - extra))) & mask
     return out
+
+
+@dataclass
+class _Walk:
+    """The per-message arrays of one :meth:`VectorDecoder.decode` (n messages): ``data`` and
+    ``base`` (absolute bit of each message's payload bit 0), ``limit`` (bits of payload it has),
+    ``state`` (index into the decoder's order; terminal codes below 0), ``cursor`` (bits from
+    the payload's start), ``default`` (took a ``default`` case in the message), ``type_key``,
+    and per instance ``inst_at`` (where select-key instances start), ``valid``, and per output
+    name ``values``."""
+
+    data: np.ndarray
+    base: np.ndarray
+    limit: np.ndarray
+    state: np.ndarray
+    cursor: np.ndarray
+    default: np.ndarray
+    type_key: np.ndarray
+    inst_at: dict[str, np.ndarray] = field(default_factory=dict)
+    valid: dict[str, np.ndarray] = field(default_factory=dict)
+    values: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 class VectorDecoder:
@@ -164,15 +185,15 @@ class VectorDecoder:
         least 9 bytes) of ``lengths`` bytes (see the module docstring)."""
         g = self.graph
         n = len(starts)
-        base = starts.astype(np.int64) * 8 - MSG_BIT  # absolute bit of payload bit 0
-        limit = (lengths.astype(np.int64) + MOLD_PREFIX_BYTES) * 8
-        state = np.zeros(n, dtype=np.int64)  # index into self.order; terminal codes below 0
-        cursor = np.zeros(n, dtype=np.int64)
-        default = np.zeros(n, dtype=bool)
-        type_key = np.full(n, -1, dtype=np.int64)
-        inst_at: dict[str, np.ndarray] = {}  # where select-key instances start (bits from the payload)
-        valid: dict[str, np.ndarray] = {}
-        values: dict[str, np.ndarray] = {}
+        w = _Walk(
+            data=data,
+            base=starts.astype(np.int64) * 8 - MSG_BIT,  # absolute bit of payload bit 0
+            limit=(lengths.astype(np.int64) + MOLD_PREFIX_BYTES) * 8,
+            state=np.zeros(n, dtype=np.int64),  # index into self.order; terminal codes below 0
+            cursor=np.zeros(n, dtype=np.int64),
+            default=np.zeros(n, dtype=bool),
+            type_key=np.full(n, -1, dtype=np.int64),
+        )
         # the messages waiting in each state (the entry state: all); a state's messages are handed to the
         # states its transitions lead to, so each message is touched once per state on its path
         pending: dict[int, list[np.ndarray]] = {0: [np.arange(n, dtype=np.int64)]}
@@ -182,82 +203,104 @@ class VectorDecoder:
             if not len(idx):
                 continue
             st = g.state(name)
-            cur = cursor[idx]
-            alive = np.ones(len(idx), dtype=bool)
-            for inst in st.extracts:
-                size = g.header_bits[inst]
-                if size is None:
-                    raise SubcError(f"state '{name}': header '{inst}' has a variable size", st.location)
-                fits = cur + size <= limit[idx]
-                state[idx[alive & ~fits]] = _SHORT
-                alive &= fits
-                here = idx[alive]
-                if inst not in valid:
-                    valid[inst] = np.zeros(n, dtype=bool)
-                valid[inst][here] = True
-                if inst in self.key_instances:
-                    inst_at.setdefault(inst, np.full(n, -1, dtype=np.int64))[here] = cur[alive]
-                for out_name, slot in self.reads.get(inst, ()):
-                    if out_name not in values:
-                        values[out_name] = np.zeros(n, dtype=np.uint64)
-                    values[out_name][here] = self._gather(data, base[here] + cur[alive], slot)
-                cur = cur + size
-            cursor[idx] = cur
-            live = idx[alive]
+            live = self._extract(w, name, st, idx)
             if not len(live):
                 continue
             if st.key is None:
                 next_id = self._next(st.cases[0][1])
-                state[live] = next_id
+                w.state[live] = next_id
                 if next_id >= 0:
                     pending.setdefault(next_id, []).append(live)
                 continue
-            key = np.zeros(len(live), dtype=np.uint64)
-            for f in st.key:
-                v = self._gather(data, base[live] + inst_at[f.instance][live], f)
-                key = (key << np.uint64(f.width)) | v if f.width < 64 else v
-            first = type_key[live] < 0
-            at_msg = inst_at[st.key[0].instance][live] + st.key[0].bit_offset >= MSG_BIT
-            type_key[live[first & at_msg]] = key[first & at_msg].astype(np.int64)
-            in_msg = cursor[live] >= MSG_BIT
-            fast = self.fast[name]
-            if fast is not None:
-                vals, targets, dflt = fast
-                pos = np.minimum(np.searchsorted(vals, key), max(len(vals) - 1, 0))
-                hit = (vals[pos] == key) if len(vals) else np.zeros(len(key), dtype=bool)
-                nxt = np.where(hit, targets[pos] if len(vals) else _REJECT, _REJECT if dflt is None else dflt)
-                if dflt is not None:
-                    default[live[~hit & in_msg]] = True
-            else:
-                undecided = np.ones(len(live), dtype=bool)
-                nxt = np.full(len(live), _REJECT, dtype=np.int64)
-                for ks, target in st.cases:
-                    if ks.default:
-                        m = undecided
-                        default[live[m & in_msg]] = True
-                    elif ks.mask is None:
-                        m = undecided & (key >= np.uint64(ks.lo)) & (key <= np.uint64(ks.hi))
-                    else:
-                        m = undecided & ((key & np.uint64(ks.mask)) == np.uint64(ks.value & ks.mask))
-                    nxt[m] = self._next(target)
-                    undecided &= ~m
-            state[live] = nxt
+            nxt = self._select(w, name, st, live)
+            w.state[live] = nxt
             for next_id in np.unique(nxt):
                 if next_id >= 0:
                     pending.setdefault(int(next_id), []).append(live[nxt == next_id])
-        # statuses, as MessageDecoder.decode gives them
-        parsed = cursor - MSG_BIT  # bits
+        return self._decoded(w, lengths)
+
+    def _extract(self, w: _Walk, name: str, st, idx: np.ndarray) -> np.ndarray:
+        """State ``name`` (``st``) extracts its headers for messages ``idx``: marks them valid,
+        records where select-key instances start, gathers the fields read, and advances the
+        cursors; a message too short for a header ends in ``_SHORT``.  Returns the messages that
+        are still alive."""
+        g = self.graph
+        n = len(w.state)
+        cur = w.cursor[idx]
+        alive = np.ones(len(idx), dtype=bool)
+        for inst in st.extracts:
+            size = g.header_bits[inst]
+            if size is None:
+                raise SubcError(f"state '{name}': header '{inst}' has a variable size", st.location)
+            fits = cur + size <= w.limit[idx]
+            w.state[idx[alive & ~fits]] = _SHORT
+            alive &= fits
+            here = idx[alive]
+            if inst not in w.valid:
+                w.valid[inst] = np.zeros(n, dtype=bool)
+            w.valid[inst][here] = True
+            if inst in self.key_instances:
+                w.inst_at.setdefault(inst, np.full(n, -1, dtype=np.int64))[here] = cur[alive]
+            for out_name, slot in self.reads.get(inst, ()):
+                if out_name not in w.values:
+                    w.values[out_name] = np.zeros(n, dtype=np.uint64)
+                w.values[out_name][here] = self._gather(w.data, w.base[here] + cur[alive], slot)
+            cur = cur + size
+        w.cursor[idx] = cur
+        return idx[alive]
+
+    def _select(self, w: _Walk, name: str, st, live: np.ndarray) -> np.ndarray:
+        """The next state ids of messages ``live`` at the select of state ``name`` (``st``): their
+        key gathered (the first key in the message is recorded as its type key), matched against
+        the cases in order; messages in the message that take the ``default`` case are marked."""
+        key = np.zeros(len(live), dtype=np.uint64)
+        for f in st.key:
+            v = self._gather(w.data, w.base[live] + w.inst_at[f.instance][live], f)
+            key = (key << np.uint64(f.width)) | v if f.width < 64 else v
+        first = w.type_key[live] < 0
+        at_msg = w.inst_at[st.key[0].instance][live] + st.key[0].bit_offset >= MSG_BIT
+        w.type_key[live[first & at_msg]] = key[first & at_msg].astype(np.int64)
+        in_msg = w.cursor[live] >= MSG_BIT
+        fast = self.fast[name]
+        if fast is not None:
+            vals, targets, dflt = fast
+            pos = np.minimum(np.searchsorted(vals, key), max(len(vals) - 1, 0))
+            hit = (vals[pos] == key) if len(vals) else np.zeros(len(key), dtype=bool)
+            nxt = np.where(hit, targets[pos] if len(vals) else _REJECT, _REJECT if dflt is None else dflt)
+            if dflt is not None:
+                w.default[live[~hit & in_msg]] = True
+            return nxt
+        undecided = np.ones(len(live), dtype=bool)
+        nxt = np.full(len(live), _REJECT, dtype=np.int64)
+        for ks, target in st.cases:
+            if ks.default:
+                m = undecided
+                w.default[live[m & in_msg]] = True
+            elif ks.mask is None:
+                m = undecided & (key >= np.uint64(ks.lo)) & (key <= np.uint64(ks.hi))
+            else:
+                m = undecided & ((key & np.uint64(ks.mask)) == np.uint64(ks.value & ks.mask))
+            nxt[m] = self._next(target)
+            undecided &= ~m
+        return nxt
+
+    def _decoded(self, w: _Walk, lengths: np.ndarray) -> VectorDecoded:
+        """The walk's result with statuses, as :meth:`MessageDecoder.decode` gives them: values
+        and validity cleared for messages not classified; network instances valid for the rest."""
+        n = len(w.state)
+        state, valid, values = w.state, w.valid, w.values
+        parsed = w.cursor - MSG_BIT  # bits
         lengths = lengths.astype(np.int64) * 8
         status = np.full(n, REJECT, dtype=np.int8)
         acc = state == _ACCEPT
-        known = ~default
+        known = ~w.default
         fits = parsed == lengths
         for inst in self.graph.spec.payload_instances & set(valid):  # a payload follows its headers
             fits |= valid[inst] & (parsed < lengths)
         status[acc & known & fits] = OK
         status[acc & known & ~fits] = MISMATCH
         status[acc & ~known] = UNKNOWN
-        status[(state == _SHORT) & known & (type_key >= 0)] = MISMATCH
+        status[(state == _SHORT) & known & (w.type_key >= 0)] = MISMATCH
         ok = status <= UNKNOWN
         bad = ~ok
         for name in list(self.fields) + list(self.merged):
@@ -269,7 +312,7 @@ class VectorDecoder:
         valid_ok = {i: v & ok for i, v in valid.items()}
         for i in self.network:
             valid_ok[i] = ok.copy()
-        return VectorDecoded(status, type_key, valid_ok, values)
+        return VectorDecoded(status, w.type_key, valid_ok, values)
 
     def _next(self, target: str) -> int:
         if target == "accept":

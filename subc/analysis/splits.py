@@ -36,7 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import SubcError
-from ..wire.capture import PCAP_MAGICS, PCAPNG_MAGIC, CaptureStats, detect_feed_ports, iter_moldudp64, read_datagrams
+from ..wire.capture import CaptureStats, detect_feed_ports, iter_moldudp64, read_datagrams
+from ..wire.pcap_records import PCAP_MAGICS, PCAPNG_MAGIC
 from ..wire.decoder import TypeTable
 
 #: Consecutive well-formed frames that make a BinaryFILE split point.
@@ -331,7 +332,7 @@ def read_pcap(
     :class:`~subc.wire.capture.CaptureStats`, also made when None) and skipped; with ``strict``
     the first one raises :class:`SubcError` naming the file, the frame number and the byte offset
     of its record.  A capture that cannot be read raises SubcError with the byte offset (see
-    :func:`~subc.wire.capture.read_records`)."""
+    :func:`~subc.wire.pcap_records.read_records`)."""
     stats = stats if stats is not None else CaptureStats()
     feed: set[int] | list[int]  # the feed ports
     if udp_port is not None or ports is not None:

@@ -240,7 +240,7 @@ def stats_cmd(iface: str | None, p4rt: str | None, device_id: int, election_id: 
     """Print the broker's counters on IFACE: global, per subscriber, per leaf.  With --p4runtime,
     a switch's entries per table and its counters."""
     one_of(iface, p4rt)
-    from ..dataplane.ebpf.broker import stats
+    from ..dataplane.ebpf.broker_stats import stats
     from ..dataplane.p4rt.control import stats as p4rt_stats
 
     try:

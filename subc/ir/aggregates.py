@@ -227,6 +227,35 @@ def plan_state(rules: Sequence[Rule], spec: Spec) -> tuple[list[Rule], StatePlan
     count_atoms = {a: None for r in rules for a in r.atoms() if a[0] == COUNT_ATOM}
     if not count_atoms and not any(state_predicates(r.core) for r in rules if r.shape is None):
         return list(rules), None, spec.query_fields
+    keyed, per_rule = _group_instances(rules, spec, count_atoms)
+    compared = {p.agg.name for _, preds, _ in per_rule for p in preds if p.agg.kind == COUNTER}
+    instances, values, fields, value_of = _number_instances(keyed, compared, spec)
+    rewritten: dict[int, Rule] = {}
+    for r, _, inst_of in per_rule:
+        cond = _rewrite(r.condition, inst_of, value_of)
+        rewritten[r.index] = Rule(r.index, cond, r.actions, r.location, r.text)
+    out = [rewritten.get(r.index, r) for r in rules] + _update_rules(rules, instances)
+    counter_index = {i.name: i.index for i in instances if i.kind == COUNTER}
+    count_updates = tuple(
+        CountUpdate(j, counter_index[name], spec.query_fields[f] if f else None)
+        for j, (_, name, f) in enumerate(count_atoms)
+    )
+    time_field = spec.query_fields[spec.time_field] if spec.time_field else None
+    return (
+        out,
+        StatePlan(tuple(instances), tuple(values), time_field, spec.time_unit_ns, count_updates=count_updates),
+        fields,
+    )
+
+
+def _group_instances(
+    rules: Sequence[Rule], spec: Spec, count_atoms: dict
+) -> tuple[dict[tuple, dict], list[tuple[Rule, list[StatePred], dict]]]:
+    """The aggregate instances of ``rules``, before numbering: (key -> instance draft, a dict
+    with ``agg``, ``part`` (the stateless part, False for a named counter), ``rules`` and
+    ``thresholds``; per rule that compares state, (rule, its comparisons, aggregate -> its
+    instance draft)).  A key is (aggregate, stateless part as written) or ("counter", name);
+    the named counters of ``count_atoms`` that no rule compares get an instance too."""
     keyed: dict[tuple, dict] = {}  # (aggregate, stateless part as written) or counter name -> instance
     per_rule: list[tuple[Rule, list[StatePred], dict]] = []
     for r in rules:
@@ -254,7 +283,16 @@ def plan_state(rules: Sequence[Rule], spec: Spec) -> tuple[list[Rule], StatePlan
             ("counter", name),
             {"agg": Aggregate(COUNTER, None, 0, c.window_ns, name), "part": False, "rules": [], "thresholds": []},
         )
-    compared = {p.agg.name for _, preds, _ in per_rule for p in preds if p.agg.kind == COUNTER}
+    return keyed, per_rule
+
+
+def _number_instances(
+    keyed: dict[tuple, dict], compared: set, spec: Spec
+) -> tuple[list[AggregateInstance], list[StateValue], dict[str, QueryField], dict[tuple, QueryField]]:
+    """The instance drafts of ``keyed`` numbered in order (each draft gets its ``index``), with
+    their state values: (the instances, the state values, the query fields with the values'
+    pseudo-fields added, (instance, threshold or None) -> pseudo-field).  A named counter not in
+    ``compared`` (updated, never compared) has no state value."""
     instances: list[AggregateInstance] = []
     values: list[StateValue] = []
     fields = dict(spec.query_fields)
@@ -287,22 +325,28 @@ def plan_state(rules: Sequence[Rule], spec: Spec) -> tuple[list[Rule], StatePlan
             fields[name] = q
             values.append(StateValue(q, k, x))
             value_of[(k, x)] = q
-    rewritten: dict[int, Rule] = {}
-    for r, preds, inst_of in per_rule:
+    return instances, values, fields, value_of
 
-        def rewrite(e: Expr) -> Expr:
-            if isinstance(e, StatePred):
-                k = inst_of[e.agg]["index"]
-                x = e.operands[0].value if e.agg.kind == "avg" else None
-                return _encoded(e, value_of[(k, x)])
-            if isinstance(e, Not):
-                return Not(rewrite(e.item))
-            if isinstance(e, (And, Or)):
-                return type(e)(tuple(rewrite(x) for x in e.items))
-            return e
 
-        rewritten[r.index] = Rule(r.index, rewrite(r.condition), r.actions, r.location, r.text)
-    out = [rewritten.get(r.index, r) for r in rules]
+def _rewrite(e: Expr, inst_of: dict, value_of: dict[tuple, QueryField]) -> Expr:
+    """``e`` with each comparison on state replaced by its condition on its state value
+    (``inst_of``: aggregate -> numbered instance draft; ``value_of`` as :func:`_number_instances`)."""
+    if isinstance(e, StatePred):
+        k = inst_of[e.agg]["index"]
+        x = e.operands[0].value if e.agg.kind == "avg" else None
+        return _encoded(e, value_of[(k, x)])
+    if isinstance(e, Not):
+        return Not(_rewrite(e.item, inst_of, value_of))
+    if isinstance(e, (And, Or)):
+        return type(e)(tuple(_rewrite(x, inst_of, value_of) for x in e.items))
+    return e
+
+
+def _update_rules(rules: Sequence[Rule], instances: list[AggregateInstance]) -> list[Rule]:
+    """One update rule per instance whose stateless part some message can meet, indexed after
+    ``rules``: its stateless part, with the atom ``(UPDATE_ATOM, instance index)``, located at
+    the instance's first rule."""
+    out = []
     first = len(rules) and max(r.index for r in rules) + 1
     for instance in instances:
         if isinstance(instance.update, Or) and not instance.update.items:
@@ -317,17 +361,7 @@ def plan_state(rules: Sequence[Rule], spec: Spec) -> tuple[list[Rule], StatePlan
                 r0.text,
             )
         )
-    counter_index = {i.name: i.index for i in instances if i.kind == COUNTER}
-    count_updates = tuple(
-        CountUpdate(j, counter_index[name], spec.query_fields[f] if f else None)
-        for j, (_, name, f) in enumerate(count_atoms)
-    )
-    time_field = spec.query_fields[spec.time_field] if spec.time_field else None
-    return (
-        out,
-        StatePlan(tuple(instances), tuple(values), time_field, spec.time_unit_ns, count_updates=count_updates),
-        fields,
-    )
+    return out
 
 
 def spec_location(spec: Spec) -> Location:

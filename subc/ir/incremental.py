@@ -34,226 +34,39 @@ root (states 1..root_slots), and a change rewrites one free slot's entries where
 keeps its nodes alive until :meth:`LiveDiagram.release_root` (after the data plane's grace
 period); nodes no root reaches are then freed and their states reused (:meth:`LiveDiagram.recycle`).
 
+The nodes, the helpers that build their runs and the free states are in :mod:`.live_nodes`;
+regions are built by :mod:`.live_regions`.
+
 Errors: :class:`~subc.errors.SubcError` for a condition on a field outside the field order,
 and :class:`CapacityError` when a level runs out of states (the change is rolled back).
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
-from functools import partial
-from operator import itemgetter
 from typing import Iterable, Sequence, cast
 
 from ..errors import SubcError
-from . import lowering
-from ..lang.ast import And, Expr, Not, Or, Pred
-from .root_runs import ChunkBuilder, ChunkedRuns
+from ..lang.ast import Expr
+from .live_nodes import (
+    Node,
+    StatePool,
+    Universe,
+    aligned_regions,
+    constant_chain,
+    merge_spans,
+    root_regions,
+    run_builder,
+    spans_of,
+)
+from .live_regions import region_of
 from ..spec.model import QueryField
 
 
 class CapacityError(SubcError):
     """A level of the delivery diagram has no free state left (the data plane's maps are full)."""
-
-
-class Node:
-    """A node: ``level`` (field index, or n for a terminal), ``runs`` (for a field level,
-    ``(lo, hi, child)`` covering the field's values; for a terminal its value), ``ref`` (parent
-    runs that hold it; level-0 nodes, the roots, are neither hash-consed nor counted: see
-    :meth:`LiveDiagram.change`).  Delivery nodes also have ``state`` (their number, see the
-    module docstring); counting nodes ``q`` (their delivery node) and ``origin`` (the node and
-    level-0 spans they were derived from, to derive ``q`` by splicing).  A delivery root's
-    ``origin`` is the list of level-0 regions where it holds references of its own (None: all
-    of its runs; see :meth:`LiveDiagram.release_root`)."""
-
-    __slots__ = ("level", "runs", "ref", "state", "q", "origin", "dead", "false", "_los")
-
-    def __init__(self, level: int, runs: tuple):
-        self.level, self.runs = level, runs
-        self.false = False  # a region's FALSE (at any level)
-        self.ref = 0
-        self.state = 0
-        self.q: Node | None = None
-        # a counting node's (node, level-0 spans) it derives from; a delivery root's regions
-        self.origin: tuple[Node, list[tuple[int, int]]] | list[tuple[int, int]] | None = None
-        self.dead = False
-        self._los: list[int] | None = None
-
-    @property
-    def los(self) -> list[int]:
-        """The runs' lower bounds (for bisection), computed once (nodes with a tuple of runs)."""
-        if self._los is None:
-            self._los = list(map(_LO, self.runs))
-        return self._los
-
-    def run_at(self, v: int) -> tuple:
-        """The run ``(lo, hi, child)`` that holds value ``v``."""
-        runs = self.runs
-        if runs.__class__ is ChunkedRuns:
-            return runs.run_at(v)
-        return runs[bisect_right(self.los, v) - 1]
-
-    def child(self, v: int) -> "Node":
-        """The child of value ``v``."""
-        return self.run_at(v)[2]
-
-    def between(self, lo: int, hi: int) -> Sequence[tuple]:
-        """The runs that overlap [lo, hi], in order (unclipped)."""
-        runs = self.runs
-        if runs.__class__ is ChunkedRuns:
-            return runs.between(lo, hi)
-        los = self.los
-        return runs[bisect_right(los, lo) - 1 : bisect_right(los, hi)]
-
-    def __repr__(self) -> str:
-        return f"Node(L{self.level}#{self.state}, {len(self.runs)} runs)"
-
-
-_LO = itemgetter(0)
-
-
-def is_dead(node: Node) -> bool:
-    """Whether delivery node ``node`` is on the dead chain (state 0: no subscriber below)."""
-    return node.state == 0
-
-
-def exact_miss(node: Node) -> Node:
-    """The miss target of an exact delivery node (:func:`.lowering.exact_miss`)."""
-    return lowering.exact_miss(node.runs, is_dead)
-
-
-def _emit(out: list, lo: int, hi: int, child) -> None:
-    """Append run (lo, hi, child) to ``out``, merged with the last run when it has the same child."""
-    if out and out[-1][2] is child:
-        out[-1] = (out[-1][0], hi, child)
-    else:
-        out.append((lo, hi, child))
-
-
-def _copy_span(out: list, node: Node, lo: int, hi: int) -> None:
-    """Append ``node``'s runs clipped to [lo, hi] to ``out`` (merged at the junction)."""
-    runs, los = node.runs, node.los
-    i = bisect_right(los, lo) - 1
-    j = bisect_right(los, hi) - 1
-    if i == j:
-        _emit(out, lo, hi, runs[i][2])
-        return
-    _emit(out, lo, runs[i][1], runs[i][2])
-    out.extend(runs[i + 1 : j])
-    out.append((runs[j][0], hi, runs[j][2]))
-
-
-def _builder(level: int, out: list):
-    """(chunk builder or None, emit, copy_span) building the runs of a node of ``level``: with
-    a :class:`~.root_runs.ChunkBuilder` at level 0 (a root's runs are chunked and shared with
-    the roots it derives from), else into ``out``."""
-    if level == 0:
-        cb = ChunkBuilder()
-        return cb, cb.emit, cb.copy_span
-    return None, partial(_emit, out), partial(_copy_span, out)
-
-
-def spans_of(region: Node) -> list[tuple[int, int]]:
-    """The level-0 value spans where ``region`` (a region's root) is not FALSE."""
-    return [(lo, hi) for lo, hi, c in region.runs if not c.false]
-
-
-def merge_spans(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Sorted, disjoint, non-adjacent union of ``spans``."""
-    out: list[list[int]] = []
-    for lo, hi in sorted(spans):
-        if out and lo <= out[-1][1] + 1:
-            out[-1][1] = max(out[-1][1], hi)
-        else:
-            out.append([lo, hi])
-    return [(a, b) for a, b in out]
-
-
-def aligned_regions(old: Node, new: Node, spans: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The level-0 regions, each a whole number of runs of both ``old`` and ``new`` (two roots
-    whose children differ only within the merged ``spans``), outside which their runs are the
-    same runs: each span widened to the runs of either root that contain its ends, widened
-    regions that touch merged.  Shape: sorted disjoint ``(lo, hi)`` value pairs."""
-    out: list[list[int]] = []
-    for lo, hi in spans:
-        a = min(old.run_at(lo)[0], new.run_at(lo)[0])
-        b = max(old.run_at(hi)[1], new.run_at(hi)[1])
-        if out and a <= out[-1][1] + 1:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return [(a, b) for a, b in out]
-
-
-def _runs_within(node: Node, regions: Iterable[tuple[int, int]] | None):
-    """The runs of ``node`` that lie in ``regions`` (aligned to its runs; None: all runs)."""
-    if regions is None:
-        yield from node.runs
-        return
-    for a, b in regions:
-        yield from node.between(a, b)
-
-
-def _regions(root: Node) -> list[tuple[int, int]] | None:
-    """The regions where delivery root ``root`` holds references of its own (None: all its runs)."""
-    return cast("list[tuple[int, int]] | None", root.origin)
-
-
-class _Universe:
-    """A family of hash-consed nodes: one unique table per level, reference counts, freeing."""
-
-    def __init__(self, n_levels: int):
-        self.unique: list[dict] = [dict() for _ in range(n_levels + 1)]
-
-    def intern(self, level: int, runs: tuple) -> tuple[Node, bool]:
-        """The node of (level, runs) and whether it was created (its children then gain a reference)."""
-        t = self.unique[level]
-        node = t.get(runs)
-        if node is not None:
-            return node, False
-        node = Node(level, runs)
-        t[runs] = node
-        if level < len(self.unique) - 1:
-            for r in runs:
-                r[2].ref += 1
-        return node, True
-
-    def decref(self, node: Node, freed: list | None = None) -> None:
-        """Drop one reference of ``node``; free (and append to ``freed``) every node left without one."""
-        node.ref -= 1
-        if node.ref > 0:
-            return
-        stack = [node]
-        last = len(self.unique) - 1
-        while stack:
-            n = stack.pop()
-            if n.dead or n.ref > 0:
-                continue
-            n.dead = True
-            del self.unique[n.level][n.runs]
-            if freed is not None:
-                freed.append(n)
-            if n.level < last:
-                for r in n.runs:
-                    c = r[2]
-                    c.ref -= 1
-                    if c.ref <= 0:
-                        stack.append(c)
-
-    def hold(self, root: Node, regions: Iterable[tuple[int, int]] | None) -> None:
-        """Give the children of ``root``'s runs in ``regions`` (None: all) one reference each."""
-        for r in _runs_within(root, regions):
-            r[2].ref += 1
-
-    def drop(self, root: Node, regions: Iterable[tuple[int, int]] | None, freed: list | None = None) -> None:
-        """Take back what :meth:`hold` gave (freeing, into ``freed``, what is left unreferenced)."""
-        for r in _runs_within(root, regions):
-            self.decref(r[2], freed)
-
-    def size(self) -> int:
-        return sum(len(t) for t in self.unique)
 
 
 @dataclass
@@ -267,46 +80,6 @@ class Change:
     spans: list[tuple[int, int]] = field(default_factory=list)
     changed: bool = True
     base: Node | None = None  # the delivery root before the change
-
-
-class _StatePool:
-    """The free states 1..``capacity`` of one level, in O(states handed out) memory (a switch's
-    level may have 2**24 of them): a counter of states never handed out, a stack of those given
-    back, and reserved states the counter skips."""
-
-    def __init__(self, capacity: int):
-        self.capacity = capacity
-        self.next = 1  # the lowest state never handed out
-        self.back: list[int] = []
-        self.reserved: set[int] = set()  # states >= next not to hand out
-
-    def pop(self) -> int | None:
-        """A free state, or None."""
-        if self.back:
-            return self.back.pop()
-        while self.next <= self.capacity:
-            s, self.next = self.next, self.next + 1
-            if s not in self.reserved:
-                return s
-            self.reserved.discard(s)
-        return None
-
-    def push(self, state: int) -> None:
-        self.back.append(state)
-
-    def reserve(self, states: set[int]) -> None:
-        self.back = [s for s in self.back if s not in states]
-        self.reserved.update(s for s in states if s >= self.next)
-
-    def unreserve(self, states: Iterable[int]) -> None:
-        for s in states:
-            if s in self.reserved:
-                self.reserved.discard(s)
-            else:
-                self.back.append(s)
-
-    def free(self) -> int:
-        return self.capacity - (self.next - 1) + len(self.back) - len(self.reserved)
 
 
 class LiveDiagram:
@@ -328,15 +101,15 @@ class LiveDiagram:
             raise SubcError("a live diagram needs at least one field")
         self.index = {q.name: i for i, q in enumerate(self.fields)}
         self.tops = [(1 << q.width) - 1 for q in self.fields]
-        self.counting = _Universe(n)
-        self.delivery = _Universe(n)
+        self.counting = Universe(n)
+        self.delivery = Universe(n)
         self.capacity = list(capacity)
         if len(self.capacity) != n:
             raise ValueError("capacity: one figure per level below 0 (levels 1..n)")
         # free states per level 1..n (index level - 1); state 0 is dead / the default leaf
-        self._free: list[_StatePool] = [_StatePool(c) for c in self.capacity]
-        self.dead = self._chain(self.counting, ((), ()))
-        self.qdead = self._chain(self.delivery, ())
+        self._free: list[StatePool] = [StatePool(c) for c in self.capacity]
+        self.dead = constant_chain(self.counting, self.tops, ((), ()))
+        self.qdead = constant_chain(self.delivery, self.tops, ())
         for node in self.qdead:
             node.state = 0
         for c, q in zip(self.dead, self.qdead):
@@ -348,102 +121,12 @@ class LiveDiagram:
 
     # -- construction -------------------------------------------------------------------------
 
-    def _chain(self, uni: _Universe, terminal) -> list[Node]:
-        """Nodes that lead every value to ``terminal``, per level (index = level)."""
-        out = [uni.intern(self.n, terminal)[0]] * (self.n + 1)  # levels below n: replaced next
-        for lv in range(self.n - 1, -1, -1):
-            out[lv] = uni.intern(lv, ((0, self.tops[lv], out[lv + 1]),))[0]
-        return out
-
     def region(self, cond: Expr) -> Node:
         """The region diagram of condition ``cond`` (an AST expression over the field order's
-        fields).  Regions are built in a universe of their own, shared by nobody, so they cost
-        nothing once the subscription is gone.  Raises SubcError (at the predicate) for a field
-        outside the field order."""
-        uni = _Universe(self.n)
-        true = self._chain(uni, (True,))
-        false = self._chain(uni, ())
-        for node in false:
-            node.false = True
-        memo: dict = {}
-
-        def pred(p: Pred) -> Node:
-            if p.field not in self.index:
-                raise SubcError(
-                    f"field '{p.field}' is not one of the broker's fields ({', '.join(self.index)})", p.location
-                )
-            lv = self.index[p.field]
-            out: list = []
-            cur = 0
-            for lo, hi in p.values().intervals:
-                if lo > cur:
-                    _emit(out, cur, lo - 1, false[lv + 1])
-                _emit(out, lo, hi, true[lv + 1])
-                cur = hi + 1
-            if cur <= self.tops[lv]:
-                _emit(out, cur, self.tops[lv], false[lv + 1])
-            node = uni.intern(lv, tuple(out))[0]
-            for up in range(lv - 1, -1, -1):
-                node = uni.intern(up, ((0, self.tops[up], node),))[0]
-            return node
-
-        def combine(op: str, a: Node, b: Node) -> Node:
-            lv = a.level
-            zero, one = (false, true) if op == "and" else (true, false)  # absorbing, identity
-            if a is zero[lv] or b is zero[lv]:
-                return zero[lv]
-            if a is one[lv]:
-                return b
-            if b is one[lv]:
-                return a
-            if a is b:
-                return a
-            key = (op, a, b)
-            hit = memo.get(key)
-            if hit is not None:
-                return hit
-            out: list = []
-            ar, br = a.runs, b.runs
-            i = j = 0
-            lo = 0
-            while i < len(ar):
-                hi = min(ar[i][1], br[j][1])
-                _emit(out, lo, hi, combine(op, ar[i][2], br[j][2]))
-                lo = hi + 1
-                if ar[i][1] == hi:
-                    i += 1
-                if j < len(br) and br[j][1] == hi:
-                    j += 1
-            res = uni.intern(a.level, tuple(out))[0]
-            memo[key] = res
-            return res
-
-        def negate(a: Node) -> Node:
-            if a is true[a.level]:
-                return false[a.level]
-            if a is false[a.level]:
-                return true[a.level]
-            key = ("not", a)
-            hit = memo.get(key)
-            if hit is None:
-                hit = uni.intern(a.level, tuple((lo, hi, negate(c)) for lo, hi, c in a.runs))[0]
-                memo[key] = hit
-            return hit
-
-        def build(e: Expr) -> Node:
-            if isinstance(e, Pred):
-                return pred(e)
-            if isinstance(e, Not):
-                return negate(build(e.item))
-            op = "and" if isinstance(e, And) else "or"
-            if not isinstance(e, (And, Or)):
-                raise TypeError(f"not a condition: {e!r}")
-            acc = build(e.items[0])
-            for item in e.items[1:]:
-                acc = combine(op, acc, build(item))
-            return acc
-
-        return build(cond)
+        fields; :func:`.live_regions.region_of`).  Regions are built in a universe of their own,
+        shared by nobody, so they cost nothing once the subscription is gone.  Raises SubcError
+        (at the predicate) for a field outside the field order."""
+        return region_of(cond, self.index, self.tops)
 
     @staticmethod
     def is_empty(region: Node) -> bool:
@@ -473,7 +156,7 @@ class LiveDiagram:
         if hit is not None:
             return hit
         out: list = []
-        rr, emit, copy = _builder(lv, out)
+        rr, emit, copy = run_builder(lv, out)
         spans = []
         for blo, bhi, bc in b.runs:
             if bc.false:
@@ -501,7 +184,7 @@ class LiveDiagram:
             q, created = self.delivery.intern(lv, n.runs[0])  # the subscribers (counts are > 0)
         else:
             out: list = []
-            rr, emit, copy = _builder(lv, out)
+            rr, emit, copy = run_builder(lv, out)
             origin = cast("tuple[Node, list[tuple[int, int]]] | None", n.origin)  # a counting node's
             if (
                 origin is not None
@@ -659,13 +342,13 @@ class LiveDiagram:
             roots.popleft()
             if roots:
                 succ = roots[0]
-                self.delivery.drop(q, _regions(succ), freed)  # succ now holds all its runs
+                self.delivery.drop(q, root_regions(succ), freed)  # succ now holds all its runs
                 succ.origin = None
             else:
                 self.delivery.drop(q, None, freed)
         elif roots and roots[-1] is q:
             roots.pop()
-            self.delivery.drop(q, _regions(q), freed)
+            self.delivery.drop(q, root_regions(q), freed)
         else:
             raise ValueError("release_root: not the oldest or newest live root")
         q.dead = True

@@ -26,7 +26,7 @@ leaves (tests/test_layered.py checks it against the BDD on random rule sets).
    empty set is the dead state.  When the root's ranges on field 0 are pairwise disjoint (an
    exact field tested with ``==``), each trie group is a next state as it is; when every range
    of a state runs to the top of the field (``field > P``), items only enter and the sweep uses
-   set operations.
+   set operations (:mod:`.sweeps`).
 4. **Minimisation, bottom up.**  A leaf is its atom set; a state of stage i is its runs over the
    field with next states replaced by their classes, adjacent equal runs merged.  Equal
    signatures are equal residual functions, which makes the result the reduced diagram.
@@ -40,10 +40,8 @@ boundary is bounded (:class:`~subc.lang.limits.Limits`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from functools import reduce
 from itertools import chain
-from operator import attrgetter, itemgetter, xor
-from random import Random
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from ..lang.ast import And, Pred, Rule
@@ -51,160 +49,13 @@ from .bdd import FieldDomain, core_predicates, predicate_domains
 from ..lang.limits import DEFAULT_LIMITS, LimitError, Limits
 from .slicing import Leaf, Sliced, Stage, StageState
 from .cubes import EMPTY, CubeMaker, Ranges
+from .sweeps import DEAD, groups_of, root_by_point, root_groups, sweep, zobrist_keys
 from ..spec.model import QueryField
 
 if TYPE_CHECKING:  # dd.cudd is imported where a BDD is built: importing it costs a compile 0.1 s (networkx)
     pass
 
-_DEAD = -1
-_first = itemgetter(0)
 _core_and_atoms = attrgetter("core", "atom_set")
-
-
-def _zobrist_keys(level: int, count: int) -> list[int]:
-    """``count`` pseudo-random 128-bit keys for the items of ``level`` (deterministic: a generator
-    seeded with the level).  They only identify item sets (a state's hash is the XOR of its items'
-    keys); the numbering of states never depends on their values."""
-    bits = Random(0x5EED0000 + level).getrandbits
-    return [bits(128) for _ in range(count)]
-
-
-def _sweep(
-    groups: dict,
-    k: int,
-    zob: list[int],
-    index: dict[int, int],
-    states: list[tuple[int, ...]],
-    leaf_atoms: tuple | None = None,
-) -> list[tuple[int, int, int]]:
-    """Runs ``(first, last, next state)`` of one state over the index range [0, k).
-
-    The state is given as ``groups``: index ranges (or None: every index) -> the distinct next
-    items whose ranges they are.  Next states are found in / added to ``index`` (Zobrist hash ->
-    state number) and ``states`` (state number -> item tuple).  _DEAD: no item.  ``leaf_atoms``,
-    when the items are leaf items: (item -> its atoms, dict state number -> the atoms of its
-    items) to fill where that comes cheap (see :func:`_sweep_suffixes`).
-    """
-    if all(r is None or (len(r) == 1 and r[0][1] == k - 1) for r in groups):
-        return _sweep_suffixes(groups, k, zob, index, states, leaf_atoms)
-    events: list[tuple[int, int, list]] = []
-    count: dict[int, int] = {}
-    h = 0
-    for ranges, items in groups.items():
-        if ranges is None:
-            for x in items:
-                c = count.get(x)
-                if c is None:
-                    count[x] = 1
-                    h ^= zob[x]
-                else:
-                    count[x] = c + 1
-        else:
-            for a, b in ranges:
-                events.append((a, 1, items))
-                if b + 1 < k:
-                    events.append((b + 1, -1, items))
-    events.sort(key=_first)
-    runs: list[tuple[int, int, int]] = []
-    start, j, ne = 0, 0, len(events)
-    tgt: int | None  # a segment's next state (None: not numbered yet)
-    while True:
-        p = events[j][0] if j < ne else k
-        if p > start:  # the segment [start, p - 1] has the current item set
-            if not count:
-                tgt = _DEAD
-            else:
-                tgt = index.get(h)
-                if tgt is None:
-                    tgt = index[h] = len(states)
-                    states.append(tuple(sorted(count)))
-            if runs and runs[-1][2] == tgt:
-                runs[-1] = (runs[-1][0], p - 1, tgt)
-            else:
-                runs.append((start, p - 1, tgt))
-            start = p
-        if j >= ne:
-            return runs
-        while j < ne and events[j][0] == p:
-            _, d, items = events[j]
-            if d == 1:
-                for x in items:
-                    c = count.get(x)
-                    if c is None:
-                        count[x] = 1
-                        h ^= zob[x]
-                    else:
-                        count[x] = c + 1
-            else:
-                for x in items:
-                    c = count[x]
-                    if c == 1:
-                        del count[x]
-                        h ^= zob[x]
-                    else:
-                        count[x] = c - 1
-            j += 1
-
-
-def _sweep_suffixes(
-    groups: dict,
-    k: int,
-    zob: list[int],
-    index: dict[int, int],
-    states: list[tuple[int, ...]],
-    leaf_atoms: tuple | None = None,
-) -> list[tuple[int, int, int]]:
-    """:func:`_sweep` when every group's ranges are one interval up to the last index (``field >
-    P``, say) or every index: items only ever enter, so the current set is a set (set operations
-    instead of counts), and so is the union of their atoms (``leaf_atoms``)."""
-    starts = sorted(((0 if r is None else r[0][0], items) for r, items in groups.items()), key=_first)
-    atoms_of, atoms_out = leaf_atoms if leaf_atoms is not None else (None, None)
-    acc: set = set()  # the atoms of the active items
-    active: set[int] = set()
-    h = 0
-    runs: list[tuple[int, int, int]] = []
-    start, j, ne = 0, 0, len(starts)
-    tgt: int | None  # a segment's next state (None: not numbered yet)
-    while True:
-        p = starts[j][0] if j < ne else k
-        if p > start:  # the segment [start, p - 1] has the current item set
-            if not active:
-                tgt = _DEAD
-            else:
-                tgt = index.get(h)
-                if tgt is None:
-                    tgt = index[h] = len(states)
-                    states.append(tuple(active))  # (any order: a state is a set)
-                    if atoms_out is not None:
-                        atoms_out[tgt] = frozenset(acc)  # (copied with the stored hashes)
-            if runs and runs[-1][2] == tgt:
-                runs[-1] = (runs[-1][0], p - 1, tgt)
-            else:
-                runs.append((start, p - 1, tgt))
-            start = p
-        if j >= ne:
-            return runs
-        while j < ne and starts[j][0] == p:
-            new = set(starts[j][1]).difference(active)
-            if new:
-                active |= new
-                h = reduce(xor, map(zob.__getitem__, new), h)
-                if atoms_of is not None:
-                    acc.update(chain.from_iterable(map(atoms_of, new)))
-            j += 1
-
-
-def _groups(state: tuple[int, ...], keys: list) -> dict:
-    """A state's items (``keys[item]`` = (ranges, next item)) grouped by their ranges."""
-    groups: dict = {}
-    for it in state:
-        ranges, nxt = keys[it]
-        g = groups.get(ranges)
-        if g is None:
-            groups[ranges] = [nxt]
-        else:
-            g.append(nxt)
-    return groups
 
 
 def _check_limits(states: int, items: int, limits: Limits, dom: FieldDomain, order: Sequence[str]) -> None:
@@ -220,71 +71,6 @@ def _check_limits(states: int, items: int, limits: Limits, dom: FieldDomain, ord
             "grows with the combinations of fields the rules test together: rules with few "
             "predicates over many fields can need exponentially many states"
         )
-
-
-def _root_by_point(root: dict, ranges0: list, k: int, states: list) -> list[tuple[int, int, int]] | None:
-    """The root's runs when its groups' ranges on field 0 are pairwise disjoint (an exact field
-    tested with ``==`` or ``in``, say): each group's trie (range id of field 1 -> items) is a next
-    state as it is, numbered on first sight in value order (equal tries are one state) and appended
-    to ``states``.  None when some ranges overlap (or some group allows any value)."""
-    spans = []
-    for c0, g in root.items():
-        ranges = ranges0[c0]
-        if ranges is None:
-            return None
-        for a, b in ranges:
-            spans.append((a, b, c0))
-    spans.sort(key=_first)
-    for (_, b, _), (a, _, _) in zip(spans, spans[1:]):
-        if a <= b:
-            return None
-    state_of: dict[int, int] = {}  # c0 -> next state
-    by_size: dict[tuple[int, int], list[int]] = {}  # (groups, items) -> states of that size
-    for _, _, c0 in spans:
-        if c0 not in state_of:
-            g = root[c0]
-            same = by_size.setdefault((len(g), sum(map(len, g.values()))), [])
-            st = next((x for x in same if states[x] == g), None)  # equal tries: one state
-            if st is None:
-                st = len(states)
-                states.append(g)
-                same.append(st)
-            state_of[c0] = st
-    runs: list[tuple[int, int, int]] = []
-    start = 0
-    for a, b, c0 in spans:
-        if a > start:
-            runs.append((start, a - 1, _DEAD))
-        t = state_of[c0]
-        if runs and runs[-1][2] == t:
-            runs[-1] = (runs[-1][0], b, t)
-        else:
-            runs.append((a, b, t))
-        start = b + 1
-    if start < k:
-        runs.append((start, k - 1, _DEAD))
-    return runs
-
-
-def _root_groups(root: dict, n: int, ranges_of: list, interned: list, keys: list) -> dict:
-    """The root state as groups for :func:`_sweep` (ranges of field 0 -> items of level 1), the
-    items of level 1 interned from the root's trie."""
-    if n < 2:
-        return {ranges_of[0][c0]: x for c0, x in root.items()} if n else {}
-    d1, k1, r1 = interned[1], keys[1], ranges_of[1]
-    groups = {}
-    for c0, g in root.items():
-        items = set()
-        for c1, x in g.items():
-            for it2 in x:
-                key = (c1, it2)
-                it = d1.get(key)
-                if it is None:
-                    it = d1[key] = len(k1)
-                    k1.append((r1[c1], it2))
-                items.add(it)
-        groups[ranges_of[0][c0]] = items
-    return groups
 
 
 class SliceBudgetExceeded(Exception):
@@ -481,11 +267,11 @@ def _sweep_layers(
             work += sum(len(x) for g in root.values() for x in (g.values() if n >= 2 else (g,)))
             if max_work is not None and work > max_work:
                 raise SliceBudgetExceeded(f"more than {max_work} item visits in field order {list(order)}")
-            runs = _root_by_point(root, ranges_of[0], dom.k, nxt_states) if n >= 2 else None
+            runs = root_by_point(root, ranges_of[0], dom.k, nxt_states) if n >= 2 else None
             sizes: Iterable[int]
             if runs is None:
-                groups = _root_groups(root, n, ranges_of, interned, keys)
-                runs = _sweep(groups, dom.k, _zobrist_keys(1, len(keys[1])), {}, nxt_states)
+                groups = root_groups(root, n, ranges_of, interned, keys)
+                runs = sweep(groups, dom.k, zobrist_keys(1, len(keys[1])), {}, nxt_states)
                 sizes = map(len, nxt_states)
             else:
                 nxt_states = [{ranges_of[1][c1]: x for c1, x in g.items()} for g in nxt_states]
@@ -494,19 +280,19 @@ def _sweep_layers(
             items_total += sum(sizes)
             _check_limits(n_states + len(nxt_states), items_total, limits, dom, order)
         else:
-            zob = _zobrist_keys(i + 1, len(keys[i + 1]))
+            zob = zobrist_keys(i + 1, len(keys[i + 1]))
             index: dict[int, int] = {}
             last = (keys[n].__getitem__, leaf_atoms_of) if i == n - 1 else None
             for s in layer_states[i]:
                 if type(s) is dict:  # groups straight from the root's trie
                     groups, size = s, sum(map(len, s.values()))
                 else:
-                    groups, size = _groups(s, keys[i]), len(s)
+                    groups, size = groups_of(s, keys[i]), len(s)
                 work += size
                 if max_work is not None and work > max_work:
                     raise SliceBudgetExceeded(f"more than {max_work} item visits in field order {list(order)}")
                 before = len(nxt_states)
-                runs_i.append(_sweep(groups, dom.k, zob, index, nxt_states, last))
+                runs_i.append(sweep(groups, dom.k, zob, index, nxt_states, last))
                 for j in range(before, len(nxt_states)):
                     items_total += len(nxt_states[j])
                 _check_limits(n_states + len(nxt_states), items_total, limits, dom, order)
@@ -549,7 +335,7 @@ def _minimise(
         for runs in layer_runs[i]:
             merged: list[tuple[int, int, int]] = []
             for first, last, t in runs:
-                c = _DEAD if t == _DEAD else cls_below[t]
+                c = DEAD if t == DEAD else cls_below[t]
                 if merged and merged[-1][2] == c:
                     merged[-1] = (merged[-1][0], last, c)
                 else:
@@ -582,7 +368,7 @@ def _number(
             runs = []
             for first, last, t in sigs[i][c]:
                 lo, hi = dom.interval(first)[0], dom.interval(last)[1]
-                if t == _DEAD:
+                if t == DEAD:
                     tgt = 0
                 else:
                     if t not in nxt:

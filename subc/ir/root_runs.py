@@ -87,7 +87,7 @@ class ChunkedRuns:
 class ChunkBuilder:
     """Builds a :class:`ChunkedRuns` from runs appended in value order (:meth:`emit`) and from
     pieces of other roots (:meth:`copy_span`, which shares the whole chunks it covers).  Runs
-    with the same child that meet are merged, as :func:`subc.ir.incremental._emit` does."""
+    with the same child that meet are merged, as :func:`subc.ir.live_nodes.emit_run` does."""
 
     __slots__ = ("chunks", "clos", "firsts", "part", "plos")
 

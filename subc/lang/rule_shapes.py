@@ -11,10 +11,11 @@ text plus the literals' kinds is the piece's *shape*.
 * The first piece of a shape is parsed by Lark (:func:`~.grammar_parser.rule_parser`) and resolved
   by the rule resolver (:class:`~.rules.RuleResolver`, passed in), like every piece of a shape
   that cannot be a template (below).
-* Its tree becomes the shape's *template*, and the shape's text with one capturing group per
-  literal becomes the shape's *pattern*: a piece matches the pattern exactly when it splits into
-  that shape.  The following pieces are matched with the patterns of the shapes seen last, one
-  C-level match each; a piece that matches none is split and looked up (or is a new shape).
+* Its tree becomes the shape's *template* (:mod:`.shape_templates`), and the shape's text with
+  one capturing group per literal becomes the shape's *pattern*: a piece matches the pattern
+  exactly when it splits into that shape.  The following pieces are matched with the patterns
+  of the shapes seen last, one C-level match each; a piece that matches none is split and looked
+  up (or is a new shape).
 * A templated piece becomes a *deferred* :class:`~.ast.Rule`: its index, its start offset, its
   shape, and a *core* condition and atom set shared by every rule of the shape with the same
   literal texts (literal values are converted by the resolver's own code, once per field and
@@ -37,20 +38,17 @@ result equals :func:`~.rules.parse_rules_lark` rule for rule (``tests/test_rule_
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
 from itertools import accumulate
 
-from lark import Token, Tree
+from lark import Tree
 from lark.exceptions import UnexpectedInput
 
 from ..errors import SubcError
-from .ast import And, Action, Not, Or, Pred, Rule
+from .ast import Rule
 from ..compiler.gcpause import paused_gc
 from .grammar_parser import (
     SourceText,
-    as_token,
     as_tree,
-    comparison_parts,
     condition_depth,
     rule_parser,
     syntax_error,
@@ -58,6 +56,7 @@ from .grammar_parser import (
     tree_tokens,
 )
 from .limits import DEFAULT_LIMITS, Limits, check_rule_text
+from .shape_templates import Template, build_template
 
 #: Rule ends: a ';' outside strings and comments (strings and comments are matched to skip them).
 _ENDS = re.compile(r'"(?:[^"\\\n]|\\.)*"|#[^\n]*|//[^\n]*|;')
@@ -101,7 +100,7 @@ class Shape:
 
     def __init__(self, source: SourceText, resolver):
         self.source, self.resolver = source, resolver
-        self.template: _Template | None = None
+        self.template: Template | None = None
         self.pattern: re.Pattern | None = None
         self.cond_groups: tuple[int, ...] = ()
         self.act_groups: tuple[int, ...] = ()
@@ -142,30 +141,6 @@ class Shape:
         loc, r = self.source.location, self.resolver
         s, e = tpl.start(m), tpl.end(m)
         return tpl.cond(m, loc, r), tuple(f(m, loc, r) for f in tpl.actions), loc(s), self.source.text[s:e]
-
-
-class _Template:
-    """A shape's rule as closures over a pattern match ``m`` (see :meth:`ShapeParser._template`):
-    ``cond(m, loc, r)``, ``actions`` (each ``f(m, loc, r)``), ``start(m)``, ``end(m)`` (offsets
-    of the rule's first character and just after its ';').  ``loc`` locates an offset of the
-    matched text (None: build without locations); ``r`` is the resolver over that text."""
-
-    __slots__ = ("cond", "actions", "start", "end")
-
-    def __init__(self, cond, actions, start, end):
-        self.cond, self.actions, self.start, self.end = cond, actions, start, end
-
-
-def _offset_fn(part: int, off: int):
-    """The text offset of offset ``off`` in part ``part`` of a piece matched by ``m`` (parts: the
-    text before the first literal, the first literal, the text after it, ...)."""
-    if part == 0:
-        return lambda m: m.start() + off
-    if part % 2:
-        g = (part + 1) // 2
-        return lambda m: m.start(g) + off
-    g = part // 2
-    return lambda m: m.end(g) + off
 
 
 class ShapeCache:
@@ -433,100 +408,8 @@ class ShapeParser:
     def _template(self, shape: Shape, tree: Tree, parts: list[str], rep: int) -> None:
         """Make ``shape`` a template shape from Lark's ``tree`` of its first piece (at offset ``rep``,
         split into ``parts``, resolved without error): the literal groups of its condition and
-        actions, and closures that build its rules from a pattern match."""
-        rule_tree = tree.children[0]
-        bounds = [0] + list(accumulate(map(len, parts)))
-        group_at = {bounds[i]: (i + 1) // 2 for i in range(1, len(parts), 2)}  # piece offset -> group
-
-        def at(pos: int):
-            i = min(bisect_right(bounds, pos) - 1, len(parts) - 1)
-            return _offset_fn(i, pos - bounds[i])
-
-        rep_resolver = self.resolver.at(rep)
-        operands, action_values = self.operands, self.action_values
-        cond_groups: list[int] = []
-        act_groups: list[int] = []
-
-        def expr(t):
-            if t.data in ("or_", "and_"):
-                # as the resolver: a left-nested chain is one node (walked in a loop)
-                rights, x = [], t
-                while isinstance(x, Tree) and x.data == t.data:
-                    rights.append(x.children[1])
-                    x = x.children[0]
-                fs = tuple([expr(x)] + [expr(y) for y in reversed(rights)])
-                cls = Or if t.data == "or_" else And
-                return lambda m, loc, r: cls(tuple([f(m, loc, r) for f in fs]))
-            if t.data == "not_":
-                f = expr(t.children[0])
-                return lambda m, loc, r: Not(f(m, loc, r))
-            return comparison(t)
-
-        def operand(q, tok: Token):
-            g, kind, qname = group_at[token_start(tok)], tok.type, q.name
-            cond_groups.append(g)
-
-            def f(m, r):
-                text = m.group(g)
-                key = (qname, kind, text)
-                o = operands.get(key)
-                if o is None:
-                    o = operands[key] = r.operand(Token(kind, text, start_pos=m.start(g)), q)
-                return o
-
-            return f
-
-        def comparison(t: Tree):
-            where = at(t.meta.start_pos)
-            # the values are literal tokens: a shape with a prefix is no template
-            if t.data in ("member", "not_member"):
-                q = rep_resolver.field(t.children[0])  # the shape's checks ran on the first piece
-                values = [as_token(v) for v in t.children[1:]]
-                op = "in" if t.data == "member" else "not in"
-            else:
-                ftree, _, op, value = comparison_parts(t)
-                q = rep_resolver.field(ftree)
-                values = [as_token(value)]
-            fs = tuple(operand(q, v) for v in values)
-            name, width = q.name, q.width
-            groups = tuple(sorted({group_at[token_start(v)] for v in values}))
-            cores: dict = {}  # literal texts -> the predicate without location
-
-            def f(m, loc, r):
-                if loc:
-                    return Pred(name, width, op, tuple([g(m, r) for g in fs]), loc(where(m)))
-                key = m.group(*groups)
-                p = cores.get(key)
-                if p is None:
-                    p = cores[key] = Pred(name, width, op, tuple([g(m, r) for g in fs]), None)
-                return p
-
-            return f
-
-        def action(t: Tree):
-            name_tok, *args = map(as_token, t.children)
-            where = at(token_start(name_tok))
-            groups = tuple(group_at[token_start(a)] for a in args)
-            act_groups.extend(groups)
-            kinds = tuple(a.type for a in args)
-            name = str(name_tok)
-
-            def f(m, loc, r):
-                texts = tuple([m.group(g) for g in groups])
-                key = (name, kinds, texts)
-                v = action_values.get(key)
-                if v is None:
-                    toks: list[Token | Tree] = [Token("NAME", name, start_pos=where(m))]
-                    toks += [Token(k, x, start_pos=m.start(g)) for k, x, g in zip(kinds, texts, groups)]
-                    a = r.action(Tree("action", toks))
-                    v = action_values[key] = (a.name, a.args)
-                return Action(v[0], v[1], loc(where(m)) if loc else None)
-
-            return f
-
-        cond_tree, actions_tree = rule_tree.children
-        cond = expr(cond_tree)
-        acts = tuple(action(a) for a in actions_tree.children)
-        shape.template = _Template(cond, acts, at(rule_tree.meta.start_pos), at(rule_tree.meta.end_pos))
-        shape.cond_groups = tuple(sorted(set(cond_groups)))
-        shape.act_groups = tuple(sorted(set(act_groups)))
+        actions, and closures that build its rules from a pattern match
+        (:func:`~.shape_templates.build_template`)."""
+        shape.template, shape.cond_groups, shape.act_groups = build_template(
+            tree, parts, self.resolver.at(rep), self.operands, self.action_values
+        )

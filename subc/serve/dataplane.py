@@ -20,7 +20,8 @@ from ..spec.model import Spec
 from ..errors import SubcError
 from ..dataplane.ebpf import attach
 from ..dataplane.ebpf.bpf import Map, prog_info
-from ..dataplane.ebpf.broker import LoadedFilter, claim_home, ifindex_of, pinned_maps, read_state, write_state
+from ..dataplane.ebpf.broker import LoadedFilter, ifindex_of
+from ..dataplane.ebpf.broker_state import claim_home, pinned_maps, read_state, write_state
 from ..dataplane.ebpf.broker_home import BrokerHome, broker_home, home_lock
 
 ROOT_SLOTS = 32  # versions of the root (stage 0 states 1..32): changes in flight before a grace period ends

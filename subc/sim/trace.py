@@ -31,7 +31,7 @@ from ..compiler.driver import CompileResult
 from ..backends.p4.entries import entries_doc
 from ..errors import SubcError
 from ..wire.binaryfile import iter_frames
-from ..wire.capture import is_capture
+from ..wire.pcap_records import is_capture
 from ..wire.decoder import LENGTH_MISMATCH, Decoded, MessageDecoder
 from ..semantics.delivery import Copy
 from ..wire.moldudp64 import END_OF_SESSION, HEARTBEAT
@@ -311,10 +311,10 @@ def simulate_trace(
 def copies_pcaps(port_copies: dict) -> dict[str, bytes]:
     """One pcap per port (``port_<P>.pcap``) of the copies of :func:`simulate_trace` (``copies``):
     each copy as a UDP datagram with the input datagram's addresses, ports and time (a BinaryFILE
-    message: 0.0.0.0:0 to 0.0.0.0:0 at time 0), written by :class:`~.capture.UdpPcapWriter`."""
+    message: 0.0.0.0:0 to 0.0.0.0:0 at time 0), written by :class:`~subc.wire.pcap_writer.UdpPcapWriter`."""
     import io
 
-    from ..wire.capture import UdpPcapWriter
+    from ..wire.pcap_writer import UdpPcapWriter
 
     files = {}
     for port, items in sorted(port_copies.items()):

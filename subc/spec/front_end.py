@@ -42,7 +42,8 @@ from pathlib import Path
 from ..errors import Location, SubcError
 from .p4_14 import P414Declarations
 from .pragmas import PragmaRules
-from .p4lexer import Token, parse_p4_int, preprocess, tokenize
+from .p4lexer import Token, parse_p4_int
+from .token_cursor import TokenCursor
 from .model import (
     MAX_TYPE_WIDTH,
     HeaderType,
@@ -54,108 +55,15 @@ from .model import (
 )
 
 
-class _SpecParser(P414Declarations, PragmaRules):
+class _SpecParser(TokenCursor, P414Declarations, PragmaRules):
     def __init__(self, path: str, text: str):
-        self.path, self.text = path, text
-        self.clean, self.defines, self.pragmas = preprocess(path, text)
-        self.toks = tokenize(path, text, self.clean)
-        self.i = 0
+        super().__init__(path, text)
         self.spec = Spec(path, text)
         # P4_14: header instances (type, instance), stacks, parser functions; first P4_16 keyword
         self.p414_instances: list[tuple[str, str]] = []
         self.p414_stacks: set[str] = set()
         self.p414_states: list[ParserState] = []
         self.p416_seen: str | None = None
-
-    # -- token helpers ---------------------------------------------------------------------
-    def loc(self, offset: int) -> Location:
-        return Location.from_offset(self.path, self.text, offset)
-
-    def error(self, msg: str, tok: Token | None = None) -> SubcError:
-        if tok is None:
-            tok = self.toks[self.i] if self.i < len(self.toks) else None
-        off = tok.start if tok else len(self.text)
-        return SubcError(msg, self.loc(off))
-
-    def peek(self, k: int = 0) -> Token | None:
-        j = self.i + k
-        return self.toks[j] if j < len(self.toks) else None
-
-    def peek_is(self, kind: str) -> bool:
-        """Whether the current token is of ``kind`` (False at the end of the file)."""
-        tok = self.peek()
-        return tok is not None and tok.kind == kind
-
-    def next(self) -> Token:
-        tok = self.peek()
-        if tok is None:
-            raise self.error("unexpected end of file")
-        self.i += 1
-        return tok
-
-    def expect(self, kind: str) -> Token:
-        tok = self.peek()
-        if tok is None or tok.kind != kind:
-            found = "end of file" if tok is None else repr(tok.text)
-            raise self.error(f"expected {kind!r}, found {found}", tok)
-        self.i += 1
-        return tok
-
-    def accept(self, kind: str, text: str | None = None) -> Token | None:
-        tok = self.peek()
-        if tok is not None and tok.kind == kind and (text is None or tok.text == text):
-            self.i += 1
-            return tok
-        return None
-
-    def raw(self, a: Token, b: Token) -> str:
-        return self.clean[a.start : b.end]
-
-    def skip_annotations(self) -> None:
-        while self.accept("@"):
-            self.expect("id")
-            if self.peek_is("("):
-                self.skip_balanced("(", ")")
-
-    def skip_balanced(self, open_: str, close: str) -> Token:
-        self.expect(open_)
-        depth = 1
-        while True:
-            tok = self.next()
-            if tok.kind == open_:
-                depth += 1
-            elif tok.kind == close:
-                depth -= 1
-                if depth == 0:
-                    return tok
-
-    def scan_until(self, kind: str) -> Token:
-        """Consume tokens up to and including the first ``kind`` outside brackets; return it."""
-        depth = 0
-        while True:
-            t = self.next()
-            if t.kind in "({[":
-                depth += 1
-            elif t.kind in ")}]":
-                depth -= 1
-            elif t.kind == kind and depth == 0:
-                return t
-
-    def skip_declaration(self) -> None:
-        """Skip to the end of a top-level declaration: a ``;`` or a balanced ``{...}`` block."""
-        depth = 0
-        while True:
-            tok = self.next()
-            if tok.kind in "({[":
-                depth += 1
-            elif tok.kind in ")}]":
-                depth -= 1
-                if depth == 0 and tok.kind == "}":
-                    if self.peek_is(";"):
-                        self.i += 1
-                    return
-            elif tok.kind == ";" and depth == 0:
-                return
 
     # -- types and values ------------------------------------------------------------------
     def parse_type(self) -> tuple[int | None, str]:

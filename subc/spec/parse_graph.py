@@ -9,7 +9,8 @@ derived from the spec alone (P4_16 Language Specification v1.2.4, section 12: pa
   was when it was extracted.
 * **States.** Each state extracts its instances in order, then selects on the concatenation of
   header fields, with keysets ``value``, ``value &&& mask``, ``lo .. hi``, tuples of these, ``_``
-  and ``default``, in order (the first match wins; no match is a parser error: ``reject``).
+  and ``default``, in order (the first match wins; no match is a parser error: ``reject``); the
+  keysets, field slots and resolved states are :mod:`.parse_states`'.
 * **The feed.** The network prefix is found by structure, not by name: a 112-bit header selected
   on its bits 96..111 (EtherType) with the case 0x0800 leads to a 160-bit header (IPv4) selected on
   bits 72..79 (protocol) with the case 17, leading to a 64-bit header (UDP) selected on bits 16..31
@@ -38,8 +39,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..errors import Location, SubcError
-from .p4lexer import parse_p4_int
 from .model import Spec
+from .parse_states import FieldSlot, GraphState, Keyset, KeysetError, parse_keyset
 
 ETH_BITS, IPV4_BITS, UDP_BITS = 112, 160, 64
 ETHERTYPE_IPV4, IPPROTO_UDP = 0x0800, 17
@@ -47,55 +48,6 @@ ETHERTYPE_IPV4, IPPROTO_UDP = 0x0800, 17
 MOLD_BOUNDARIES = (80, 144, 160, 176)
 MOLD_PREFIX_BYTES = 22
 ACCEPT, REJECT = "accept", "reject"
-
-
-@dataclass(frozen=True)
-class Keyset:
-    """One select case's keyset over the key's ``width`` bits: ``value``/``mask`` (a match when
-    ``key & mask == value & mask``), or a range ``lo``..``hi`` (``mask`` None), or ``default``."""
-
-    value: int = 0
-    mask: int | None = 0
-    lo: int = 0
-    hi: int = 0
-    default: bool = False
-
-    def matches(self, key: int) -> bool:
-        if self.default:
-            return True
-        if self.mask is None:
-            return self.lo <= key <= self.hi
-        return key & self.mask == self.value & self.mask
-
-
-@dataclass(frozen=True)
-class FieldSlot:
-    """A header field: ``instance``, ``name``, ``bit_offset`` from the start of its header, ``width`` in bits."""
-
-    instance: str
-    name: str
-    bit_offset: int
-    width: int
-
-    @property
-    def ref(self) -> str:
-        return f"{self.instance}.{self.name}"
-
-
-@dataclass(frozen=True)
-class GraphState:
-    """A parser state: extracted instances in order, the select key (fields, concatenated; None for
-    a direct transition) and its cases (keyset, target state / ``accept`` / ``reject``) in order."""
-
-    name: str
-    extracts: tuple[str, ...]
-    key: tuple[FieldSlot, ...] | None
-    cases: tuple[tuple[Keyset, str], ...]
-    location: Location | None
-
-    @property
-    def key_width(self) -> int:
-        return sum(f.width for f in self.key or ())
 
 
 @dataclass
@@ -225,52 +177,13 @@ class ParseGraph:
             widths = [f.width for f in key]
             if sum(widths) > 128:
                 raise _error(where, self.spec, f"state '{name}': select key of {sum(widths)} bits (at most 128)")
-            cases = tuple((self._keyset(ks, widths, where, name), t) for ks, t in tr.cases)
+            try:
+                cases = tuple((parse_keyset(ks, widths, self.spec.consts), t) for ks, t in tr.cases)
+            except KeysetError as e:
+                raise _error(where, self.spec, f"state '{name}': {e}") from None
             gs = GraphState(name, tuple(st.extracts), tuple(key), cases, st.location)
         self.states[name] = gs
         return gs
-
-    def _const(self, text: str, where, state: str) -> int:
-        t = text.strip()
-        if t in self.spec.consts:
-            return self.spec.consts[t]
-        v = parse_p4_int(t)
-        if v is None:
-            raise _error(where, self.spec, f"state '{state}': keyset '{t}' is not a constant")
-        return v
-
-    def _keyset(self, text: str, widths: list[int], where, state: str) -> Keyset:
-        t = text.strip()
-        if t in ("default", "_"):
-            return Keyset(default=True)
-        if t.startswith("(") and t.endswith(")"):
-            parts = _split_top(t[1:-1])
-        else:
-            parts = [t]
-        if len(parts) != len(widths):
-            raise _error(
-                where,
-                self.spec,
-                f"state '{state}': keyset '{t}' has {len(parts)} element(s) for a key of {len(widths)} field(s)",
-            )
-        if len(parts) == 1 and ".." in t:
-            lo, hi = t.split("..", 1)
-            return Keyset(mask=None, lo=self._const(lo, where, state), hi=self._const(hi, where, state))
-        value = mask = 0
-        for part, w in zip(parts, widths):
-            full = (1 << w) - 1
-            p = part.strip()
-            if p in ("_", "default"):
-                v, m = 0, 0
-            elif "&&&" in p:
-                a, b = p.split("&&&", 1)
-                v, m = self._const(a, where, state) & full, self._const(b, where, state) & full
-            elif ".." in p:
-                raise _error(where, self.spec, f"state '{state}': a range inside a tuple keyset is not supported")
-            else:
-                v, m = self._const(p, where, state) & full, full
-            value, mask = (value << w) | v, (mask << w) | m
-        return Keyset(value=value, mask=mask)
 
     def _try_state(self, name: str) -> bool:
         try:
@@ -497,22 +410,6 @@ def _selects(st: GraphState, g: ParseGraph, bits: int, off: int, width: int) -> 
     if g.header_bits.get(inst) != bits or f.instance != inst or (f.bit_offset, f.width) != (off, width):
         return None
     return inst
-
-
-def _split_top(s: str) -> list[str]:
-    out, depth, cur = [], 0, ""
-    for c in s:
-        if c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-        if c == "," and depth == 0:
-            out.append(cur)
-            cur = ""
-        else:
-            cur += c
-    out.append(cur)
-    return out
 
 
 def bits_at(data: bytes, bit: int, width: int) -> int:

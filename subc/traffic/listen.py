@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from ..errors import SubcError
-from ..wire.capture import UdpPcapWriter
+from ..wire.pcap_writer import UdpPcapWriter
 from ..wire.moldudp64 import decode_packet
 
 if TYPE_CHECKING:

@@ -37,7 +37,8 @@ from typing import Callable, Iterator
 
 from ..errors import SubcError
 from ..workloads.feed import DEFAULT_MAX_PAYLOAD, DEFAULT_WINDOW_NS, feed_datagrams
-from ..wire.capture import CaptureStats, detect_feed_ports, is_capture, iter_moldudp64, read_datagrams
+from ..wire.capture import CaptureStats, detect_feed_ports, iter_moldudp64, read_datagrams
+from ..wire.pcap_records import is_capture
 from ..workloads.itch_codec import read_binaryfile
 from ..wire.moldudp64 import HEADER_LEN, MAX_COUNT, encode_end_of_session
 

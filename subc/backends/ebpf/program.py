@@ -40,68 +40,13 @@ def render_filter(res: CompileResult, plan: ParsePlan, doc: MapsDoc, rules_path:
     the stage walk).  Raises SubcError for a map, field or parser state name that is no C
     identifier."""
     spec = res.spec
-    hb = plan.header_bytes
-    states = []
     for m in doc.maps:
         identifier(m.name, "BPF map name")
     for f in res.ir.field_order:
         identifier(f, "field", dotted=True)
-    for s in plan.states:
-        identifier(s.name, "parser state")
-        extracts = [
-            {"inst": i, "bytes": hb[i], "bit": 1 << plan.bit[i], "payload": i in spec.payload_instances}
-            for i in s.extracts
-        ]
-        sel = None
-        if s.select is not None:
-            sel = {
-                "inst": s.select.instance,
-                "byte_offset": s.select.byte_offset,
-                "n_bytes": s.select.n_bytes,
-                "expr": _load_expr(s.select),
-            }
-        cases = [
-            {"value": v, "target": t if t in ("accept", "reject") else f"st_{t}", "implicit": False} for v, t in s.cases
-        ]
-        if s.implicit_reject:
-            cases[-1]["implicit"] = True
-        if sel is None:
-            cases = [{"value": None, "target": cases[0]["target"], "implicit": False}]
-        states.append(
-            {
-                "name": s.name,
-                "extracts": extracts,
-                "select": sel,
-                "cases": cases,
-                "fix": plan.mold_header.get(s.name, []),
-            }
-        )
-    stage_ctx = []
-    declared: set[str] = set()
+    states = _parser_states(spec, plan)
+    stage_ctx = _stage_contexts(res, plan, doc)
     sp = res.ir.state
-    for i, st in enumerate(doc.stages):
-        ctx: dict[str, object]
-        if sp is not None and i >= sp.boundary:  # a state value, computed by the aggregates' code
-            ctx = {"field": st.field, "kind": st.kind, "width": st.width, "state_value": i - sp.boundary}
-        else:
-            fl = plan.field(st.field)
-            ctx = {
-                "field": st.field,
-                "kind": st.kind,
-                "width": st.width,
-                "inst": fl.instance,
-                "byte_offset": fl.byte_offset,
-                "n_bytes": fl.n_bytes,
-                "expr": _load_expr(fl),
-                "state_value": None,
-            }
-        ctx["steps"] = st.search_steps
-        ctx["base_index"] = st.base_index
-        ctx["declare"] = not any(m in declared for m in st.maps)
-        declared.update(st.maps)
-        for map_name in st.maps:
-            ctx[map_name.rsplit("_", 1)[1].replace("bnd", "bounds").replace("ex", "exact")] = map_name
-        stage_ctx.append(ctx)
     need = 0
     for h in res.ir.headers:
         need |= 1 << plan.bit[h]
@@ -148,6 +93,80 @@ def render_filter(res: CompileResult, plan: ParsePlan, doc: MapsDoc, rules_path:
     for name in GENERATED_FILES:
         files[name] = environment(BPF_DIR).get_template(f"{name}.j2").render(**ctx)
     return files
+
+
+def _parser_states(spec, plan: ParsePlan) -> list[dict]:
+    """The template's view of the spec's parser states (``subc_classify.h``): per state its
+    extracts (instance, bytes, valid bit, payload or not), its select (the key's load) or None,
+    its cases (value, target ``st_<state>``/``accept``/``reject``, the implicit reject) and the
+    MoldUDP64 header fixes.  Raises SubcError for a state name that is no C identifier."""
+    hb = plan.header_bytes
+    states = []
+    for s in plan.states:
+        identifier(s.name, "parser state")
+        extracts = [
+            {"inst": i, "bytes": hb[i], "bit": 1 << plan.bit[i], "payload": i in spec.payload_instances}
+            for i in s.extracts
+        ]
+        sel = None
+        if s.select is not None:
+            sel = {
+                "inst": s.select.instance,
+                "byte_offset": s.select.byte_offset,
+                "n_bytes": s.select.n_bytes,
+                "expr": _load_expr(s.select),
+            }
+        cases = [
+            {"value": v, "target": t if t in ("accept", "reject") else f"st_{t}", "implicit": False} for v, t in s.cases
+        ]
+        if s.implicit_reject:
+            cases[-1]["implicit"] = True
+        if sel is None:
+            cases = [{"value": None, "target": cases[0]["target"], "implicit": False}]
+        states.append(
+            {
+                "name": s.name,
+                "extracts": extracts,
+                "select": sel,
+                "cases": cases,
+                "fix": plan.mold_header.get(s.name, []),
+            }
+        )
+    return states
+
+
+def _stage_contexts(res: CompileResult, plan: ParsePlan, doc: MapsDoc) -> list[dict]:
+    """The template's view of the stages (``subc_config.h``, ``subc_classify.h``): per stage its
+    field, kind and width, the field's load (or, past the aggregates' boundary, the state value
+    it reads), its search steps and base index, its maps (declared by the first stage that names
+    them)."""
+    stage_ctx = []
+    declared: set[str] = set()
+    sp = res.ir.state
+    for i, st in enumerate(doc.stages):
+        ctx: dict[str, object]
+        if sp is not None and i >= sp.boundary:  # a state value, computed by the aggregates' code
+            ctx = {"field": st.field, "kind": st.kind, "width": st.width, "state_value": i - sp.boundary}
+        else:
+            fl = plan.field(st.field)
+            ctx = {
+                "field": st.field,
+                "kind": st.kind,
+                "width": st.width,
+                "inst": fl.instance,
+                "byte_offset": fl.byte_offset,
+                "n_bytes": fl.n_bytes,
+                "expr": _load_expr(fl),
+                "state_value": None,
+            }
+        ctx["steps"] = st.search_steps
+        ctx["base_index"] = st.base_index
+        ctx["declare"] = not any(m in declared for m in st.maps)
+        declared.update(st.maps)
+        for map_name in st.maps:
+            ctx[map_name.rsplit("_", 1)[1].replace("bnd", "bounds").replace("ex", "exact")] = map_name
+        stage_ctx.append(ctx)
+    return stage_ctx
 
 
 def _load_ctx(plan: ParsePlan, name: str) -> dict:

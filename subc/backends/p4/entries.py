@@ -195,7 +195,7 @@ def state_doc(pipe: Pipeline, update_table: str = UPDATE_TABLE, count_table: str
 
 def slot_key(name: str, i: int, plan, pipe: Pipeline) -> str:
     """The P4 expression of key ``name`` in slot ``i``'s copy of a table."""
-    from .slots import rename_instances
+    from .slot_parser import rename_instances
 
     if name == f"{pipe.meta}.subc_state":
         return f"{pipe.meta}.subc_s{i}_state"

@@ -1,4 +1,4 @@
-"""The eBPF broker: load, update, inspect and unload a compiled rule set on an interface.
+"""The eBPF broker: load, update and unload a compiled rule set on an interface.
 
 ``load`` compiles ``subc_filter.bpf.c`` with bcc (capacities and fan-out as ``-D`` flags), fills
 the maps from ``maps.json`` as generation 0, pins every map and program in the broker's home
@@ -7,7 +7,8 @@ BPF link and the TC program to IF's clsact ingress hook (:mod:`.attach`), and ch
 delivery path through the pins.  The broker's own state (generation, capacities, endpoints,
 program ids, the network namespace's cookie) is kept in ``<run dir>/net<netns inode>/IF/state.json``
 so that ``update``, ``stats``, ``fanout`` and ``unload`` work from any later process of the same
-network namespace, inside a container or ``ip netns exec`` as on the host.
+network namespace, inside a container or ``ip netns exec`` as on the host (:mod:`.broker_state`:
+the state and the pinned maps; :mod:`.broker_stats`: the counters, ``subc stats``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ...backends.ebpf import map_names as MN
 from ...backends.ebpf import layout as L
@@ -27,8 +27,9 @@ from ...backends.ebpf.target import MAX_SEARCH_STEPS, steps_needed
 from ...backends.ebpf.source import program_source, read_program
 from ...errors import SubcError
 from . import attach, install
-from .bpf import Map, Program, compile_and_load, obj_get, per_cpu, possible_cpus, present, prog_info, require_root
-from .broker_home import BrokerHome, broker_home, home_lock, stale_reason
+from .bpf import Map, Program, compile_and_load, obj_get, possible_cpus, present, prog_info, require_root
+from .broker_home import broker_home, home_lock
+from .broker_state import claim_home, close_maps, loaded_home, pinned_maps, write_state
 from .fanout import (
     DEFAULT_RATIO,
     SetCache,
@@ -36,7 +37,6 @@ from .fanout import (
     install_fanout,
     install_missing_sets,
     installed_sets,
-    read_set_hits,
 )
 from .links import XDP_ATTACHED_DRV, check_links, xdp_attach_mode
 from .subscribers import Subscribers, load_subscribers, resolve_endpoints
@@ -201,34 +201,6 @@ def ifindex_of(iface: str) -> int:
     return attach.ifindex_of(iface)
 
 
-def claim_home(home: BrokerHome) -> list[str]:
-    """Make ``home`` free for a broker about to be loaded there (the caller holds
-    :func:`~.broker_home.home_lock`): clear the brokers whose device is gone
-    (:func:`~.attach.clear_dead`) and a stale broker in this very home
-    (:func:`~.broker_home.stale_reason`; pins without a state, left by an interrupted load).
-    Returns what was cleared, as messages.  Raises SubcError when a live broker is loaded there."""
-    iface = home.iface
-    cleared = [f"cleared the broker {k}: its interface is gone" for k in attach.clear_dead(home.bpffs, home.run)]
-    if home.exists():
-        try:
-            state = json.loads(home.state_path.read_text())
-        except (OSError, ValueError):
-            state = None
-        link = attach.link_device(home)
-        if state is None:
-            reason = None if link else "it has pins but no state (an interrupted load)"
-        else:
-            reason = stale_reason(state, home, attach.ifindex_or_none(iface), link)
-        if reason is None:
-            raise SubcError(
-                f"subc is already loaded on {iface} in this network namespace "
-                f"({home.pins}): use subc update, or subc unload first"
-            )
-        attach.remove(home)
-        cleared.append(f"cleared the stale broker state of {iface} ({home.state_dir}): {reason}")
-    return cleared
-
-
 def load(
     out_dir: str,
     iface: str,
@@ -345,64 +317,6 @@ def _leaf_labels(doc: MapsDoc) -> dict[str, str]:
     return {str(e.state): e.label for e in doc.leaves}
 
 
-def write_state(home: BrokerHome, state: dict, doc: MapsDoc) -> None:
-    """Write ``state.json`` and ``maps.json`` of a loaded broker (each replaced atomically)."""
-    d = home.state_dir
-    d.mkdir(parents=True, exist_ok=True)
-    tmp = d / "state.json.tmp"
-    tmp.write_text(json.dumps(state, indent=1))
-    os.replace(tmp, d / "state.json")
-    (d / "maps.json.tmp").write_text(doc.dumps())
-    os.replace(d / "maps.json.tmp", d / "maps.json")
-
-
-def read_state(home: BrokerHome) -> dict:
-    """The broker state at ``home``; SubcError when subc is not loaded there, or when the state
-    is stale (:func:`~.broker_home.stale_reason`: ``subc unload`` clears it)."""
-    try:
-        state = json.loads(home.state_path.read_text())
-    except (OSError, ValueError):
-        raise SubcError(
-            f"subc is not loaded on {home.iface} in this network namespace (no {home.state_path})"
-        ) from None
-    reason = stale_reason(state, home, attach.ifindex_or_none(home.iface), attach.link_device(home))
-    if reason is not None:
-        raise SubcError(
-            f"the broker state of {home.iface} ({home.state_dir}) is stale: {reason}; "
-            f"subc unload --iface {home.iface} clears it"
-        )
-    return state
-
-
-def loaded_home(iface: str) -> tuple[BrokerHome, dict]:
-    """The home and state of the broker loaded on ``iface`` in this network namespace
-    (SubcError as :func:`~.broker_home.broker_home` and :func:`read_state`)."""
-    home = broker_home(iface)
-    return home, read_state(home)
-
-
-def pinned_maps(home: BrokerHome, state: dict) -> dict[str, Map]:
-    """Handles on the pinned maps of a loaded broker, each owning its descriptor: release them
-    with :func:`close_maps`.  SubcError when a pin is missing (none is left open then)."""
-    pins = home.pins
-    out: dict[str, Map] = {}
-    try:
-        for name, m in state["maps"].items():
-            out[name] = Map(
-                obj_get(pins / name), m["key"], m["value"], percpu=m["type"].startswith("percpu"), name=name, owned=True
-            )
-    except SubcError:
-        close_maps(out)
-        raise
-    return out
-
-
-def close_maps(maps: dict[str, Map]) -> None:
-    """Close the descriptors of the maps of :func:`pinned_maps`."""
-    for m in maps.values():
-        m.close()
-
-
 def unload(iface: str) -> None:
     """Detach XDP and TC from ``iface`` and remove the pins and state (whatever of it exists, a
     stale broker's included) of the broker of this network namespace; brokers of other
@@ -454,76 +368,6 @@ def update(out_dir: str, iface: str, grace_s: float = GRACE_S) -> GenerationResu
     state["leaves"] = _leaf_labels(doc)
     write_state(home, state, doc)
     return res
-
-
-def stats(iface: str) -> dict:
-    """Counters of a loaded broker: global, per subscriber and per leaf of the live generation, and
-    (``fan_sets``) the recipient-set device maps in place with the datagrams sent over each."""
-    home, state = loaded_home(iface)
-    maps = pinned_maps(home, state)
-    try:
-        glob = {}
-        for i, name in enumerate(L.STATS):
-            vals = per_cpu(maps[MN.STATS].lookup(L.U32.pack(v=i)))
-            glob[name] = sum(int.from_bytes(v[:8], "little") for v in vals)
-        subs: dict[str, dict[str, Any]] = {}
-        sub_map, seq = maps[MN.SUB_CNT], maps[MN.SEQ]
-        for sid in range(L.RECIPIENTS):
-            counters = [L.SUB_COUNTER.unpack(v) for v in per_cpu(sub_map.lookup(L.U32.pack(v=sid)))]
-            c = {k: sum(v[k] for v in counters) for k in ("datagrams", "messages", "bytes")}
-            if c["datagrams"]:
-                name = "local" if sid == L.LOCAL else state["subscriber_names"].get(str(sid))
-                nxt = L.U64.unpack(present(seq.lookup(L.U32.pack(v=sid))))["v"]
-                subs["local" if sid == L.LOCAL else str(sid)] = {**c, "next_seq": nxt, "name": name}
-        gen = state["generation"]
-        doc = MapsDoc.read(home.state_dir / "maps.json")
-        leaves = {
-            str(st): {"action": state["leaves"].get(str(st), "?"), **c}
-            for st, c in install.leaf_counters(maps, doc, gen, state["capacities"]).items()
-        }
-        fan_sets = None
-        if MN.FAN_HITS in maps:  # the recipient-set device maps in place and the datagrams sent over them
-            used = installed_sets(maps)
-            hits = read_set_hits(maps, used)
-            fan_sets = {
-                "sets": len(used),
-                "capacity": L.FAN_SETS,
-                "datagrams": sum(hits.values()),
-                "by_set": {f"{key:#x}": hits[i] for i, key in sorted(used.items())},
-            }
-    finally:
-        close_maps(maps)
-    out = {
-        "iface": iface,
-        "netns_inode": home.netns.inode,
-        "pins": str(home.pins),
-        "generation": gen,
-        "programs": state["programs"],
-        "stats": glob,
-        "subscribers": subs,
-        "leaves": dict(sorted(leaves.items(), key=lambda kv: int(kv[0]))),
-    }
-    if state.get("mode") == "serve":
-        out["mode"] = "serve"
-        if state.get("state_dir"):  # the live subscriptions, from the daemon's store
-            from ...serve.store import Store
-
-            store = Store(state["state_dir"])
-            try:
-                names = {sid: f"{ip}:{port}" for (ip, port), sid in store.endpoints().items()}
-                live = store.all()
-            finally:
-                store.close()
-            out["subscriptions"] = len(live)
-            per_ep: dict[str, int] = {}
-            for s in live:
-                per_ep[f"{s.ip}:{s.port}"] = per_ep.get(f"{s.ip}:{s.port}", 0) + 1
-            for key, c in subs.items():
-                c["name"] = names.get(int(key)) if key.isdigit() else c["name"]
-                c["subscriptions"] = per_ep.get(c["name"] or "", 0)
-    if fan_sets is not None:
-        out["fan_sets"] = fan_sets
-    return out
 
 
 def fanout_sets(iface: str, interval_s: float = 0.005, once: bool = False, stop=None, idle_s: float = 1.0) -> dict:

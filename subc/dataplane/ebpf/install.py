@@ -93,8 +93,21 @@ def plan_generation(doc: MapsDoc, gen: int, subs: Subscribers | None, caps: dict
     subscriber the subscribers file lacks.
     """
     plan = GenerationPlan(gen)
-    w = plan.writes
-    maps = doc.by_name
+    _plan_stages(plan, doc, caps)
+    _plan_state_maps(plan, doc, caps)
+    local = _plan_leaves(plan, doc, subs, caps)
+    everyone = [sid for sid, eps in subs.by_id.items() if eps] if subs is not None else []
+    plan.writes[MN.ALL] = [(L.U32.pack(v=gen), L.SUBSET.pack(subs=subscriber_words(everyone), local=int(local)))]
+    plan.root = tag(doc.root_state, gen)
+    return plan
+
+
+def _plan_stages(plan: GenerationPlan, doc: MapsDoc, caps: dict[str, int]) -> None:
+    """Add the writes of the field stages' maps to ``plan``: a range stage's info slots and bounds
+    (this generation's bounds region: the front for generation 0, the back for 1), an exact
+    stage's info slots and exact keys, an LPM stage's prefixes.  Raises SubcError when a bounds
+    array is too small for the rule set."""
+    gen, w, maps = plan.gen, plan.writes, doc.by_name
     done: set[str] = set()
     for st in doc.stages:
         if st.kind == "range" and st.maps[0] in done:
@@ -140,6 +153,13 @@ def plan_generation(doc: MapsDoc, gen: int, subs: Subscribers | None, caps: dict
                 )
                 for e in lpm.entries
             ]
+
+
+def _plan_state_maps(plan: GenerationPlan, doc: MapsDoc, caps: dict[str, int]) -> None:
+    """Add the writes of the maps of comparisons on state and named counters to ``plan`` (those
+    ``doc`` has): update masks by state with this generation's registers emptied, the state-value
+    stages' first info slots, the counter updates of each leaf's message."""
+    gen, w, maps = plan.gen, plan.writes, doc.by_name
     if MN.UPD in maps:  # comparisons on state: update masks by state, this generation's registers emptied
         upd, agg = maps[MN.UPD], maps[MN.AGG]
         _state_region(plan, upd, caps)
@@ -155,10 +175,18 @@ def plan_generation(doc: MapsDoc, gen: int, subs: Subscribers | None, caps: dict
         cnt = maps[MN.CNT]
         _state_region(plan, cnt, caps)
         w[MN.CNT] = _mask_entries(cnt, gen, caps)
+
+
+def _plan_leaves(plan: GenerationPlan, doc: MapsDoc, subs: Subscribers | None, caps: dict[str, int]) -> bool:
+    """Add the writes of the leaves, their counters and their subscriber sets to ``plan`` (the
+    three share the leaf's slot).  Returns whether a leaf passes its message to the local stack
+    (``nop``, or any forwarding leaf without a subscribers file).  Raises SubcError when a rule
+    forwards to a subscriber the subscribers file lacks."""
+    gen, w = plan.gen, plan.writes
     leaves, counters, sets = [], [], []
     local = False
     leaf_cap = caps[MN.LEAF]
-    _state_region(plan, maps[MN.LEAF], caps)
+    _state_region(plan, doc.by_name[MN.LEAF], caps)
     for e in doc.leaves:
         # the leaf, its counters and its subscriber set share the leaf's slot
         set_index = state_slot(e.state, gen, leaf_cap)
@@ -184,10 +212,7 @@ def plan_generation(doc: MapsDoc, gen: int, subs: Subscribers | None, caps: dict
     w[MN.LEAF] = leaves
     w[MN.LEAF_CNT] = counters
     w[MN.LEAF_SET] = sets
-    everyone = [sid for sid, eps in subs.by_id.items() if eps] if subs is not None else []
-    w[MN.ALL] = [(L.U32.pack(v=gen), L.SUBSET.pack(subs=subscriber_words(everyone), local=int(local)))]
-    plan.root = tag(doc.root_state, gen)
-    return plan
+    return local
 
 
 def _slot_key(state: int, gen: int, cap: int) -> bytes:

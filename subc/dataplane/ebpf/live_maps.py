@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from ...backends.ebpf import map_names as MN
 from ...ir import lowering
-from ...ir.incremental import Node, exact_miss, is_dead
+from ...ir.live_nodes import Node, exact_miss, is_dead
 from ...backends.ebpf import layout as L
 from ...backends.ebpf.maps_doc import StageDoc
 from ...errors import SubcError

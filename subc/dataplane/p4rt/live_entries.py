@@ -39,10 +39,10 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ...ir.incremental import Node
+from ...ir.live_nodes import Node
 from ...errors import SubcError
 from ...ir import lowering
-from ...ir.incremental import exact_miss, is_dead
+from ...ir.live_nodes import exact_miss, is_dead
 from ...backends.p4.entries_doc import ActionCall, EntriesDoc, Entry, Match
 from ...backends.p4.tables import FALLBACK_PRIORITY, SPECIFIC_PRIORITY
 from .requests import multicast_entry, table_entry
