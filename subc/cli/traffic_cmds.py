@@ -147,6 +147,11 @@ def replay_cmd(
     type=click.Path(dir_okay=False),
     help="label messages by the spec's types and count those it cannot decode",
 )
+@click.option(
+    "--recover",
+    metavar="IP:PORT",
+    help="re-request lost messages from this MoldUDP64 request server; deliver each once, in order",
+)
 def listen_cmd(
     bind: str,
     count: int | None,
@@ -155,9 +160,11 @@ def listen_cmd(
     save: str | None,
     save_pcap: str | None,
     spec_path: str | None,
+    recover: str | None,
 ) -> None:
     """Receive MoldUDP64 on BIND (IP:PORT): count messages by type and sequence gaps.  Says
-    "listening on IP:PORT" on stderr once the socket is bound."""
+    "listening on IP:PORT" on stderr once the socket is bound.  With --recover, gaps are
+    re-requested and the counts are of the messages delivered; the lost ones are listed."""
     from ..traffic.listen import listen
 
     endpoint = ip_port(bind)
@@ -176,6 +183,7 @@ def listen_cmd(
             save_pcap=save_pcap,
             decoder=decoder,
             on_ready=lambda: click.echo(f"listening on {endpoint[0]}:{endpoint[1]}", err=True),
+            recover=ip_port(recover) if recover else None,
         )
     except SubcError as e:
         fail(e)
@@ -193,5 +201,6 @@ def listen_cmd(
             "duplicates",
             "malformed",
             "sha256",
+            *(("recovered", "lost", "requests") if recover else ()),
         ):
             click.echo(f"{k:<17} {doc[k]}")

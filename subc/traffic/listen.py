@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Callable
 
 from ..errors import SubcError
 from ..wire.pcap_writer import UdpPcapWriter
+from ..recovery.receiver import RecoveringReceiver
 from ..wire.moldudp64 import decode_packet
 
 if TYPE_CHECKING:
@@ -47,6 +48,12 @@ class ListenStats:
     arrival order; ``sha256``: hex digest of the payloads received, in
     order, each preceded by its length as 4 bytes big-endian (as ``subc replay`` reports what it
     sent).  Sessions that are not printable are named ``0x`` and their hex bytes.
+
+    With recovery (:func:`listen` with ``recover``), the gap counts say what the network lost,
+    and ``messages``/``by_type``/``kept`` count the messages delivered (once each, in sequence
+    order, lost ones recovered); ``recovered`` counts those that came from the request server,
+    ``lost`` lists the (first, last) sequence numbers given up (gone from the server's retention
+    or unanswered), ``requests`` the re-requests sent.
     """
 
     received: int = 0
@@ -65,6 +72,9 @@ class ListenStats:
     last_seq: int | None = None
     seconds: float = 0.0
     kept: list[builtins.bytes] = field(default_factory=list)  # (``bytes`` here is the field above)
+    recovered: int = 0
+    lost: list[tuple[int, int]] = field(default_factory=list)
+    requests: int = 0
     decoder: MessageDecoder | None = field(default=None, repr=False)
     _digest: "hashlib._Hash" = field(default_factory=hashlib.sha256, repr=False)
 
@@ -90,10 +100,15 @@ class ListenStats:
             "last_seq": self.last_seq,
             "seconds": self.seconds,
             "sha256": self.sha256,
+            "recovered": self.recovered,
+            "lost": [list(r) for r in self.lost],
+            "requests": self.requests,
         }
 
-    def add_datagram(self, data: builtins.bytes, keep: bool = False, save=None) -> bool:
-        """Count one datagram; True when it is an end-of-session packet."""
+    def add_datagram(self, data: builtins.bytes, keep: bool = False, save=None, messages: bool = True) -> bool:
+        """Count one datagram (its messages too unless ``messages`` is False: the recovering
+        receiver counts them as it delivers them, :meth:`add_delivered`); True when it is an
+        end-of-session packet."""
         self.received += 1
         self.bytes += len(data)
         self._digest.update(len(data).to_bytes(4, "big"))
@@ -118,22 +133,33 @@ class ListenStats:
             last = packet.seq + n - 1
             self.first_seq = packet.seq if self.first_seq is None else min(self.first_seq, packet.seq)
             self.last_seq = last if self.last_seq is None else max(self.last_seq, last)
-        for msg in packet.messages:
-            if save is not None:
-                save.write(len(msg).to_bytes(2, "big") + msg)
-            self.messages += 1
-            if self.decoder is not None:
-                d = self.decoder.decode(msg, packet.session_bytes, packet.seq, n)
-                self.by_type[self.decoder.types.label(d.type_key) or "?"] += 1
-                if not d.classified:
-                    self.not_decoded[d.status] += 1
-            else:
-                self.by_type[msg[:1].decode("latin-1")] += 1
-            if keep:
-                self.kept.append(msg)
+        if messages:
+            for msg in packet.messages:
+                self._count_message(msg, packet.session_bytes, packet.seq, n, keep, save)
         self.heartbeats += packet.is_heartbeat
         self.end_of_session = self.end_of_session or packet.is_end_of_session
         return packet.is_end_of_session
+
+    def _count_message(self, msg: builtins.bytes, session: builtins.bytes, seq: int, n: int, keep: bool, save) -> None:
+        if save is not None:
+            save.write(len(msg).to_bytes(2, "big") + msg)
+        self.messages += 1
+        if self.decoder is not None:
+            d = self.decoder.decode(msg, session, seq, n)
+            self.by_type[self.decoder.types.label(d.type_key) or "?"] += 1
+            if not d.classified:
+                self.not_decoded[d.status] += 1
+        else:
+            self.by_type[msg[:1].decode("latin-1")] += 1
+        if keep:
+            self.kept.append(msg)
+
+    def add_delivered(
+        self, delivered: list[tuple[int, builtins.bytes]], session: builtins.bytes, keep: bool = False, save=None
+    ) -> None:
+        """Count the messages a recovering receiver delivered ((sequence number, message), in order)."""
+        for seq, msg in delivered:
+            self._count_message(msg, session, seq, 1, keep, save)
 
 
 def _open_socket(bind: tuple[str, int]) -> socket.socket:
@@ -168,6 +194,9 @@ def listen(
     save: str | None = None,
     save_pcap: str | None = None,
     decoder=None,
+    recover: tuple[str, int] | None = None,
+    recover_timeout: float = 0.1,
+    recover_retries: int = 10,
 ) -> ListenStats:
     """Receive MoldUDP64 datagrams on ``bind`` = (host, UDP port) and count them (:class:`ListenStats`).
 
@@ -180,8 +209,13 @@ def listen(
     ``save``: write every message received to this file
     as an ITCH BinaryFILE (2-byte big-endian length, then the message).  ``save_pcap``: write every
     datagram received, malformed ones included, to this file as a pcap (:class:`UdpPcapWriter`:
-    the payload unchanged, sender and receiver addresses, receive time in ns).  Raises
-    :class:`SubcError` if the socket cannot be bound or a file cannot be written.
+    the payload unchanged, sender and receiver addresses, receive time in ns).  ``recover``: the
+    (host, port) of the stream's MoldUDP64 request server: gaps are re-requested from it, from the
+    listening socket (:class:`~subc.recovery.receiver.RecoveringReceiver`: every
+    ``recover_timeout`` s, ``recover_retries`` times), messages are delivered (counted, kept,
+    saved) once each in sequence order, and an end of session ends the listen once every message
+    before it was delivered or given up.  Raises :class:`SubcError` if the socket cannot be bound
+    or a file cannot be written.
     """
     stats = ListenStats(decoder=decoder)
     files = []
@@ -196,27 +230,47 @@ def listen(
     try:
         sink, pcap = files[0], UdpPcapWriter(files[1]) if files[1] is not None else None
         with _open_socket(bind) as sock:
-            sock.settimeout(timeout)
             here = sock.getsockname()[:2]
+            rx = None
+            if recover is not None:
+                rx = RecoveringReceiver(
+                    lambda p: sock.sendto(p, recover), timeout_s=recover_timeout, retries=recover_retries
+                )
+            sock.settimeout(timeout if rx is None else min(timeout or recover_timeout, recover_timeout))
             if on_ready is not None:
                 on_ready()
             first: float | None = None
             last = 0.0  # (read once there is a first)
+            idle_since = time.monotonic()
             try:
                 while count is None or stats.received < count:
                     try:
                         data, sender = sock.recvfrom(65535)
                     except socket.timeout:
-                        break
+                        if rx is None or (timeout is not None and time.monotonic() - idle_since >= timeout):
+                            break
+                        stats.add_delivered(rx.tick(), rx.session_bytes or b"", keep, sink)
+                        continue
+                    idle_since = time.monotonic()
                     last = time.perf_counter()
                     first = last if first is None else first
                     if pcap is not None:
                         pcap.write(data, sender[:2], here, time.time_ns())
-                    if stats.add_datagram(data, keep, sink):
+                    if rx is None:
+                        if stats.add_datagram(data, keep, sink):
+                            break
+                        continue
+                    stats.add_datagram(data, messages=False)
+                    answer = recover is not None and tuple(sender[:2]) == tuple(recover)
+                    stats.add_delivered(rx.packet(data, answer), rx.session_bytes or b"", keep, sink)
+                    stats.add_delivered(rx.tick(), rx.session_bytes or b"", keep, sink)
+                    if rx.ended and rx.complete:
                         break
             except KeyboardInterrupt:
                 pass
             stats.seconds = (last - first) if first is not None else 0.0
+            if rx is not None:
+                stats.recovered, stats.lost, stats.requests = rx.recovered, list(rx.lost), rx.requests
     except OSError as e:
         raise SubcError(f"listening on {bind[0]}:{bind[1]}: {e}") from e
     finally:
