@@ -15,7 +15,6 @@ from ..compiler.driver import CompileResult
 from .backend import Backend, OutputOptions
 from .ebpf.backend import EbpfBackend
 from .p4.backend import P4Backend
-from .p4.backend import check_tofino_state  # noqa: F401 (check_tofino_state: part of this module's names)
 from .p4.entries import dumps
 from .p4.slots import DEFAULT_MAX_MESSAGES, check_options
 from ..compiler.target import P4_TARGETS, TARGETS, Target  # noqa: F401 (P4_TARGETS, TARGETS: its names)

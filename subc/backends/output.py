@@ -15,10 +15,22 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from collections.abc import Mapping
-from typing import IO, Iterator
+import json
+from collections.abc import Callable, Mapping
+from typing import IO, Any, Iterator, TypeVar
 
 from ..errors import SubcError
+
+T = TypeVar("T")
+
+
+def read_document(path: str | Path, parse: Callable[[Any], T]) -> T:
+    """``parse`` of the JSON in file ``path`` (a document's ``from_json``); SubcError naming the
+    file when it cannot be read, is no JSON or ``parse`` raises ValueError."""
+    try:
+        return parse(json.loads(Path(path).read_text()))
+    except (OSError, ValueError) as e:
+        raise SubcError(f"{path}: {e}") from None
 
 
 _AT_FDCWD = -100

@@ -14,7 +14,8 @@ from typing import Sequence
 
 from ..ir.aggregates import is_state_field, plan_state
 from ..compiler.gcpause import paused_gc
-from ..backends.files import STATEFUL_TARGETS, check_tofino_state
+from ..backends.files import STATEFUL_TARGETS
+from ..backends.p4.backend import check_tofino_state
 from ..lang.limits import DEFAULT_LIMITS, LimitError, Limits
 from ..lang.rules import parse_rules
 from ..spec.front_end import Spec, load_spec
@@ -138,7 +139,7 @@ def check(
 
 
 def _tofino_state(res, target_fit: dict, max_messages: int) -> list[Diagnostic]:
-    """Errors for comparisons on state Tofino cannot run (:func:`~subc.backends.check_tofino_state`)
+    """Errors for comparisons on state Tofino cannot run (:func:`~subc.backends.p4.backend.check_tofino_state`)
     and for a pipeline whose header-field and state stages together exceed Tofino 2's."""
     first = next(r for r in res.rules if r.index == res.ir.state.instances[0].rules[0])
     out = []

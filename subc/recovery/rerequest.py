@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
@@ -65,13 +66,13 @@ class RequestServer:
         cookies: Cookies | None = None,
         rate: float = 100.0,
         max_payload: int = MAX_PAYLOAD,
-        clock: Callable[[], float] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ):
         if max_payload < HEADER_LEN + BLOCK_OVERHEAD:
             raise SubcError(f"a reply of {max_payload} bytes holds no message")
         self.streams = streams
         self.cookies = cookies or Cookies()
-        self.limiter = RateLimiter(rate) if clock is None else RateLimiter(rate, clock)
+        self.limiter = RateLimiter(rate, clock)
         self.max_payload = max_payload
         self.counters: Counter = Counter()
         self._sock: socket.socket | None = None

@@ -261,7 +261,7 @@ def listen(
                             break
                         continue
                     stats.add_datagram(data, messages=False)
-                    answer = recover is not None and tuple(sender[:2]) == tuple(recover)
+                    answer = tuple(sender[:2]) == tuple(recover or ())  # from the request server
                     stats.add_delivered(rx.packet(data, answer), rx.session_bytes or b"", keep, sink)
                     stats.add_delivered(rx.tick(), rx.session_bytes or b"", keep, sink)
                     if rx.ended and rx.complete:

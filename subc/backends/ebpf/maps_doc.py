@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ...errors import SubcError
+from ..output import read_document
 from . import map_names as MN
 
 FORMAT = "subc-ebpf-maps"
@@ -372,10 +372,7 @@ class MapsDoc:
     @classmethod
     def read(cls, path: str | Path) -> MapsDoc:
         """The document in file ``path``; SubcError naming the file when it is not one."""
-        try:
-            return cls.from_json(json.loads(Path(path).read_text()))
-        except (OSError, ValueError) as e:
-            raise SubcError(f"{path}: {e}") from None
+        return read_document(path, cls.from_json)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object of the document (key order as subc has always written it)."""

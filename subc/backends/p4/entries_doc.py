@@ -12,12 +12,11 @@ it once).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...errors import SubcError
+from ..output import read_document
 
 FORMAT = "subc-entries"
 VERSION = 2
@@ -426,10 +425,7 @@ class EntriesDoc:
     @classmethod
     def read(cls, path: str | Path) -> EntriesDoc:
         """The document in file ``path``; SubcError naming the file when it is not one."""
-        try:
-            return cls.from_json(json.loads(Path(path).read_text()))
-        except (OSError, ValueError) as e:
-            raise SubcError(f"{path}: {e}") from None
+        return read_document(path, cls.from_json)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object of the document (key order as subc has always written it)."""
