@@ -53,8 +53,13 @@ def append_all(j: Journal, batches: list[list[bytes]], now: float = 0.0) -> list
 
 
 @SETTINGS
-@given(batches=BATCHES, seg=st.sampled_from([1, 40, 200, 1 << 20]), reads=st.lists(
-    st.tuples(st.integers(0, 120), st.integers(-1, 40), st.one_of(st.none(), st.integers(1, 300))), max_size=20))
+@given(
+    batches=BATCHES,
+    seg=st.sampled_from([1, 40, 200, 1 << 20]),
+    reads=st.lists(
+        st.tuples(st.integers(0, 120), st.integers(-1, 40), st.one_of(st.none(), st.integers(1, 300))), max_size=20
+    ),
+)
 def test_reads_give_the_messages_appended(tmp_path_factory, batches, seg, reads):
     for directory in (None, tmp_path_factory.mktemp("j")):
         with Journal(directory, segment_bytes=seg) as j:
@@ -83,14 +88,68 @@ def test_a_reopened_journal_holds_every_whole_batch(tmp_path_factory, batches, s
         assert j.read(len(model) + 1, 1) == [b"after"]
 
 
-def test_a_gap_or_a_long_message_is_refused(tmp_path):
+def test_a_number_journaled_already_or_a_long_message_is_refused(tmp_path):
     with Journal(tmp_path) as j:
         j.append(1, [b"a", b"b"])
         with pytest.raises(JournalError, match="expects sequence number 3"):
-            j.append(5, [b"c"])
+            j.append(2, [b"c"])
         with pytest.raises(JournalError, match="does not fit"):
             j.append(3, [b"ok", bytes(0xFFFF)])
         assert j.next_seq == 3 and j.read(1, 10) == [b"a", b"b"]  # nothing of the refused batch
+        with pytest.raises(JournalError, match="2 messages expected"):
+            j.append_packets(3, soup(b"x"), 2)
+
+
+SESSIONS = st.sampled_from([b"SESSION001", b"SESSION002"])
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.lists(MESSAGES, min_size=1, max_size=5), SESSIONS, st.integers(0, 3)),
+        st.tuples(st.just("skip"), st.integers(1, 4)),
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+@SETTINGS
+@given(ops=OPS, seg=st.sampled_from([1, 80, 1 << 20]), data=st.data())
+def test_holes_and_sessions_are_never_served_as_messages(tmp_path_factory, ops, seg, data):
+    """Appends under two sessions, some past the next number (a hole before them), and skips:
+    every read returns exactly the journaled messages of the session asked, from the first asked,
+    stopping at a hole or another session; a reopened directory says the same."""
+    d = tmp_path_factory.mktemp("j")
+    model: dict[int, tuple[bytes, bytes]] = {}  # seq -> (session, message)
+    nxt = 1
+    with Journal(d, segment_bytes=seg) as j:
+        for op in ops:
+            if op[0] == "append":
+                _, msgs, session, gap = op
+                j.append(nxt + gap, msgs, session=session)
+                for k, m in enumerate(msgs):
+                    model[nxt + gap + k] = (session, m)
+                nxt += gap + len(msgs)
+            else:
+                j.skip(nxt + op[1])
+                nxt += op[1]
+        assert j.next_seq == nxt
+        assert j.hole_messages == nxt - 1 - len(model)
+    for reopened in (False, True):
+        with Journal(d, segment_bytes=seg) as j:
+            if not reopened:
+                j.next_seq = nxt  # (the same journal's state; a reopened one ends at its last message)
+            for seq in range(0, nxt + 2):
+                want_session = model.get(seq, (None,))[0]
+                assert j.session_of(seq) == want_session
+                later = [s for s in model if s >= seq]
+                assert j.available_from(seq) == (min(later) if later else None)
+                session = data.draw(SESSIONS)
+                count = data.draw(st.integers(1, 6))
+                want = []
+                for s in range(seq, seq + count):
+                    if s not in model or model[s][0] != session:
+                        break
+                    want.append(model[s][1])
+                assert j.read(seq, count, session=session) == want, (seq, count, session)
 
 
 @SETTINGS

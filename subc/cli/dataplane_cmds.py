@@ -11,6 +11,7 @@ import click
 
 from ..errors import SubcError
 from .app import fail, main, one_of, p4runtime_options
+from .journal_cmds import DEFAULT_JOURNAL_PAGES, journal_options, run_service
 
 
 def p4rt_load(out_dir: str, p4rt: str, device_id: int, election_id: tuple[int, int], config: str | None) -> None:
@@ -69,6 +70,20 @@ def p4rt_load(out_dir: str, p4rt: str, device_id: int, election_id: tuple[int, i
     "above 1, faster, but a bulk of dropped clones loses the kernel's flush and can delay "
     'copies (docs/ebpf.md, "XDP fan-out")',
 )
+@click.option(
+    "--journal",
+    is_flag=True,
+    help="journal every copy sent (a BPF ring buffer to user space) and run the recovery service in "
+    "the foreground until SIGINT or SIGTERM (subc journal's options; docs/recovery.md)",
+)
+@click.option(
+    "--journal-pages",
+    type=click.IntRange(1, 1 << 20),
+    default=DEFAULT_JOURNAL_PAGES,
+    show_default=True,
+    help="the journal's ring buffer, in 4 KiB pages (a power of 2)",
+)
+@journal_options
 def load_cmd(
     out_dir: str,
     iface: str | None,
@@ -82,14 +97,25 @@ def load_cmd(
     fix_links: bool,
     fanout: bool,
     fan_ratio: int,
+    journal: bool,
+    journal_pages: int,
+    state: str | None,
+    retain: str | None,
+    rerequest: str | None,
+    rerequest_rate: float,
 ) -> None:
     """Load an eBPF output directory on IFACE: XDP + TC ingress, maps filled and pinned.  The
     subscribers' interfaces are checked first (missing, down, MTU below IFACE's, veth peers that
     drop XDP-redirected frames); findings are printed on stderr.
 
     With --p4runtime, load a bmv2/tofino output directory on a switch: its multicast groups and
-    entries, then the root state (docs/p4runtime.md, "Loading a switch over P4Runtime")."""
+    entries, then the root state (docs/p4runtime.md, "Loading a switch over P4Runtime").
+
+    With --journal, every copy sent is also journaled and the recovery service runs in the
+    foreground (as subc journal); with --rerequest, it answers MoldUDP64 re-requests."""
     one_of(iface, p4rt)
+    if (state or retain or rerequest) and not journal:
+        fail(SubcError("--state, --retain and --rerequest need --journal"))
     if p4rt:
         p4rt_load(out_dir, p4rt, device_id, election_id, config)
         return
@@ -97,9 +123,26 @@ def load_cmd(
 
     assert iface is not None  # one_of: --iface when not --p4runtime
     try:
-        state = load(out_dir, iface, subscribers, xdp_mode, capacity_factor, fix_links, fanout, fan_ratio)
+        loaded = load(
+            out_dir,
+            iface,
+            subscribers,
+            xdp_mode,
+            capacity_factor,
+            fix_links,
+            fanout,
+            fan_ratio,
+            journal_pages=journal_pages if journal else 0,
+        )
     except SubcError as e:
         fail(e)
+    report_load(out_dir, iface, subscribers, loaded)
+    if journal:
+        run_service(iface, state, retain, rerequest, rerequest_rate)
+
+
+def report_load(out_dir: str, iface: str, subscribers: str | None, state: dict) -> None:
+    """Print what ``subc load`` did on an interface."""
     for lp in state.get("links", []):
         click.echo(f"{'fixed' if lp['fixed'] else lp['severity']}: {lp['message']}", err=True)
     for msg in state.get("cleared", []):
@@ -275,3 +318,31 @@ def stats_cmd(iface: str | None, p4rt: str | None, device_id: int, election_id: 
     click.echo("leaf state     messages        bytes  action")
     for st, c in doc["leaves"].items():
         click.echo(f"  {st:>8} {c['messages']:>12} {c['bytes']:>12}  {c['action']}")
+    if doc.get("journal"):
+        echo_journal(doc["journal"])
+
+
+def echo_journal(j: dict) -> None:
+    """The journal part of ``subc stats``."""
+    svc = j["service"]
+    click.echo(
+        f"journal: ring {j['ring_bytes']} bytes, "
+        + (
+            "no journal service has run (subc journal)"
+            if svc is None
+            else f"service pid {svc['pid']}, "
+            f"status of {time.strftime('%H:%M:%S', time.localtime(svc['updated']))}, {svc['held']} held"
+        )
+    )
+    subs = (svc or {}).get("subscribers", {})
+    click.echo("subscriber    first_seq     next_seq        bytes  not_journaled  retention_drops")
+    for sid in sorted(set(subs) | set(j["lost_messages"]), key=int):
+        s = subs.get(sid, {})
+        click.echo(
+            f"  {sid:>8} {s.get('first_seq', '-'):>12} {s.get('next_seq', '-'):>12} {s.get('bytes', '-'):>12} "
+            f"{j['lost_messages'].get(sid, 0):>14} {s.get('dropped_by_retention', '-'):>16}"
+        )
+    rr = (svc or {}).get("rerequest")
+    if rr:
+        figures = ", ".join(f"{k} {v}" for k, v in sorted(rr.items()) if k != "address")
+        click.echo(f"request server {rr['address'][0]}:{rr['address'][1]}: {figures}")

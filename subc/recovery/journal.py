@@ -1,15 +1,18 @@
 """The journal of one stream: every message a subscriber's session was sent, by sequence number,
 in append-only segment files, as jetrelay keeps its feed ("Let the kernel do the work!").
 
-A stream is one (subscriber, session): its messages carry consecutive MoldUDP64 sequence numbers
-from 1 (the data plane numbers them; the journal refuses a gap).  Each message is stored as the
+A stream is one subscriber's: its messages carry consecutive MoldUDP64 sequence numbers from 1
+(the data plane numbers them), each sent under the feed's session; the journal keeps the session
+of each segment (a new session starts a new segment).  A message that was sent but could not be
+journaled leaves a *hole* (:meth:`Journal.skip`): the journal says exactly which numbers it lacks
+and never serves one as another.  Each message is stored as the
 SoupBinTCP 4.1 *Sequenced Data* packet that carries it (section 2.2: a 2-byte big-endian packet
 length that counts the type byte, the type ``S``, the message), so a login's backfill is a byte
 range of a file, sent with ``os.sendfile`` (:meth:`Journal.spans`); a MoldUDP64 re-request reads
 the messages back (:meth:`Journal.read`).
 
-Storage: segments of about ``segment_bytes`` each, named by their first sequence number
-(``<first>.seg`` under ``directory``), or anonymous memory files (``memfd_create``) without a
+Storage: segments of about ``segment_bytes`` each, named by their first sequence number and
+session (``<first>-<session hex>.seg`` under ``directory``), or anonymous memory files (``memfd_create``) without a
 directory.  A write goes to the page cache with one ``write`` per batch, so a process killed at any
 point (``kill -9``) leaves every batch it returned from; reopening a directory scans the segments
 and drops a torn last record (a batch cut by a crash of the machine).  Retention
@@ -35,22 +38,30 @@ SEQUENCED_DATA = b"S"
 MAX_MESSAGE_BYTES = 0xFFFF - 1
 #: Default segment size (bytes).
 DEFAULT_SEGMENT_BYTES = 64 << 20
+#: Holes a journal lists (the oldest forgotten beyond; :attr:`Journal.hole_messages` counts all).
+MAX_HOLES = 1000
 SUFFIX = ".seg"
 
 
+#: A session name's bytes (MoldUDP64: 10 bytes, space-padded ASCII).
+SESSION_BYTES = 10
+NO_SESSION = b" " * SESSION_BYTES
+
+
 class JournalError(SubcError):
-    """A journal that cannot be opened or appended to as asked (a gap in the sequence numbers,
-    a message too long for a packet, a damaged segment file)."""
+    """A journal that cannot be opened or appended to as asked (a sequence number already
+    journaled, a message too long for a packet, a damaged segment file)."""
 
 
 @dataclass
 class Segment:
-    """One segment: its first sequence number, file descriptor, the offset of each message's
-    packet (bytes from the segment's start), its size in bytes and the time of its last append
-    (s since the epoch)."""
+    """One segment: its first sequence number, file descriptor, session (10 bytes), the offset of
+    each message's packet (bytes from the segment's start), its size in bytes and the time of its
+    last append (s since the epoch)."""
 
     first: int
     fd: int
+    session: bytes = NO_SESSION
     offsets: array = field(default_factory=lambda: array("Q"))
     size: int = 0
     last_append: float = 0.0
@@ -60,6 +71,11 @@ class Segment:
     def count(self) -> int:
         """Messages in the segment."""
         return len(self.offsets)
+
+    @property
+    def end(self) -> int:
+        """The sequence number after its last message."""
+        return self.first + len(self.offsets)
 
     def end_of(self, i: int) -> int:
         """The offset just past message ``i``'s packet."""
@@ -93,7 +109,7 @@ class Journal:
 
     ``directory``: where its segments live (created when missing; reopened when it holds some),
     or None for memory files.  ``first_seq``: the sequence number of a new stream's first
-    message.  Raises JournalError for a directory whose segments do not follow each other."""
+    message.  Raises JournalError for a directory whose segments overlap."""
 
     def __init__(
         self,
@@ -109,6 +125,9 @@ class Journal:
         self._firsts: list[int] = []
         self.next_seq = first_seq
         self.dropped_messages = 0  # messages removed by retention
+        self.holes: list[tuple[int, int]] = []  # (first, last) sent but never journaled, oldest first
+        self.hole_messages = 0  # messages in holes, ever
+        self._open_new = False  # the next append starts a segment (after a hole)
         if self.directory is not None:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._reopen()
@@ -117,36 +136,48 @@ class Journal:
 
     def _reopen(self) -> None:
         assert self.directory is not None
-        paths = sorted(self.directory.glob("*" + SUFFIX), key=lambda p: int(p.stem))
+        paths = sorted(self.directory.glob("*" + SUFFIX), key=lambda p: int(p.stem.split("-")[0]))
         for p in paths:
-            first = int(p.stem)
-            if self.segments and first != self.next_seq:
+            first_s, _, session_hex = p.stem.partition("-")
+            first = int(first_s)
+            try:
+                session = bytes.fromhex(session_hex) if session_hex else NO_SESSION
+            except ValueError:
+                raise JournalError(f"{p}: not a journal segment name (<first>-<session hex>{SUFFIX})") from None
+            if self.segments and first < self.next_seq:
                 raise JournalError(
                     f"{p}: starts at sequence number {first}, the segment before ends at {self.next_seq - 1}"
                 )
+            if self.segments and first > self.next_seq:
+                self._hole(self.next_seq, first)
             fd = os.open(p, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
             data = os.pread(fd, os.fstat(fd).st_size, 0)
             offsets, size = _scan(data)
             if size < len(data):
                 os.ftruncate(fd, size)  # a torn last packet: its batch never completed
-            seg = Segment(first, fd, offsets, size, p.stat().st_mtime, p)
+            seg = Segment(first, fd, session, offsets, size, p.stat().st_mtime, p)
             self._add(seg)
-            self.next_seq = first + seg.count
+            self.next_seq = seg.end
 
     def _add(self, seg: Segment) -> None:
         self.segments.append(seg)
         self._firsts.append(seg.first)
 
-    def _new_segment(self, first: int) -> Segment:
+    def _new_segment(self, first: int, session: bytes) -> Segment:
         if self.directory is None:
             fd = os.memfd_create(f"{self.name}-{first}", os.MFD_CLOEXEC)
-            seg = Segment(first, fd)
+            seg = Segment(first, fd, session)
         else:
-            path = self.directory / f"{first:020d}{SUFFIX}"
+            path = self.directory / f"{first:020d}-{session.hex()}{SUFFIX}"
             fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o640)
-            seg = Segment(first, fd, path=path)
+            seg = Segment(first, fd, session, path=path)
         self._add(seg)
         return seg
+
+    def _hole(self, first: int, end: int) -> None:
+        self.holes.append((first, end - 1))
+        self.hole_messages += end - first
+        del self.holes[: max(0, len(self.holes) - MAX_HOLES)]
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -160,52 +191,101 @@ class Journal:
         """Bytes the retained segments take."""
         return sum(s.size for s in self.segments)
 
-    def append(self, seq: int, messages: Sequence[bytes], now: float | None = None) -> None:
-        """Store ``messages`` as sequence numbers ``seq``, ``seq + 1``, ...  Raises JournalError
-        unless ``seq`` is :attr:`next_seq` (the journal never holds a gap) or when a message is
-        too long for a packet (nothing is stored then)."""
-        if seq != self.next_seq:
-            raise JournalError(f"the journal expects sequence number {self.next_seq}, not {seq}")
-        if not messages:
+    def skip(self, end: int) -> None:
+        """Record that the messages from :attr:`next_seq` to ``end - 1`` were sent but are not
+        journaled (a hole): the journal never answers for them."""
+        if end <= self.next_seq:
             return
-        packets = [packet(m) for m in messages]
+        self._hole(self.next_seq, end)
+        self.next_seq = end
+        self._open_new = True
+
+    def append(
+        self, seq: int, messages: Sequence[bytes], now: float | None = None, session: bytes = NO_SESSION
+    ) -> None:
+        """Store ``messages`` as sequence numbers ``seq``, ``seq + 1``, ... of ``session`` (10
+        bytes).  A ``seq`` past :attr:`next_seq` leaves a hole before it (:meth:`skip`).  Raises
+        JournalError for a ``seq`` before :attr:`next_seq` (journaled already) or a message too
+        long for a packet (nothing is stored then)."""
+        self.append_packets(seq, b"".join(packet(m) for m in messages), len(messages), now, session)
+
+    def append_packets(
+        self, seq: int, blob: bytes, count: int, now: float | None = None, session: bytes = NO_SESSION
+    ) -> None:
+        """:meth:`append` of ``count`` messages already framed as SoupBinTCP Sequenced Data
+        packets in ``blob`` (one ``write``).  Raises JournalError also when ``blob`` is not
+        exactly ``count`` whole packets."""
+        if seq < self.next_seq:
+            raise JournalError(f"the journal expects sequence number {self.next_seq}, not {seq}")
+        if count == 0:
+            return
+        offsets, used = _scan(blob)
+        if len(offsets) != count or used != len(blob):
+            raise JournalError(
+                f"{count} messages expected, the packets hold {len(offsets)} ({used} of {len(blob)} bytes)"
+            )
+        if seq > self.next_seq:
+            self.skip(seq)
         now = time.time() if now is None else now
         seg = self.segments[-1] if self.segments else None
-        if seg is None or seg.size >= self.segment_bytes:
-            seg = self._new_segment(seq)
-        blob = b"".join(packets)
+        if seg is None or seg.size >= self.segment_bytes or self._open_new or seg.session != session:
+            seg = self._new_segment(seq, session)
+            self._open_new = False
         written = os.write(seg.fd, blob)
         while written < len(blob):  # a short write to a regular file: write the rest
             written += os.write(seg.fd, blob[written:])
-        pos = seg.size
-        for p in packets:
-            seg.offsets.append(pos)
-            pos += len(p)
-        seg.size = pos
+        base = seg.size
+        seg.offsets.extend(base + o for o in offsets)
+        seg.size = base + len(blob)
         seg.last_append = now
-        self.next_seq += len(messages)
+        self.next_seq = seq + count
 
     # -- reading -------------------------------------------------------------------------------
 
-    def _locate(self, seq: int) -> tuple[int, int]:
-        """(segment index, message index in it) of retained ``seq``."""
+    def _locate(self, seq: int) -> tuple[int, int] | None:
+        """(segment index, message index in it) of ``seq``, or None when not journaled."""
         k = bisect_right(self._firsts, seq) - 1
+        if k < 0 or seq >= self.segments[k].end:
+            return None
         return k, seq - self.segments[k].first
 
-    def spans(self, seq: int, count: int, max_bytes: int | None = None) -> list[tuple[int, int, int]]:
+    def session_of(self, seq: int) -> bytes | None:
+        """The session ``seq`` was sent under, or None when it is not journaled."""
+        at = self._locate(seq)
+        return None if at is None else self.segments[at[0]].session
+
+    def available_from(self, seq: int) -> int | None:
+        """The first journaled sequence number at or after ``seq``, or None."""
+        at = self._locate(seq)
+        if at is not None:
+            return seq
+        k = bisect_right(self._firsts, seq)
+        while k < len(self.segments) and not self.segments[k].count:
+            k += 1
+        return self.segments[k].first if k < len(self.segments) else None
+
+    def spans(
+        self, seq: int, count: int, max_bytes: int | None = None, session: bytes | None = None
+    ) -> list[tuple[int, int, int]]:
         """(file descriptor, offset, bytes) ranges of the packets of messages ``seq`` .. ``seq +
-        count - 1`` that the journal holds (fewer when it ends earlier; none before
-        :attr:`first_seq`), for ``os.sendfile``; with ``max_bytes``, only the leading whole
-        packets that fit in that many bytes (at least one)."""
-        if count <= 0 or seq < self.first_seq or seq >= self.next_seq:
+        count - 1`` that the journal holds from ``seq`` on without a hole (fewer when it ends
+        earlier; none when ``seq`` is not journaled), for ``os.sendfile``; with ``max_bytes``,
+        only the leading whole packets that fit in that many bytes (at least one); with
+        ``session``, only those sent under it."""
+        at = self._locate(seq) if count > 0 else None
+        if at is None:
             return []
         remaining = min(seq + count, self.next_seq) - seq
         out: list[tuple[int, int, int]] = []
         budget = max_bytes
-        k, i = self._locate(seq)
-        while remaining > 0:
+        k, i = at
+        while remaining > 0 and k < len(self.segments):
             s = self.segments[k]
+            if (session is not None and s.session != session) or (out and s.first != self.segments[k - 1].end):
+                break  # another session, or a hole
             j = min(s.count, i + remaining)  # the segment's packets i .. j - 1
+            if j <= i:
+                break
             start, end = s.offsets[i], s.end_of(j - 1)
             if budget is not None and end - start > budget:
                 e = i  # the first packet that does not fit
@@ -223,10 +303,10 @@ class Journal:
             k, i = k + 1, 0
         return out
 
-    def read(self, seq: int, count: int, max_bytes: int | None = None) -> list[bytes]:
+    def read(self, seq: int, count: int, max_bytes: int | None = None, session: bytes | None = None) -> list[bytes]:
         """The messages ``seq`` .. ``seq + count - 1`` the journal holds, in order (see
         :meth:`spans`; ``max_bytes`` bounds their packets' bytes)."""
-        return messages_of(self.spans(seq, count, max_bytes))
+        return messages_of(self.spans(seq, count, max_bytes, session))
 
     # -- retention -----------------------------------------------------------------------------
 

@@ -7,12 +7,14 @@ Answers, by request (:mod:`subc.wire.moldudp64_request`), each counted in :attr:
 * over the source's rate (token bucket per source host): nothing (``rate_limited``);
 * a source that has not proven its address (no cookie, or a wrong or stale one): one 20-byte
   cookie packet, never more bytes than the request (``cookie_sent``);
-* a session the server does not know, or one whose subscriber does not receive at the source
-  address: nothing (``not_authorized``) -- a request never returns another subscriber's messages;
-* messages asked for that are before the journal's retention are gone: ``unanswered_messages``
-  counts them, and the answer starts at the oldest retained message (so a packet starting later
-  than asked tells the client that the messages between are gone); a request with nothing left to
-  answer (all gone, not sent yet, a count of 0) gets nothing (``unanswered``);
+* a source address at which no subscriber receives: nothing (``not_authorized``) -- a request
+  is answered from the journal of the subscriber receiving at its source, so it never returns
+  another subscriber's messages;
+* messages asked for that are before the journal's retention, or in a hole (sent but never
+  journaled), are gone: ``unanswered_messages`` counts them, and the answer starts at the next
+  journaled message (so a packet starting later than asked tells the client that the messages
+  between are gone); a request with nothing left to answer (all gone, not sent yet, a count of
+  0, messages of another session) gets nothing (``unanswered``);
 * otherwise the messages from the first one asked (or retained), as many as fit in a downstream
   packet of at most ``max_payload`` bytes (1,400: a request for more is served in part, the client
   asks again for the rest) (``served``, ``served_messages``).
@@ -47,22 +49,21 @@ JOURNAL_OVERHEAD = 3
 
 @dataclass
 class Stream:
-    """One subscriber's stream as the server sees it: its ``session`` (name), its ``journal``
-    and the ``addresses`` ((host, port)) its subscriber receives at, the only ones allowed to
-    re-request it."""
+    """One subscriber's stream as the server sees it: its ``journal`` and the ``addresses``
+    ((host, port)) its subscriber receives at, the only ones allowed to re-request it."""
 
-    session: str
     journal: Journal
     addresses: set[tuple[str, int]] = field(default_factory=set)
 
 
 class RequestServer:
-    """Answers MoldUDP64 requests (see the module docstring).  ``streams``: session name ->
-    :class:`Stream` (or None); ``rate``: requests per second and source host (burst as many)."""
+    """Answers MoldUDP64 requests (see the module docstring).  ``streams``: the stream of the
+    subscriber receiving at a source address ((host, port)), or None; ``rate``: requests per
+    second and source host (burst as many)."""
 
     def __init__(
         self,
-        streams: Callable[[str], Stream | None],
+        streams: Callable[[tuple[str, int]], Stream | None],
         cookies: Cookies | None = None,
         rate: float = 100.0,
         max_payload: int = MAX_PAYLOAD,
@@ -75,6 +76,7 @@ class RequestServer:
         self.limiter = RateLimiter(rate, clock)
         self.max_payload = max_payload
         self.counters: Counter = Counter()
+        self.lock = threading.Lock()  # held while a reply reads a journal (the journal's writer takes it too)
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
 
@@ -92,23 +94,32 @@ class RequestServer:
         if not self.cookies.check(addr, req.cookie):
             self.counters["cookie_sent"] += 1
             return encode_cookie(req.session_bytes, self.cookies.issue(addr))
-        stream = self.streams(req.session)
+        stream = self.streams(addr)
         if stream is None or addr not in stream.addresses:
             self.counters["not_authorized"] += 1
             return None
-        j = stream.journal
-        end = req.seq + req.count  # past the last message asked
-        first = max(req.seq, j.first_seq)
-        if req.seq < j.first_seq:  # gone: counted; the rest is answered from the oldest retained
-            self.counters["unanswered_messages"] += min(end, j.first_seq) - req.seq
-        if req.count == 0 or first >= end or first >= j.next_seq:
+        with self.lock:
+            return self._answer(stream.journal, req.session_bytes, req.seq, req.count)
+
+    def _answer(self, j: Journal, session: bytes, seq: int, count: int) -> bytes | None:
+        end = seq + count  # past the last message asked
+        sent_end = min(end, j.next_seq)  # past the last one asked that was sent
+        start = max(seq, j.first_seq)
+        first = j.available_from(start) if count and start < sent_end else None
+        if first is not None and (first >= sent_end or j.session_of(first) != session):
+            first = None  # nothing journaled in the range, or another session's messages
+        gone_end = first if first is not None else sent_end
+        lo = max(seq, 1)  # sequence number 0 is never sent
+        if gone_end > lo:  # sent, but before retention or in a hole: counted; the rest answered
+            self.counters["unanswered_messages"] += gone_end - lo
+        if first is None:
             self.counters["unanswered"] += 1
             return None
         # a journal packet is one byte longer than the message's block: the budget in its terms
         room = self.max_payload - HEADER_LEN
         messages: list[bytes] = []
         used = 0
-        for m in j.read(first, end - first, room + room // BLOCK_OVERHEAD):
+        for m in j.read(first, end - first, room + room // BLOCK_OVERHEAD, session):
             if used + BLOCK_OVERHEAD + len(m) > room:
                 break
             messages.append(m)
@@ -118,7 +129,7 @@ class RequestServer:
             return None
         self.counters["served"] += 1
         self.counters["served_messages"] += len(messages)
-        return encode_packet(req.session_bytes, first, messages)
+        return encode_packet(session, first, messages)
 
     # -- the socket ----------------------------------------------------------------------------
 

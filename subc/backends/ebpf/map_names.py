@@ -32,6 +32,8 @@ SEQ_RES = "subc_seq_res"  # per-CPU sequence number a recipient's copy took
 RING = "subc_ring"  # XDP-to-TC ring of datagrams
 CUR = "subc_cur"  # per-CPU datagram counter and current slot
 SCRATCH = "subc_scratch"  # TC's per-CPU scratch
+JNL = "subc_jnl"  # the journal feed's ring buffer (with SUBC_JOURNAL)
+JNL_LOST = "subc_jnl_lost"  # per-CPU per-recipient messages sent but not journaled (with SUBC_JOURNAL)
 SV_INFO = "subc_sv_info"  # state-value stages: (stage base + state) -> bounds offset and count, or next state
 SV_BOUNDS = "subc_sv_bnd"  # state-value stages: their bounds
 SV_BASE = "subc_sv_base"  # per generation: each state-value stage's base in SV_INFO
@@ -64,5 +66,7 @@ STATIC_MAPS = (
     RING,
     CUR,
     SCRATCH,
+    JNL,
+    JNL_LOST,
 )
 """Every map the static program declares (``bpf/subc_maps.h``), in declaration order."""

@@ -36,6 +36,7 @@ STATIC_FILES = (
     "subc_types.h",
     "subc_maps.h",
     "subc_helpers.h",
+    "subc_journal.h",
     "subc_xdp.h",
     "subc_fanout.h",
     "subc_tc.h",
@@ -102,8 +103,12 @@ _BCC_REWRITES = (
     (re.compile(r"\bbpf_map_update_elem\(&(\w+),\s*([^,()]+),\s*([^,()]+),\s*BPF_ANY\)"), r"\1.update(\2, \3)"),
     # bpf_tail_call(ctx, &prog_array, index) -> prog_array.call(ctx, index)
     (re.compile(r"\bbpf_tail_call\((\w+),\s*&(\w+),\s*"), r"\2.call(\1, "),
+    # bpf_ringbuf_reserve(&ring, size, 0) -> ring.ringbuf_reserve(size)
+    (re.compile(r"\bbpf_ringbuf_reserve\(&(\w+),\s*([^,()]+(?:\([^()]*\))?),\s*0\)"), r"\1.ringbuf_reserve(\2)"),
+    # bpf_ringbuf_output(&ring, data, size, flags) -> ring.ringbuf_output(data, size, flags)
+    (re.compile(r"\bbpf_ringbuf_output\(&(\w+),\s*"), r"\1.ringbuf_output("),
 )
-_MAP_CALL = re.compile(r"\b(bpf_map_\w+_elem|bpf_tail_call)\(\s*(\w+,\s*)?&")
+_MAP_CALL = re.compile(r"\b(bpf_map_\w+_elem|bpf_tail_call|bpf_ringbuf_reserve|bpf_ringbuf_output)\(\s*(\w+,\s*)?&")
 
 
 def bcc_dialect(src: str) -> str:

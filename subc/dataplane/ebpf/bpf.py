@@ -376,6 +376,12 @@ def obj_id(fd: int, what: str = "a BPF object") -> int:
     return int.from_bytes(_obj_info(fd, what)[4:8], sys.byteorder)
 
 
+def map_max_entries(fd: int) -> int:
+    """The max_entries of BPF map ``fd`` (a ring buffer's data bytes): byte 16 of struct
+    bpf_map_info (include/uapi/linux/bpf.h)."""
+    return int.from_bytes(_obj_info(fd, "a BPF map")[16:20], sys.byteorder)
+
+
 #: ``enum bpf_cmd`` BPF_LINK_CREATE and ``enum bpf_attach_type`` BPF_XDP (include/uapi/linux/bpf.h).
 BPF_LINK_CREATE = 28
 BPF_XDP = 37

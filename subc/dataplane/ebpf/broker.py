@@ -69,13 +69,16 @@ def _map_struct(m: MapDoc, max_endpoints: int) -> tuple[int, int]:
     return m.key.size, value
 
 
-def cflags(caps: dict[str, int], max_endpoints: int) -> list[str]:
+def cflags(caps: dict[str, int], max_endpoints: int, journal_pages: int = 0) -> list[str]:
     """bcc compiler flags: map capacities, endpoints per subscriber and the CPUs (the XDP-to-TC
-    ring and the copy builder's scratch have a region per CPU)."""
-    return [f"-DSUBC_CAP_{n.upper()}={c}" for n, c in sorted(caps.items())] + [
-        f"-DSUBC_MAX_ENDPOINTS={max_endpoints}",
-        f"-DSUBC_NCPU={possible_cpus()}",
-    ]
+    ring and the copy builder's scratch have a region per CPU); with ``journal_pages`` (a power
+    of 2), the journal feed and its ring buffer of that many 4 KiB pages (subc_journal.h)."""
+    journal = ["-DSUBC_JOURNAL=1", f"-DSUBC_JOURNAL_PAGES={journal_pages}"] if journal_pages else []
+    return (
+        [f"-DSUBC_CAP_{n.upper()}={c}" for n, c in sorted(caps.items())]
+        + [f"-DSUBC_MAX_ENDPOINTS={max_endpoints}", f"-DSUBC_NCPU={possible_cpus()}"]
+        + journal
+    )
 
 
 def open_maps(doc: MapsDoc, fds: dict[str, int], max_endpoints: int) -> dict[str, Map]:
@@ -99,6 +102,7 @@ class LoadedFilter:
     subs: Subscribers | None
     gen: int = 0
     regions_used: dict[str, int] = field(default_factory=dict)  # slots of the live generation per region array
+    journal_pages: int = 0  # the journal feed's ring buffer (4 KiB pages; 0: no journal feed)
 
     @classmethod
     def build(
@@ -110,16 +114,18 @@ class LoadedFilter:
         min_caps: dict[str, int] | None = None,
         max_endpoints: int | None = None,
         egress: bool = False,
+        journal_pages: int = 0,
     ) -> "LoadedFilter":
         """Compile and load ``src`` sized for ``doc`` (with ``egress``, also the fan-out's devmap
-        program), then install ``doc`` as generation 0."""
+        program; with ``journal_pages``, the journal feed: :func:`cflags`), then install ``doc``
+        as generation 0."""
         caps = install.capacities(doc, factor, subs)
         for n, c in (min_caps or {}).items():
             caps[n] = max(caps.get(n, 0), c)
         eps = max_endpoints or max(doc.max_endpoints, install.needed_endpoints(subs))
-        prog = compile_and_load(src, cflags(caps, eps), egress_fn="subc_egress" if egress else None)
+        prog = compile_and_load(src, cflags(caps, eps, journal_pages), egress_fn="subc_egress" if egress else None)
         maps = open_maps(doc, {m.name: prog.map_fd(m.name) for m in doc.maps}, eps)
-        lf = cls(prog, doc, maps, caps, eps, subs)
+        lf = cls(prog, doc, maps, caps, eps, subs, journal_pages=journal_pages)
         install.install_subscribers(maps, subs, eps)
         plan = install.plan_generation(doc, 0, subs, caps)
         install.install_generation(plan, maps)
@@ -210,8 +216,14 @@ def load(
     fix_links: bool = True,
     fanout: bool = True,
     fan_ratio: int = DEFAULT_RATIO,
+    journal_pages: int = 0,
 ) -> dict:
     """Load the compiled rule set in ``out_dir`` on ``iface`` (see the module docstring).
+
+    With ``journal_pages`` (a power of 2; MoldUDP64 rule sets with a subscribers file), the
+    data plane also passes every copy it sends to user space through a BPF ring buffer of that
+    many 4 KiB pages, pinned with the maps (``subc_jnl``), for the journal feed
+    (:mod:`subc.recovery.journal_feed`); the state's ``journal`` says so.
 
     The subscribers' interfaces are checked first (:func:`~.links.check_links`; with
     ``fix_links``, GRO is turned on at veth peers that would drop XDP-redirected copies); the
@@ -228,6 +240,8 @@ def load(
     require_root("subc load")
     doc, src = read_maps_doc(out_dir)
     subs = load_subscribers(subscribers) if subscribers else None
+    if journal_pages:
+        check_journal(doc, subs, journal_pages)
     home = broker_home(iface, mount=True)
     with home_lock(home):  # one load, update or unload of this home at a time
         cleared = claim_home(home)
@@ -238,8 +252,10 @@ def load(
                 raise SubcError(f"{subs.path}: " + "; ".join(p.message for p in problems if p.severity == "error"))
             resolve_endpoints(subs)
         ifindex = ifindex_of(iface)
-        lf = LoadedFilter.build(doc, src, subs, capacity_factor, egress=subs is not None and fanout)
-        attach.pin_and_attach(lf.program, lf.maps, home, ifindex, xdp_mode)
+        lf = LoadedFilter.build(
+            doc, src, subs, capacity_factor, egress=subs is not None and fanout, journal_pages=journal_pages
+        )
+        attach.pin_and_attach(lf.program, {**lf.maps, **journal_maps(lf)}, home, ifindex, xdp_mode)
         try:
             fan = {"enabled": False, "reason": "no subscribers file" if subs is None else "--no-fanout"}
             fan_indexes: list[int] = []
@@ -269,9 +285,13 @@ def load(
                 "subscriber_names": {str(k): v for k, v in (subs.names if subs else {}).items()},
                 "leaves": _leaf_labels(doc),
                 "maps": {
-                    m.name: {"key": m.key.size, "value": _map_struct(m, lf.max_endpoints)[1], "type": m.type}
-                    for m in doc.maps
+                    **{
+                        m.name: {"key": m.key.size, "value": _map_struct(m, lf.max_endpoints)[1], "type": m.type}
+                        for m in doc.maps
+                    },
+                    **({MN.JNL_LOST: {"key": 4, "value": 8, "type": "percpu_array"}} if journal_pages else {}),
                 },
+                "journal": {"pages": journal_pages, "bytes": journal_pages * 4096} if journal_pages else None,
                 "loaded_at": time.time(),
                 "links": [p.as_dict() for p in problems],
                 "fanout": fan,
@@ -284,6 +304,28 @@ def load(
             lf.close()
         record_instructions(out_dir, info)
         return {**state, "cleared": cleared}
+
+
+def check_journal(doc: MapsDoc, subs: Subscribers | None, pages: int) -> None:
+    """Raise SubcError unless a journal feed of ``pages`` pages can serve ``doc`` and ``subs``:
+    a MoldUDP64 rule set (a journal holds numbered messages), a subscribers file, a power of 2."""
+    if pages & (pages - 1):
+        raise SubcError(f"--journal-pages {pages}: the journal's ring buffer takes a power of 2 of pages")
+    if not doc.moldudp64:
+        raise SubcError("--journal: the spec is not MoldUDP64 (a journal holds sequence-numbered messages)")
+    if subs is None:
+        raise SubcError("--journal needs --subscribers (the journal is per subscriber)")
+
+
+def journal_maps(lf: LoadedFilter) -> dict[str, Map]:
+    """The journal feed's maps of ``lf`` to pin (none without the feed): the ring buffer and the
+    per-recipient count of messages sent but not journaled."""
+    if not lf.journal_pages:
+        return {}
+    return {
+        MN.JNL: Map(lf.program.map_fd(MN.JNL), 0, 0, name=MN.JNL),
+        MN.JNL_LOST: Map(lf.program.map_fd(MN.JNL_LOST), 4, 8, percpu=True, name=MN.JNL_LOST),
+    }
 
 
 def record_instructions(out_dir: str | Path, info: dict) -> bool:

@@ -19,6 +19,19 @@ from . import attach
 from .bpf import Map, obj_get
 from .broker_home import BrokerHome, broker_home, stale_reason
 
+#: The journal service's status in the state directory (written by :mod:`subc.recovery.service`,
+#: read by ``subc stats``).
+JOURNAL_STATUS = "journal.json"
+
+
+def read_journal_status(home: BrokerHome) -> dict | None:
+    """The last status the broker's journal service wrote, or None (no service ran)."""
+    try:
+        doc = json.loads((home.state_dir / JOURNAL_STATUS).read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
 
 def claim_home(home: BrokerHome) -> list[str]:
     """Make ``home`` free for a broker about to be loaded there (the caller holds

@@ -14,7 +14,7 @@ from ...backends.ebpf import map_names as MN
 from ...backends.ebpf.maps_doc import MapsDoc
 from . import install
 from .bpf import per_cpu, present
-from .broker_state import close_maps, loaded_home, pinned_maps
+from .broker_state import close_maps, loaded_home, pinned_maps, read_journal_status
 from .fanout import installed_sets, read_set_hits
 
 
@@ -37,6 +37,11 @@ def stats(iface: str) -> dict:
                 name = "local" if sid == L.LOCAL else state["subscriber_names"].get(str(sid))
                 nxt = L.U64.unpack(present(seq.lookup(L.U32.pack(v=sid))))["v"]
                 subs["local" if sid == L.LOCAL else str(sid)] = {**c, "next_seq": nxt, "name": name}
+        journal_lost = {}
+        if MN.JNL_LOST in maps:  # per subscriber: messages sent that the journal's ring could not take
+            for sid in [int(k) for k in subs if k.isdigit()]:
+                n = sum(int.from_bytes(v[:8], "little") for v in per_cpu(maps[MN.JNL_LOST].lookup(L.U32.pack(v=sid))))
+                journal_lost[str(sid)] = n
         gen = state["generation"]
         doc = MapsDoc.read(home.state_dir / "maps.json")
         leaves = {
@@ -85,4 +90,14 @@ def stats(iface: str) -> dict:
                 c["subscriptions"] = per_ep.get(c["name"] or "", 0)
     if fan_sets is not None:
         out["fan_sets"] = fan_sets
+    if state.get("journal"):
+        out["journal"] = journal_stats(home, state, journal_lost)
     return out
+
+
+def journal_stats(home, state: dict, lost: dict[str, int]) -> dict:
+    """The journal's figures: the ring buffer, the kernel's count of copies and, per subscriber,
+    messages it could not journal, and the journal service's last status (None when no service
+    has run: the ring fills, then every copy is counted lost)."""
+    status = read_journal_status(home)
+    return {"ring_bytes": state["journal"]["bytes"], "lost_messages": lost, "service": status}

@@ -60,6 +60,13 @@
             });                                       \
     } name SEC(".maps")
 
+/* A BPF ring buffer of `pages` pages (4 KiB each) */
+#define SUBC_RINGBUF(name, pages)           \
+    struct {                                \
+        __uint(type, BPF_MAP_TYPE_RINGBUF); \
+        __uint(max_entries, (pages)*4096);  \
+    } name SEC(".maps")
+
 char subc_license[] SEC("license") = "GPL";
 
 #else /* bcc */
@@ -79,6 +86,7 @@ char subc_license[] SEC("license") = "GPL";
 /* bcc names the inner maps' template by its map name: the device map subc_fan_tpl */
 #define SUBC_DEVMAP(name, n) BPF_TABLE("devmap", __u32, struct bpf_devmap_val, name, n)
 #define SUBC_DEVMAP_ARRAY(name, n, inner_n) BPF_ARRAY_OF_MAPS(name, "subc_fan_tpl", n)
+#define SUBC_RINGBUF(name, pages) BPF_RINGBUF_OUTPUT(name, pages)
 
 #endif /* SUBC_LIBBPF */
 

@@ -31,6 +31,13 @@
 #ifndef SUBC_SLOTS
 #define SUBC_SLOTS 256 /* ring slots per CPU between XDP and TC */
 #endif
+#ifndef SUBC_JOURNAL
+#define SUBC_JOURNAL 0 /* the journal feed (subc_journal.h): subc load --journal sets it */
+#endif
+#ifndef SUBC_JOURNAL_PAGES
+#define SUBC_JOURNAL_PAGES 4096 /* the journal ring buffer's 4 KiB pages (a power of 2) */
+#endif
+#define SUBC_JREC_INLINE 248 /* journal record: payload bytes held in the record (a 256-byte record) */
 #ifndef SUBC_NCPU
 #define SUBC_NCPU 1
 #endif

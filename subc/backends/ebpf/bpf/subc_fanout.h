@@ -6,15 +6,19 @@
 /* The sequence number of recipient r's copy (of n messages) of the datagram in ring slot `slot`
  * with tag `tag`, taken from the fan-out's egress programs: the first copy to one of r's endpoints
  * takes it (subc_next_seq), the copies to r's other endpoints reuse it (per CPU: one datagram's
- * copies are built on the CPU that received it). */
-static __always_inline __u64 subc_fan_seq(__u32 r, __u32 n, __u32 slot, __u32 tag)
+ * copies are built on the CPU that received it).  *j: the copy's journal record, when its number is
+ * new (else NULL), for subc_jnl_commit. */
+static __always_inline __u64 subc_fan_seq(__u32 r, __u32 n, __u32 slot, __u32 tag, struct subc_jrec **j)
 {
     struct subc_seq_res *res = bpf_map_lookup_elem(&subc_seq_res, &r);
-    if (!res)
-        return subc_next_seq(r, n);
-    if (res->slot == slot && res->tag == tag)
+    *j = 0;
+    if (res && res->slot == slot && res->tag == tag)
         return res->seq;
+    /* a new number: the copy's journal record is reserved first (subc_journal.h "Order") */
+    *j = subc_jnl_reserve(r, n);
     __u64 seq = subc_next_seq(r, n);
+    if (!res)
+        return seq;
     res->slot = slot;
     res->tag = tag;
     res->seq = seq;
@@ -77,12 +81,21 @@ static __always_inline int subc_repack(struct xdp_md *ctx, struct subc_dgram *d,
     }
     if (bpf_xdp_load_bytes(ctx, base, s->copy, 10))
         return -1;
-    __u64 seq = by_set ? subc_fan_seq(r, k, slot, d->tag) : subc_next_seq(r, k);
+    struct subc_jrec *j = 0;
+    __u64 seq;
+    if (by_set) {
+        seq = subc_fan_seq(r, k, slot, d->tag, &j);
+    } else {
+        j = subc_jnl_reserve(r, k);
+        seq = subc_next_seq(r, k);
+    }
     __u64 bseq = SUBC_HTONLL(seq);
     __builtin_memcpy(&s->copy[10], &bseq, 8);
     s->copy[18] = k >> 8;
     s->copy[19] = k & 0xff;
     __u32 clen = pos & (SUBC_PAYLOAD_MAX - 1);
+    /* journaled as built, before it is sent: a copy that fails below is still in the journal */
+    subc_jnl_commit(j, s, r, k, clen);
     s->copy[clen & (SUBC_BUF - 1)] = 0;
     s->copy[(clen + 1) & (SUBC_BUF - 1)] = 0;
     s->copy[(clen + 2) & (SUBC_BUF - 1)] = 0;
@@ -367,9 +380,13 @@ int subc_egress(struct xdp_md *ctx)
         /* r takes every message (or a heartbeat): the whole datagram, addresses and sequence
          * number rewritten */
         __u32 k = d->n;
-        __u64 seq = subc_fan_seq(r, k, slot, d->tag);
-        if (subc_rewrite(data, data_end, d->l3, d->l4, ep, seq) < 0)
+        struct subc_jrec *j = 0;
+        __u64 seq = subc_fan_seq(r, k, slot, d->tag, &j);
+        if (subc_rewrite(data, data_end, d->l3, d->l4, ep, seq) < 0) {
+            subc_jnl_commit_xdp(j, ctx, s, r, k, 0, 0); /* nothing to journal: discarded, counted */
             goto err;
+        }
+        subc_jnl_commit_xdp(j, ctx, s, r, k, (d->l4 & 0x1ff) + 8, d->plen);
         subc_count_sub(r, k, data_end - data);
     } else if (subc_repack(ctx, d, s, ep, r, 1, slot) < 0) {
         goto err;

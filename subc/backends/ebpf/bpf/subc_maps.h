@@ -40,5 +40,9 @@ SUBC_PERCPU_ARRAY(subc_seq_res, struct subc_seq_res, SUBC_RECIPIENTS);
 SUBC_ARRAY(subc_ring, struct subc_dgram, SUBC_NCPU *SUBC_SLOTS);
 SUBC_PERCPU_ARRAY(subc_cur, __u32, 2); /* [0] datagram counter, [1] slot of the datagram in XDP */
 SUBC_ARRAY(subc_scratch, struct subc_scratch, SUBC_NCPU);
+#if SUBC_JOURNAL && SUBC_MOLD
+SUBC_RINGBUF(subc_jnl, SUBC_JOURNAL_PAGES);               /* the journal feed (subc_journal.h) */
+SUBC_PERCPU_ARRAY(subc_jnl_lost, __u64, SUBC_RECIPIENTS); /* per recipient: messages sent but not journaled */
+#endif
 
 #endif /* SUBC_MAPS_H */

@@ -83,6 +83,7 @@ static __always_inline int subc_build_copy(struct __sk_buff *skb, struct subc_dg
         k = (k + 1) & 1023;
     }
     __u32 count = d->n ? k : d->count;
+    struct subc_jrec *j = subc_jnl_reserve(r, k); /* before the number is taken: subc_journal.h */
     __u64 seq = subc_next_seq(r < SUBC_LOCAL ? r : SUBC_LOCAL, k);
     __builtin_memcpy(s->copy, s->orig, 10);
     __u64 bseq = SUBC_HTONLL(seq);
@@ -96,6 +97,9 @@ static __always_inline int subc_build_copy(struct __sk_buff *skb, struct subc_dg
         bpf_probe_read_kernel(s->copy, pos, s->orig);
 #endif
     __u32 clen = pos & (SUBC_PAYLOAD_MAX - 1);
+#if SUBC_MOLD
+    subc_jnl_commit(j, s, r, k, clen); /* journaled as built, before it is sent */
+#endif
     /* zero padding to a multiple of 4 bytes for the checksum */
     s->copy[clen & (SUBC_BUF - 1)] = 0;
     s->copy[(clen + 1) & (SUBC_BUF - 1)] = 0;

@@ -83,6 +83,21 @@ struct subc_seq_res {
     __u64 seq;
 };
 
+/* The journal feed's records (subc_journal.h): a copy's recipient, UDP payload length and flags,
+ * then its payload (or its MoldUDP64 header alone, the payload following as a record of its own:
+ * a subc_jhdr then the payload). */
+struct subc_jhdr {
+    __u32 r;
+    __u16 len;
+    __u16 flags;
+};
+struct subc_jrec {
+    __u32 r;
+    __u16 len;
+    __u16 flags;
+    __u8 data[SUBC_JREC_INLINE];
+};
+
 /* What TC needs while building the copies of one datagram (one per CPU). */
 struct subc_scratch {
     __u32 nr;     /* recipients */
@@ -97,6 +112,7 @@ struct subc_scratch {
     __u64 subs[SUBC_MAX_MSGS][SUBC_SUB_WORDS];
     __u8 local_msg[SUBC_MAX_MSGS];
     __u8 orig[SUBC_BUF];
+    struct subc_jhdr jhdr; /* the journal's payload record: this header, then copy (no padding between) */
     __u8 copy[SUBC_BUF];
 };
 #endif /* SUBC_TYPES_H */

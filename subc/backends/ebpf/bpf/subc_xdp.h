@@ -236,11 +236,18 @@ static __always_inline int subc_xdp_finish(struct xdp_md *ctx, struct subc_dgram
                 subc_count(SUBC_STAT_ERRORS);
                 return XDP_DROP;
             }
+            struct subc_jrec *j = subc_jnl_reserve(r, d->n); /* before the number: subc_journal.h */
             __u64 seq = subc_next_seq(r, d->n);
+            __u32 cpu = bpf_get_smp_processor_id();
+            struct subc_scratch *s = bpf_map_lookup_elem(&subc_scratch, &cpu);
             if (subc_rewrite(data, data_end, d->l3, d->l4, ep, seq) < 0) {
+                subc_jnl_commit_xdp(j, ctx, s, r, d->n, 0, 0); /* nothing to journal: discarded, counted */
                 subc_count(SUBC_STAT_ERRORS);
                 return XDP_DROP;
             }
+            subc_jnl_commit_xdp(j, ctx, s, r, d->n, d->l4 + 8, d->plen);
+            data = (void *)(long)ctx->data;
+            data_end = (void *)(long)ctx->data_end;
             subc_count(SUBC_STAT_XDP_UNICAST);
             subc_count_sub(r, d->n, data_end - data);
             if (ep->ifindex == ctx->ingress_ifindex)

@@ -1,0 +1,82 @@
+"""The recovery service of an eBPF broker: ``subc journal`` (and ``subc load --journal``, which
+runs it after loading): the journal feed, retention and the MoldUDP64 request server, in the
+foreground until SIGINT or SIGTERM (docs/recovery.md)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Callable
+
+import click
+
+from ..errors import SubcError
+from .app import fail, ip_port, main
+
+DEFAULT_JOURNAL_PAGES = 4096  # 16 MiB
+
+
+def journal_options(f: Callable) -> Callable:
+    """The options of the recovery service, shared by ``subc load`` and ``subc journal``."""
+    f = click.option(
+        "--rerequest-rate",
+        type=float,
+        default=100.0,
+        show_default=True,
+        help="re-requests per second per source host",
+    )(f)
+    f = click.option(
+        "--rerequest",
+        metavar="ADDR:PORT",
+        help="serve MoldUDP64 re-requests on this UDP address (from the subscribers' endpoints, "
+        "after an address cookie)",
+    )(f)
+    f = click.option(
+        "--retain",
+        metavar="SECONDS|BYTES",
+        help="keep each subscriber's journal within this age (90s, 10m, 2h) and/or size (512MiB), comma-separated",
+    )(f)
+    f = click.option(
+        "--state",
+        type=click.Path(file_okay=False),
+        help="keep the journals under STATE/journal/ (durable across restarts); default: in memory",
+    )(f)
+    return f
+
+
+def run_service(
+    iface: str, state: str | None, retain: str | None, rerequest: str | None, rerequest_rate: float
+) -> None:
+    """Run the recovery service of the broker on ``iface`` until SIGINT or SIGTERM."""
+    from ..recovery.service import RecoveryService, parse_retention
+
+    try:
+        retention = parse_retention(retain) if retain else None
+        svc = RecoveryService(iface, state, retention, ip_port(rerequest) if rerequest else None, rate=rerequest_rate)
+    except SubcError as e:
+        fail(e)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    where = f"; request server on {svc.address[0]}:{svc.address[1]}" if svc.address else ""
+    click.echo(
+        f"journal feed running on {iface}: {len(svc.journals)} subscribers, "
+        f"{'journals under ' + state if state else 'journals in memory'}{where}",
+        err=True,
+    )
+    try:
+        svc.run(stop)
+    finally:
+        svc.close()
+
+
+@main.command("journal")
+@click.option("--iface", required=True, help="interface of a broker loaded with --journal")
+@journal_options
+def journal_cmd(
+    iface: str, state: str | None, retain: str | None, rerequest: str | None, rerequest_rate: float
+) -> None:
+    """Run the recovery service of the broker on IFACE (loaded with subc load --journal): append
+    every copy its data plane sends to the subscriber's journal, keep --retain, answer MoldUDP64
+    re-requests on --rerequest; until SIGINT or SIGTERM.  subc stats shows its figures."""
+    run_service(iface, state, retain, rerequest, rerequest_rate)

@@ -1,0 +1,354 @@
+"""The journal fed by the eBPF data plane, and recovery over a lossy link, in network namespaces.
+
+``subc load --journal --state DIR --rerequest`` runs the broker with its recovery service; the
+packed real sample is sent from the publisher namespace with scapy (as in test_delivery_netns).
+
+* Every copy an endpoint received is in its subscriber's journal under the sequence number it was
+  received with, and the journal holds nothing else: the journal files are read here with
+  ``struct`` from the SoupBinTCP packet layout, the copies from the listeners' captures with
+  ``struct`` from the MoldUDP64 layout, and the journal's messages are also checked against the
+  reference (the rules evaluated on values the independent ITCH codec decoded).
+* A lossy link: an XDP program on each subscriber's veth (compiled here with clang) drops 5% of the
+  data datagrams to the endpoints' ports, at random (the kernel here has no netem:
+  CONFIG_NET_SCH_NETEM is not set; reordering is tested on loopback in test_rerequest.py).
+  ``subc listen --recover`` must deliver exactly the messages the reference gives its subscriber,
+  once each, in sequence order, naming none lost; a listener without ``--recover`` on the same
+  link shows the loss.
+
+No verdict depends on speed: listeners end on the end of session (and, recovering, once every gap
+is filled); the test waits for the journal service's status to reach the kernel's numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import select
+import signal
+import struct
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from subc.lang.rules import parse_rules
+from subc.semantics.delivery import recipients_of
+from subc.semantics.reference import reference_decision
+from subc.spec.front_end import load_spec
+from subc.workloads.itch_codec import decode_add_order, read_binaryfile
+
+from conftest import EXAMPLE, real_sample
+from netns_util import Topology, need_root_and_netns, sh
+from test_broker_netns import HANG_GUARD, LISTENER_IDLE, broker_stats, compile_out, stop, wait_bound, wait_until
+from test_delivery_netns import pack, send
+
+ENDPOINTS = {1: [(1, 6001)], 2: [(2, 6002)], 3: [(3, 6003)], 4: [(1, 6004), (2, 6004)], 5: [(3, 6005)]}
+ALL_EPS = sorted({ep for eps in ENDPOINTS.values() for ep in eps})
+RR_PORT = 9100
+LOSS_PER_MILLE = 50
+
+LOSSY_C = r"""
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/udp.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+/* Drop LOSS_PER_MILLE of the MoldUDP64 data datagrams (count 1..0xfffe) to UDP ports 6000..6099,
+ * at random; heartbeats and the end of session pass (a publisher repeats them). */
+SEC("xdp")
+int lossy(struct xdp_md *ctx)
+{
+    void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
+    struct ethhdr *eth = data;
+    struct iphdr *ip = data + sizeof(*eth);
+    if ((void *)(ip + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP) || ip->protocol != 17 || ip->ihl != 5)
+        return XDP_PASS;
+    struct udphdr *udp = (void *)(ip + 1);
+    unsigned char *mold = (void *)(udp + 1);
+    if ((void *)(mold + 20) > end || bpf_ntohs(udp->dest) < 6000 || bpf_ntohs(udp->dest) >= 6100)
+        return XDP_PASS;
+    __u16 count = (mold[18] << 8) | mold[19];
+    if (count == 0 || count == 0xffff)
+        return XDP_PASS;
+    return bpf_get_prandom_u32() % 1000 < LOSS_PER_MILLE ? XDP_DROP : XDP_PASS;
+}
+char _license[] SEC("license") = "GPL";
+"""
+
+
+@pytest.fixture(scope="module")
+def topo():
+    need_root_and_netns()
+    t = Topology("sjn")
+    yield t
+    t.remove()
+
+
+def mold_copies(pcap: Path, port: int) -> list[tuple[bytes, int, int, list[bytes]]]:
+    """(session, sequence number, count, messages) of every datagram to ``port`` in ``pcap``,
+    parsed here with struct (pcap: 24-byte file header, 16-byte record headers; Ethernet, IPv4,
+    UDP; MoldUDP64 1.00)."""
+    data = pcap.read_bytes()
+    out, pos = [], 24
+    while pos + 16 <= len(data):
+        n = struct.unpack_from("<I", data, pos + 8)[0]
+        frame = data[pos + 16 : pos + 16 + n]
+        pos += 16 + n
+        ihl = (frame[14] & 0x0F) * 4
+        udp = 14 + ihl
+        if struct.unpack_from(">H", frame, udp + 2)[0] != port:
+            continue
+        payload = frame[udp + 8 :]
+        session, seq, count = struct.unpack_from(">10sQH", payload, 0)
+        msgs, at = [], 20
+        while at < len(payload):
+            (m,) = struct.unpack_from(">H", payload, at)
+            msgs.append(payload[at + 2 : at + 2 + m])
+            at += 2 + m
+        out.append((session, seq, count, msgs))
+    return out
+
+
+def journal_files(directory: Path) -> dict[int, tuple[bytes, bytes]]:
+    """Sequence number -> (session, message) of every message in a journal directory, from the
+    segment files (``<first seq>-<session hex>.seg``: SoupBinTCP Sequenced Data packets)."""
+    out: dict[int, tuple[bytes, bytes]] = {}
+    for seg in sorted(directory.glob("*.seg")):
+        first, session_hex = seg.stem.split("-")
+        seq, data, pos = int(first), seg.read_bytes(), 0
+        while pos < len(data):
+            (n,) = struct.unpack_from(">H", data, pos)
+            assert data[pos + 2 : pos + 3] == b"S", f"{seg}: not a Sequenced Data packet at {pos}"
+            assert seq not in out, f"sequence number {seq} journaled twice"
+            out[seq] = (bytes.fromhex(session_hex), data[pos + 3 : pos + 2 + n])
+            seq, pos = seq + 1, pos + 2 + n
+    return out
+
+
+def reference(rules_text: str):
+    """Subscriber id -> the messages of the packed sample its rules accept (a Counter), and the
+    payloads sent."""
+    spec = load_spec(EXAMPLE / "spec.p4")
+    rules = parse_rules(rules_text, spec, "rules.sub")
+    messages = [m for _, m in read_binaryfile(real_sample())]
+    want: dict[int, list[bytes]] = {sid: [] for sid in ENDPOINTS}
+    for m in messages:
+        if m[:1] not in (b"A", b"F"):
+            continue
+        for sid in recipients_of(reference_decision(rules, spec, decode_add_order(m))):
+            want[sid].append(m)
+    return want, pack(messages, random.Random(40), 40)
+
+
+def start_broker(topo: Topology, tmp: Path, *extra: str) -> subprocess.Popen:
+    """``subc load --journal`` of the example with :data:`ENDPOINTS`, in the foreground; returns
+    once its recovery service says it runs."""
+    out = compile_out(tmp, "m", (EXAMPLE / "rules.sub").read_text())
+    subs = tmp / "subscribers.toml"
+    subs.write_text(topo.subscribers_toml(ENDPOINTS))
+    p = topo.popen_subc(topo.brk, "load", str(out), "--iface", topo.b0, "--subscribers", str(subs), "--journal", *extra)
+    end = time.monotonic() + HANG_GUARD
+    err = ""
+    while "journal feed running" not in err:
+        assert p.poll() is None, f"subc load --journal exited: {p.communicate()}"
+        assert time.monotonic() < end, f"no journal service after {HANG_GUARD:.0f} s: {err}"
+        if select.select([p.stderr], [], [], 0.5)[0]:
+            err += p.stderr.readline()
+    return p
+
+
+def stop_broker(topo: Topology, p: subprocess.Popen) -> None:
+    """SIGTERM to the service (it drains and writes its status), then unload."""
+    if p.poll() is None:
+        p.send_signal(signal.SIGINT)
+        try:
+            p.communicate(timeout=HANG_GUARD)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+    topo.subc(topo.brk, "unload", "--iface", topo.b0, check=False)
+
+
+def caught_up(topo: Topology) -> bool:
+    """Whether the service's last status journaled up to each subscriber's kernel number."""
+    s = broker_stats(topo)
+    svc = (s.get("journal") or {}).get("service")
+    if not svc:
+        return False
+    return all(
+        svc["subscribers"][sid]["next_seq"] == c["next_seq"] for sid, c in s["subscribers"].items() if sid.isdigit()
+    )
+
+
+def test_the_journal_holds_every_copy_sent(topo, tmp_path):
+    want, payloads = reference((EXAMPLE / "rules.sub").read_text())
+    state = tmp_path / "state"
+    broker = start_broker(topo, tmp_path, "--state", str(state))
+    procs = {}
+    try:
+        for k, port in ALL_EPS:
+            procs[(k, port)] = topo.popen_subc(
+                topo.subs[k - 1], "listen", f"10.10.{k}.2:{port}", "--timeout", str(LISTENER_IDLE), "--json",
+                "--save-pcap", str(tmp_path / f"got_{k}_{port}.pcap"))
+        for (k, port), p in procs.items():
+            wait_bound(p, f"10.10.{k}.2", port)
+        send(topo, payloads, tmp_path)
+        for ep, p in procs.items():
+            stdout, stderr = p.communicate(timeout=HANG_GUARD)
+            assert p.returncode == 0 and json.loads(stdout)["end_of_session"], stderr
+        wait_until(lambda: caught_up(topo), "the journal to reach the kernel's sequence numbers")
+        stats = broker_stats(topo)
+    finally:
+        stop(procs.values())
+        stop_broker(topo, broker)
+    assert stats["stats"]["journal_lost"] == 0 and stats["stats"]["errors"] == 0
+    assert set(stats["journal"]["lost_messages"].values()) == {0}
+    svc = stats["journal"]["service"]
+    for sid, eps in ENDPOINTS.items():
+        journal = journal_files(state / "journal" / str(sid))
+        assert svc["subscribers"][str(sid)]["hole_messages"] == 0
+        for k, port in eps:
+            got = {}
+            for session, seq, count, msgs in mold_copies(tmp_path / f"got_{k}_{port}.pcap", port):
+                if count in (0, 0xFFFF):
+                    continue
+                for i, m in enumerate(msgs):
+                    got[seq + i] = (session, m)
+            assert got == journal, f"endpoint {(k, port)}: the copies received and the journal differ"
+        assert Counter(m for _, m in journal.values()) == Counter(want[sid]), f"subscriber {sid}"
+        assert sorted(journal) == list(range(1, len(want[sid]) + 1))
+
+
+def test_recovery_over_a_lossy_link(topo, tmp_path):
+    obj = tmp_path / "lossy.o"
+    src = tmp_path / "lossy.c"
+    src.write_text(LOSSY_C.replace("LOSS_PER_MILLE", str(LOSS_PER_MILLE)))
+    multiarch = [f"-I{p}" for p in Path("/usr/include").glob("*-linux-gnu") if (p / "asm").is_dir()]
+    sh("clang", "-target", "bpf", "-O2", "-g", *multiarch, "-c", str(src), "-o", str(obj))
+    for k, ns in enumerate(topo.subs, 1):
+        sh("ip", "-n", ns, "link", "set", "dev", f"{topo.tag}s{k}", "xdp", "obj", str(obj), "sec", "xdp")
+    want, payloads = reference((EXAMPLE / "rules.sub").read_text())
+    broker = start_broker(topo, tmp_path, "--rerequest", f"0.0.0.0:{RR_PORT}", "--rerequest-rate", "100000")
+    plain = (2, 6004)  # subscriber 4's second endpoint listens without recovery: it shows the loss
+    procs = {}
+    try:
+        for k, port in ALL_EPS:
+            recover = [] if (k, port) == plain else ["--recover", f"10.10.{k}.1:{RR_PORT}"]
+            procs[(k, port)] = topo.popen_subc(
+                topo.subs[k - 1], "listen", f"10.10.{k}.2:{port}", "--timeout", str(LISTENER_IDLE), "--json",
+                "--save", str(tmp_path / f"got_{k}_{port}.itch"), *recover)
+        for (k, port), p in procs.items():
+            wait_bound(p, f"10.10.{k}.2", port)
+        send(topo, payloads, tmp_path)
+        results = {}
+        for ep, p in procs.items():
+            stdout, stderr = p.communicate(timeout=HANG_GUARD)
+            assert p.returncode == 0, stderr
+            results[ep] = json.loads(stdout)
+        status = broker_stats(topo)["journal"]["service"]
+    finally:
+        stop(procs.values())
+        stop_broker(topo, broker)
+        for k, ns in enumerate(topo.subs, 1):
+            sh("ip", "-n", ns, "link", "set", "dev", f"{topo.tag}s{k}", "xdp", "off", check=False)
+    recovered = 0
+    for sid, eps in ENDPOINTS.items():
+        for k, port in eps:
+            r = results[(k, port)]
+            if (k, port) == plain:
+                assert r["missing_messages"] > 0, "the lossy link lost nothing on the plain listener"
+                continue
+            data, msgs, pos = (tmp_path / f"got_{k}_{port}.itch").read_bytes(), [], 0
+            while pos < len(data):
+                (n,) = struct.unpack_from(">H", data, pos)
+                msgs.append(data[pos + 2 : pos + 2 + n])
+                pos += 2 + n
+            assert r["lost"] == [], f"endpoint {(k, port)} gave up {r['lost']}"
+            assert len(msgs) == len(want[sid]) and Counter(msgs) == Counter(want[sid]), f"endpoint {(k, port)}"
+            recovered += r["recovered"]
+    assert recovered > 0, "nothing was recovered: the lossy link lost nothing"
+    assert status["rerequest"]["served"] > 0 and status["rerequest"]["cookie_sent"] > 0
+
+
+CONTROL = r"""
+import json, socket, struct, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("10.10.1.2", 6001))
+s.settimeout(5)
+req = struct.pack(">10sQH", b"SUBCTEST01", 1, 5)
+s.sendto(req, ("10.10.1.1", %d))
+cookie_pkt, _ = s.recvfrom(2048)
+s.sendto(req + cookie_pkt[10:18], ("10.10.1.1", %d))
+answer, _ = s.recvfrom(2048)
+print(json.dumps([cookie_pkt.hex(), answer.hex()]))
+"""
+
+
+def test_forged_requests_reflect_nothing(topo, tmp_path):
+    """Requests forged with a subscriber's address (scapy, from the publisher's namespace) make the
+    server send that address one 20-byte cookie packet each and nothing else; the subscriber
+    itself, proving its address with the cookie, is served."""
+    want, payloads = reference((EXAMPLE / "rules.sub").read_text())
+    broker = start_broker(topo, tmp_path, "--rerequest", f"0.0.0.0:{RR_PORT}")
+    victim = None
+    try:
+        victim = topo.popen_subc(topo.subs[0], "listen", "10.10.1.2:6001", "--timeout", str(LISTENER_IDLE), "--json",
+                                 "--save-pcap", str(tmp_path / "victim.pcap"))
+        wait_bound(victim, "10.10.1.2", 6001)
+        send(topo, payloads[:-1], tmp_path)  # the journal fills; the end of session comes last
+        wait_until(lambda: caught_up(topo), "the journal to reach the kernel's sequence numbers")
+        forged = []
+        for k in range(40):
+            req = struct.pack(">10sQH", b"SUBCTEST01", 1 + k, 0xFFFF if k % 2 else 50)
+            forged.append(req + (bytes(8) if k % 3 == 0 else b""))  # some with a guessed cookie
+        code = (
+            "from scapy.all import IP, UDP, Raw, send\n"
+            f"ps = [bytes.fromhex(h) for h in {[p.hex() for p in forged]!r}]\n"
+            f"send([IP(src='10.10.1.2', dst='10.10.0.2') / UDP(sport=6001, dport={RR_PORT}) / Raw(p) for p in ps],"
+            " verbose=False)\n"
+        )
+        sh(*topo.in_ns(topo.pub, sys.executable, "-c", code))
+        wait_until(lambda: (broker_stats(topo)["journal"]["service"] or {}).get("rerequest", {}).get("requests", 0)
+                   >= len(forged), "the server's status to count the forged requests")
+        send(topo, payloads[-1:], tmp_path)  # the end of session: the victim's listener ends
+        stdout, stderr = victim.communicate(timeout=HANG_GUARD)
+        assert victim.returncode == 0, stderr
+        out = sh(*topo.in_ns(topo.subs[0], sys.executable, "-c", CONTROL % (RR_PORT, RR_PORT))).stdout
+        cookie_pkt, answer = (bytes.fromhex(h) for h in json.loads(out))
+        wait_until(lambda: broker_stats(topo)["journal"]["service"]["rerequest"]["requests"] >= len(forged) + 2,
+                   "the server's status to count the subscriber's requests")
+        counters = broker_stats(topo)["journal"]["service"]["rerequest"]
+    finally:
+        stop([victim])
+        stop_broker(topo, broker)
+    replies = mold_copies_from(tmp_path / "victim.pcap", RR_PORT)
+    assert 0 < len(replies) <= len(forged)
+    assert all(len(p) == 20 and p[18:20] == b"\xff\xfe" for p in replies), "a forged request got more than a cookie"
+    assert counters["served"] == 1 and counters["cookie_sent"] == len(forged) + 1  # only the subscriber's own
+    assert len(cookie_pkt) == 20 and cookie_pkt[18:20] == b"\xff\xfe"
+    session, seq, count = struct.unpack_from(">10sQH", answer)
+    assert (session, seq, count) == (b"SUBCTEST01", 1, 5)
+    msgs, at = [], 20
+    while at < len(answer):
+        (n,) = struct.unpack_from(">H", answer, at)
+        msgs.append(answer[at + 2 : at + 2 + n])
+        at += 2 + n
+    assert Counter(msgs) <= Counter(want[1]) and len(msgs) == 5
+
+
+def mold_copies_from(pcap: Path, sport: int) -> list[bytes]:
+    """The UDP payloads in ``pcap`` sent from UDP port ``sport`` (the request server's replies)."""
+    data = pcap.read_bytes()
+    out, pos = [], 24
+    while pos + 16 <= len(data):
+        n = struct.unpack_from("<I", data, pos + 8)[0]
+        frame = data[pos + 16 : pos + 16 + n]
+        pos += 16 + n
+        udp = 14 + (frame[14] & 0x0F) * 4
+        if struct.unpack_from(">H", frame, udp)[0] == sport:
+            out.append(frame[udp + 8 :])
+    return out
