@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
+import numpy as np
+
 from ..errors import SubcError
 
 #: SoupBinTCP Sequenced Data packet type (SoupBinTCP 4.1 section 2.2.6).
@@ -224,6 +226,24 @@ class Journal:
             raise JournalError(
                 f"{count} messages expected, the packets hold {len(offsets)} ({used} of {len(blob)} bytes)"
             )
+        self.append_indexed(seq, blob, offsets, now, session)
+
+    def append_indexed(
+        self,
+        seq: int,
+        blob: bytes,
+        offsets: array,
+        now: float | None = None,
+        session: bytes = NO_SESSION,
+    ) -> None:
+        """:meth:`append_packets` of packets whose offsets in ``blob`` (an ``array('Q')``, one
+        per message, increasing from 0) the caller knows: ``blob`` is not parsed again (the feed's
+        fast path wrote both).  Raises JournalError for a ``seq`` before :attr:`next_seq`."""
+        if seq < self.next_seq:
+            raise JournalError(f"the journal expects sequence number {self.next_seq}, not {seq}")
+        count = len(offsets)
+        if count == 0:
+            return
         if seq > self.next_seq:
             self.skip(seq)
         now = time.time() if now is None else now
@@ -235,7 +255,10 @@ class Journal:
         while written < len(blob):  # a short write to a regular file: write the rest
             written += os.write(seg.fd, blob[written:])
         base = seg.size
-        seg.offsets.extend(base + o for o in offsets)
+        if base:
+            seg.offsets.frombytes((np.frombuffer(offsets, dtype=np.uint64) + np.uint64(base)).tobytes())
+        else:
+            seg.offsets.extend(offsets)
         seg.size = base + len(blob)
         seg.last_append = now
         self.next_seq = seq + count

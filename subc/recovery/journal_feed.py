@@ -29,9 +29,11 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable, Iterable, Protocol
 
+from .feed_fast import FastPath
 from .journal import Journal, JournalError
+from .native import WALK_FULL, WALK_SLOW
 
 #: ``struct subc_jrec`` / ``struct subc_jhdr``: recipient, payload length, flags.
 JREC_HEAD = struct.Struct("<IHH")
@@ -114,6 +116,8 @@ class JournalFeed:
         lock: threading.Lock | None = None,
         clock: Callable[[], float] = time.time,
         sent_next: Callable[[], dict[int, int]] | None = None,
+        recipients: Iterable[int] = (),
+        fast: bool = True,
     ):
         self.ring, self.journal_of, self.clock = ring, journal_of, clock
         self.sent_next = sent_next
@@ -124,31 +128,84 @@ class JournalFeed:
         self._held: dict[int, dict[int, Copy]] = {}  # recipient -> seq -> copy past its next number
         self._marks: dict[int, tuple[int, int]] = {}  # recipient -> (end of its gap, producer position settling it)
         self._out: dict[int, list[Copy]] = {}  # copies to append in this pass, per recipient
+        self._touched: set[int] = set()  # recipients the Python path handled since the last sync
+        self._fast = FastPath(ring, journal_of, list(recipients)) if fast and recipients else None
+        if self._fast is not None and not self._fast.ready:
+            self._fast = None
+        self.path = "c" if self._fast is not None else "python"
 
     # -- one pass ------------------------------------------------------------------------------
 
     def drain(self, limit: int | None = None) -> int:
-        """Read the records committed so far (at most ``limit``), journal what they complete,
-        settle gaps, release the ring's space; returns the records read."""
-        records, self.read_pos = self.ring.read(self.read_pos, limit)
-        for pos, rec in records:
-            self._record(pos, rec)
-        self._settle(idle=not records)
+        """Read the records committed so far (at most about ``limit``), journal what they
+        complete, settle gaps, release the ring's space; returns the records read."""
+        if self._fast is not None:
+            n = self._drain_fast()
+        else:
+            records, self.read_pos = self.ring.read(self.read_pos, limit)
+            for pos, rec in records:
+                self._record(pos, rec)
+            n = len(records)
+        self._settle(idle=not n)
         with self.lock:
             self._write()
+        self._sync()
+        self._release()
+        self.counters["records"] += n
+        return n
+
+    def _drain_fast(self) -> int:
+        """The C walk takes each copy that continues its recipient's stream; every other record
+        goes through :meth:`_record`, one at a time."""
+        fast = self._fast
+        assert fast is not None
+        prod = self.ring.producer
+        total = 0
+        while True:
+            why, pos, n = fast.walk(self.read_pos, prod)
+            if pos != self.read_pos:
+                with self.lock:
+                    self.counters["journaled_messages"] += fast.flush(self.clock())
+                self.read_pos = pos
+                total += n
+            if why == WALK_FULL:
+                continue
+            if why != WALK_SLOW:
+                return total
+            records, self.read_pos = self.ring.read(self.read_pos, 1)
+            for p, rec in records:
+                self._record(p, rec)
+            total += len(records)
+            with self.lock:
+                self._write()
+            self._sync()
+
+    def _sync(self) -> None:
+        """Tell the C walk where the recipients the Python path handled stand: their next
+        number, or 0 (theirs are the Python path's) while it holds copies or payloads of theirs."""
+        if self._fast is None:
+            self._touched.clear()
+            return
+        waiting = {r for r, _ in self._bodies}
+        for r in self._touched:
+            j = self.journal_of(r)
+            busy = j is None or r in self._held or r in waiting
+            self._fast.set_next(r, 0 if busy or j is None else self._next(r, j))
+        self._touched.clear()
+
+    def _release(self) -> None:
         oldest = min(
             [c.pos for c in self._bodies.values()] + [c.pos for h in self._held.values() for c in h.values()],
             default=self.read_pos,
         )
         self.ring.release(min(oldest, self.read_pos))
-        self.counters["records"] += len(records)
-        return len(records)
 
     def _record(self, pos: int, rec: memoryview) -> None:
         if len(rec) < JREC_HEAD.size:
             self.counters["bad_records"] += 1
             return
         r, length, flags = JREC_HEAD.unpack_from(rec, 0)
+        self._touched.add(r)
         if flags & FLAG_BODY:
             payload = rec[JREC_HEAD.size : JREC_HEAD.size + length]
             if len(payload) < MOLD_HEADER.size:
@@ -223,6 +280,7 @@ class JournalFeed:
         for r, (end, mark) in list(self._marks.items()):
             if self.read_pos >= mark:
                 del self._marks[r]
+                self._touched.add(r)
                 j = self.journal_of(r)
                 if j is not None:
                     self._settle_gap(r, j, end)
@@ -235,6 +293,7 @@ class JournalFeed:
             j = self.journal_of(r)
             if r not in self._marks and j is not None and self._next(r, j) < n:
                 self._marks[r] = (n, prod)
+                self._touched.add(r)
 
     def _settle_gap(self, r: int, j: Journal, end: int) -> None:
         while True:

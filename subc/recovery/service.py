@@ -99,7 +99,9 @@ class RecoveryService:
                 self.streams[a] = stream
         self._ring_fd, self.ring = open_pinned_ring(self.home.pins / MN.JNL)
         self._seq = Map(obj_get(self.home.pins / MN.SEQ), 4, 8, name=MN.SEQ, owned=True)
-        self.feed = JournalFeed(self.ring, self.journals.get, self.lock, sent_next=self._sent_next)
+        self.feed = JournalFeed(
+            self.ring, self.journals.get, self.lock, sent_next=self._sent_next, recipients=list(self.journals)
+        )
         self.server: RequestServer | None = None
         self.address: tuple[str, int] | None = None
         if rerequest is not None:
@@ -163,7 +165,7 @@ class RecoveryService:
             "updated": time.time(),
             "pid": os.getpid(),
             "ring": {"bytes": self.ring.size, "consumer": self.ring.consumer, "producer": self.ring.producer},
-            "feed": dict(self.feed.counters),
+            "feed": {"path": self.feed.path, **dict(self.feed.counters)},
             "held": self.feed.held,
             "rerequest": None
             if self.server is None

@@ -14,6 +14,7 @@ discarded; page offset) and its bytes, rounded up to 8 bytes.
 
 from __future__ import annotations
 
+import ctypes as ct
 import mmap
 import os
 import select
@@ -27,36 +28,59 @@ BUSY_BIT = 1 << 31
 DISCARD_BIT = 1 << 30
 HDR_BYTES = 8
 PAGE = mmap.PAGESIZE
-_U64 = struct.Struct("<Q")
 _U32 = struct.Struct("<I")
+
+
+_libc = ct.CDLL(None, use_errno=True)
+_libc.mmap.restype = ct.c_void_p
+_libc.mmap.argtypes = [ct.c_void_p, ct.c_size_t, ct.c_int, ct.c_int, ct.c_int, ct.c_long]
+_libc.munmap.restype = ct.c_int
+_libc.munmap.argtypes = [ct.c_void_p, ct.c_size_t]
+_MAP_FAILED = ct.c_void_p(-1).value
+
+
+def _map(fd: int, length: int, prot: int, offset: int) -> int:
+    addr = _libc.mmap(None, length, prot, mmap.MAP_SHARED, fd, offset)
+    if addr in (None, _MAP_FAILED):
+        raise OSError(ct.get_errno(), os.strerror(ct.get_errno()))
+    return int(addr)
 
 
 class RingReader:
     """Reads the ring buffer of map descriptor ``fd`` holding ``size`` data bytes (a power of 2,
-    a multiple of the page size).  Raises SubcError when it cannot be mapped."""
+    a multiple of the page size).  :attr:`address` is where the data pages start in this
+    process (mapped twice in a row: ``2 * size`` bytes), for a reader in C.  Raises SubcError
+    when it cannot be mapped."""
 
     def __init__(self, fd: int, size: int):
         if size <= 0 or size & (size - 1) or size % PAGE:
             raise SubcError(f"a BPF ring buffer of {size} bytes: not a power of 2 of pages")
         self.fd, self.size, self.mask = fd, size, size - 1
         try:
-            self._cons = mmap.mmap(fd, PAGE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=0)
-            self._prod = mmap.mmap(fd, PAGE + 2 * size, mmap.MAP_SHARED, mmap.PROT_READ, offset=PAGE)
+            self._cons_addr = _map(fd, PAGE, mmap.PROT_READ | mmap.PROT_WRITE, 0)
         except OSError as e:
             raise SubcError(f"cannot map the BPF ring buffer ({size} bytes): {e}") from None
-        self._data = memoryview(self._prod)[PAGE:]
+        try:
+            self._prod_addr = _map(fd, PAGE + 2 * size, mmap.PROT_READ, PAGE)
+        except OSError as e:
+            _libc.munmap(self._cons_addr, PAGE)
+            raise SubcError(f"cannot map the BPF ring buffer ({size} bytes): {e}") from None
+        self._cons = ct.c_uint64.from_address(self._cons_addr)
+        self._prod = ct.c_uint64.from_address(self._prod_addr)
+        self.address = self._prod_addr + PAGE
+        self._data = memoryview((ct.c_char * (2 * size)).from_address(self.address)).cast("B")
         self._poll = select.epoll()
         self._poll.register(fd, select.EPOLLIN)
 
     @property
     def consumer(self) -> int:
         """The consumer position (bytes ever released)."""
-        return int(_U64.unpack_from(self._cons, 0)[0])
+        return int(self._cons.value)
 
     @property
     def producer(self) -> int:
         """The producer position (bytes ever reserved)."""
-        return int(_U64.unpack_from(self._prod, 0)[0])
+        return int(self._prod.value)
 
     def read(self, pos: int, limit: int | None = None) -> tuple[list[tuple[int, memoryview]], int]:
         """((position, bytes) of each record committed from position ``pos`` on, up to the first
@@ -80,7 +104,7 @@ class RingReader:
     def release(self, pos: int) -> None:
         """Give the space before position ``pos`` back to the producers (never backwards)."""
         if pos > self.consumer:
-            _U64.pack_into(self._cons, 0, pos)
+            self._cons.value = pos
 
     def wait(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` s for the kernel's notice that records were committed."""
@@ -90,8 +114,8 @@ class RingReader:
         """Unmap the ring (the descriptor stays the caller's)."""
         self._data.release()
         self._poll.close()
-        self._prod.close()
-        self._cons.close()
+        _libc.munmap(self._prod_addr, PAGE + 2 * self.size)
+        _libc.munmap(self._cons_addr, PAGE)
 
 
 def open_pinned_ring(path: str | os.PathLike) -> tuple[int, RingReader]:

@@ -1,0 +1,86 @@
+"""The journal feed's fast path: the C walk of ``feed_walk.c`` (built by :mod:`.native`) over the
+ring's memory, with one output buffer per journaled recipient, and the appends of what it took.
+
+:class:`FastPath` is used by :class:`~.journal_feed.JournalFeed` only: the walk takes the copies
+that continue their recipient's stream (the common case: in order, payload in the record, or
+its payload record right after it) and stops at anything else, which the feed's Python path
+handles (see feed_walk.c).
+"""
+
+from __future__ import annotations
+
+import ctypes as ct
+from array import array
+from typing import Callable
+
+from .journal import Journal
+from .native import FeedOut, feed_walk
+
+#: Bytes of SoupBinTCP packets a recipient's buffer holds between two appends.
+BUFFER_BYTES = 256 << 10
+
+
+class FastPath:
+    """The C walk for the recipients ``recipients`` (their journals from ``journal_of``) over
+    ``ring`` (a reader with ``address`` and ``mask``: the ring's data pages, mapped twice).
+    :attr:`ready` is False when the walk cannot be built here (no C compiler)."""
+
+    def __init__(self, ring, journal_of: Callable[[int], Journal | None], recipients: list[int]):
+        self.fn = feed_walk() if hasattr(ring, "address") else None
+        self.ready = self.fn is not None
+        self.ring, self.journal_of = ring, journal_of
+        self.recipients = sorted(r for r in set(recipients) if r >= 0)
+        n = (self.recipients[-1] + 1) if self.recipients else 0
+        self.outs = (FeedOut * n)()
+        self._bufs = {}
+        for r in self.recipients:
+            j = journal_of(r)
+            if j is None:
+                continue
+            buf = ct.create_string_buffer(BUFFER_BYTES)
+            offs = (ct.c_uint64 * (BUFFER_BYTES // 3))()
+            self._bufs[r] = (buf, offs)
+            o = self.outs[r]
+            o.buf, o.offs = ct.addressof(buf), ct.addressof(offs)
+            o.cap, o.offs_cap = BUFFER_BYTES, BUFFER_BYTES // 3
+            o.next_seq = j.next_seq
+        self._pos = ct.c_uint64(0)
+        self._records = ct.c_uint64(0)
+
+    def walk(self, pos: int, prod: int) -> tuple[int, int, int]:
+        """Walk from ring position ``pos`` to ``prod``: (why it stopped: ``native.WALK_*``, the
+        position of the first record not taken, records taken)."""
+        assert self.fn is not None
+        self._pos.value, self._records.value = pos, 0
+        why = self.fn(
+            self.ring.address,
+            self.ring.mask,
+            ct.byref(self._pos),
+            prod,
+            self.outs,
+            len(self.outs),
+            ct.byref(self._records),
+        )
+        return int(why), int(self._pos.value), int(self._records.value)
+
+    def flush(self, now: float) -> int:
+        """Append what the walk took to the journals (one write per recipient); returns the
+        messages appended.  The caller holds the journals' lock."""
+        total = 0
+        for r in self._bufs:
+            o = self.outs[r]
+            if not o.n:
+                continue
+            j = self.journal_of(r)
+            assert j is not None
+            offs = array("Q")
+            offs.frombytes(ct.string_at(o.offs, o.n * 8))
+            j.append_indexed(o.first_seq, ct.string_at(o.buf, o.len), offs, now, bytes(o.session))
+            total += o.n
+            o.n = o.len = 0
+        return total
+
+    def set_next(self, r: int, seq: int) -> None:
+        """Recipient ``r``'s next sequence number for the walk (0: the walk leaves its records)."""
+        if r in self._bufs:
+            self.outs[r].next_seq = seq
