@@ -368,8 +368,25 @@ def measure(kind: str, n: int, topo: Topology, binary: Path, work: Path, seconds
     """Broker ``kind`` ('ebpf' or 'user') with ``n`` subscribers at each offered rate, from
     ``publisher``: one row per rate, and the broker's own counters over all of them.  With
     ``fanout_daemon``, the eBPF broker's ``subc fanout`` control loop runs on the broker's CPU."""
-    broker = daemon = None
-    if kind == "ebpf":
+    broker = daemon = service = None
+    if kind == "journal":  # subc load --journal: the recovery service runs in the foreground, on the broker's CPU
+        service = subprocess.Popen(in_ns(BRK, "taskset", "-c", "1", *SUBC, "load", str(work / f"out{n}"), "--iface",
+                                         "tb0", "--subscribers", str(work / f"subs{n}.toml"), *load_args.split(),
+                                         "--journal", "--journal-pages", str(JOURNAL_PAGES), "--segment-bytes", "4MiB",
+                                         "--retain", "16MiB"),
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        said = ""
+        while "XDP fan-out" not in said:
+            line = service.stdout.readline()
+            if not line:
+                raise SystemExit(f"subc load --journal failed: {service.communicate()}")
+            said += line
+        if "journal feed running" not in service.stderr.readline():
+            raise SystemExit(f"subc load --journal: no journal service: {service.communicate()}")
+        if fanout_daemon and "XDP fan-out: on" in said:
+            daemon = subprocess.Popen(in_ns(BRK, "taskset", "-c", "1", *SUBC, "fanout", "--iface", "tb0"),
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    elif kind == "ebpf":
         said = sh(*in_ns(BRK, *SUBC, "load", str(work / f"out{n}"), "--iface", "tb0", "--subscribers",
                          str(work / f"subs{n}.toml"), *load_args.split()))
         if fanout_daemon and "XDP fan-out: on" in said:  # subc load says whether the fan-out is on
@@ -387,9 +404,15 @@ def measure(kind: str, n: int, topo: Topology, binary: Path, work: Path, seconds
         for rate in rates:
             topo.sinks.reset_order()
             (c0, m0, o0), drop0, lost0 = topo.sinks.counts(), topo.pub_dropped(), topo.copies_dropped()
+            j0 = journal_counts() if kind == "journal" else None
             pub = publish(publisher, binary, work, seconds, rate)
             time.sleep(0.3)  # let the queues drain
             c1, m1, o1 = topo.sinks.counts()
+            journal = None
+            if j0 is not None:
+                j1 = journal_counts()
+                journal = {"copies_not_journaled": j1["lost_copies"] - j0["lost_copies"],
+                           "messages_not_journaled": j1["lost_messages"] - j0["lost_messages"]}
             rows.append({"broker": kind, "subscribers": n, "publisher": publisher, "offered_rate": rate,
                          "published_datagrams": pub["sent"],
                          "published_messages": pub["messages"], "seconds": pub["seconds"],
@@ -399,10 +422,23 @@ def measure(kind: str, n: int, topo: Topology, binary: Path, work: Path, seconds
                          "publisher_output": pub, "copies": c1 - c0,
                          "copies_dropped_at_subscriber_veths": topo.copies_dropped() - lost0,
                          "delivered_messages": m1 - m0, "out_of_order_copies": o1 - o0,
-                         "copies_per_s": (c1 - c0) / pub["seconds"], "msgs_per_s": (m1 - m0) / pub["seconds"]})
-        if kind == "ebpf":
+                         "copies_per_s": (c1 - c0) / pub["seconds"], "msgs_per_s": (m1 - m0) / pub["seconds"],
+                         **({"journal": journal} if journal is not None else {})})
+        if kind in ("ebpf", "journal"):
             stats = json.loads(sh(*in_ns(BRK, *SUBC, "stats", "--iface", "tb0", "--json")))
             counters = {k: v for k, v in stats["stats"].items() if v}
+            if kind == "journal":
+                service.send_signal(signal.SIGINT)  # the service drains the ring and writes its last status
+                service.communicate(timeout=60)
+                stats = json.loads(sh(*in_ns(BRK, *SUBC, "stats", "--iface", "tb0", "--json")))
+                svc = stats["journal"]["service"] or {}
+                counters["journal_service"] = {"feed": svc.get("feed"), "held": svc.get("held"),
+                                               "hole_messages": sum(x["hole_messages"]
+                                                                    for x in svc.get("subscribers", {}).values()),
+                                               "kernel_next_seq_total": sum(c["next_seq"] - 1 for k, c in
+                                                                            stats["subscribers"].items() if k.isdigit()),
+                                               "journal_next_seq_total": sum(x["next_seq"] - 1 for x in
+                                                                             svc.get("subscribers", {}).values())}
         else:
             broker.terminate()
             counters = json.loads(broker.communicate(timeout=10)[0])
@@ -410,11 +446,24 @@ def measure(kind: str, n: int, topo: Topology, binary: Path, work: Path, seconds
         if daemon is not None:
             daemon.terminate()
             daemon.wait(timeout=10)
-        if kind == "ebpf":
+        if service is not None and service.poll() is None:
+            service.kill()
+            service.communicate()
+        if kind in ("ebpf", "journal"):
             sh(*in_ns(BRK, *SUBC, "unload", "--iface", "tb0"), check=False)
         elif broker.poll() is None:
             broker.kill()
     return rows, counters
+
+
+JOURNAL_PAGES = 16384  # the journal's ring buffer: 64 MiB
+
+
+def journal_counts() -> dict:
+    """The broker's copies and messages sent but not journaled so far (``subc stats``)."""
+    stats = json.loads(sh(*in_ns(BRK, *SUBC, "stats", "--iface", "tb0", "--json")))
+    return {"lost_copies": stats["stats"].get("journal_lost", 0),
+            "lost_messages": sum((stats.get("journal") or {}).get("lost_messages", {}).values())}
 
 
 def main() -> None:
@@ -431,6 +480,10 @@ def main() -> None:
     ap.add_argument("--load-args", default="", help="extra subc load options for the eBPF broker, e.g. --no-fanout")
     ap.add_argument("--no-fanout-daemon", action="store_true",
                     help="do not run subc fanout (the recipient-set device maps) next to the eBPF broker")
+    ap.add_argument("--journal", action="store_true",
+                    help="also measure the eBPF broker with its journal (subc load --journal: the recovery service "
+                         "on the broker's CPU), side by side, and its cost")
+    ap.add_argument("--no-user", action="store_true", help="skip the user-space broker")
     ap.add_argument("--publisher", choices=("xdp", "socket"), default="xdp",
                     help="xdp: frames injected from XDP (bench/xdp_publisher.py, the default); "
                          "socket: udp_broker publish (sendmmsg)")
@@ -478,18 +531,22 @@ def main() -> None:
                 for rep in range(args.repeat):
                     for n in sizes:
                         before = loadavg()
-                        for kind in ("ebpf", "user"):
+                        kinds = ["ebpf"] + (["journal"] if args.journal else []) + ([] if args.no_user else ["user"])
+                        for kind in kinds:
                             rows, c = measure(kind, n, topo, binary, work, args.seconds, rates, args.load_args,
                                               args.publisher, not args.no_fanout_daemon)
                             for r in rows:
                                 r["repeat"], r["topology"] = rep, topology
                                 r["fraction_of_expected"] = r["delivered_messages"] / max(
                                     1, r["published_messages"] * expect[n]["delivered_per_published"])
+                                jl = r.get("journal")
                                 print(f"{rep:>3} {n:>5} {kind:>7} {r['offered_rate'] or 'max':>10} "
                                       f"{r['publisher_msgs_per_s']:>12,.0f} {r['msgs_per_s']:>16,.0f} "
                                       f"{r['copies_per_s']:>11,.0f} {r['fraction_of_expected']:>11.3f} "
                                       f"{r['out_of_order_copies']:>6} {r['dropped_at_publisher']:>9} "
-                                      f"{r['copies_dropped_at_subscriber_veths']:>10}", flush=True)
+                                      f"{r['copies_dropped_at_subscriber_veths']:>10}"
+                                      + (f"  not journaled: {jl['copies_not_journaled']} copies" if jl else ""),
+                                      flush=True)
                             runs += rows
                             counters.append({"topology": topology, "broker": kind, "subscribers": n, "repeat": rep,
                                              "counters": c})
@@ -498,27 +555,42 @@ def main() -> None:
             finally:
                 topo.remove()
     summary = []
+    kinds = ["ebpf"] + (["journal"] if args.journal else []) + ([] if args.no_user else ["user"])
     print(f"\npeak delivered msg/s over the offered rates, per repeat; median [min, max] over {args.repeat} repeats")
-    print(f"{'topology':>15} {'subs':>5} {'eBPF':>32} {'user space':>32} {'ratio':>20}")
+    print(f"{'topology':>15} {'subs':>5} " + " ".join(f"{k:>32}" for k in kinds)
+          + (f" {'eBPF/user':>20}" if "user" in kinds else "")
+          + (f" {'journal cost':>20} {'complete-journal peak':>24}" if "journal" in kinds else ""))
+    fmt = lambda xs: f"{statistics.median(xs):>10,.0f} [{min(xs):,.0f}, {max(xs):,.0f}]"  # noqa: E731
     for topology in topologies:
         for n in sizes:
-            def peak(kind, rep, n=n, topology=topology):
-                return max(r["msgs_per_s"] for r in runs if r["subscribers"] == n and r["broker"] == kind
-                           and r["repeat"] == rep and r["topology"] == topology)
-            e = [peak("ebpf", rep) for rep in range(args.repeat)]
-            u = [peak("user", rep) for rep in range(args.repeat)]
-            ratio = [a / b for a, b in zip(e, u)]
-            late = {kind: sum(r["out_of_order_copies"] for r in runs if r["subscribers"] == n and r["broker"] == kind
-                              and r["topology"] == topology) for kind in ("ebpf", "user")}
-            summary.append({"topology": topology, "subscribers": n, "ebpf_peak_msgs_per_s": e,
-                            "user_peak_msgs_per_s": u, "ratio": [round(x, 2) for x in ratio],
-                            "ratio_median": round(statistics.median(ratio), 2),
-                            "ebpf_median": round(statistics.median(e)), "user_median": round(statistics.median(u)),
-                            "ebpf_out_of_order_copies": late["ebpf"], "user_out_of_order_copies": late["user"],
-                            **expect[n]})
-            fmt = lambda xs: f"{statistics.median(xs):>10,.0f} [{min(xs):,.0f}, {max(xs):,.0f}]"  # noqa: E731
-            print(f"{topology:>15} {n:>5} {fmt(e):>32} {fmt(u):>32} {statistics.median(ratio):>6.2f} "
-                  f"[{min(ratio):.2f}, {max(ratio):.2f}]")
+            def rows_of(kind, rep, n=n, topology=topology):
+                return [r for r in runs if r["subscribers"] == n and r["broker"] == kind and r["repeat"] == rep
+                        and r["topology"] == topology]
+            peaks = {k: [max(r["msgs_per_s"] for r in rows_of(k, rep)) for rep in range(args.repeat)] for k in kinds}
+            late = {k: sum(r["out_of_order_copies"] for rep in range(args.repeat) for r in rows_of(k, rep))
+                    for k in kinds}
+            row = {"topology": topology, "subscribers": n, **expect[n]}
+            for k in kinds:
+                row[f"{k}_peak_msgs_per_s"] = peaks[k]
+                row[f"{k}_median"] = round(statistics.median(peaks[k]))
+                row[f"{k}_out_of_order_copies"] = late[k]
+            line = f"{topology:>15} {n:>5} " + " ".join(f"{fmt(peaks[k]):>32}" for k in kinds)
+            if "user" in kinds:
+                ratio = [a / b for a, b in zip(peaks["ebpf"], peaks["user"])]
+                row.update(ratio=[round(x, 2) for x in ratio], ratio_median=round(statistics.median(ratio), 2))
+                line += f" {statistics.median(ratio):>6.2f} [{min(ratio):.2f}, {max(ratio):.2f}]"
+            if "journal" in kinds:
+                cost = [1 - j / e for j, e in zip(peaks["journal"], peaks["ebpf"])]
+                complete = [max([r["msgs_per_s"] for r in rows_of("journal", rep)
+                                 if r["journal"]["copies_not_journaled"] == 0] or [0.0]) for rep in range(args.repeat)]
+                lost_at_peak = [max(rows_of("journal", rep), key=lambda r: r["msgs_per_s"])["journal"]
+                                for rep in range(args.repeat)]
+                row.update(journal_cost=[round(x, 3) for x in cost], journal_cost_median=round(statistics.median(cost), 3),
+                           complete_journal_peak=complete, not_journaled_at_peak=lost_at_peak)
+                line += f" {100 * statistics.median(cost):>9.1f}% [{100 * min(cost):.1f}, {100 * max(cost):.1f}]" \
+                        f" {fmt(complete):>24}"
+            summary.append(row)
+            print(line)
     print("load average (1, 5, 15 min) before/after each subscriber count:",
           "; ".join(f"{x['topology']} {x['subscribers']}: {x['loadavg_before']} -> {x['loadavg_after']}"
                     for x in loads))

@@ -100,6 +100,7 @@ def load_cmd(
     journal: bool,
     journal_pages: int,
     state: str | None,
+    segment_bytes: str,
     retain: str | None,
     rerequest: str | None,
     rerequest_rate: float,
@@ -138,7 +139,7 @@ def load_cmd(
         fail(e)
     report_load(out_dir, iface, subscribers, loaded)
     if journal:
-        run_service(iface, state, retain, rerequest, rerequest_rate)
+        run_service(iface, state, retain, rerequest, rerequest_rate, segment_bytes)
 
 
 def report_load(out_dir: str, iface: str, subscribers: str | None, state: dict) -> None:

@@ -37,6 +37,13 @@ def journal_options(f: Callable) -> Callable:
         help="keep each subscriber's journal within this age (90s, 10m, 2h) and/or size (512MiB), comma-separated",
     )(f)
     f = click.option(
+        "--segment-bytes",
+        metavar="BYTES",
+        default="64MiB",
+        show_default=True,
+        help="size of a journal segment file (retention drops whole segments)",
+    )(f)
+    f = click.option(
         "--state",
         type=click.Path(file_okay=False),
         help="keep the journals under STATE/journal/ (durable across restarts); default: in memory",
@@ -45,14 +52,27 @@ def journal_options(f: Callable) -> Callable:
 
 
 def run_service(
-    iface: str, state: str | None, retain: str | None, rerequest: str | None, rerequest_rate: float
+    iface: str,
+    state: str | None,
+    retain: str | None,
+    rerequest: str | None,
+    rerequest_rate: float,
+    segment_bytes: str = "64MiB",
 ) -> None:
     """Run the recovery service of the broker on ``iface`` until SIGINT or SIGTERM."""
-    from ..recovery.service import RecoveryService, parse_retention
+    from ..recovery.service import RecoveryService, parse_bytes, parse_retention
 
     try:
         retention = parse_retention(retain) if retain else None
-        svc = RecoveryService(iface, state, retention, ip_port(rerequest) if rerequest else None, rate=rerequest_rate)
+        segment = parse_bytes(segment_bytes, "--segment-bytes")
+        svc = RecoveryService(
+            iface,
+            state,
+            retention,
+            ip_port(rerequest) if rerequest else None,
+            rate=rerequest_rate,
+            segment_bytes=segment,
+        )
     except SubcError as e:
         fail(e)
     stop = threading.Event()
@@ -74,9 +94,9 @@ def run_service(
 @click.option("--iface", required=True, help="interface of a broker loaded with --journal")
 @journal_options
 def journal_cmd(
-    iface: str, state: str | None, retain: str | None, rerequest: str | None, rerequest_rate: float
+    iface: str, state: str | None, segment_bytes: str, retain: str | None, rerequest: str | None, rerequest_rate: float
 ) -> None:
     """Run the recovery service of the broker on IFACE (loaded with subc load --journal): append
     every copy its data plane sends to the subscriber's journal, keep --retain, answer MoldUDP64
     re-requests on --rerequest; until SIGINT or SIGTERM.  subc stats shows its figures."""
-    run_service(iface, state, retain, rerequest, rerequest_rate)
+    run_service(iface, state, retain, rerequest, rerequest_rate, segment_bytes)

@@ -46,6 +46,14 @@ class Retention:
     max_age_s: float | None = None
 
 
+def parse_bytes(text: str, what: str = "a size") -> int:
+    """A size with a unit (``512MiB``, ``4G``, ``100000B``) in bytes; SubcError otherwise."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([A-Za-z]+)", text.strip())
+    if not m or m.group(2).lower() not in _BYTES:
+        raise SubcError(f"{what} {text!r}: not a size (512MiB, 4G, 100000B)")
+    return int(float(m.group(1)) * _BYTES[m.group(2).lower()])
+
+
 def parse_retention(text: str) -> Retention:
     """``--retain``: ``SECONDS`` with a unit (``90s``, ``10m``, ``2h``, ``1d``), ``BYTES`` with
     one (``512MiB``, ``4G``, ``100000B``), or both, comma-separated.  Raises SubcError."""
