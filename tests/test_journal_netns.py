@@ -145,12 +145,17 @@ def reference(rules_text: str):
     return want, pack(messages, random.Random(40), 40)
 
 
-def start_broker(topo: Topology, tmp: Path, *extra: str) -> subprocess.Popen:
-    """``subc load --journal`` of the example with :data:`ENDPOINTS`, in the foreground; returns
-    once its recovery service says it runs."""
+def start_broker(topo: Topology, tmp: Path, *extra: str, soup_only: bool = False) -> subprocess.Popen:
+    """``subc load --journal`` of the example with :data:`ENDPOINTS` (with ``soup_only``, subscriber
+    5 has a SoupBinTCP login and no endpoint), in the foreground; returns once its recovery
+    service says it runs."""
     out = compile_out(tmp, "m", (EXAMPLE / "rules.sub").read_text())
     subs = tmp / "subscribers.toml"
-    subs.write_text(topo.subscribers_toml(ENDPOINTS))
+    if soup_only:
+        text = topo.subscribers_toml({k: v for k, v in ENDPOINTS.items() if k != 5})
+        subs.write_text(text + '\n[[subscriber]]\nid = 5\nsoup = { user = "odd", password = "lots" }\n')
+    else:
+        subs.write_text(topo.subscribers_toml(ENDPOINTS))
     p = topo.popen_subc(topo.brk, "load", str(out), "--iface", topo.b0, "--subscribers", str(subs), "--journal", *extra)
     end = time.monotonic() + HANG_GUARD
     err = ""
@@ -185,13 +190,17 @@ def caught_up(topo: Topology) -> bool:
     )
 
 
-def test_the_journal_holds_every_copy_sent(topo, tmp_path):
+@pytest.mark.parametrize("soup_only", [False, True], ids=["udp", "journal-only"])
+def test_the_journal_holds_every_copy_sent(topo, tmp_path, soup_only):
+    """With ``soup_only``, subscriber 5 has no endpoint (a SoupBinTCP login): its copies are
+    journaled and not sent, and every datagram it takes has its copies built in TC."""
     want, payloads = reference((EXAMPLE / "rules.sub").read_text())
     state = tmp_path / "state"
-    broker = start_broker(topo, tmp_path, "--state", str(state))
+    broker = start_broker(topo, tmp_path, "--state", str(state), soup_only=soup_only)
+    endpoints = {k: v for k, v in ENDPOINTS.items() if not (soup_only and k == 5)}
     procs = {}
     try:
-        for k, port in ALL_EPS:
+        for k, port in sorted({ep for eps in endpoints.values() for ep in eps}):
             procs[(k, port)] = topo.popen_subc(
                 topo.subs[k - 1], "listen", f"10.10.{k}.2:{port}", "--timeout", str(LISTENER_IDLE), "--json",
                 "--save-pcap", str(tmp_path / f"got_{k}_{port}.pcap"))
@@ -211,10 +220,10 @@ def test_the_journal_holds_every_copy_sent(topo, tmp_path):
     svc = stats["journal"]["service"]
     compiler = any(shutil.which(cc) for cc in ("cc", "gcc", "clang"))
     assert svc["feed"]["path"] == ("c" if compiler else "python")  # the C walk took the common case
-    for sid, eps in ENDPOINTS.items():
+    for sid in ENDPOINTS:
         journal = journal_files(state / "journal" / str(sid))
         assert svc["subscribers"][str(sid)]["hole_messages"] == 0
-        for k, port in eps:
+        for k, port in endpoints.get(sid, []):
             got = {}
             for session, seq, count, msgs in mold_copies(tmp_path / f"got_{k}_{port}.pcap", port):
                 if count in (0, 0xFFFF):

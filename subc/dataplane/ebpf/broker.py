@@ -242,6 +242,8 @@ def load(
     subs = load_subscribers(subscribers) if subscribers else None
     if journal_pages:
         check_journal(doc, subs, journal_pages)
+    elif subs is not None and subs.soup:
+        raise SubcError(f"{subs.path}: SoupBinTCP subscribers (soup = ...) need --journal")
     home = broker_home(iface, mount=True)
     with home_lock(home):  # one load, update or unload of this home at a time
         cleared = claim_home(home)
@@ -255,6 +257,7 @@ def load(
         lf = LoadedFilter.build(
             doc, src, subs, capacity_factor, egress=subs is not None and fanout, journal_pages=journal_pages
         )
+        install_journal_only(lf, subs)
         attach.pin_and_attach(lf.program, {**lf.maps, **journal_maps(lf)}, home, ifindex, xdp_mode)
         try:
             fan = {"enabled": False, "reason": "no subscribers file" if subs is None else "--no-fanout"}
@@ -317,14 +320,25 @@ def check_journal(doc: MapsDoc, subs: Subscribers | None, pages: int) -> None:
         raise SubcError("--journal needs --subscribers (the journal is per subscriber)")
 
 
+def install_journal_only(lf: LoadedFilter, subs: Subscribers | None) -> None:
+    """Write the journal-only recipients (``subc_jnl_only``: subscribers with a SoupBinTCP login
+    and no endpoint) of a filter loaded with the journal feed."""
+    if not lf.journal_pages or subs is None:
+        return
+    mask = sum(1 << sid for sid in subs.journal_only)
+    m = Map(lf.program.map_fd(MN.JNL_ONLY), 4, L.SUBSET.size, name=MN.JNL_ONLY)
+    m.update(L.U32.pack(v=0), L.SUBSET.pack(subs=L.mask_words(mask, L.SUB_WORDS), local=0, pad=0))
+
+
 def journal_maps(lf: LoadedFilter) -> dict[str, Map]:
-    """The journal feed's maps of ``lf`` to pin (none without the feed): the ring buffer and the
-    per-recipient count of messages sent but not journaled."""
+    """The journal feed's maps of ``lf`` to pin (none without the feed): the ring buffer, the
+    per-recipient count of messages sent but not journaled, the journal-only recipients."""
     if not lf.journal_pages:
         return {}
     return {
         MN.JNL: Map(lf.program.map_fd(MN.JNL), 0, 0, name=MN.JNL),
         MN.JNL_LOST: Map(lf.program.map_fd(MN.JNL_LOST), 4, 8, percpu=True, name=MN.JNL_LOST),
+        MN.JNL_ONLY: Map(lf.program.map_fd(MN.JNL_ONLY), 4, L.SUBSET.size, name=MN.JNL_ONLY),
     }
 
 

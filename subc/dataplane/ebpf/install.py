@@ -202,7 +202,7 @@ def _plan_leaves(plan: GenerationPlan, doc: MapsDoc, subs: Subscribers | None, c
             for sid in ids:
                 if sid not in subs.by_id:
                     raise SubcError(f"{subs.path}: rules forward to subscriber {sid}, which the subscribers file lacks")
-            ids = [sid for sid in ids if subs.by_id[sid]]
+            ids = [sid for sid in ids if subs.receives(sid)]
             val = L.LEAF.pack(
                 nsubs=len(ids), sub=ids[0] if len(ids) == 1 else 0, set=set_index, subs=subscriber_words(ids)
             )

@@ -10,6 +10,14 @@ Format (one table per subscriber; ``id`` is the number rules name in ``fwd(id)``
 ``ip`` and ``port`` are the IPv4 address and UDP port written into each copy, ``mac`` the
 next-hop Ethernet address, ``iface`` the interface the copy leaves by; the copy's source MAC and
 IPv4 address are that interface's (read with pyroute2 when the broker is loaded).
+
+A subscriber may also (or only) take its stream over SoupBinTCP from the broker's journal
+(``subc load --journal --soup``)::
+
+    [[subscriber]]
+    id = 6
+    soup = { user = "alice", password = "s3cret" }   # SoupBinTCP 4.1: user <= 6, password <= 10 characters
+    endpoints = []                                     # none: its copies are journaled, not sent
 """
 
 from __future__ import annotations
@@ -43,14 +51,35 @@ class Endpoint:
     src_ip: str = ""
 
 
+@dataclass(frozen=True)
+class SoupLogin:
+    """A subscriber's SoupBinTCP 4.1 login: ``user`` (1 to 6 characters), ``password`` (1 to 10),
+    printable ASCII without spaces (the Login Request pads them with spaces)."""
+
+    user: str
+    password: str
+
+
 @dataclass
 class Subscribers:
     """Subscribers by id, each a list of endpoints; ``endpoints`` is every endpoint in file order
-    (an endpoint's index in it is its index in the ``subc_eps`` map)."""
+    (an endpoint's index in it is its index in the ``subc_eps`` map); ``soup``: the SoupBinTCP
+    logins by subscriber id."""
 
     by_id: dict[int, list[Endpoint]] = field(default_factory=dict)
     names: dict[int, str] = field(default_factory=dict)
     path: str = ""
+    soup: dict[int, SoupLogin] = field(default_factory=dict)
+
+    def receives(self, sid: int) -> bool:
+        """Whether subscriber ``sid`` takes copies: it has an endpoint, or a SoupBinTCP login (its
+        copies journaled)."""
+        return bool(self.by_id.get(sid)) or sid in self.soup
+
+    @property
+    def journal_only(self) -> list[int]:
+        """The subscribers whose copies are journaled and not sent: a SoupBinTCP login, no endpoint."""
+        return sorted(sid for sid in self.soup if not self.by_id.get(sid))
 
     @property
     def endpoints(self) -> list[Endpoint]:
@@ -116,7 +145,25 @@ def parse_subscribers(text: str, path: str = "<subscribers>") -> Subscribers:
         subs.by_id[sid] = out
         if "name" in item:
             subs.names[sid] = str(item["name"])
+        if "soup" in item:
+            subs.soup[sid] = _soup_login(path, f"{where} (id {sid})", item["soup"], subs)
     return subs
+
+
+_SOUP_FIELD = re.compile(r"[!-~]+\Z")  # printable ASCII, no space
+
+
+def _soup_login(path: str, where: str, item: object, subs: Subscribers) -> SoupLogin:
+    if not isinstance(item, dict) or set(item) != {"user", "password"}:
+        raise _bad(path, f"{where}: 'soup' must be a table {{ user, password }}")
+    user, password = item["user"], item["password"]
+    if not isinstance(user, str) or not 1 <= len(user) <= 6 or not _SOUP_FIELD.match(user):
+        raise _bad(path, f"{where}: soup 'user' must be 1 to 6 printable characters without spaces")
+    if not isinstance(password, str) or not 1 <= len(password) <= 10 or not _SOUP_FIELD.match(password):
+        raise _bad(path, f"{where}: soup 'password' must be 1 to 10 printable characters without spaces")
+    if any(login.user == user for login in subs.soup.values()):
+        raise _bad(path, f"{where}: soup user {user!r} appears twice")
+    return SoupLogin(user, password)
 
 
 def load_subscribers(path: str | Path) -> Subscribers:

@@ -92,7 +92,36 @@ static __always_inline void subc_jnl_commit_xdp(struct subc_jrec *j, struct xdp_
     }
     subc_jnl_commit(j, s, r, k, n);
 }
+/* Whether datagram d goes to a journal-only recipient (subc_jnl_only: a SoupBinTCP subscriber
+ * without a UDP endpoint): TC builds its copies then, journaling theirs without sending them. */
+static __always_inline int subc_jnl_only_any(struct subc_dgram *d)
+{
+    __u32 zero = 0;
+    struct subc_set *jo = bpf_map_lookup_elem(&subc_jnl_only, &zero);
+    if (!jo)
+        return 0;
+    __u64 hit = 0;
+    for (int w = 0; w < SUBC_SUB_WORDS; w++)
+        hit |= d->any[w] & jo->subs[w];
+    return hit != 0;
+}
+
+/* Whether recipient r is journal-only. */
+static __always_inline int subc_jnl_only_has(__u32 r)
+{
+    __u32 zero = 0;
+    struct subc_set *jo = bpf_map_lookup_elem(&subc_jnl_only, &zero);
+    return jo && r < SUBC_LOCAL && ((jo->subs[(r >> 6) & (SUBC_SUB_WORDS - 1)] >> (r & 63)) & 1);
+}
 #else
+static __always_inline int subc_jnl_only_any(struct subc_dgram *d)
+{
+    return 0;
+}
+static __always_inline int subc_jnl_only_has(__u32 r)
+{
+    return 0;
+}
 struct subc_jrec;
 static __always_inline struct subc_jrec *subc_jnl_reserve(__u32 r, __u32 k)
 {

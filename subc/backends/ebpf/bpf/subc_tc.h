@@ -56,7 +56,7 @@ static __always_inline int subc_write_headers(struct __sk_buff *skb, struct subc
 /* Build recipient r's payload in s->copy (header with its sequence number, then its messages)
  * and put it in the skb.  Returns the copy's messages, or -1. */
 static __always_inline int subc_build_copy(struct __sk_buff *skb, struct subc_dgram *d, struct subc_scratch *s, __u32 r,
-                                           __u32 *clen_out, __u32 *sum_out)
+                                           __u32 *clen_out, __u32 *sum_out, int journal_only)
 {
     /* pos and k start from values the verifier does not know (s->zero is 0), so that the states of
      * the loop's two paths (message taken or not) are equivalent and pruned: linear, not quadratic */
@@ -100,6 +100,10 @@ static __always_inline int subc_build_copy(struct __sk_buff *skb, struct subc_dg
 #if SUBC_MOLD
     subc_jnl_commit(j, s, r, k, clen); /* journaled as built, before it is sent */
 #endif
+    if (journal_only) {
+        *clen_out = clen;
+        return k;
+    }
     /* zero padding to a multiple of 4 bytes for the checksum */
     s->copy[clen & (SUBC_BUF - 1)] = 0;
     s->copy[(clen + 1) & (SUBC_BUF - 1)] = 0;
@@ -139,12 +143,19 @@ static __always_inline int subc_tc_copies(struct __sk_buff *skb, struct subc_dgr
         s->next = q + 1;
         __u32 r = s->rcpt[q & (SUBC_MAX_RCPT - 1)] & (SUBC_LOCAL - 1);
         struct subc_sub *sub = bpf_map_lookup_elem(&subc_subs, &r);
-        if (!sub || !sub->count)
+        if (!sub)
             continue;
         __u32 clen = 0, sum = 0;
-        int k = subc_build_copy(skb, d, s, r, &clen, &sum);
+        int journal_only = !sub->count; /* no endpoint: its copy is journaled, not sent */
+        if (journal_only && !subc_jnl_only_has(r))
+            continue;
+        int k = subc_build_copy(skb, d, s, r, &clen, &sum, journal_only);
         if (k < 0) {
             subc_count(SUBC_STAT_ERRORS);
+            continue;
+        }
+        if (journal_only) {
+            subc_count_sub(r, k, clen);
             continue;
         }
         for (int e = 0; e < SUBC_MAX_ENDPOINTS; e++) {
@@ -178,7 +189,7 @@ static __always_inline int subc_tc_copies(struct __sk_buff *skb, struct subc_dgr
     if (!s->local)
         return TC_ACT_SHOT;
     __u32 clen = 0, sum = 0;
-    int k = subc_build_copy(skb, d, s, SUBC_LOCAL, &clen, &sum);
+    int k = subc_build_copy(skb, d, s, SUBC_LOCAL, &clen, &sum, 0);
     if (k < 0 || subc_write_headers(skb, d, s, 0, clen, sum) < 0) {
         subc_count(SUBC_STAT_ERRORS);
         return TC_ACT_SHOT;

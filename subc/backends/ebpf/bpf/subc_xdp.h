@@ -217,6 +217,10 @@ static __always_inline int subc_xdp_finish(struct xdp_md *ctx, struct subc_dgram
         d->l4 -= 4;
         d->vlan = 0;
     }
+    /* A journal-only recipient (no endpoint: its copies go to the journal only): TC builds every
+     * copy of the datagram, so that each recipient's sequence numbers are taken in one place. */
+    if (!hb && subc_jnl_only_any(d))
+        return subc_to_tc(ctx, d, slot);
     /* XDP fan-out, when the loader switched it on: every copy (one recipient or many) is built by a
      * devmap egress program, so that each subscriber's sequence numbers are taken in the order its
      * copies leave. */
