@@ -26,6 +26,7 @@ import random
 import select
 import shutil
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -42,7 +43,7 @@ from subc.spec.front_end import load_spec
 from subc.workloads.itch_codec import decode_add_order, read_binaryfile
 
 from conftest import EXAMPLE, real_sample
-from netns_util import Topology, need_root_and_netns, sh
+from netns_util import Topology, call_in_netns, need_root_and_netns, sh
 from test_broker_netns import HANG_GUARD, LISTENER_IDLE, broker_stats, compile_out, stop, wait_bound, wait_until
 from test_delivery_netns import pack, send
 
@@ -364,3 +365,121 @@ def mold_copies_from(pcap: Path, sport: int) -> list[bytes]:
         if struct.unpack_from(">H", frame, udp)[0] == sport:
             out.append(frame[udp + 8 :])
     return out
+
+
+# -- SoupBinTCP: backfill then live, a service killed with -9 and restarted ------------------------
+
+SOUP_PORT = 9200
+
+
+class SoupClient:
+    """A SoupBinTCP 4.1 client written here with ``struct`` (2-byte length counting the type, the
+    type, the payload), on a socket made in a subscriber's namespace."""
+
+    def __init__(self, topo: Topology, k: int):
+        self.sock = call_in_netns(topo.subs[k - 1], lambda: socket.create_connection((f"10.10.{k}.1", SOUP_PORT), 10))
+        self.sock.settimeout(HANG_GUARD)
+        self.buf = b""
+
+    def login(self, user: str, password: str, seq: int) -> tuple[bytes, bytes]:
+        """(type, payload) of the answer: b"A" (session, sequence number) or b"J" (reason)."""
+        body = b"L" + user.ljust(6).encode() + password.ljust(10).encode() + b" " * 10 + str(seq).rjust(20).encode()
+        self.sock.sendall(struct.pack(">H", len(body)) + body)
+        return self.packet()
+
+    def packet(self) -> tuple[bytes, bytes]:
+        while True:
+            if len(self.buf) >= 2:
+                (n,) = struct.unpack_from(">H", self.buf)
+                if len(self.buf) >= 2 + n:
+                    p, self.buf = self.buf[2 : 2 + n], self.buf[2 + n :]
+                    return p[:1], p[1:]
+            data = self.sock.recv(65536)
+            assert data, "the server closed the connection"
+            self.buf += data
+
+    def messages(self, count: int) -> list[bytes]:
+        """The next ``count`` Sequenced Data messages (heartbeats and debug packets skipped)."""
+        out: list[bytes] = []
+        while len(out) < count:
+            kind, payload = self.packet()
+            assert kind in (b"S", b"H", b"+"), (kind, payload)
+            if kind == b"S":
+                out.append(payload)
+        return out
+
+    def close(self) -> None:
+        try:
+            self.sock.sendall(struct.pack(">H", 1) + b"O")  # Logout Request
+        finally:
+            self.sock.close()
+
+
+def expected_for(payloads: list[bytes], sid: int) -> list[bytes]:
+    """The messages of ``payloads`` the example's rules give subscriber ``sid``, in feed order
+    (MoldUDP64 blocks parsed here with struct; the rules evaluated on the ITCH codec's values)."""
+    spec = load_spec(EXAMPLE / "spec.p4")
+    rules = parse_rules((EXAMPLE / "rules.sub").read_text(), spec, "rules.sub")
+    out = []
+    for p in payloads:
+        count = struct.unpack_from(">H", p, 18)[0]
+        at = 20
+        for _ in range(0 if count in (0, 0xFFFF) else count):
+            (n,) = struct.unpack_from(">H", p, at)
+            m = p[at + 2 : at + 2 + n]
+            at += 2 + n
+            if m[:1] in (b"A", b"F") and sid in recipients_of(reference_decision(rules, spec, decode_add_order(m))):
+                out.append(m)
+    return out
+
+
+def test_soupbintcp_backfill_live_and_a_restart(topo, tmp_path):
+    """Subscriber 5 has a SoupBinTCP login and no endpoint.  A client logs in at 1 after the first
+    part of the feed (backfill), reads some, logs out; the service is killed with SIGKILL while the
+    second part is sent, and restarted (subc journal, same --state); a client logs in at the next
+    number and gets exactly the rest, the third part live.  A bad password is refused ('A')."""
+    _, payloads = reference((EXAMPLE / "rules.sub").read_text())
+    payloads = payloads[:-1]  # no end of session
+    parts = [payloads[: len(payloads) // 3], payloads[len(payloads) // 3 : 2 * len(payloads) // 3],
+             payloads[2 * len(payloads) // 3 :]]
+    want = [expected_for(p, 5) for p in parts]
+    assert all(len(w) > 10 for w in want)
+    state = tmp_path / "state"
+    soup = ["--state", str(state), "--soup", f"0.0.0.0:{SOUP_PORT}"]
+    broker = start_broker(topo, tmp_path, *soup, soup_only=True)
+    restarted = None
+    try:
+        send(topo, parts[0], tmp_path)
+        wait_until(lambda: caught_up(topo), "the journal to reach the kernel's sequence numbers")
+        bad = SoupClient(topo, 3)
+        assert bad.login("odd", "wrong", 1) == (b"J", b"A")
+        bad.sock.close()
+        a = SoupClient(topo, 3)
+        kind, accepted = a.login("odd", "lots", 1)
+        assert kind == b"A" and accepted[:10] == b"SUBCTEST01" and int(accepted[10:]) == 1
+        first = a.messages(len(want[0]) - 5)  # backfill, not all of it
+        a.close()
+        broker.kill()  # SIGKILL: nothing is flushed or closed
+        broker.communicate()
+        send(topo, parts[1], tmp_path)  # the data plane goes on; its ring keeps the copies
+        restarted = topo.popen_subc(topo.brk, "journal", "--iface", topo.b0, *soup)
+        wait_until(lambda: service_pid(topo) == restarted.pid and caught_up(topo), "the restarted service to catch up")
+        b = SoupClient(topo, 3)
+        kind, accepted = b.login("odd", "lots", len(first) + 1)
+        assert kind == b"A" and int(accepted[10:]) == len(first) + 1
+        rest = b.messages(len(want[0]) + len(want[1]) - len(first))
+        send(topo, parts[2], tmp_path)  # live
+        live = b.messages(len(want[2]))
+        b.close()
+        stats = broker_stats(topo)
+    finally:
+        stop([restarted])
+        stop_broker(topo, broker)
+    assert first + rest + live == want[0] + want[1] + want[2]  # every message once, in sequence order
+    assert stats["journal"]["lost_messages"].get("5", 0) == 0
+    assert stats["journal"]["service"]["soup"]["counters"]["logins_accepted"] == 1  # the restarted service's
+
+
+def service_pid(topo: Topology) -> int | None:
+    """The process id in the journal service's last status."""
+    return ((broker_stats(topo).get("journal") or {}).get("service") or {}).get("pid")

@@ -104,6 +104,7 @@ def load_cmd(
     retain: str | None,
     rerequest: str | None,
     rerequest_rate: float,
+    soup: str | None,
 ) -> None:
     """Load an eBPF output directory on IFACE: XDP + TC ingress, maps filled and pinned.  The
     subscribers' interfaces are checked first (missing, down, MTU below IFACE's, veth peers that
@@ -115,8 +116,8 @@ def load_cmd(
     With --journal, every copy sent is also journaled and the recovery service runs in the
     foreground (as subc journal); with --rerequest, it answers MoldUDP64 re-requests."""
     one_of(iface, p4rt)
-    if (state or retain or rerequest) and not journal:
-        fail(SubcError("--state, --retain and --rerequest need --journal"))
+    if (state or retain or rerequest or soup) and not journal:
+        fail(SubcError("--state, --retain, --rerequest and --soup need --journal"))
     if p4rt:
         p4rt_load(out_dir, p4rt, device_id, election_id, config)
         return
@@ -139,7 +140,7 @@ def load_cmd(
         fail(e)
     report_load(out_dir, iface, subscribers, loaded)
     if journal:
-        run_service(iface, state, retain, rerequest, rerequest_rate, segment_bytes)
+        run_service(iface, state, retain, rerequest, rerequest_rate, segment_bytes, soup)
 
 
 def report_load(out_dir: str, iface: str, subscribers: str | None, state: dict) -> None:
@@ -347,3 +348,9 @@ def echo_journal(j: dict) -> None:
     if rr:
         figures = ", ".join(f"{k} {v}" for k, v in sorted(rr.items()) if k != "address")
         click.echo(f"request server {rr['address'][0]}:{rr['address'][1]}: {figures}")
+    soup = (svc or {}).get("soup")
+    if soup:
+        figures = ", ".join(f"{k} {v}" for k, v in sorted(soup["counters"].items()))
+        click.echo(f"SoupBinTCP {soup['address'][0]}:{soup['address'][1]}: {len(soup['sessions'])} sessions; {figures}")
+        for c in soup["sessions"]:
+            click.echo(f"  {c}")

@@ -26,6 +26,12 @@ def journal_options(f: Callable) -> Callable:
         help="re-requests per second per source host",
     )(f)
     f = click.option(
+        "--soup",
+        metavar="ADDR:PORT",
+        help="serve SoupBinTCP 4.1 on this TCP address: the subscribers file's soup logins, each its "
+        "stream from the journal (backfill from the requested number, then live)",
+    )(f)
+    f = click.option(
         "--rerequest",
         metavar="ADDR:PORT",
         help="serve MoldUDP64 re-requests on this UDP address (from the subscribers' endpoints, "
@@ -58,6 +64,7 @@ def run_service(
     rerequest: str | None,
     rerequest_rate: float,
     segment_bytes: str = "64MiB",
+    soup: str | None = None,
 ) -> None:
     """Run the recovery service of the broker on ``iface`` until SIGINT or SIGTERM."""
     from ..recovery.service import RecoveryService, parse_bytes, parse_retention
@@ -72,6 +79,7 @@ def run_service(
             ip_port(rerequest) if rerequest else None,
             rate=rerequest_rate,
             segment_bytes=segment,
+            soup=ip_port(soup) if soup else None,
         )
     except SubcError as e:
         fail(e)
@@ -79,6 +87,7 @@ def run_service(
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     where = f"; request server on {svc.address[0]}:{svc.address[1]}" if svc.address else ""
+    where += f"; SoupBinTCP on {svc.soup_address[0]}:{svc.soup_address[1]}" if svc.soup_address else ""
     click.echo(
         f"journal feed running on {iface}: {len(svc.journals)} subscribers, "
         f"{'journals under ' + state if state else 'journals in memory'}{where}",
@@ -94,9 +103,15 @@ def run_service(
 @click.option("--iface", required=True, help="interface of a broker loaded with --journal")
 @journal_options
 def journal_cmd(
-    iface: str, state: str | None, segment_bytes: str, retain: str | None, rerequest: str | None, rerequest_rate: float
+    iface: str,
+    state: str | None,
+    segment_bytes: str,
+    retain: str | None,
+    rerequest: str | None,
+    rerequest_rate: float,
+    soup: str | None,
 ) -> None:
     """Run the recovery service of the broker on IFACE (loaded with subc load --journal): append
     every copy its data plane sends to the subscriber's journal, keep --retain, answer MoldUDP64
     re-requests on --rerequest; until SIGINT or SIGTERM.  subc stats shows its figures."""
-    run_service(iface, state, retain, rerequest, rerequest_rate, segment_bytes)
+    run_service(iface, state, retain, rerequest, rerequest_rate, segment_bytes, soup)

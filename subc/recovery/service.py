@@ -13,6 +13,7 @@ receives there (:mod:`.rerequest`).
 
 from __future__ import annotations
 
+import hmac
 import json
 import os
 import re
@@ -31,6 +32,7 @@ from ..errors import SubcError
 from .journal import DEFAULT_SEGMENT_BYTES, Journal
 from .journal_feed import JournalFeed
 from .rerequest import RequestServer, Stream
+from .soup_server import SoupServer
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _BYTES = {"b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gib": 1 << 30}
@@ -44,6 +46,14 @@ class Retention:
 
     max_bytes: int | None = None
     max_age_s: float | None = None
+
+
+def _check_login(logins: dict[str, tuple[str, int]], user: str, password: str) -> int | None:
+    """The subscriber id of a SoupBinTCP ``user`` whose ``password`` matches (constant-time), or None."""
+    found = logins.get(user)
+    if found is None or not hmac.compare_digest(found[0].encode(), password.encode()):
+        return None
+    return found[1]
 
 
 def parse_bytes(text: str, what: str = "a size") -> int:
@@ -87,6 +97,7 @@ class RecoveryService:
         rerequest: tuple[str, int] | None = None,
         rate: float = 100.0,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        soup: tuple[str, int] | None = None,
     ):
         self.home, bstate = loaded_home(iface)
         if not bstate.get("journal"):
@@ -116,7 +127,28 @@ class RecoveryService:
             self.server = RequestServer(self.streams.get, rate=rate)
             self.server.lock = self.lock
             self.address = self.server.start(*rerequest)
+        self.soup: SoupServer | None = None
+        self.soup_address: tuple[str, int] | None = None
+        if soup is not None:
+            logins = {login.user: (login.password, sid) for sid, login in subs.soup.items()}
+            self.soup = SoupServer(
+                lambda user, password: _check_login(logins, user, password),
+                lambda key: self.journals.get(key) if isinstance(key, int) else None,
+                self.lock,
+                session_of=self._session_of,
+            )
+            self.soup_address = self.soup.start(*soup)
         self.retained_drops = 0
+
+    def _session_of(self, key: object) -> bytes:
+        """The session a SoupBinTCP login to an empty journal gets: the latest session any
+        journal holds (the feed's), else 10 spaces."""
+        latest = max(
+            (j.segments[-1] for j in self.journals.values() if j.segments),
+            key=lambda seg: seg.last_append,
+            default=None,
+        )
+        return latest.session if latest is not None else b" " * 10
 
     def _sent_next(self) -> dict[int, int]:
         """The kernel's next sequence number of each journaled subscriber (``subc_seq``)."""
@@ -133,8 +165,11 @@ class RecoveryService:
         last = 0.0
         while not stop.is_set():
             self.ring.wait(0.1)
+            journaled = self.feed.counters["journaled_messages"]
             while self.feed.drain(limit=65536):
                 pass
+            if self.soup is not None and self.feed.counters["journaled_messages"] != journaled:
+                self.soup.wake()  # live data for the SoupBinTCP clients
             now = time.monotonic()
             if now - last >= status_every_s:
                 self.retain()
@@ -178,6 +213,13 @@ class RecoveryService:
             "rerequest": None
             if self.server is None
             else {"address": list(self.address or ()), **dict(self.server.counters)},
+            "soup": None
+            if self.soup is None
+            else {
+                "address": list(self.soup_address or ()),
+                "counters": dict(self.soup.counters),
+                "sessions": self.soup.sessions(),
+            },
             "retention": {"max_bytes": self.retention.max_bytes, "max_age_s": self.retention.max_age_s},
             "subscribers": subs,
         }
@@ -196,6 +238,8 @@ class RecoveryService:
         """Stop the request server, release the ring and the maps, close the journals."""
         if self.server is not None:
             self.server.stop()
+        if self.soup is not None:
+            self.soup.stop()
         self.ring.close()
         os.close(self._ring_fd)
         self._seq.close()
