@@ -67,20 +67,22 @@ def run_service(
     soup: str | None = None,
 ) -> None:
     """Run the recovery service of the broker on ``iface`` until SIGINT or SIGTERM."""
-    from ..recovery.service import RecoveryService, parse_bytes, parse_retention
+    from pathlib import Path
+
+    from ..recovery.loaded_service import loaded_service
+    from ..recovery.retention import Retention, parse_bytes, parse_retention
+    from ..recovery.service import ServiceOptions
 
     try:
-        retention = parse_retention(retain) if retain else None
-        segment = parse_bytes(segment_bytes, "--segment-bytes")
-        svc = RecoveryService(
-            iface,
-            state,
-            retention,
-            ip_port(rerequest) if rerequest else None,
+        options = ServiceOptions(
+            state=Path(state) if state else None,
+            retention=parse_retention(retain) if retain else Retention(),
+            segment_bytes=parse_bytes(segment_bytes, "--segment-bytes"),
+            rerequest=ip_port(rerequest) if rerequest else None,
             rate=rerequest_rate,
-            segment_bytes=segment,
             soup=ip_port(soup) if soup else None,
         )
+        svc = loaded_service(iface, options)
     except SubcError as e:
         fail(e)
     stop = threading.Event()
@@ -89,7 +91,7 @@ def run_service(
     where = f"; request server on {svc.address[0]}:{svc.address[1]}" if svc.address else ""
     where += f"; SoupBinTCP on {svc.soup_address[0]}:{svc.soup_address[1]}" if svc.soup_address else ""
     click.echo(
-        f"journal feed running on {iface}: {len(svc.journals)} subscribers, "
+        f"journal feed running on {iface}: {len(svc.bound)} subscribers, "
         f"{'journals under ' + state if state else 'journals in memory'}{where}",
         err=True,
     )

@@ -32,18 +32,11 @@ class FastPath:
         self.recipients = sorted(r for r in set(recipients) if r >= 0)
         n = (self.recipients[-1] + 1) if self.recipients else 0
         self.outs = (FeedOut * n)()
-        self._bufs = {}
+        self._bufs: dict[int, tuple[ct.Array, ct.Array]] = {}
         for r in self.recipients:
             j = journal_of(r)
-            if j is None:
-                continue
-            buf = ct.create_string_buffer(BUFFER_BYTES)
-            offs = (ct.c_uint64 * (BUFFER_BYTES // 3))()
-            self._bufs[r] = (buf, offs)
-            o = self.outs[r]
-            o.buf, o.offs = ct.addressof(buf), ct.addressof(offs)
-            o.cap, o.offs_cap = BUFFER_BYTES, BUFFER_BYTES // 3
-            o.next_seq = j.next_seq
+            if j is not None:
+                self.set_next(r, j.next_seq)
         self._pos = ct.c_uint64(0)
         self._records = ct.c_uint64(0)
 
@@ -72,7 +65,8 @@ class FastPath:
             if not o.n:
                 continue
             j = self.journal_of(r)
-            assert j is not None
+            if j is None:  # (the walk takes a recipient's copies only while it has a journal)
+                raise AssertionError(f"the fast path took copies of recipient {r}, which has no journal")
             offs = array("Q")
             offs.frombytes(ct.string_at(o.offs, o.n * 8))
             j.append_indexed(o.first_seq, ct.string_at(o.buf, o.len), offs, now, bytes(o.session))
@@ -81,6 +75,15 @@ class FastPath:
         return total
 
     def set_next(self, r: int, seq: int) -> None:
-        """Recipient ``r``'s next sequence number for the walk (0: the walk leaves its records)."""
-        if r in self._bufs:
-            self.outs[r].next_seq = seq
+        """Recipient ``r``'s next sequence number for the walk (0: the walk leaves its records);
+        its output buffer is made on first use."""
+        if not 0 <= r < len(self.outs):
+            return
+        if seq and r not in self._bufs:
+            buf = ct.create_string_buffer(BUFFER_BYTES)
+            offs = (ct.c_uint64 * (BUFFER_BYTES // 3))()
+            self._bufs[r] = (buf, offs)
+            o = self.outs[r]
+            o.buf, o.offs = ct.addressof(buf), ct.addressof(offs)
+            o.cap, o.offs_cap = BUFFER_BYTES, BUFFER_BYTES // 3
+        self.outs[r].next_seq = seq

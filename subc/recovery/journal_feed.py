@@ -338,6 +338,31 @@ class JournalFeed:
             return
         self.counters["journaled_messages"] += count
 
+    # -- a number that changes streams --------------------------------------------------------------
+
+    def finish(self, r: int) -> None:
+        """End recipient ``r``'s stream: the feed has read every record of it (the caller made
+        sure), so its held copies go to its journal and its gaps are holes."""
+        j = self.journal_of(r)
+        held = self._held.get(r)
+        if j is not None and held:
+            self._settle_gap(r, j, max(held) + 1)
+        self._held.pop(r, None)
+        self._marks.pop(r, None)
+        for k in [k for k in self._bodies if k[0] == r]:
+            self.counters["unfinished_copies"] += 1
+            del self._bodies[k]
+        with self.lock:
+            self._write()
+        self._touched.add(r)
+        self._sync()
+
+    def restart(self, r: int) -> None:
+        """Recipient ``r`` now feeds the journal ``journal_of(r)`` gives (a new stream, or its
+        own journal reopened): the fast path takes its next number from there."""
+        self._touched.add(r)
+        self._sync()
+
     # -- state -------------------------------------------------------------------------------------
 
     @property

@@ -116,6 +116,7 @@ class SoupServer:
         self._registry = threading.Lock()  # guards _clients against sessions() from other threads
         self._changed = threading.Condition()
         self._ends: deque[Hashable] = deque()  # end_session requests for the loop
+        self._replies: deque[tuple[Hashable, bytes]] = deque()  # send_unsequenced requests for the loop
         self._stopping = False
         self._sel: selectors.BaseSelector | None = None
         self._listener: socket.socket | None = None
@@ -166,6 +167,12 @@ class SoupServer:
         """Send End of Session to ``key``'s clients once they have what the journal holds now,
         then close them (reason ``end of session``).  Thread-safe."""
         self._ends.append(key)
+        self.wake()
+
+    def send_unsequenced(self, key: Hashable, payload: bytes) -> None:
+        """Send Unsequenced Data ``payload`` to ``key``'s logged-in clients (a reply that comes
+        later than :attr:`on_unsequenced` returns).  Thread-safe."""
+        self._replies.append((key, payload))
         self.wake()
 
     def stop(self) -> None:
@@ -236,6 +243,12 @@ class SoupServer:
         now = self.clock()
         while self._ends:
             self._end(self._ends.popleft())
+        while self._replies:
+            key, payload = self._replies.popleft()
+            for c in list(self._clients.values()):
+                if c.logged_in and c.key == key and c.closing is None:
+                    c.queue(sb.encode_unsequenced_data(payload))
+                    self.counters["unsequenced_out"] += 1
         for c in list(self._clients.values()):
             try:
                 self._timers(c, now)
