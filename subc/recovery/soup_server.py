@@ -60,7 +60,7 @@ from typing import Callable
 from ..errors import SubcError
 from ..wire import soupbintcp as sb
 from .journal import Journal
-from .soup_session import SoupClient, Span, own_spans
+from .soup_session import SoupClient, Span, admit, own_spans, why_not
 
 #: Bytes of journal ranges taken at once for a client.
 SPAN_BYTES = 1 << 20
@@ -412,26 +412,13 @@ class SoupServer:
         self.counters["logins_accepted"] += 1
 
     def _admit(self, j: Journal, key: Hashable, req: sb.LoginRequest) -> tuple[str | None, bytes, int, int]:
-        """(why the login is rejected ``S`` or None, the session, the first sequence number to
-        send, the journal's next number: the end of the backfill)."""
+        """:func:`~.soup_session.admit` under the journal's lock."""
         with self.lock:
             if j.segments:
                 current = j.segments[-1].session
             else:
                 current = self.session_of(key) if self.session_of is not None else sb.BLANK_SESSION
-            nxt, first = j.next_seq, j.first_seq
-            seq = nxt if req.seq == 0 else req.seq
-            if req.session not in (sb.BLANK_SESSION, current):
-                why: str | None = "session"
-            elif seq > nxt:
-                why = "future"
-            elif seq < first:
-                why = "retention"
-            elif seq < nxt and j.session_of(seq) != current:
-                why = "hole" if j.session_of(seq) is None else "session"
-            else:
-                why = None
-        return why, current, seq, nxt
+            return admit(j, req, current)
 
     # -- what clients get ----------------------------------------------------------------------
 
@@ -483,7 +470,7 @@ class SoupServer:
             else:
                 got = j.spans(c.next_seq, end - c.next_seq, max_bytes=SPAN_BYTES, session=c.session)
                 spans = own_spans(j, c.next_seq, got, live)
-                why = None if spans else self._why_not(j, c)
+                why = None if spans else why_not(j, c)
             resume = j.available_from(c.next_seq) if why == "hole" else None
         if spans:
             c.items.extend(spans)
@@ -499,11 +486,3 @@ class SoupServer:
                 text += f"; log in again at {resume}"
             self._close_after(c, why, sb.encode_debug(text))
         return True
-
-    @staticmethod
-    def _why_not(j: Journal, c: SoupClient) -> str:
-        """Why the journal gives no range at ``c.next_seq`` (below its next number)."""
-        session = j.session_of(c.next_seq)
-        if session is None:
-            return "retention" if c.next_seq < j.first_seq else "hole"
-        return "end of session" if session != c.session else "internal"

@@ -18,6 +18,7 @@ from collections import Counter, deque
 from collections.abc import Hashable
 from dataclasses import dataclass
 
+from ..wire import soupbintcp as sb
 from ..wire.soupbintcp import PacketDecoder
 from .journal import Journal, JournalError
 
@@ -177,3 +178,31 @@ def own_spans(j: Journal, seq: int, spans: list[tuple[int, int, int]], live: boo
             s.close()
         raise
     return out
+
+
+def admit(j: Journal, req: sb.LoginRequest, current: bytes) -> tuple[str | None, bytes, int, int]:
+    """A Login Request against journal ``j`` whose current session is ``current`` (the caller
+    holds the journal's lock): (why it is rejected ``S`` or None, the session, the first sequence
+    number to send, the journal's next number: the end of the backfill).  SoupBinTCP 4.1, "Login
+    Request Packet": sequence number 0 means the next one generated."""
+    nxt, first = j.next_seq, j.first_seq
+    seq = nxt if req.seq == 0 else req.seq
+    if req.session not in (sb.BLANK_SESSION, current):
+        why: str | None = "session"
+    elif seq > nxt:
+        why = "future"
+    elif seq < first:
+        why = "retention"
+    elif seq < nxt and j.session_of(seq) != current:
+        why = "hole" if j.session_of(seq) is None else "session"
+    else:
+        why = None
+    return why, current, seq, nxt
+
+
+def why_not(j: Journal, c: SoupClient) -> str:
+    """Why the journal gives no range at ``c.next_seq`` (below its next number)."""
+    session = j.session_of(c.next_seq)
+    if session is None:
+        return "retention" if c.next_seq < j.first_seq else "hole"
+    return "end of session" if session != c.session else "internal"
