@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import select
 import shutil
 import signal
@@ -31,6 +32,7 @@ import struct
 import subprocess
 import sys
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 
@@ -245,7 +247,8 @@ def test_recovery_over_a_lossy_link(topo, tmp_path):
     for k, ns in enumerate(topo.subs, 1):
         sh("ip", "-n", ns, "link", "set", "dev", f"{topo.tag}s{k}", "xdp", "obj", str(obj), "sec", "xdp")
     want, payloads = reference((EXAMPLE / "rules.sub").read_text())
-    broker = start_broker(topo, tmp_path, "--rerequest", f"0.0.0.0:{RR_PORT}", "--rerequest-rate", "100000")
+    broker = start_broker(topo, tmp_path, "--rerequest", f"0.0.0.0:{RR_PORT}", "--rerequest-rate", "100000",
+                          "--metrics", "127.0.0.1:9300")
     plain = (2, 6004)  # subscriber 4's second endpoint listens without recovery: it shows the loss
     procs = {}
     try:
@@ -263,6 +266,8 @@ def test_recovery_over_a_lossy_link(topo, tmp_path):
             assert p.returncode == 0, stderr
             results[ep] = json.loads(stdout)
         status = broker_stats(topo)["journal"]["service"]
+        metrics = call_in_netns(topo.brk, lambda: urllib.request.urlopen("http://127.0.0.1:9300/metrics", timeout=30)
+                                .read().decode())
     finally:
         stop(procs.values())
         stop_broker(topo, broker)
@@ -285,6 +290,12 @@ def test_recovery_over_a_lossy_link(topo, tmp_path):
             recovered += r["recovered"]
     assert recovered > 0, "nothing was recovered: the lossy link lost nothing"
     assert status["rerequest"]["served"] > 0 and status["rerequest"]["cookie_sent"] > 0
+    # the Prometheus metrics say the same (scraped after the receivers ended)
+    served = re.search(r'^subc_rerequest_requests_total\{result="served"\} (\S+)$', metrics, re.M)
+    assert served and float(served.group(1)) >= status["rerequest"]["served"]
+    nxt = {m.group(1): float(m.group(2)) for m in re.finditer(r'^subc_journal_next_seq\{stream="(\d+)"\} (\S+)$',
+                                                             metrics, re.M)}
+    assert nxt == {str(sid): len(want[sid]) + 1 for sid in ENDPOINTS}
 
 
 CONTROL = r"""

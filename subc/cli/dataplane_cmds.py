@@ -105,6 +105,7 @@ def load_cmd(
     rerequest: str | None,
     rerequest_rate: float,
     soup: str | None,
+    metrics: str | None,
 ) -> None:
     """Load an eBPF output directory on IFACE: XDP + TC ingress, maps filled and pinned.  The
     subscribers' interfaces are checked first (missing, down, MTU below IFACE's, veth peers that
@@ -116,8 +117,8 @@ def load_cmd(
     With --journal, every copy sent is also journaled and the recovery service runs in the
     foreground (as subc journal); with --rerequest, it answers MoldUDP64 re-requests."""
     one_of(iface, p4rt)
-    if (state or retain or rerequest or soup) and not journal:
-        fail(SubcError("--state, --retain, --rerequest and --soup need --journal"))
+    if (state or retain or rerequest or soup or metrics) and not journal:
+        fail(SubcError("--state, --retain, --rerequest, --soup and --metrics need --journal"))
     if p4rt:
         p4rt_load(out_dir, p4rt, device_id, election_id, config)
         return
@@ -140,7 +141,7 @@ def load_cmd(
         fail(e)
     report_load(out_dir, iface, subscribers, loaded)
     if journal:
-        run_service(iface, state, retain, rerequest, rerequest_rate, segment_bytes, soup)
+        run_service(iface, state, retain, rerequest, rerequest_rate, segment_bytes, soup, metrics)
 
 
 def report_load(out_dir: str, iface: str, subscribers: str | None, state: dict) -> None:

@@ -25,6 +25,7 @@ def journal_options(f: Callable) -> Callable:
         show_default=True,
         help="re-requests per second per source host",
     )(f)
+    f = click.option("--metrics", metavar="ADDR:PORT", help="serve the service's Prometheus metrics on this address")(f)
     f = click.option(
         "--soup",
         metavar="ADDR:PORT",
@@ -65,6 +66,7 @@ def run_service(
     rerequest_rate: float,
     segment_bytes: str = "64MiB",
     soup: str | None = None,
+    metrics: str | None = None,
 ) -> None:
     """Run the recovery service of the broker on ``iface`` until SIGINT or SIGTERM."""
     from pathlib import Path
@@ -85,6 +87,15 @@ def run_service(
         svc = loaded_service(iface, options)
     except SubcError as e:
         fail(e)
+    server = None
+    if metrics:
+        from ..recovery.metrics import serve_metrics
+
+        try:
+            server = serve_metrics(svc, ip_port(metrics))
+        except OSError as e:
+            svc.close()
+            fail(SubcError(f"--metrics {metrics}: {e}"))
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -98,6 +109,8 @@ def run_service(
     try:
         svc.run(stop)
     finally:
+        if server is not None:
+            server.shutdown()
         svc.close()
 
 
@@ -112,8 +125,9 @@ def journal_cmd(
     rerequest: str | None,
     rerequest_rate: float,
     soup: str | None,
+    metrics: str | None,
 ) -> None:
     """Run the recovery service of the broker on IFACE (loaded with subc load --journal): append
     every copy its data plane sends to the subscriber's journal, keep --retain, answer MoldUDP64
     re-requests on --rerequest; until SIGINT or SIGTERM.  subc stats shows its figures."""
-    run_service(iface, state, retain, rerequest, rerequest_rate, segment_bytes, soup)
+    run_service(iface, state, retain, rerequest, rerequest_rate, segment_bytes, soup, metrics)
