@@ -65,6 +65,8 @@ def test_reads_give_the_messages_appended(tmp_path_factory, batches, seg, reads)
         with Journal(directory, segment_bytes=seg) as j:
             model = append_all(j, batches)
             assert j.next_seq == len(model) + 1 and j.first_seq == 1
+            # a segment never grows past its size, unless one packet alone is larger
+            assert all(sg.size <= max(seg, max(len(soup(m)) for m in model)) for sg in j.segments)
             for seq, count, budget in reads:
                 want = expected(model, 1, seq, count, budget)
                 assert j.read(seq, count, budget) == want, (seq, count, budget)

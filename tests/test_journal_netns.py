@@ -494,3 +494,42 @@ def test_soupbintcp_backfill_live_and_a_restart(topo, tmp_path):
 def service_pid(topo: Topology) -> int | None:
     """The process id in the journal service's last status."""
     return ((broker_stats(topo).get("journal") or {}).get("service") or {}).get("pid")
+
+
+def test_retention_bounds_the_journal(topo, tmp_path):
+    """The sample sent three times (sequence numbers keep growing) with --retain 64KiB and 16 KiB
+    segments: once the service has applied its retention, each journal's files take at most the
+    bound (no segment is larger than 16 KiB), the oldest numbers are gone (counted), and the
+    newest are all there."""
+    _, payloads = reference((EXAMPLE / "rules.sub").read_text())
+    state = tmp_path / "state"
+    bound, segment = 64 << 10, 16 << 10
+    broker = start_broker(topo, tmp_path, "--state", str(state), "--retain", "64KiB", "--segment-bytes", "16KiB")
+    try:
+        for _ in range(3):
+            send(topo, payloads[:-1], tmp_path)
+        wait_until(lambda: caught_up(topo), "the journal to reach the kernel's sequence numbers")
+        first = time.time()
+
+        def retained() -> bool:
+            svc = broker_stats(topo)["journal"]["service"]
+            return svc["updated"] > first and all(
+                s["bytes"] <= bound for s in svc["subscribers"].values())
+
+        wait_until(retained, "a status after the service applied its retention")
+        svc = broker_stats(topo)["journal"]["service"]
+    finally:
+        stop_broker(topo, broker)
+    dropped = 0
+    for sid, s in svc["subscribers"].items():
+        files = sorted((state / "journal" / sid).glob("*.seg"))
+        on_disk = sum(f.stat().st_size for f in files)
+        assert on_disk <= bound, f"subscriber {sid}: {on_disk} bytes on disk"
+        assert all(f.stat().st_size <= segment for f in files)  # (no message is longer than a segment)
+        journal = journal_files(state / "journal" / sid)
+        if journal:
+            assert min(journal) == s["first_seq"] and max(journal) == s["next_seq"] - 1
+            assert sorted(journal) == list(range(s["first_seq"], s["next_seq"]))
+        dropped += s["dropped_by_retention"]
+        assert s["dropped_by_retention"] == s["first_seq"] - 1
+    assert dropped > 0, "nothing was dropped: the bound was never reached"

@@ -247,21 +247,33 @@ class Journal:
         if seq > self.next_seq:
             self.skip(seq)
         now = time.time() if now is None else now
-        seg = self.segments[-1] if self.segments else None
-        if seg is None or seg.size >= self.segment_bytes or self._open_new or seg.session != session:
-            seg = self._new_segment(seq, session)
-            self._open_new = False
+        offs = np.frombuffer(offsets, dtype=np.uint64).astype(np.int64)
+        ends = np.append(offs[1:], len(blob))
+        i = 0
+        while i < count:  # a segment takes what keeps it within segment_bytes (at least one packet)
+            seg = self.segments[-1] if self.segments else None
+            if seg is None or seg.size >= self.segment_bytes or self._open_new or seg.session != session:
+                seg = self._new_segment(seq + i, session)
+                self._open_new = False
+            room = self.segment_bytes - seg.size + int(offs[i])
+            j = max(i + 1, int(np.searchsorted(ends, room, side="right")))
+            j = min(j, count)
+            if seg.size and j == i + 1 and ends[i] - offs[i] > self.segment_bytes - seg.size:
+                self._open_new = True  # the next packet does not fit here: a new segment
+                continue
+            self._write(seg, blob[int(offs[i]) : int(ends[j - 1])], offs[i:j] - offs[i], now)
+            i = j
+        self.next_seq = seq + count
+
+    @staticmethod
+    def _write(seg: Segment, blob: bytes, offsets, now: float) -> None:
+        """Append ``blob`` (packets at ``offsets`` from its start) to ``seg``."""
         written = os.write(seg.fd, blob)
         while written < len(blob):  # a short write to a regular file: write the rest
             written += os.write(seg.fd, blob[written:])
-        base = seg.size
-        if base:
-            seg.offsets.frombytes((np.frombuffer(offsets, dtype=np.uint64) + np.uint64(base)).tobytes())
-        else:
-            seg.offsets.extend(offsets)
-        seg.size = base + len(blob)
+        seg.offsets.frombytes((np.asarray(offsets, dtype=np.uint64) + np.uint64(seg.size)).tobytes())
+        seg.size += len(blob)
         seg.last_append = now
-        self.next_seq = seq + count
 
     # -- reading -------------------------------------------------------------------------------
 
