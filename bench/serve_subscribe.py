@@ -64,7 +64,12 @@ def teardown() -> None:
 class Client:
     """Requests over UDP from ``bind`` to the daemon at ``server`` (address, port); a reply may
     take ``timeout`` s (a lost datagram fails the run instead of hanging it).  Also used by
-    bench/serve_p4runtime.py."""
+    bench/serve_p4runtime.py.
+
+    The daemon's address proof (docs/serve.md): the client first gets a cookie (``RENEW 0`` sent
+    without one, padded to 24 bytes, is answered ``COOKIE <hex>``) and appends it to every request;
+    a ``COOKIE`` reply later (the cookie went stale: it lives 120 to 240 s) takes the place of the
+    reply to a request, which is then sent again with the new cookie."""
 
     def __init__(self, bind: str = CLIENT, server: tuple[str, int] = (DAEMON, PORT), timeout: float = 30):
         self.server = server
@@ -75,15 +80,34 @@ class Client:
         self.rng = random.Random(1)
         self.syms = ["".join(self.rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ") for _ in range(4)) for _ in range(2000)]
         self.live: list[int] = []
+        self.cookie: str | None = None
+        self.ask("RENEW 0")
 
     def line(self) -> str:
         sym = self.rng.choice(self.syms)
         return (f'SUBSCRIBE add_order.stock == "{sym}" and add_order.price > {self.rng.randint(1, 500)} '
                 f"TO {CLIENT}:{10000 + self.rng.randrange(256)}")
 
+    def send(self, line: str) -> None:
+        data = f"{line} COOKIE {self.cookie}" if self.cookie else line.ljust(24)
+        self.s.sendto(data.encode(), self.server)
+
     def reply(self) -> str:
+        """The next reply line; a new cookie is kept (and returned: the caller sends again)."""
         data, _ = self.s.recvfrom(65536)
-        return data.decode().strip()
+        r = data.decode().strip()
+        if r.startswith("COOKIE "):
+            self.cookie = r.split()[1]
+        return r
+
+    def ask(self, line: str) -> str:
+        """One request, sent again after a cookie reply; its reply."""
+        for _ in range(3):
+            self.send(line)
+            r = self.reply()
+            if not r.startswith("COOKIE "):
+                return r
+        raise SystemExit(f"{line}: the daemon keeps asking for a cookie")
 
     def pipelined(self, n: int, window: int = 64) -> float:
         """Send ``n`` SUBSCRIBEs with up to ``window`` in flight; returns requests per second."""
@@ -91,9 +115,12 @@ class Client:
         sent = done = 0
         while done < n:
             while sent < n and sent - done < window:
-                self.s.sendto(self.line().encode(), self.server)
+                self.send(self.line())
                 sent += 1
             r = self.reply()
+            if r.startswith("COOKIE "):
+                sent -= 1  # that request was not made: another one goes with the new cookie
+                continue
             if not r.startswith("SUBACK "):
                 raise SystemExit(f"unexpected reply: {r}")
             self.live.append(int(r.split()[1]))
@@ -103,24 +130,33 @@ class Client:
     def latency(self, n: int = 1000) -> list[float]:
         out = []
         for _ in range(n):
-            t0 = time.perf_counter()
-            self.s.sendto(self.line().encode(), self.server)
-            r = self.reply()
+            line = self.line()
+            while True:
+                t0 = time.perf_counter()
+                self.send(line)
+                r = self.reply()
+                if not r.startswith("COOKIE "):
+                    break
             out.append(time.perf_counter() - t0)
             sid = int(r.split()[1])
-            self.s.sendto(f"UNSUBSCRIBE {sid}".encode(), self.server)
-            assert self.reply() == f"UNSUBACK {sid}"
+            assert self.ask(f"UNSUBSCRIBE {sid}") == f"UNSUBACK {sid}"
         return out
 
     def unsubscribe(self, n: int, window: int = 64) -> None:
-        ids, sent, done = self.live[-n:], 0, 0
+        left = set(self.live[-n:])
         del self.live[-n:]
-        while done < len(ids):
-            while sent < len(ids) and sent - done < window:
-                self.s.sendto(f"UNSUBSCRIBE {ids[sent]}".encode(), self.server)
-                sent += 1
-            self.reply()
-            done += 1
+        while left:  # again for those whose request met a stale cookie
+            ids, sent, done = sorted(left), 0, 0
+            while done < len(ids):
+                while sent < len(ids) and sent - done < window:
+                    self.send(f"UNSUBSCRIBE {ids[sent]}")
+                    sent += 1
+                r = self.reply()
+                done += 1
+                if r.startswith("UNSUBACK "):
+                    left.discard(int(r.split()[1]))
+                elif not r.startswith("COOKIE "):
+                    raise SystemExit(f"unexpected reply: {r}")
 
 
 def client(levels: list[int], c: Client | None = None, samples: int = 1000, burst: int = 5000) -> None:

@@ -87,16 +87,17 @@ def out(doc) -> None:
 
 
 def subc_receiver(n: int, expected: int) -> None:
-    """n UDP sockets, each SUB market/#; counts MoldUDP64 messages (the header's count)."""
+    """n UDP sockets, each SUB market/# (with the broker's cookie exchange,
+    :class:`subc.traffic.topic_client.Control`); counts MoldUDP64 messages (the header's count)."""
+    from subc.traffic.topic_client import Control
+
     socks = []
     sel = selectors.DefaultSelector()
     for i in range(n):
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.setsockopt(socket.SOL_SOCKET, 33, 64 << 20)  # SO_RCVBUFFORCE
         s.bind((SUB_IP, 20000 + i))
-        s.settimeout(10)
-        s.sendto(f"SUB {FILTER}\n".encode(), (BRK_SUB_IP, SERVE_PORT))
-        reply = s.recv(4096).decode()
+        reply = Control((BRK_SUB_IP, SERVE_PORT), s).ask(f"SUB {FILTER}", timeout=10, retries=1)
         assert reply.startswith("SUBACK"), reply
         s.setblocking(False)
         sel.register(s, selectors.EVENT_READ)

@@ -7,7 +7,9 @@ map the test made; subscribers are UDP sockets on 127.0.0.1, .2 and .3 (the port
 behind switch ports 1, 2 and 3).  First each subscribes to the sentinel message (``--sentinel``
 condition), so that every port receives the sentinel packet and a batch is done when it arrived
 on every port.  Then for each request of ``--ops``: the request is sent and packets are sent
-(phase ``during``) until its reply arrives, then every packet once (phase ``after``).
+(phase ``during``) until its reply arrives, then every packet once (phase ``after``).  Requests
+carry the cookie the daemon gave each socket (docs/serve.md, "Address proof"): a ``COOKIE <hex>``
+reply makes the request go again with it, and a request without one is padded to 24 bytes.
 
 Writes one JSON object to ``--result``: ``sends`` [[send, packet index, phase, op]], ``arrivals``
 {port: [send, ...]}, ``live`` (after each op, the live subscriptions as [condition, port]) and
@@ -71,16 +73,25 @@ def main() -> None:
             socks[ip] = s
         live: dict[int, list] = {}
         ids: list[tuple[int, str]] = []
+        cookies: dict[str, str] = {}
+
+        def request(ip: str, line: str) -> None:
+            cookie = cookies.get(ip)
+            socks[ip].sendto((f"{line} COOKIE {cookie}" if cookie else line.ljust(24)).encode(), LISTEN)
 
         def ask(ip: str, line: str, op: int | None) -> str:
             """Send ``line``; with ``op``, packets flow (phase ``during``) until the reply."""
             s = socks[ip]
-            s.sendto(line.encode(), LISTEN)
+            request(ip, line)
             s.settimeout(0 if op is not None else args.timeout)
             k = 0
             while True:
                 try:
                     reply = s.recv(4096).decode().strip()
+                    if reply.startswith("COOKIE ") and cookies.get(ip) != reply.split()[1]:
+                        cookies[ip] = reply.split()[1]
+                        request(ip, line)
+                        continue
                     break
                 except BlockingIOError:
                     for j in range(BATCH):

@@ -5,7 +5,14 @@ Reads commands on stdin, one per line, and writes JSON lines on stdout:
 * ``bind <port>``: a UDP socket on 0.0.0.0:<port> for requests and deliveries; prints
   ``{"bound": port}``;
 * ``req <host> <port> <request line>``: sends the request from that socket; replies are printed as
-  ``{"reply": line}`` as they arrive;
+  ``{"reply": line}`` as they arrive.  The broker's address proof (docs/serve.md) is handled here:
+  a ``COOKIE <hex>`` reply is printed as ``{"cookie": hex}``, kept for that server and the last
+  request sent to it is sent again with `` COOKIE <hex>`` appended; every later request to it
+  carries the cookie; a request sent without a cookie is padded with spaces to 24 bytes (the
+  cookie reply's size, so that the broker may send it);
+* ``raw <host> <port> <request line>``: sends the line as it is (no cookie, no padding);
+* ``capture <port>``: another UDP socket on 0.0.0.0:<port> that only records what arrives: every
+  datagram as ``{"datagram": [source ip, source port, payload hex]}`` (a victim's view);
 * ``tcp <host> <port> <request line>``: one TCP connection, one request, prints each reply line
   (``{"tcp": line}``) up to the final one, then ``{"tcp_end": true}``;
 * ``send <host> <port> <hex payload>``: one UDP datagram (the publisher);
@@ -44,6 +51,34 @@ def parse_mold(data: bytes):
 
 SERVERS: set[tuple[str, int]] = set()  # where requests went: datagrams from there are replies
 FINAL = ("SUBACK", "SUBERR", "UNSUBACK", "ERR", "RENEWACK", "END", "PONG")
+MIN_REQUEST = 24  # bytes: "COOKIE <16 hex digits>\n", the broker's reply to an unproven request
+COOKIES: dict[tuple[str, int], str] = {}  # the cookie each server gave this socket's address
+LAST: dict[tuple[str, int], tuple[str, str | None]] = {}  # per server: the last request, its cookie
+LOCK = threading.Lock()
+
+
+def send_request(sock: socket.socket, server: tuple[str, int], line: str) -> None:
+    """``line`` to ``server``, with the server's cookie when there is one, else padded."""
+    with LOCK:
+        cookie = COOKIES.get(server)
+        LAST[server] = (line, cookie)
+    data = f"{line} COOKIE {cookie}" if cookie else line.ljust(MIN_REQUEST)
+    sock.sendto(data.encode(), server)
+
+
+def on_cookie(sock: socket.socket, server: tuple[str, int], line: str) -> bool:
+    """A ``COOKIE <hex>`` reply: keep the cookie and send the last request again with it (True);
+    False when that request already carried this cookie (the broker refused it: a reply)."""
+    cookie = line.split()[1] if len(line.split()) == 2 else ""
+    with LOCK:
+        last, used = LAST.get(server, (None, None))
+        if not cookie or used == cookie:
+            return False
+        COOKIES[server] = cookie
+    out({"cookie": cookie})
+    if last is not None:
+        send_request(sock, server, last)
+    return True
 
 
 def receiver(sock: socket.socket) -> None:
@@ -54,11 +89,22 @@ def receiver(sock: socket.socket) -> None:
             return
         if addr in SERVERS:
             for line in data.decode(errors="replace").splitlines():
+                if line.startswith("COOKIE ") and on_cookie(sock, addr, line):
+                    continue
                 out({"reply": line})
             continue
         m = parse_mold(data)
         if m is not None:
             out({"mold": m})
+
+
+def capture(sock: socket.socket) -> None:
+    while True:
+        try:
+            data, addr = sock.recvfrom(65536)
+        except OSError:
+            return
+        out({"datagram": [addr[0], addr[1], data.hex()]})
 
 
 def main() -> None:
@@ -72,8 +118,18 @@ def main() -> None:
             sock.bind(("0.0.0.0", int(parts[1])))
             threading.Thread(target=receiver, args=(sock,), daemon=True).start()
             out({"bound": int(parts[1])})
+        elif cmd == "capture":
+            cap = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            cap.bind(("0.0.0.0", int(parts[1])))
+            threading.Thread(target=capture, args=(cap,), daemon=True).start()
+            out({"capturing": int(parts[1])})
         elif cmd == "req":
             SERVERS.add((parts[1], int(parts[2])))
+            send_request(sock, (parts[1], int(parts[2])), parts[3])
+        elif cmd == "raw":
+            SERVERS.add((parts[1], int(parts[2])))
+            with LOCK:
+                LAST.pop((parts[1], int(parts[2])), None)  # a cookie reply to it is printed, nothing resent
             sock.sendto(parts[3].encode(), (parts[1], int(parts[2])))
         elif cmd == "tcp":
             with socket.create_connection((parts[1], int(parts[2])), timeout=60) as c:

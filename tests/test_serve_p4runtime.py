@@ -57,17 +57,25 @@ ops = st.lists(st.one_of(st.tuples(st.just("sub"), st.sampled_from(sorted(SOURCE
 
 
 class Client:
-    """A subscriber on loopback address ``ip`` (UDP requests, one reply each)."""
+    """A subscriber on loopback address ``ip`` (UDP requests, one reply each; the daemon's cookie
+    kept and appended, a request sent again after a ``COOKIE`` reply, docs/serve.md)."""
 
     def __init__(self, ip: str, server: tuple[str, int]):
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind((ip, 0))
         self.sock.settimeout(60)
         self.server = server
+        self.cookie = None
 
     def ask(self, line: str) -> str:
-        self.sock.sendto(line.encode(), self.server)
-        return self.sock.recv(4096).decode().strip()
+        for _ in range(3):
+            cookie = self.cookie
+            self.sock.sendto((f"{line} COOKIE {cookie}" if cookie else line.ljust(24)).encode(), self.server)
+            reply = self.sock.recv(4096).decode().strip()
+            if not reply.startswith("COOKIE ") or reply.split()[1] == cookie:
+                return reply
+            self.cookie = reply.split()[1]
+        return reply
 
 
 def _program(tmp, spec, order):

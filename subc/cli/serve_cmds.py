@@ -141,6 +141,33 @@ def parse_ports(text: str) -> list[int]:
 )
 @click.option("--xdp-mode", type=click.Choice(["auto", "native", "generic"]), default="auto", show_default=True)
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info", show_default=True)
+@click.option(
+    "--journal",
+    is_flag=True,
+    help="journal every copy sent (under STATE/journal/ with --state, else in memory): MoldUDP64 "
+    "re-requests with --rerequest, SoupBinTCP users with --soup (docs/recovery.md)",
+)
+@click.option(
+    "--journal-pages",
+    type=click.IntRange(1, 1 << 20),
+    default=4096,
+    show_default=True,
+    help="the journal's ring buffer, in 4 KiB pages (a power of 2)",
+)
+@click.option("--retain", metavar="SECONDS|BYTES", help="keep each stream's journal within this age and/or size")
+@click.option(
+    "--segment-bytes", metavar="BYTES", default="64MiB", show_default=True, help="size of a journal segment file"
+)
+@click.option("--rerequest", metavar="ADDR:PORT", help="serve MoldUDP64 re-requests on this UDP address")
+@click.option(
+    "--rerequest-rate", type=float, default=100.0, show_default=True, help="re-requests per second per source host"
+)
+@click.option(
+    "--soup",
+    metavar="ADDR:PORT",
+    help="serve SoupBinTCP 4.1 on this TCP address: the ACL's [[login]] users, each its own "
+    "stream; requests as Unsequenced Data",
+)
 @limit_options
 def serve_cmd(
     spec_path: str,
@@ -162,6 +189,13 @@ def serve_cmd(
     capacity: int,
     xdp_mode: str,
     log_level: str,
+    journal: bool,
+    journal_pages: int,
+    retain: str | None,
+    segment_bytes: str,
+    rerequest: str | None,
+    rerequest_rate: float,
+    soup: str | None,
     max_rules: int,
     max_states: int,
 ) -> None:
@@ -203,6 +237,25 @@ def serve_cmd(
             order = json.loads((Path(program) / "serve.json").read_text())["field_order"]
         else:
             order = default_field_order(spec)
+        if (rerequest or soup or retain) and not journal:
+            raise SubcError("--rerequest, --soup and --retain need --journal")
+        if journal and p4rt:
+            raise SubcError("--journal: a P4 switch's copies do not pass through this host (eBPF only)")
+        journal_options = None
+        if journal:
+            from pathlib import Path
+
+            from ..recovery.retention import Retention, parse_bytes, parse_retention
+            from ..recovery.service import ServiceOptions
+
+            journal_options = ServiceOptions(
+                state=Path(state_dir) if state_dir else None,
+                retention=parse_retention(retain) if retain else Retention(),
+                segment_bytes=parse_bytes(segment_bytes, "--segment-bytes"),
+                rerequest=ip_port(rerequest) if rerequest else None,
+                rate=rerequest_rate,
+                soup=ip_port(soup) if soup else None,
+            )
         cfg = ServeConfig(
             spec,
             iface or "",
@@ -217,6 +270,8 @@ def serve_cmd(
             limits_of(max_rules, max_states),
             xdp_mode,
             switch=switch,
+            journal=journal_options,
+            journal_pages=journal_pages if journal else 0,
         )
         daemon = Daemon(cfg)
         daemon.start()

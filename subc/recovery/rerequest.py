@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import SubcError
-from ..serve.acl import RateLimiter
+from ..ratelimit import RateLimiter
 from ..wire.moldudp64 import HEADER_LEN, encode_packet
 from ..wire.moldudp64_request import decode_request, encode_cookie
 from .cookies import Cookies

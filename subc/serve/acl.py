@@ -15,6 +15,10 @@ The ACL file (TOML, ``--acl``) grants more and sets the limits::
     token = "s3cret"
     to = ["192.0.2.0/24"]
 
+    [[login]]                           # a SoupBinTCP user (subc serve --journal --soup): its own
+    user = "alice"                      # stream soup:alice; 1 to 6 and 1 to 10 printable characters
+    password = "s3cret"                 # without spaces (SoupBinTCP 4.1 Login Request)
+
 Errors: :class:`~subc.errors.SubcError` with the file's path for a malformed file.
 """
 
@@ -22,7 +26,6 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,23 +47,55 @@ class Grant:
 
 @dataclass
 class Acl:
+    """The grants, the per-source limits and the SoupBinTCP logins (user -> password)."""
+
     grants: list[Grant] = field(default_factory=list)
     subs_per_source: int = DEFAULT_SUBS_PER_SOURCE
     requests_per_second: float = DEFAULT_REQUESTS_PER_SECOND
+    logins: dict[str, str] = field(default_factory=dict)
+
+    def check_login(self, user: str, password: str) -> bool:
+        """Whether a ``[[login]]`` has ``user`` and ``password`` (compared in constant time)."""
+        known = self.logins.get(user)
+        return known is not None and hmac.compare_digest(known.encode(), password.encode())
 
     def may_send_to(self, source_ip: str, to_ip: str, token: str | None) -> bool:
-        """Whether a request from ``source_ip`` (with ``token``) may direct deliveries to ``to_ip``."""
+        """Whether a request from ``source_ip`` (with ``token``) may direct deliveries to ``to_ip``
+        (a source that is no IPv4 address, a SoupBinTCP user's ``soup:<user>``, has only the
+        token grants)."""
         if to_ip == source_ip:
             return True
-        src, dst = ipaddress.IPv4Address(source_ip), ipaddress.IPv4Address(to_ip)
+        try:
+            dst = ipaddress.IPv4Address(to_ip)
+        except ValueError:
+            return False
+        try:
+            src: ipaddress.IPv4Address | None = ipaddress.IPv4Address(source_ip)
+        except ValueError:
+            src = None
         for g in self.grants:
-            if g.source is not None and src not in g.source:
+            if g.source is not None and (src is None or src not in g.source):
                 continue
             if g.token is not None and (token is None or not hmac.compare_digest(g.token, token)):
                 continue
             if any(dst in net for net in g.to):
                 return True
         return False
+
+    def token_grants(self, token: str, to_ip: str) -> bool:
+        """Whether a grant of ``token`` (a ``token`` grant, not a ``source`` one) lets requests
+        direct deliveries to ``to_ip``: such a request needs no address proof (the token is the
+        proof, :mod:`.proof`)."""
+        try:
+            dst = ipaddress.IPv4Address(to_ip)
+        except ValueError:
+            return False
+        return any(
+            g.token is not None
+            and hmac.compare_digest(g.token.encode(), token.encode())
+            and any(dst in net for net in g.to)
+            for g in self.grants
+        )
 
 
 def load_acl(path: str | Path | None) -> Acl:
@@ -88,6 +123,15 @@ def load_acl(path: str | Path | None) -> Acl:
                     str(g["token"]) if "token" in g else None,
                 )
             )
+        for i, lg in enumerate(doc.get("login", [])):
+            user, password = lg.get("user"), lg.get("password")
+            if set(lg) != {"user", "password"} or not _soup_field(user, 6) or not _soup_field(password, 10):
+                raise ValueError(
+                    f"login {i + 1}: 'user' (1 to 6) and 'password' (1 to 10 printable characters, no spaces)"
+                )
+            if user in acl.logins:
+                raise ValueError(f"login {i + 1}: user {user!r} appears twice")
+            acl.logins[user] = password
     except (ValueError, TypeError) as e:
         raise SubcError(f"{path}: {e}") from None
     if acl.subs_per_source < 1 or acl.requests_per_second <= 0:
@@ -95,21 +139,5 @@ def load_acl(path: str | Path | None) -> Acl:
     return acl
 
 
-class RateLimiter:
-    """Token buckets per source address: ``rate`` requests per second, burst ``rate``."""
-
-    def __init__(self, rate: float, clock=time.monotonic):
-        self.rate, self.clock = rate, clock
-        self.buckets: dict[str, tuple[float, float]] = {}
-
-    def allow(self, source: str) -> bool:
-        now = self.clock()
-        tokens, last = self.buckets.get(source, (self.rate, now))
-        tokens = min(self.rate, tokens + (now - last) * self.rate)
-        if tokens < 1.0:
-            self.buckets[source] = (tokens, now)
-            return False
-        self.buckets[source] = (tokens - 1.0, now)
-        if len(self.buckets) > 100_000:  # forget the idle (full) buckets
-            self.buckets = {k: v for k, v in self.buckets.items() if v[0] < self.rate}
-        return True
+def _soup_field(v: object, most: int) -> bool:
+    return isinstance(v, str) and 1 <= len(v) <= most and all("!" <= ch <= "~" for ch in v)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..lang.limits import DEFAULT_LIMITS, Limits
+from ..recovery.service import ServiceOptions
 from ..spec.model import Spec
 from .acl import Acl
 from .endpoints import resolve
@@ -29,7 +30,8 @@ class SwitchOptions:
 @dataclass
 class ServeConfig:
     """``subc serve``'s options: ``listen`` and ``metrics`` as (address, port), ``lease`` in s
-    (None: subscriptions do not expire), ``capacity`` in subscriptions."""
+    (None: subscriptions do not expire), ``capacity`` in subscriptions; ``journal``: the
+    recovery service's options (docs/recovery.md) with the feed's ring of ``journal_pages``."""
 
     spec: Spec
     iface: str
@@ -45,3 +47,5 @@ class ServeConfig:
     xdp_mode: str = "auto"
     resolver: Callable = resolve
     switch: SwitchOptions | None = None  # deliver through a P4 switch over P4Runtime instead of on iface
+    journal: ServiceOptions | None = None  # journal every copy (the recovery service: re-requests, SoupBinTCP)
+    journal_pages: int = 0  # the journal feed's ring buffer (4 KiB pages)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import gc
 import logging
 import queue
+import re
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, cast
@@ -41,10 +42,12 @@ from ..dataplane.live_broker import LiveBroker
 from ..errors import SubcError
 from ..ir.incremental import LiveDiagram
 from ..lang.rules import parse_rules
+from ..recovery.metrics import RecoveryCollector
+from ..recovery.service import RecoveryService
 from .book import Live, SubscriptionBook
 from .config import ServeConfig, SwitchOptions
 from .dataplane import ROOT_SLOTS, DataPlane, open_dataplane
-from .endpoints import EndpointTable
+from .endpoints import SOUP_PREFIX, EndpointTable, is_soup
 from .events import JsonFormatter, event  # noqa: F401 (JsonFormatter: part of this module's names)
 from .metrics import Metrics
 from .network import Pending, RequestListener
@@ -60,6 +63,14 @@ if TYPE_CHECKING:
     from .port_map import PortEndpoints
 
 RULES_SOURCE = "rules-file"  # the source of --rules subscriptions
+SOUP_TO = re.compile(r"\s+TO\s+soup:([!-~]{1,6})\s*\Z", re.IGNORECASE)  # --rules: a SoupBinTCP user's stream
+
+
+def stream_key(ep: tuple[str, int]) -> str:
+    """The journal's stream key of an endpoint: ``IP:PORT``, or ``soup:<user>``."""
+    return ep[0] if is_soup(ep[0]) else f"{ep[0]}:{ep[1]}"
+
+
 RESTORE_BATCH = 5000  # stored subscriptions per change at start
 GC_YOUNG = 100_000  # allocations between collections of the youngest generation
 
@@ -83,6 +94,7 @@ class Daemon:
         self.metrics = Metrics(cfg.metrics)
         self.listener: RequestListener | None = None
         self.started = threading.Event()
+        self.recovery: RecoveryService | None = None  # with cfg.journal: the journal's service
 
     @property
     def port(self) -> int:
@@ -158,8 +170,12 @@ class Daemon:
         cfg = self.cfg
         self.sw = None
         self.dp: DataPlane = open_dataplane(
-            cfg.spec, cfg.iface, cfg.field_order, cfg.capacity, cfg.state_dir, cfg.xdp_mode
+            cfg.spec, cfg.iface, cfg.field_order, cfg.capacity, cfg.state_dir, cfg.xdp_mode, cfg.journal_pages
         )
+        if cfg.journal is not None:
+            assert self.dp.home is not None  # an eBPF data plane has its home
+            self.recovery = RecoveryService(self.dp.home, cfg.journal, self._soup_login, self._soup_request)
+            self.metrics.registry.register(RecoveryCollector(self.recovery))
         self.store = Store(cfg.state_dir)
         self._topics()
         fields = [cfg.spec.query_fields[f] for f in cfg.field_order]
@@ -167,7 +183,15 @@ class Daemon:
         writer = self.writer = LiveMaps(self.dp.maps, self.dp.doc.stages, self.dp.caps, ROOT_SLOTS)
         self.broker = LiveBroker(self.diagram, writer, grace_waiter(self.dp.maps))
         known = self.store.endpoints()
-        endpoints = self.endpoints = EndpointTable(self.dp.maps, known, cfg.resolver)
+        on_number = None
+        if self.recovery is not None:
+            recovery = self.recovery
+
+            def on_number(sid: int, ep: tuple[str, int], fresh: bool) -> None:
+                addrs = [] if is_soup(ep[0]) else [ep]
+                recovery.bind(sid, stream_key(ep), addrs, fresh=fresh)
+
+        endpoints = self.endpoints = EndpointTable(self.dp.maps, known, cfg.resolver, on_number)
         self._held = []
         self.adopted = self.dp.adopted
         if not self.dp.adopted:
@@ -223,12 +247,16 @@ class Daemon:
         def reclaimer() -> None:
             reclaim_forever(self.stopping, self.work, self.store, self.broker, self.endpoints, self.writer.root_slots)
 
-        for name, fn in (
+        threads: list[tuple[str, Callable[[], None]]] = [
             ("network", self.listener.run),
             ("updater", self.updater.run),
             ("reclaimer", reclaimer),
             ("lease", self._lease_timer),
-        ):
+        ]
+        if self.recovery is not None:
+            recovery = self.recovery
+            threads.append(("journal", lambda: recovery.run(self.stopping)))
+        for name, fn in threads:
             t = threading.Thread(target=fn, name=f"subc-{name}", daemon=True)
             t.start()
             self.threads.append(t)
@@ -314,21 +342,52 @@ class Daemon:
 
     def _rules_file(self, path: str) -> list[Stored]:
         """``--rules``: subscriptions made at every start and never stored nor removable by a
-        request: one per line, ``<condition> TO <ip>:<port>`` (# comments)."""
+        request: one per line, ``<condition> TO <ip>:<port>`` or ``<condition> TO soup:<user>``
+        (a SoupBinTCP user's stream, with ``--soup``) (# comments)."""
         out = []
         for n, line in enumerate(Path(path).read_text().splitlines(), 1):
             if not line.strip() or line.lstrip().startswith(("#", "//")):
                 continue
+            soup = SOUP_TO.search(line)
             try:
-                req = parse_request(("SUBSCRIBE " + line).encode(), self.cfg.spec, self.cfg.limits)
+                text = line[: soup.start()] if soup else line
+                req = parse_request(("SUBSCRIBE " + text).encode(), self.cfg.spec, self.cfg.limits)
             except ProtocolError as e:
                 raise SubcError(f"{path}:{n}:{max(1, e.column - 10)}: error: {e.message}") from None
-            if req.to is None:
-                raise SubcError(f"{path}:{n}:1: error: a subscription of --rules needs TO <ip>:<port>")
+            if soup is not None:
+                if self.recovery is None or self.recovery.soup is None:
+                    raise SubcError(f"{path}:{n}:{soup.start() + 2}: error: TO soup:<user> needs --journal and --soup")
+                to = (SOUP_PREFIX + soup.group(1), 0)
+            elif req.to is None:
+                raise SubcError(
+                    f"{path}:{n}:1: error: a subscription of --rules needs TO <ip>:<port> or TO soup:<user>"
+                )
+            else:
+                to = req.to
             sid = self.next_id
             self.next_id += 1
-            out.append(Stored(sid, req.text, req.to[0], req.to[1], RULES_SOURCE, None))
+            out.append(Stored(sid, req.text, to[0], to[1], RULES_SOURCE, None))
         return out
+
+    # -- SoupBinTCP users (--journal --soup) ---------------------------------------------------------
+
+    def _soup_login(self, user: str, password: str) -> str | None:
+        """The stream key of a SoupBinTCP login the ACL grants (``[[login]]``), or None."""
+        return SOUP_PREFIX + user if self.cfg.acl.check_login(user, password) else None
+
+    def _soup_request(self, key: str, payload: bytes) -> None:
+        """A logged-in SoupBinTCP user's Unsequenced Data: one or more request lines of the
+        control protocol, made for its own stream; replies go back as Unsequenced Data."""
+        recovery = self.recovery
+        assert recovery is not None
+
+        def reply(line: str) -> None:
+            recovery.soup_reply(key, line.encode() + b"\n")
+
+        if self.listener is None or not self.started.is_set():
+            reply("ERR the broker is starting: send the request again")
+            return
+        self.listener.submit(payload, (key, 0), reply)
 
     def stop(self) -> None:
         """Stop the threads and close the sockets and the store (the data path stays loaded)."""
@@ -339,6 +398,8 @@ class Daemon:
             t.join(timeout=5)
         if self.listener is not None:
             self.listener.close()
+        if self.recovery is not None:
+            self.recovery.close()
         self.metrics.close()
         self.store.close()
         if self.sw is not None:

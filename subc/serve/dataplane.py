@@ -20,7 +20,8 @@ from ..spec.model import Spec
 from ..errors import SubcError
 from ..dataplane.ebpf import attach
 from ..dataplane.ebpf.bpf import Map, prog_info
-from ..dataplane.ebpf.broker import LoadedFilter, ifindex_of
+from ..dataplane.ebpf.broker import LoadedFilter, check_journal, ifindex_of, journal_maps, journal_state_maps
+from ..dataplane.ebpf.subscribers import Subscribers
 from ..dataplane.ebpf.broker_state import claim_home, pinned_maps, read_state, write_state
 from ..dataplane.ebpf.broker_home import BrokerHome, broker_home, home_lock
 
@@ -71,11 +72,19 @@ class DataPlane:
 
 
 def open_dataplane(
-    spec: Spec, iface: str, order: list[str], capacity: int, state_dir: str | None, xdp_mode: str = "auto"
+    spec: Spec,
+    iface: str,
+    order: list[str],
+    capacity: int,
+    state_dir: str | None,
+    xdp_mode: str = "auto",
+    journal_pages: int = 0,
 ) -> DataPlane:
-    """Adopt the data path ``subc serve`` left on ``iface`` (same spec text, field order and
-    capacity), or load a new one.  Raises SubcError when ``iface`` runs something else (a rule
-    set of ``subc load``, another spec or order: unload first) or the program cannot be loaded."""
+    """Adopt the data path ``subc serve`` left on ``iface`` (same spec text, field order,
+    capacity and journal feed), or load a new one (with ``journal_pages``, the journal feed:
+    :func:`~subc.dataplane.ebpf.broker.cflags`; its maps are in :attr:`DataPlane.maps`).  Raises
+    SubcError when ``iface`` runs something else (a rule set of ``subc load``, another spec or
+    order: unload first) or the program cannot be loaded."""
     from ..backends.ebpf.program import live_program
 
     spec_hash = hashlib.sha256(Path(spec.path).read_bytes()).hexdigest()
@@ -88,8 +97,14 @@ def open_dataplane(
             except SubcError:
                 state = None  # stale (its namespace or interface is gone): claim_home clears it
         if state is not None:
-            want = {"mode": "serve", "spec_sha256": spec_hash, "field_order": order, "capacity": capacity}
-            have = {k: state.get(k) for k in want}
+            want = {
+                "mode": "serve",
+                "spec_sha256": spec_hash,
+                "field_order": order,
+                "capacity": capacity,
+                "journal_pages": journal_pages,
+            }
+            have = {k: state.get(k, 0 if k == "journal_pages" else None) for k in want}
             if have != want:
                 diff = ", ".join(f"{k} {have[k]!r} (now {want[k]!r})" for k in want if have[k] != want[k])
                 raise SubcError(f"{iface} runs a data path loaded with {diff}: run subc unload --iface {iface} first")
@@ -99,8 +114,11 @@ def open_dataplane(
         doc, src, _ = live_program(spec, order)
         caps = serve_caps(doc, capacity)
         ifindex = ifindex_of(iface)
-        lf = LoadedFilter.build(doc, src, None, min_caps=caps, max_endpoints=1)
-        attach.pin_and_attach(lf.program, lf.maps, home, ifindex, xdp_mode)
+        if journal_pages:
+            check_journal(doc, Subscribers(), journal_pages)
+        lf = LoadedFilter.build(doc, src, None, min_caps=caps, max_endpoints=1, journal_pages=journal_pages)
+        jmaps = journal_maps(lf)
+        attach.pin_and_attach(lf.program, {**lf.maps, **jmaps}, home, ifindex, xdp_mode)
         try:
             attach.check_data_path(lf.program, lf.maps, home, ifindex, [])
             info = {"xdp": prog_info(lf.program.xdp.fd), "tc": prog_info(lf.program.tc.fd)}
@@ -126,8 +144,14 @@ def open_dataplane(
                 "subscriber_names": {},
                 "leaves": {},
                 "maps": {
-                    m.name: {"key": m.key.size, "value": lf.maps[m.name].value_size, "type": m.type} for m in doc.maps
+                    **{
+                        m.name: {"key": m.key.size, "value": lf.maps[m.name].value_size, "type": m.type}
+                        for m in doc.maps
+                    },
+                    **journal_state_maps(journal_pages),
                 },
+                "journal_pages": journal_pages,
+                "journal": {"pages": journal_pages, "bytes": journal_pages * 4096} if journal_pages else None,
                 "loaded_at": time.time(),
                 "links": [],
                 "fanout": {"enabled": False, "reason": "subc serve"},
@@ -137,4 +161,5 @@ def open_dataplane(
             attach.remove(home)
             lf.close()
             raise
-        return DataPlane(iface, lf.maps, doc, lf.caps, False, lf, home)
+        maps = {**lf.maps, **{n: m for n, m in jmaps.items() if n != MN.JNL}}
+        return DataPlane(iface, maps, doc, lf.caps, False, lf, home)

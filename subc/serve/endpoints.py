@@ -7,6 +7,11 @@ A number is written before the first change that delivers to it, and it is reuse
 the change that removed its last subscription has passed a grace period (no datagram can still
 be classified to it), so a new endpoint never receives an old endpoint's messages.
 
+An endpoint ``soup:<user>`` (port 0) is a SoupBinTCP user's stream: its number has no
+``subc_eps`` entry, it is marked in ``subc_jnl_only`` and its copies are journaled, not sent
+(``subc serve --journal --soup``).  ``on_number`` (the journal's :meth:`bind`) hears of every
+number given to an endpoint, before any change delivers to it.
+
 The next hop of an endpoint is found as the kernel would: the route to its address (pyroute2
 ``route get``) gives the interface and gateway, the neighbour table the next hop's MAC address;
 a missing neighbour entry is resolved by sending one empty UDP datagram to the discard port (9)
@@ -19,6 +24,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from ..backends.ebpf import map_names as MN
 from ..backends.ebpf import layout as L
@@ -80,6 +86,15 @@ def resolve(ip: str, port: int, sid: int = 0) -> Endpoint:
     return Endpoint(sid, ip, port, mac, iface, oif, src_mac, src_ip)
 
 
+#: The endpoint address of a SoupBinTCP user's stream: ``soup:<user>`` (its port is 0).
+SOUP_PREFIX = "soup:"
+
+
+def is_soup(ip: str) -> bool:
+    """Whether an endpoint address names a SoupBinTCP user's stream (``soup:<user>``)."""
+    return ip.startswith(SOUP_PREFIX)
+
+
 @dataclass
 class _Entry:
     sid: int
@@ -94,8 +109,16 @@ class EndpointTable:
     Not thread-safe: the daemon's updater thread owns it (:meth:`drained` runs in the
     reclaimer thread under the same lock as the broker's changes)."""
 
-    def __init__(self, maps: dict[str, Map], known: dict[tuple[str, int], int] | None = None, resolver=resolve):
+    def __init__(
+        self,
+        maps: dict[str, Map],
+        known: dict[tuple[str, int], int] | None = None,
+        resolver=resolve,
+        on_number: Callable[[int, tuple[str, int], bool], None] | None = None,
+    ):
         self.maps, self.resolver = maps, resolver
+        self.on_number = on_number  # (sid, endpoint, fresh): the journal binds the number's stream
+        self.journal_only: set[int] = set()  # numbers of SoupBinTCP endpoints (soup:<user>)
         self.by_ep: dict[tuple[str, int], _Entry] = {}
         self.known = dict(known or {})
         used = set(self.known.values())
@@ -135,7 +158,8 @@ class EndpointTable:
                     )
                 sid = self.free.pop()
             try:
-                self._write(self.resolver(ep[0], ep[1], sid), restart)
+                target = Endpoint(sid, ep[0], 0, "", "") if is_soup(ep[0]) else self.resolver(ep[0], ep[1], sid)
+                self._write(target, restart)
             except BaseException:
                 self.free.append(sid)
                 raise
@@ -189,12 +213,33 @@ class EndpointTable:
     def _write(self, ep: Endpoint, restart: bool = False) -> None:
         sid = ep.subscriber
         key = L.U32.pack(v=sid)
-        self.maps[MN.EPS].update(key, endpoint_value(ep))
-        self.maps[MN.SUBS].update(key, L.sub_struct(1).pack(count=1, ep=[sid]))
-        if restart:
+        if is_soup(ep.ip):  # no endpoint: its copies are journaled, not sent
+            self.maps[MN.SUBS].update(key, L.sub_struct(1).pack(count=0, ep=[0]))
+            self._journal_only(sid, True)
+        else:
+            self.maps[MN.EPS].update(key, endpoint_value(ep))
+            self.maps[MN.SUBS].update(key, L.sub_struct(1).pack(count=1, ep=[sid]))
+            self._journal_only(sid, False)
+        if not restart:
+            self.maps[MN.SEQ].update(key, L.U64.pack(v=1))
+            self.maps[MN.SUB_CNT].update(key, L.SUB_COUNTER.pack())  # on every CPU
+        if self.on_number is not None:
+            self.on_number(sid, (ep.ip, ep.port), not restart)
+
+    def _journal_only(self, sid: int, on: bool) -> None:
+        """Mark ``sid`` journal-only (``subc_jnl_only``) or not."""
+        was = sid in self.journal_only
+        if on == was:
             return
-        self.maps[MN.SEQ].update(key, L.U64.pack(v=1))
-        self.maps[MN.SUB_CNT].update(key, L.SUB_COUNTER.pack())  # on every CPU
+        if on:
+            self.journal_only.add(sid)
+        else:
+            self.journal_only.discard(sid)
+        if MN.JNL_ONLY not in self.maps:
+            if on:
+                raise SubcError("a SoupBinTCP endpoint needs the journal feed (subc serve --journal --soup)")
+            return
+        self.maps[MN.JNL_ONLY].update(L.U32.pack(v=0), L.SUBSET.pack(subs=subscriber_words(sorted(self.journal_only))))
 
     def _everyone(self) -> None:
         """``subc_all[0]``: every endpoint with a subscription (heartbeats go to them)."""

@@ -3,7 +3,10 @@
 Each daemon has its own registry (several daemons may run in one process in tests):
 
 * ``subc_serve_requests_total{verb, result}``: requests by verb and outcome (ok, error, denied,
-  limit, rate_limited);
+  limit, rate_limited, unproven: a UDP request from a source that has not proven its address);
+* ``subc_serve_address_proof_total{event}``: the address proof of UDP requests (:mod:`.proof`):
+  proven_cookie, proven_token, bad_cookie, requests_unproven, cookies_sent, pings_unproven,
+  too_short_unproven, unproven_unanswered;
 * ``subc_serve_suback_seconds``: from a SUBSCRIBE's arrival to its SUBACK (the data plane
   already updated and the store committed), a histogram;
 * ``subc_serve_changes_total``: changes applied to the data plane (each one root switch);
@@ -27,6 +30,9 @@ class Metrics:
     def __init__(self, listen: tuple[str, int] | None = None):
         self.registry = r = CollectorRegistry()
         self.requests = Counter("subc_serve_requests", "requests by verb and outcome", ["verb", "result"], registry=r)
+        self.proof = Counter(
+            "subc_serve_address_proof", "address proof of UDP requests (cookies), by event", ["event"], registry=r
+        )
         self.suback = Histogram(
             "subc_serve_suback_seconds",
             "SUBSCRIBE arrival to SUBACK (data plane updated), s",

@@ -1,12 +1,15 @@
 """The network thread of ``subc serve``: requests read from UDP datagrams and TCP lines
-(:mod:`.protocol`), the per-source request rate enforced (:class:`.acl.RateLimiter`: one complaint
-per source per second, never more bytes back than a request brought), conditions parsed (with the
-shapes of earlier ones, :class:`~subc.lang.rule_shapes.ShapeCache`) and their regions built
+(:mod:`.protocol`), the per-source request rate enforced (:class:`subc.ratelimit.RateLimiter`: one complaint
+per source per second, over UDP only to a source that proved its address), UDP requests from
+sources that have not proven their address answered with a cookie and dropped (:mod:`.proof`: no
+reflection, no amplification), conditions parsed (with the shapes of earlier ones,
+:class:`~subc.lang.rule_shapes.ShapeCache`) and their regions built
 (:meth:`~subc.ir.incremental.LiveDiagram.region`, in a universe of their own: safe beside the
 updater), then queued as :class:`Pending` for the updater (:mod:`.updater`)."""
 
 from __future__ import annotations
 
+import collections
 import queue
 import select
 import selectors
@@ -19,9 +22,11 @@ from typing import Callable, cast
 from ..errors import SubcError
 from ..ir.incremental import LiveDiagram, Node
 from ..lang.rule_shapes import ShapeCache
-from .acl import RateLimiter
+from ..recovery.cookies import Cookies
+from ..ratelimit import RateLimiter
 from .config import ServeConfig
 from .metrics import Metrics
+from .proof import AddressProof
 from .protocol import MAX_LINE, ProtocolError, Request, parse_requests
 
 UDP_RCVBUF = 16 << 20  # bytes
@@ -90,7 +95,9 @@ def request_region(diagram: LiveDiagram, req: Request, reply: Callable[[str], No
 class RequestListener:
     """The network thread for ``cfg``: :meth:`open` binds the UDP and TCP sockets of
     ``cfg.listen`` (SubcError when it cannot), :meth:`run` reads requests until ``stopping`` and
-    puts them on ``out``; ``depth``: the topic levels (None: the spec has no topics)."""
+    puts them on ``out``; ``depth``: the topic levels (None: the spec has no topics); ``cookies``
+    and ``clock`` (seconds; the rate limiter's) for tests.  ``counters``: the address proof's events
+    (:data:`.proof.EVENTS`) and ``rate_limited``."""
 
     def __init__(
         self,
@@ -100,14 +107,23 @@ class RequestListener:
         metrics: Metrics,
         out: queue.Queue,
         stopping: threading.Event,
+        cookies: Cookies | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self.cfg, self.diagram, self.depth, self.metrics = cfg, diagram, depth, metrics
         self.queue, self.stopping = out, stopping
-        self.limiter = RateLimiter(cfg.acl.requests_per_second)
+        self.clock = clock
+        self.limiter = RateLimiter(cfg.acl.requests_per_second, clock)
+        self.proof = AddressProof(cfg.acl, cookies, self._proof_event)
+        self.counters = self.proof.counters
         self.complained: dict[str, float] = {}
         self.shapes = ShapeCache(cfg.spec, cfg.limits)  # this thread's: conditions parse without Lark
         self.sockets: list[socket.socket] = []
         self.port = 0
+        self._inbox: collections.deque = collections.deque()  # submit()ted lines for this thread
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
 
     def open(self) -> int:
         """Bind the UDP and TCP sockets of ``listen`` (:func:`bind_udp_tcp`); the port."""
@@ -122,12 +138,36 @@ class RequestListener:
         """Close the sockets (after the thread ended)."""
         for s in self.sockets:
             s.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    def submit(self, payload: bytes, source: tuple[str, int], reply: Callable[[str], None]) -> None:
+        """Hand request lines that came another way (a SoupBinTCP user's Unsequenced Data:
+        ``source`` is ``("soup:<user>", 0)``, proven by its TCP connection and login) to this
+        thread, which parses and queues them as it does a TCP peer's.  Thread-safe."""
+        self._inbox.append((payload, source, reply))
+        try:
+            self._wake_w.send(b"\0")
+        except BlockingIOError:  # the thread has wake-ups pending already
+            pass
+
+    def _submitted(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except BlockingIOError:
+            pass
+        while self._inbox:
+            payload, source, reply = self._inbox.popleft()
+            lines = [raw for raw in payload.split(b"\n") if raw.strip()]
+            self._requests([(raw, source, reply) for raw in self._allowed(lines, source, reply, None)])
 
     def run(self) -> None:
         """The thread's loop, until ``stopping``: read requests and queue them."""
         sel = selectors.DefaultSelector()
         sel.register(self.udp, selectors.EVENT_READ, "udp")
         sel.register(self.tcp, selectors.EVENT_READ, "accept")
+        sel.register(self._wake_r, selectors.EVENT_READ, "submitted")
         conns: dict[socket.socket, bytearray] = {}
         while not self.stopping.is_set():
             for key, _ in sel.select(timeout=0.2):
@@ -148,10 +188,10 @@ class RequestListener:
                             except OSError:
                                 pass
 
-                        for raw in data.split(b"\n"):
-                            if raw.strip():
-                                batch.append((raw, addr, reply))
+                        batch += self.datagram(data, addr, reply)
                     self._requests(batch)
+                elif kind == "submitted":
+                    self._submitted()
                 elif kind == "accept":
                     try:
                         conn, _ = self.tcp.accept()
@@ -179,7 +219,7 @@ class RequestListener:
                         with lock:
                             send_all(conn, line.encode() + b"\n")
 
-                    batch = []
+                    lines = []
                     while True:
                         i = buf.find(b"\n")
                         if i < 0:
@@ -187,8 +227,8 @@ class RequestListener:
                         raw = bytes(buf[:i])
                         del buf[: i + 1]
                         if raw.strip():
-                            batch.append((raw, peer, tcp_reply))
-                    self._requests(batch)
+                            lines.append(raw)
+                    self._requests([(raw, peer, tcp_reply) for raw in self._allowed(lines, peer, tcp_reply, None)])
                     if len(buf) > MAX_LINE:
                         tcp_reply(f"ERR request longer than {MAX_LINE} bytes")
                         sel.unregister(conn)
@@ -197,25 +237,57 @@ class RequestListener:
         for conn in conns:
             conn.close()
 
+    def _proof_event(self, name: str) -> None:
+        self.metrics.proof.labels(name).inc()
+        if name in ("requests_unproven", "pings_unproven"):
+            self.metrics.requests.labels("any", "unproven").inc()
+
+    def datagram(
+        self, data: bytes, source: tuple[str, int], reply: Callable[[str], None]
+    ) -> list[tuple[bytes, tuple[str, int], Callable[[str], None]]]:
+        """The request lines of UDP datagram ``data`` from ``source`` to process ((line, source,
+        reply)): those within the rate whose source proved its address (:mod:`.proof`); the
+        unproven ones get their one reply here (a cookie, or nothing)."""
+        lines = self._allowed([raw for raw in data.split(b"\n") if raw.strip()], source, reply, len(data))
+        if not lines:
+            return []
+        proven, answer = self.proof.datagram(lines, source, len(data))
+        if answer is not None:
+            reply(answer)
+        return [(raw, source, reply) for raw in proven]
+
+    def _allowed(
+        self, lines: list[bytes], source: tuple[str, int], reply: Callable[[str], None], size: int | None
+    ) -> list[bytes]:
+        """The request ``lines`` from ``source`` within its rate; over it, one complaint per
+        second, to a TCP peer (``size`` None) or with a UDP line that proves its source's address
+        (an unproven datagram's one reply is :meth:`.proof.AddressProof.datagram`'s)."""
+        src = source[0]
+        allowed = []
+        for raw in lines:
+            if self.limiter.allow(src):
+                allowed.append(raw)
+                continue
+            self.metrics.requests.labels("any", "rate_limited").inc()
+            self.counters["rate_limited"] += 1
+            now = self.clock()
+            if now - self.complained.get(src, -1.0) < 1.0:  # one complaint per second
+                continue
+            line = f"ERR rate limit: {self.cfg.acl.requests_per_second:g} requests per second"
+            if size is None or self.proof.proven(raw, source):  # no amplification
+                self.complained[src] = now
+                reply(line)
+        return allowed
+
     def _requests(self, items: list[tuple[bytes, tuple[str, int], Callable[[str], None]]]) -> None:
-        """Handle the request lines ``items`` ((line, source, reply)) read in one go: rate
-        limits, then parsing (:func:`.protocol.parse_requests`, with the shapes of earlier conditions)."""
+        """Handle the request lines ``items`` ((line, source, reply)) read in one go, within their
+        rates and proven: parsing (:func:`.protocol.parse_requests`, with the shapes of earlier
+        conditions), then :meth:`_request`."""
         if not items:
             return
         t0 = time.perf_counter()
-        allowed = []
-        for raw, source, reply in items:
-            src = source[0]
-            if self.limiter.allow(src):
-                allowed.append((raw, source, reply))
-                continue
-            self.metrics.requests.labels("any", "rate_limited").inc()
-            now = time.monotonic()
-            if now - self.complained.get(src, 0.0) >= 1.0:  # one complaint per second, no amplification
-                self.complained[src] = now
-                reply(f"ERR rate limit: {self.cfg.acl.requests_per_second:g} requests per second")
-        parsed = parse_requests([raw for raw, _, _ in allowed], self.cfg.spec, self.cfg.limits, self.depth, self.shapes)
-        for (raw, source, reply), req in zip(allowed, parsed):
+        parsed = parse_requests([raw for raw, _, _ in items], self.cfg.spec, self.cfg.limits, self.depth, self.shapes)
+        for (raw, source, reply), req in zip(items, parsed):
             if isinstance(req, ProtocolError):
                 verb = raw.split(None, 1)[0].upper() if raw.split() else b""
                 self.metrics.requests.labels("bad", "error").inc()

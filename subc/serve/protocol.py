@@ -23,6 +23,10 @@ A subscription's endpoint (where its messages go, as MoldUDP64 datagrams) is the
 address and port (as in BPF-Broker), or the ``TO`` address when the broker's ACL allows it (for
 the request's source network, or for the ``TOKEN``).
 ``<column>`` is the 1-based column of the request line where the error is.
+
+Address proof (UDP only; :mod:`.proof`): any request may end with ``COOKIE <16 hex digits>``, the
+cookie the broker gave the request's source address in a ``COOKIE <hex>`` reply; the parser takes
+it off (:func:`split_cookie`, :attr:`Request.cookie`) before reading the request.
 """
 
 from __future__ import annotations
@@ -40,7 +44,15 @@ from ..errors import SubcError
 from .topics import TopicError, parse_filter, parse_topic
 
 MAX_LINE = 4096  # bytes of one request
+COOKIE = "COOKIE"  # the keyword of a cookie, at the end of a request and in the broker's reply
+COOKIE_HEX = 16  # hex digits of a cookie (8 bytes)
+#: Bytes of the broker's ``COOKIE <hex>`` reply with its newline: an unproven request shorter than
+#: this gets nothing (a reply is never larger than the request that caused it).
+COOKIE_REPLY_BYTES = len(COOKIE) + 1 + COOKIE_HEX + 1
+_HEX = re.compile(rb"[0-9A-Fa-f]{%d}\Z" % COOKIE_HEX)
 _TO = re.compile(r"\s+TO\s+(\d{1,3}(?:\.\d{1,3}){3}):(\d{1,5})(?:\s+TOKEN\s+([!-~]{1,128}))?\s*\Z", re.IGNORECASE)
+_ADDR = re.compile(rb"(\d{1,3}(?:\.\d{1,3}){3}):\d{1,5}\Z")
+_TOKEN = re.compile(rb"[!-~]{1,128}\Z")
 _ACTION = re.compile(r":\s*[A-Za-z_]\w*\s*\(")
 _ID = re.compile(r"\d{1,18}\Z")
 
@@ -72,6 +84,7 @@ class Request:
     column: int = 1  # where the condition's text starts in the request line (a location's column 1)
     topic: tuple[str, ...] | None = None  # REGISTER/UNREGISTER: the name's levels; SUB: the filter's
     topic_text: str = ""  # the name or filter as given
+    cookie: bytes | None = None  # the request's COOKIE (8 bytes; b"" when not 16 hex digits), or None
 
 
 def _clean(raw: bytes) -> str:
@@ -86,6 +99,43 @@ def _clean(raw: bytes) -> str:
         if ch != "\t" and not (" " <= ch <= "~"):
             raise ProtocolError(i + 1, f"control character {ord(ch):#04x} in request")
     return line
+
+
+def _last_blank(s: bytes) -> int:
+    return max(s.rfind(b" "), s.rfind(b"\t"))
+
+
+def split_cookie(raw: bytes) -> tuple[bytes, bytes | None]:
+    """``raw`` (a request line) without its final ``COOKIE <hex>``, and the cookie: 8 bytes, ``b""``
+    when the value is not 16 hex digits, None when the line does not end with the keyword and a
+    value.  Only the end of the line is looked at (nothing is parsed: cheap enough to run before
+    the rate limit's verdict is acted on), and the line keeps its columns."""
+    s = raw.rstrip()
+    cut = _last_blank(s)
+    if cut < 0:
+        return raw, None
+    head = s[:cut].rstrip()
+    k = _last_blank(head)
+    if k < 0 or head[k + 1 :].upper() != COOKIE.encode():
+        return raw, None
+    value = s[cut + 1 :]
+    return head[:k], bytes.fromhex(value.decode("ascii")) if _HEX.match(value) else b""
+
+
+def claimed_grant(line: bytes) -> tuple[str, str] | None:
+    """The ``TO`` address and ``TOKEN`` that a ``SUBSCRIBE`` or ``SUB`` line (without its cookie)
+    ends with, or None (no condition is parsed: the address proof looks at it before parsing)."""
+    words = line.split()  # linear in the line's length, as the regular expression of TO is not
+    if len(words) < 6 or words[0].upper() not in (b"SUBSCRIBE", b"SUB"):
+        return None
+    to, addr, token_kw, token = words[-4:]
+    m = _ADDR.match(addr)
+    if to.upper() != b"TO" or token_kw.upper() != b"TOKEN" or not m or not _TOKEN.match(token):
+        return None
+    try:
+        return str(ipaddress.IPv4Address(m.group(1).decode())), token.decode()
+    except ValueError:
+        return None
 
 
 def _split_to(rest: str, rest_col: int) -> tuple[str, tuple[str, int] | None, str | None]:
@@ -155,7 +205,17 @@ def parse_request(
     """The request of one line ``raw`` (without its newline); ``depth``: the levels a topic may
     have (the spec's label fields), None when the spec has no topic fields; ``shapes``: condition
     shapes kept between requests (:class:`~subc.lang.rule_shapes.ShapeCache` of ``spec`` and
-    ``limits``: a condition of a known shape is parsed without Lark).  Raises :class:`ProtocolError`."""
+    ``limits``: a condition of a known shape is parsed without Lark).  A final ``COOKIE <hex>`` is
+    taken off into :attr:`Request.cookie`.  Raises :class:`ProtocolError`."""
+    if len(raw) > MAX_LINE:
+        raise ProtocolError(MAX_LINE + 1, f"request longer than {MAX_LINE} bytes")
+    raw, cookie = split_cookie(raw)
+    req = _parse(raw, spec, limits, depth, shapes)
+    req.cookie = cookie
+    return req
+
+
+def _parse(raw: bytes, spec: Spec, limits: Limits, depth: int | None, shapes: ShapeCache | None) -> Request:
     line = _clean(raw)
     stripped = line.lstrip()
     lead = len(line) - len(stripped)

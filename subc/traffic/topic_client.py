@@ -10,6 +10,12 @@ Fastpuss's ``MSG <topic> <payload>``).  Messages go as MoldUDP64 datagrams (Mold
 Specification v1.00: 10-byte session, 8-byte sequence number of the first message, 2-byte message
 count, then 2-byte length-prefixed blocks) to the feed address, the spec's UDP port on the
 broker's interface.
+
+Requests go over UDP with the broker's address proof (docs/serve.md, "Address proof"):
+:class:`Control` appends the cookie the broker gave the socket's address to every request, sends a
+request again with the cookie of a ``COOKIE <hex>`` reply, and pads a request sent without a
+cookie to :data:`MIN_REQUEST` bytes (the broker answers an unproven request only with a reply no
+larger than it).
 """
 
 from __future__ import annotations
@@ -41,27 +47,65 @@ class TopicMessage:
     values: dict
 
 
+MIN_REQUEST = 24  # bytes: the broker's "COOKIE <16 hex digits>\n" reply to an unproven request
+
+
+class Control:
+    """Requests to ``broker`` ((ip, port)) over UDP from ``sock``, with the broker's address proof
+    (the module docstring); ``cookie``: the last cookie the broker gave (hex), or None."""
+
+    def __init__(self, broker: tuple[str, int], sock: socket.socket):
+        self.broker, self.sock = broker, sock
+        self.cookie: str | None = None
+
+    def send(self, line: str) -> str | None:
+        """Send ``line`` (with the cookie, else padded); returns the cookie it carried."""
+        cookie = self.cookie
+        data = f"{line} COOKIE {cookie}" if cookie else line.ljust(MIN_REQUEST - 1)
+        self.sock.sendto(data.encode() + b"\n", self.broker)
+        return cookie
+
+    def ask(self, line: str, timeout: float = 2.0, retries: int = 3, other=None) -> str:
+        """Send ``line`` and return the first reply line that is not a new cookie (after one, the
+        request goes again with it); ``other(data)`` gets the datagrams from elsewhere (else they
+        are skipped).  Raises SubcError after ``retries`` timeouts of ``timeout`` s."""
+        resent = 0  # after new cookies: a broker that keeps sending new ones is answered by its last
+        for _ in range(retries):
+            used = self.send(line)
+            deadline = time.monotonic() + timeout
+            while (left := deadline - time.monotonic()) > 0:
+                self.sock.settimeout(left)
+                try:
+                    data, addr = self.sock.recvfrom(65536)
+                except socket.timeout:
+                    break
+                if addr != self.broker:
+                    if other is not None:
+                        other(data)
+                    continue
+                reply = data.decode("ascii", "replace").split("\n", 1)[0]
+                words = reply.split()
+                if len(words) == 2 and words[0] == "COOKIE" and words[1] != used and resent < 3:
+                    resent += 1
+                    self.cookie = words[1]
+                    used = self.send(line)
+                    deadline = time.monotonic() + timeout
+                    continue
+                return reply
+        raise SubcError(f"no reply from the broker {self.broker[0]}:{self.broker[1]} to {line.split(' ', 1)[0]}")
+
+
 def request(
     broker: tuple[str, int], line: str, sock: socket.socket | None = None, timeout: float = 2.0, retries: int = 3
 ) -> str:
     """Send one request ``line`` over UDP to ``broker`` (from ``sock``, else a new socket) and
-    return the first reply line (datagrams from elsewhere are skipped).  Raises SubcError after
-    ``retries`` timeouts of ``timeout`` s."""
+    return the first reply line (datagrams from elsewhere are skipped; :class:`Control`: a cookie
+    exchange first when the broker asks for one).  Raises SubcError after ``retries`` timeouts of
+    ``timeout`` s."""
     own = sock is None
     s = sock or socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
-        for _ in range(retries):
-            s.sendto(line.encode() + b"\n", broker)
-            deadline = time.monotonic() + timeout
-            while (left := deadline - time.monotonic()) > 0:
-                s.settimeout(left)
-                try:
-                    data, addr = s.recvfrom(65536)
-                except socket.timeout:
-                    break
-                if addr == broker:
-                    return data.decode("ascii", "replace").split("\n", 1)[0]
-        raise SubcError(f"no reply from the broker {broker[0]}:{broker[1]} to {line.split(' ', 1)[0]}")
+        return Control(broker, s).ask(line, timeout, retries)
     finally:
         if own:
             s.close()
@@ -141,12 +185,13 @@ class Publisher:
         self.broker, self.feed, self.session = broker, feed, session
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind(source)
+        self.control = Control(broker, self.sock)
         self.seq = 1
         self.labels: dict[str, list[int]] = {}
 
     def register(self, topic: str) -> list[int]:
         """REGISTER ``topic`` (also renews it); returns its labels.  Raises SubcError on ERR."""
-        reply = request(self.broker, f"REGISTER {topic}", self.sock)
+        reply = self.control.ask(f"REGISTER {topic}")
         parts = reply.split(" ")
         if parts[0] != "REGACK" or parts[1:2] != [topic]:
             raise SubcError(f"REGISTER {topic}: {reply}")
@@ -155,7 +200,7 @@ class Publisher:
 
     def unregister(self, topic: str) -> None:
         """UNREGISTER ``topic`` (the broker forgets its names once nobody uses them)."""
-        reply = request(self.broker, f"UNREGISTER {topic}", self.sock)
+        reply = self.control.ask(f"UNREGISTER {topic}")
         if reply != f"UNREGACK {topic}":
             raise SubcError(f"UNREGISTER {topic}: {reply}")
         self.labels.pop(topic, None)
@@ -198,6 +243,7 @@ class Subscriber:
         self.broker = broker
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind(bind)
+        self.control = Control(broker, self.sock)
         self.queue: list[TopicMessage] = []
 
     def sub(self, topic_filter: str, where: str | None = None) -> int:
@@ -215,18 +261,7 @@ class Subscriber:
             raise SubcError(f"UNSUBSCRIBE {sub_id}: {reply}")
 
     def _request(self, line: str, timeout: float = 5.0) -> str:
-        self.sock.sendto(line.encode() + b"\n", self.broker)
-        deadline = time.monotonic() + timeout
-        while (left := deadline - time.monotonic()) > 0:
-            self.sock.settimeout(left)
-            try:
-                data, addr = self.sock.recvfrom(65536)
-            except socket.timeout:
-                break
-            if addr == self.broker:
-                return data.decode("ascii", "replace").split("\n", 1)[0]
-            self._datagram(data)
-        raise SubcError(f"no reply from the broker {self.broker[0]}:{self.broker[1]}")
+        return self.control.ask(line, timeout, retries=1, other=self._datagram)
 
     def _datagram(self, data: bytes) -> None:
         if len(data) < MOLD_HEADER:

@@ -292,7 +292,7 @@ def load(
                         m.name: {"key": m.key.size, "value": _map_struct(m, lf.max_endpoints)[1], "type": m.type}
                         for m in doc.maps
                     },
-                    **({MN.JNL_LOST: {"key": 4, "value": 8, "type": "percpu_array"}} if journal_pages else {}),
+                    **journal_state_maps(journal_pages),
                 },
                 "journal": {"pages": journal_pages, "bytes": journal_pages * 4096} if journal_pages else None,
                 "loaded_at": time.time(),
@@ -311,7 +311,8 @@ def load(
 
 def check_journal(doc: MapsDoc, subs: Subscribers | None, pages: int) -> None:
     """Raise SubcError unless a journal feed of ``pages`` pages can serve ``doc`` and ``subs``:
-    a MoldUDP64 rule set (a journal holds numbered messages), a subscribers file, a power of 2."""
+    a MoldUDP64 rule set (a journal holds numbered messages), a subscribers file (``subc serve``
+    passes an empty one: its endpoints come and go), a power of 2."""
     if pages & (pages - 1):
         raise SubcError(f"--journal-pages {pages}: the journal's ring buffer takes a power of 2 of pages")
     if not doc.moldudp64:
@@ -328,6 +329,17 @@ def install_journal_only(lf: LoadedFilter, subs: Subscribers | None) -> None:
     mask = sum(1 << sid for sid in subs.journal_only)
     m = Map(lf.program.map_fd(MN.JNL_ONLY), 4, L.SUBSET.size, name=MN.JNL_ONLY)
     m.update(L.U32.pack(v=0), L.SUBSET.pack(subs=L.mask_words(mask, L.SUB_WORDS), local=0, pad=0))
+
+
+def journal_state_maps(journal_pages: int) -> dict[str, dict]:
+    """The journal feed's maps as ``state.json`` lists them (for :func:`~.broker_state.pinned_maps`;
+    the ring buffer is opened by :mod:`.ringbuf`): none without the feed."""
+    if not journal_pages:
+        return {}
+    return {
+        MN.JNL_LOST: {"key": 4, "value": 8, "type": "percpu_array"},
+        MN.JNL_ONLY: {"key": 4, "value": L.SUBSET.size, "type": "array"},
+    }
 
 
 def journal_maps(lf: LoadedFilter) -> dict[str, Map]:
