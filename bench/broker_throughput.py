@@ -168,6 +168,14 @@ def loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
+def on_signal(*_) -> None:
+    """SIGTERM or SIGINT: exit through the cleanup (the namespaces removed), which a second signal
+    must not cut short."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+    sys.exit(1)
+
+
 class Sinks:
     """The counting XDP program on every sink veth (loaded in this process, attached inside the
     sink namespace through setns); :meth:`counts` reads (copies, messages, out of order)."""

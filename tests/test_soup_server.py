@@ -345,6 +345,22 @@ def test_an_empty_journal_takes_its_session_from_session_of(serve, lock):
     assert c.messages(2) == msgs(7, 9)
 
 
+def test_a_login_to_an_empty_journal_follows_its_first_session(serve, lock):
+    """A login before anything is journaled gets the blank session; the first message's session
+    is then the stream's, not a new one (no End of Session)."""
+    j = Journal()
+    srv = serve({"alice": j})
+    c = Client(srv.address)
+    assert c.accepted("alice", "secret", seq=0) == (BLANK, 1)
+    append(lock, j, msgs(1, 4), session=b"MONDAY    ")
+    srv.wake()
+    assert c.messages(3) == msgs(1, 4)
+    append(lock, j, msgs(4, 6), session=b"MONDAY    ")
+    srv.wake()
+    assert c.messages(2) == msgs(4, 6)
+    assert srv.counters["disconnects"] == 0 and srv.sessions()[0]["session"] == "MONDAY    "
+
+
 def test_a_new_session_ends_the_old_one(serve, lock):
     j = Journal()
     append(lock, j, msgs(1, 6), session=b"MONDAY    ")

@@ -468,6 +468,9 @@ class SoupServer:
                 spans: list[Span] = []
                 why = "end" if c.end_at is not None and c.next_seq >= c.end_at else None
             else:
+                if c.session == sb.BLANK_SESSION:
+                    # a login to an empty journal took the blank session: its first message names it
+                    c.session = j.session_of(c.next_seq) or c.session
                 got = j.spans(c.next_seq, end - c.next_seq, max_bytes=SPAN_BYTES, session=c.session)
                 spans = own_spans(j, c.next_seq, got, live)
                 why = None if spans else why_not(j, c)
