@@ -378,7 +378,8 @@ def measure(kind: str, n: int, topo: Topology, binary: Path, work: Path, seconds
     ``fanout_daemon``, the eBPF broker's ``subc fanout`` control loop runs on the broker's CPU."""
     broker = daemon = service = None
     if kind == "journal":  # subc load --journal: the recovery service runs in the foreground, on the broker's CPU
-        service = subprocess.Popen(in_ns(BRK, "taskset", "-c", "1", *SUBC, "load", str(work / f"out{n}"), "--iface",
+        service = subprocess.Popen(in_ns(BRK, "taskset", "-c", str(JOURNAL_CPU), *SUBC, "load", str(work / f"out{n}"),
+                                         "--iface",
                                          "tb0", "--subscribers", str(work / f"subs{n}.toml"), *load_args.split(),
                                          "--journal", "--journal-pages", str(JOURNAL_PAGES), "--segment-bytes", "4MiB",
                                          "--retain", "16MiB"),
@@ -465,6 +466,7 @@ def measure(kind: str, n: int, topo: Topology, binary: Path, work: Path, seconds
 
 
 JOURNAL_PAGES = 16384  # the journal's ring buffer: 64 MiB
+JOURNAL_CPU = 1  # the recovery service's CPU: the broker's (--journal-cpu)
 
 
 def journal_counts() -> dict:
@@ -492,6 +494,9 @@ def main() -> None:
                     help="also measure the eBPF broker with its journal (subc load --journal: the recovery service "
                          "on the broker's CPU), side by side, and its cost")
     ap.add_argument("--no-user", action="store_true", help="skip the user-space broker")
+    ap.add_argument("--journal-cpu", type=int, default=1,
+                    help="the recovery service's CPU (1: the broker's, the fair setting; 0: the publisher's, "
+                         "which shows what the kernel's side of the journal costs alone)")
     ap.add_argument("--publisher", choices=("xdp", "socket"), default="xdp",
                     help="xdp: frames injected from XDP (bench/xdp_publisher.py, the default); "
                          "socket: udp_broker publish (sendmmsg)")
@@ -504,6 +509,8 @@ def main() -> None:
         raise SystemExit("needs root (network namespaces, XDP, TC)")
     if (os.cpu_count() or 1) < 2:
         raise SystemExit("needs two CPUs (publisher on CPU 0, broker on CPU 1)")
+    global JOURNAL_CPU
+    JOURNAL_CPU = args.journal_cpu
     sizes = [int(x) for x in args.subscribers.split(",")]
     rates = [int(x) for x in args.rates.split(",")]
     spec = load_spec(SPEC)
