@@ -83,33 +83,41 @@ def test_live_changes_in_the_kernel_agree_with_the_rules(ix, data):
     parsed = [parse_rules(f"{c} : fwd({sid});", DIFF_SPEC, "sub")[0] for c, sid in subs]
     regions = [diagram.region(r.condition) for r in parsed]
     pkts = boundary_packets(parsed, QS, data.draw)[:20]
-    active: list[int] = []
-    steps = data.draw(st.lists(st.tuples(st.booleans(), st.integers(0, 50)), min_size=1, max_size=6))
-    for add, pick in steps:
-        if add or not active:
-            i = pick % len(parsed)
-            active.append(i)
-            ops = [(regions[i], parsed[i].actions[0].args[0], +1)]
-        else:
-            i = active.pop(pick % len(active))
-            ops = [(regions[i], parsed[i].actions[0].args[0], -1)]
-        if not broker.free_slot_count() or data.draw(st.booleans()):  # retired slots freed at any point
-            broker.reclaim()
-        ch = broker.apply(ops)
-        for p in pkts:
-            want = tuple(sorted({parsed[i].actions[0].args[0] for i in active if evaluate(parsed[i].condition, p)}))
-            leaf = ch.root
-            for f in order:
-                leaf = leaf.child(p[f])
-            before = leaf_messages(lf, leaf.state)
-            test_run(lf.program.xdp.fd, diff_frame(p))
-            assert leaf_messages(lf, leaf.state) == before + 1, f"{p}: the frame did not reach leaf {leaf.state}"
-            got = leaf_subscribers(lf, leaf.state) if leaf.state else ()
-            assert got == want, f"{[s for s, _ in subs]}\n{p}: kernel leaf {leaf.state} {got}, rules {want}"
-    # tear down: every subscription removed, every slot reclaimed, every state back
-    for ops in ([(regions[i], parsed[i].actions[0].args[0], -1) for i in active], []):
-        if not broker.free_slot_count():  # apply waits for a free slot: nothing else reclaims here
-            broker.reclaim()
-        broker.apply(ops)
-    broker.reclaim()
+    active: list[int] = []  # the subscriptions applied (the diagram holds exactly these)
+    try:
+        steps = data.draw(st.lists(st.tuples(st.booleans(), st.integers(0, 50)), min_size=1, max_size=6))
+        for add, pick in steps:
+            if add or not active:
+                i = pick % len(parsed)
+                delta = +1
+            else:
+                i = active[pick % len(active)]
+                delta = -1
+            ops = [(regions[i], parsed[i].actions[0].args[0], delta)]
+            if not broker.free_slot_count() or data.draw(st.booleans()):  # retired slots freed at any point
+                broker.reclaim()
+            ch = broker.apply(ops)
+            if delta > 0:
+                active.append(i)
+            else:
+                active.remove(i)
+            for p in pkts:
+                want = tuple(sorted({parsed[i].actions[0].args[0] for i in active if evaluate(parsed[i].condition, p)}))
+                leaf = ch.root
+                for f in order:
+                    leaf = leaf.child(p[f])
+                before = leaf_messages(lf, leaf.state)
+                test_run(lf.program.xdp.fd, diff_frame(p))
+                assert leaf_messages(lf, leaf.state) == before + 1, f"{p}: the frame did not reach leaf {leaf.state}"
+                got = leaf_subscribers(lf, leaf.state) if leaf.state else ()
+                assert got == want, f"{[s for s, _ in subs]}\n{p}: kernel leaf {leaf.state} {got}, rules {want}"
+    finally:
+        # tear down, however the example ended (hypothesis may stop one at a draw; the loaded
+        # program and its diagram are shared by every example): every subscription removed,
+        # every slot reclaimed, every state back
+        for ops in ([(regions[i], parsed[i].actions[0].args[0], -1) for i in active], []):
+            if not broker.free_slot_count():  # apply waits for a free slot: nothing else reclaims here
+                broker.reclaim()
+            broker.apply(ops)
+        broker.reclaim()
     assert diagram.states_used() == [0] * len(order)
