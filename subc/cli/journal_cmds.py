@@ -58,6 +58,31 @@ def journal_options(f: Callable) -> Callable:
     return f
 
 
+def service_options(
+    state: str | None,
+    retain: str | None,
+    segment_bytes: str,
+    rerequest: str | None,
+    rerequest_rate: float,
+    soup: str | None,
+):
+    """The recovery service's options (:class:`~subc.recovery.service.ServiceOptions`) from the
+    command line's; SubcError for a bad --retain or --segment-bytes."""
+    from pathlib import Path
+
+    from ..recovery.retention import Retention, parse_bytes, parse_retention
+    from ..recovery.service import ServiceOptions
+
+    return ServiceOptions(
+        state=Path(state) if state else None,
+        retention=parse_retention(retain) if retain else Retention(),
+        segment_bytes=parse_bytes(segment_bytes, "--segment-bytes"),
+        rerequest=ip_port(rerequest) if rerequest else None,
+        rate=rerequest_rate,
+        soup=ip_port(soup) if soup else None,
+    )
+
+
 def run_service(
     iface: str,
     state: str | None,
@@ -69,21 +94,10 @@ def run_service(
     metrics: str | None = None,
 ) -> None:
     """Run the recovery service of the broker on ``iface`` until SIGINT or SIGTERM."""
-    from pathlib import Path
-
     from ..recovery.loaded_service import loaded_service
-    from ..recovery.retention import Retention, parse_bytes, parse_retention
-    from ..recovery.service import ServiceOptions
 
     try:
-        options = ServiceOptions(
-            state=Path(state) if state else None,
-            retention=parse_retention(retain) if retain else Retention(),
-            segment_bytes=parse_bytes(segment_bytes, "--segment-bytes"),
-            rerequest=ip_port(rerequest) if rerequest else None,
-            rate=rerequest_rate,
-            soup=ip_port(soup) if soup else None,
-        )
+        options = service_options(state, retain, segment_bytes, rerequest, rerequest_rate, soup)
         svc = loaded_service(iface, options)
     except SubcError as e:
         fail(e)

@@ -243,19 +243,9 @@ def serve_cmd(
             raise SubcError("--journal: a P4 switch's copies do not pass through this host (eBPF only)")
         journal_options = None
         if journal:
-            from pathlib import Path
+            from .journal_cmds import service_options
 
-            from ..recovery.retention import Retention, parse_bytes, parse_retention
-            from ..recovery.service import ServiceOptions
-
-            journal_options = ServiceOptions(
-                state=Path(state_dir) if state_dir else None,
-                retention=parse_retention(retain) if retain else Retention(),
-                segment_bytes=parse_bytes(segment_bytes, "--segment-bytes"),
-                rerequest=ip_port(rerequest) if rerequest else None,
-                rate=rerequest_rate,
-                soup=ip_port(soup) if soup else None,
-            )
+            journal_options = service_options(state_dir, retain, segment_bytes, rerequest, rerequest_rate, soup)
         cfg = ServeConfig(
             spec,
             iface or "",
