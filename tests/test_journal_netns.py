@@ -45,7 +45,7 @@ from subc.spec.front_end import load_spec
 from subc.workloads.itch_codec import decode_add_order, read_binaryfile
 
 from conftest import EXAMPLE, real_sample
-from netns_util import Topology, call_in_netns, need_root_and_netns, sh
+from netns_util import Topology, call_in_netns, need_root_and_netns, sh, shared_bpffs
 from test_broker_netns import HANG_GUARD, LISTENER_IDLE, broker_stats, compile_out, stop, wait_bound, wait_until
 from test_delivery_netns import pack, send
 
@@ -163,7 +163,7 @@ def start_broker(topo: Topology, tmp: Path, *extra: str, soup_only: bool = False
     end = time.monotonic() + HANG_GUARD
     err = ""
     while "journal feed running" not in err:
-        assert p.poll() is None, f"subc load --journal exited: {p.communicate()}"
+        assert p.poll() is None, f"subc load --journal exited: {err}{p.communicate()}"
         assert time.monotonic() < end, f"no journal service after {HANG_GUARD:.0f} s: {err}"
         if select.select([p.stderr], [], [], 0.5)[0]:
             err += p.stderr.readline()
@@ -533,3 +533,16 @@ def test_retention_bounds_the_journal(topo, tmp_path):
         dropped += s["dropped_by_retention"]
         assert s["dropped_by_retention"] == s["first_seq"] - 1
     assert dropped > 0, "nothing was dropped: the bound was never reached"
+
+
+def test_the_journal_in_a_container(tmp_path):
+    """The same as test_the_journal_holds_every_copy_sent with the broker's commands entered as a
+    container's are (``ip netns exec``: a mount namespace of its own, a fresh /sys without the host's
+    BPF file system): the service finds the ring through the broker's own pins."""
+    need_root_and_netns()
+    with shared_bpffs():  # the broker's commands share one bpffs, as docs/ebpf.md says to set up
+        t = Topology("sjk", container=True)
+        try:
+            test_the_journal_holds_every_copy_sent(t, tmp_path, False)
+        finally:
+            t.remove()
