@@ -82,6 +82,7 @@ be shared.  The JSON output records the publisher (``publisher``, and per row).
 from __future__ import annotations
 
 import argparse
+import atexit
 import ctypes as ct
 import json
 import os
@@ -414,7 +415,10 @@ def measure(kind: str, n: int, topo: Topology, binary: Path, work: Path, seconds
             topo.sinks.reset_order()
             (c0, m0, o0), drop0, lost0 = topo.sinks.counts(), topo.pub_dropped(), topo.copies_dropped()
             j0 = journal_counts() if kind == "journal" else None
+            prof0 = cpu_profile(service.pid if service else None) if PROFILE else None
             pub = publish(publisher, binary, work, seconds, rate)
+            prof = profile_delta(prof0, cpu_profile(service.pid if service else None), pub["seconds"]) \
+                if PROFILE else None
             time.sleep(0.3)  # let the queues drain
             c1, m1, o1 = topo.sinks.counts()
             journal = None
@@ -432,7 +436,8 @@ def measure(kind: str, n: int, topo: Topology, binary: Path, work: Path, seconds
                          "copies_dropped_at_subscriber_veths": topo.copies_dropped() - lost0,
                          "delivered_messages": m1 - m0, "out_of_order_copies": o1 - o0,
                          "copies_per_s": (c1 - c0) / pub["seconds"], "msgs_per_s": (m1 - m0) / pub["seconds"],
-                         **({"journal": journal} if journal is not None else {})})
+                         **({"journal": journal} if journal is not None else {}),
+                         **({"profile": prof} if prof is not None else {})})
         if kind in ("ebpf", "journal"):
             stats = json.loads(sh(*in_ns(BRK, *SUBC, "stats", "--iface", "tb0", "--json")))
             counters = {k: v for k, v in stats["stats"].items() if v}
@@ -465,8 +470,45 @@ def measure(kind: str, n: int, topo: Topology, binary: Path, work: Path, seconds
     return rows, counters
 
 
-JOURNAL_PAGES = 16384  # the journal's ring buffer: 64 MiB
+JOURNAL_PAGES = 16384  # the journal's ring buffer: 64 MiB (--journal-pages)
 JOURNAL_CPU = 1  # the recovery service's CPU: the broker's (--journal-cpu)
+PROFILE = False  # --profile
+
+
+def cpu_profile(service_pid: int | None) -> dict:
+    """A snapshot for ``--profile``: each loaded BPF program's run count and run time (ns; kernel
+    statistics, ``kernel.bpf_stats_enabled``, read with bpftool), CPU 1's time by kind (USER_HZ
+    ticks, /proc/stat), and the recovery service's own CPU time (ticks, /proc/PID/stat)."""
+    progs = {}
+    for p in json.loads(sh("bpftool", "-j", "prog", "show")):
+        if p.get("name", "").startswith(("subc", "xdp_", "tc_")) and "run_cnt" in p:
+            key = f"{p['name']}#{p['id']}"
+            progs[key] = (p["run_cnt"], p["run_time_ns"])
+    fields = ("user", "nice", "system", "idle", "iowait", "irq", "softirq")
+    cpu1 = next(ln.split()[1:8] for ln in Path("/proc/stat").read_text().splitlines() if ln.startswith("cpu1 "))
+    svc = None
+    if service_pid is not None:
+        st = Path(f"/proc/{service_pid}/stat").read_text().rsplit(")", 1)[1].split()
+        svc = int(st[11]) + int(st[12])  # utime + stime, the process's threads included
+    return {"progs": progs, "cpu1": dict(zip(fields, map(int, cpu1))), "service": svc}
+
+
+def profile_delta(a: dict, b: dict, seconds: float) -> dict:
+    """What happened between two :func:`cpu_profile` snapshots: per program, runs and ns per run;
+    CPU 1's share of each kind; the service's share of a CPU."""
+    hz = os.sysconf("SC_CLK_TCK")
+    progs = {}
+    for k, (cnt, ns) in b["progs"].items():
+        c0, n0 = a["progs"].get(k, (0, 0))
+        if cnt > c0:
+            progs[k] = {"runs": cnt - c0, "ns_per_run": round((ns - n0) / (cnt - c0), 1),
+                        "cpu_share": round((ns - n0) / 1e9 / seconds, 3)}
+    total = sum(b["cpu1"].values()) - sum(a["cpu1"].values()) or 1
+    cpu1 = {k: round((b["cpu1"][k] - a["cpu1"][k]) / total, 3) for k in b["cpu1"]}
+    svc = None
+    if a["service"] is not None and b["service"] is not None:
+        svc = round((b["service"] - a["service"]) / hz / seconds, 3)
+    return {"progs": progs, "cpu1": cpu1, "service_cpu_share": svc}
 
 
 def journal_counts() -> dict:
@@ -500,6 +542,12 @@ def main() -> None:
     ap.add_argument("--publisher", choices=("xdp", "socket"), default="xdp",
                     help="xdp: frames injected from XDP (bench/xdp_publisher.py, the default); "
                          "socket: udp_broker publish (sendmmsg)")
+    ap.add_argument("--profile", action="store_true",
+                    help="per run: each BPF program's runs and ns per run (kernel.bpf_stats_enabled, bpftool), "
+                         "CPU 1's time by kind and the recovery service's CPU share; the statistics cost two clock "
+                         "reads per program run, which slows the broker (in this VM by about a tenth)")
+    ap.add_argument("--journal-pages", type=int, default=16384,
+                    help="pages of the journal's ring buffer (subc load --journal-pages)")
     args = ap.parse_args()
     topologies = args.topologies.split(",")
     if not set(topologies) <= {"per-subscriber", "shared"}:
@@ -509,8 +557,11 @@ def main() -> None:
         raise SystemExit("needs root (network namespaces, XDP, TC)")
     if (os.cpu_count() or 1) < 2:
         raise SystemExit("needs two CPUs (publisher on CPU 0, broker on CPU 1)")
-    global JOURNAL_CPU
-    JOURNAL_CPU = args.journal_cpu
+    global JOURNAL_CPU, PROFILE, JOURNAL_PAGES
+    JOURNAL_CPU, PROFILE, JOURNAL_PAGES = args.journal_cpu, args.profile, args.journal_pages
+    if PROFILE:
+        Path("/proc/sys/kernel/bpf_stats_enabled").write_text("1\n")
+        atexit.register(Path("/proc/sys/kernel/bpf_stats_enabled").write_text, "0\n")
     sizes = [int(x) for x in args.subscribers.split(",")]
     rates = [int(x) for x in args.rates.split(",")]
     spec = load_spec(SPEC)
@@ -562,6 +613,13 @@ def main() -> None:
                                       f"{r['copies_dropped_at_subscriber_veths']:>10}"
                                       + (f"  not journaled: {jl['copies_not_journaled']} copies" if jl else ""),
                                       flush=True)
+                                if "profile" in r:
+                                    pr = r["profile"]
+                                    print("      " + "; ".join(f"{k.split('#')[0]} {v['runs']:,} x {v['ns_per_run']} ns"
+                                                           f" = {v['cpu_share']:.2f} CPU"
+                                                           for k, v in sorted(pr["progs"].items()))
+                                          + f"; CPU 1: {pr['cpu1']}; service {pr['service_cpu_share']} CPU",
+                                          flush=True)
                             runs += rows
                             counters.append({"topology": topology, "broker": kind, "subscribers": n, "repeat": rep,
                                              "counters": c})

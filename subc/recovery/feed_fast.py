@@ -10,8 +10,9 @@ handles (see feed_walk.c).
 from __future__ import annotations
 
 import ctypes as ct
-from array import array
 from typing import Callable
+
+import numpy as np
 
 from .journal import Journal
 from .native import FeedOut, feed_walk
@@ -67,9 +68,14 @@ class FastPath:
             j = self.journal_of(r)
             if j is None:  # (the walk takes a recipient's copies only while it has a journal)
                 raise AssertionError(f"the fast path took copies of recipient {r}, which has no journal")
-            offs = array("Q")
-            offs.frombytes(ct.string_at(o.offs, o.n * 8))
-            j.append_indexed(o.first_seq, ct.string_at(o.buf, o.len), offs, now, bytes(o.session))
+            buf, offs = self._bufs[r]  # read in place: the journal copies what it keeps
+            j.append_indexed(
+                o.first_seq,
+                memoryview(buf)[: o.len],
+                np.frombuffer(memoryview(offs), np.uint64, o.n),
+                now,
+                bytes(o.session),
+            )
             total += o.n
             o.n = o.len = 0
         return total

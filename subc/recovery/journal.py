@@ -231,8 +231,8 @@ class Journal:
     def append_indexed(
         self,
         seq: int,
-        blob: bytes,
-        offsets: array,
+        blob: bytes | memoryview,
+        offsets: array | np.ndarray,
         now: float | None = None,
         session: bytes = NO_SESSION,
     ) -> None:
@@ -244,9 +244,20 @@ class Journal:
         count = len(offsets)
         if count == 0:
             return
+        now = time.time() if now is None else now
+        seg = self.segments[-1] if self.segments else None
+        if (  # the common case: the next numbers, all in the open segment
+            seq == self.next_seq
+            and seg is not None
+            and not self._open_new
+            and seg.session == session
+            and seg.size + len(blob) <= self.segment_bytes
+        ):
+            self._write(seg, blob, np.frombuffer(offsets, dtype=np.uint64), now)
+            self.next_seq = seq + count
+            return
         if seq > self.next_seq:
             self.skip(seq)
-        now = time.time() if now is None else now
         offs = np.frombuffer(offsets, dtype=np.uint64).astype(np.int64)
         ends = np.append(offs[1:], len(blob))
         i = 0
@@ -266,12 +277,12 @@ class Journal:
         self.next_seq = seq + count
 
     @staticmethod
-    def _write(seg: Segment, blob: bytes, offsets, now: float) -> None:
+    def _write(seg: Segment, blob: bytes | memoryview, offsets: np.ndarray, now: float) -> None:
         """Append ``blob`` (packets at ``offsets`` from its start) to ``seg``."""
         written = os.write(seg.fd, blob)
         while written < len(blob):  # a short write to a regular file: write the rest
             written += os.write(seg.fd, blob[written:])
-        seg.offsets.frombytes((np.asarray(offsets, dtype=np.uint64) + np.uint64(seg.size)).tobytes())
+        seg.offsets.frombytes((offsets.astype(np.uint64, copy=False) + np.uint64(seg.size)).tobytes())
         seg.size += len(blob)
         seg.last_append = now
 

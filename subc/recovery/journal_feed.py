@@ -73,6 +73,10 @@ class Copy:
     pos: int
 
 
+#: Longest interval (s) between two reads of the kernel's next numbers while it counts no loss.
+SENT_READ_S = 1.0
+
+
 def soup_packets(payload: bytes | memoryview, count: int) -> bytes:
     """The SoupBinTCP Sequenced Data packets (2-byte length counting the type byte, ``S``, the
     message) of the ``count`` MoldUDP64 message blocks (2-byte length, the message) after the
@@ -107,7 +111,9 @@ class JournalFeed:
     the recipient is not journaled, its records are counted and dropped).  ``lock`` is held while
     journals are written (the request server reads them under it).  ``sent_next``: the kernel's
     next sequence number per recipient (the ``subc_seq`` map), read when the ring is idle, so that
-    a lost last copy is a hole too.  See the module docstring."""
+    a lost last copy is a hole too; ``lost_total``: the kernel's count of copies not journaled
+    (``journal_lost``), which spares those reads while it stays put (:meth:`_read_sent`).  See
+    the module docstring."""
 
     def __init__(
         self,
@@ -118,9 +124,12 @@ class JournalFeed:
         sent_next: Callable[[], dict[int, int]] | None = None,
         recipients: Iterable[int] = (),
         fast: bool = True,
+        lost_total: Callable[[], int] | None = None,
     ):
         self.ring, self.journal_of, self.clock = ring, journal_of, clock
-        self.sent_next = sent_next
+        self.sent_next, self.lost_total = sent_next, lost_total
+        self._lost_seen: int | None = None
+        self._reread, self._sent_at = True, 0.0
         self.lock = lock or threading.Lock()
         self.read_pos = ring.consumer
         self.counters: Counter = Counter()
@@ -147,6 +156,7 @@ class JournalFeed:
                 self._record(pos, rec)
             n = len(records)
         self._settle(idle=not n)
+        self.counters["passes"] += 1
         with self.lock:
             self._write()
         self._sync()
@@ -284,16 +294,35 @@ class JournalFeed:
                 j = self.journal_of(r)
                 if j is not None:
                     self._settle_gap(r, j, end)
-        sent = self.sent_next() if idle and self.sent_next is not None else {}
+        sent = self.sent_next() if idle and self.sent_next is not None and self._read_sent() else {}
         prod = self.ring.producer  # read after the kernel's numbers: every record below them is before it
         for r, held in self._held.items():
             if r not in self._marks and held:
                 self._marks[r] = (max(held), prod)
         for r, n in sent.items():
             j = self.journal_of(r)
-            if r not in self._marks and j is not None and self._next(r, j) < n:
+            # a later end replaces a pending mark: settling it at the later position settles both
+            # (every record below either end was reserved before it), and this read may not recur
+            if j is not None and self._next(r, j) < n and self._marks.get(r, (0, 0))[0] < n:
                 self._marks[r] = (n, prod)
                 self._touched.add(r)
+
+    def _read_sent(self) -> bool:
+        """Whether this idle pass reads the kernel's next numbers (a syscall per recipient):
+        always without ``lost_total``; with it, when the kernel's count of copies not journaled
+        moved since the last read, on the idle pass after that (which sees a number taken just
+        after the count moved: the record is reserved before the number), and at least every
+        :data:`SENT_READ_S`.  Without a loss every number the kernel took has its record, so
+        the reads would find nothing."""
+        if self.lost_total is None:
+            return True
+        lost, now = self.lost_total(), time.monotonic()
+        moved = lost != self._lost_seen
+        if moved or self._reread or now - self._sent_at >= SENT_READ_S:
+            self._reread = moved
+            self._lost_seen, self._sent_at = lost, now
+            return True
+        return False
 
     def _settle_gap(self, r: int, j: Journal, end: int) -> None:
         while True:

@@ -90,8 +90,14 @@ class RecoveryService:
         self.names: dict[int, str] = {}
         self._ring_fd, self.ring = open_pinned_ring(home.pins / MN.JNL)
         self._seq = Map(obj_get(home.pins / MN.SEQ), 4, 8, name=MN.SEQ, owned=True)
+        self._stats = Map(obj_get(home.pins / MN.STATS), 4, 8, percpu=True, name=MN.STATS, owned=True)
         self.feed = JournalFeed(
-            self.ring, self._journal_of, self.lock, sent_next=self._sent_next, recipients=range(L.RECIPIENTS - 1)
+            self.ring,
+            self._journal_of,
+            self.lock,
+            sent_next=self._sent_next,
+            recipients=range(L.RECIPIENTS - 1),
+            lost_total=self._lost_total,
         )
         self._binds: list[tuple[int, str, list[tuple[str, int]], bool, threading.Event]] = []
         self._binds_lock = threading.Lock()
@@ -229,6 +235,11 @@ class RecoveryService:
                 out[sid] = L.U64.unpack(v)["v"]
         return out
 
+    def _lost_total(self) -> int:
+        """The kernel's count of copies sent but not journaled (``journal_lost``, all CPUs)."""
+        v = self._stats.lookup(L.U32.pack(v=L.STATS.index("journal_lost")))
+        return sum(int.from_bytes(x[:8], "little") for x in v) if isinstance(v, list) else 0
+
     # -- running -----------------------------------------------------------------------------------
 
     def run(self, stop: threading.Event, status_every_s: float = 1.0) -> None:
@@ -323,5 +334,6 @@ class RecoveryService:
         self.ring.close()
         os.close(self._ring_fd)
         self._seq.close()
+        self._stats.close()
         for j in self.journals.values():
             j.close()
