@@ -19,6 +19,7 @@ import os
 import platform
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -141,7 +142,9 @@ def compile_and_load(
     as a devmap program (expected attach type BPF_XDP_DEVMAP).
 
     Raises SubcError when not root, when bcc or kernel headers are missing, when clang fails
-    (with its messages), or when the verifier rejects a program (with its last lines).
+    (with its messages), or when the verifier rejects a program (with its last lines).  A load
+    the verifier gave up with EAGAIN (a signal arrived while it ran, as when a debugger or
+    profiler attaches) is tried again, :data:`LOAD_ATTEMPTS` times in all.
     """
     require_root("loading BPF programs")
     bcc = import_bcc()
@@ -162,12 +165,17 @@ def compile_and_load(
     if egress_fn:
         todo.append((egress_fn, kinds["devmap"]))
     for name, (kind, attach) in todo:
-        with _StderrCapture() as cap:
-            try:
-                fns[name] = b.load_func(name.encode(), kind, attach_type=attach)
-                err = None
-            except Exception as e:
-                err = e
+        for attempt in range(LOAD_ATTEMPTS):
+            with _StderrCapture() as cap:
+                try:
+                    fns[name] = b.load_func(name.encode(), kind, attach_type=attach)
+                    err = None
+                except Exception as e:
+                    err = e
+            # EAGAIN: a signal came while the verifier ran (it stops then), not a verdict
+            if err is None or os.strerror(errno.EAGAIN) not in str(err):
+                break
+            time.sleep(0.05 * (attempt + 1))
         if err is not None:
             raise SubcError(
                 f"the kernel verifier rejected {name}: {err}\nverifier log (last lines):\n{_tail(cap.text)}"
@@ -176,6 +184,10 @@ def compile_and_load(
     for (_, _, array, index), fn in zip(TAIL_CALLS, tails):
         b[array.encode()][ct.c_int(index)] = ct.c_int(fn.fd)
     return Program(b, fns[xdp_fn], fns[tc_fn], tails, fns.get(egress_fn) if egress_fn else None)
+
+
+#: Loads of one program tried while the verifier returns EAGAIN (as libbpf retries).
+LOAD_ATTEMPTS = 5
 
 
 def _lib():
