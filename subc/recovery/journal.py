@@ -334,9 +334,9 @@ class Journal:
                 break
             start, end = s.offsets[i], s.end_of(j - 1)
             if budget is not None and end - start > budget:
-                e = i  # the first packet that does not fit
-                while e < j and s.end_of(e) - start <= budget:
-                    e += 1
+                # the first packet that does not fit: packet e ends where e + 1 starts (the last
+                # one, j - 1, does not fit: the whole range does not)
+                e = bisect_right(s.offsets, start + budget, i + 1, j) - 1
                 if e > i:
                     out.append((s.fd, start, s.end_of(e - 1) - start))
                 elif not out:  # not even one fits: the first alone

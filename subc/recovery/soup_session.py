@@ -98,7 +98,7 @@ class SoupClient:
             item = self.items[0]
             try:
                 if isinstance(item, Span):
-                    n = os.sendfile(self.fd, item.fd, item.offset, item.remaining)
+                    n = os.sendfile(self.fd, item.fd, item.offset, min(item.remaining, budget - total))
                     counters["sendfile_calls"] += 1
                     if n == 0:
                         raise OSError("a journal segment ended inside a range being sent")
