@@ -14,6 +14,7 @@ is restarted on the same ring (its read position back at the released one)."""
 from __future__ import annotations
 
 import ctypes as ct
+import os
 import random
 import struct
 
@@ -240,3 +241,38 @@ def test_payloads_in_records_of_their_own(fast):
         sent = kernel.sent[r]
         assert j.next_seq == max(sent) + 1 and j.hole_messages == 0
         assert j.read(1, len(sent), session=SESSION) == [sent[s] for s in range(1, len(sent) + 1)]
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_failed_write_is_a_hole_and_counted(fast):
+    """A journal segment that refuses writes (here: its descriptor swapped for a read-only one):
+    the copies the feed could not write become a hole, counted in ``write_errors``, and the
+    feed goes on with the next segment."""
+    rnd = random.Random(3)
+    ring = FakeRing(1 << 16)
+    kernel = Kernel(ring, rnd, 0.0)
+    j = Journal(None, segment_bytes=1 << 20)
+    feed = JournalFeed(ring, {1: j}.get, sent_next=lambda: dict(kernel.seq), recipients=[1], fast=fast)
+    for _ in kernel.copy_steps(1, [b"first"]):
+        pass
+    feed.drain()
+    assert j.next_seq == 2 and j.hole_messages == 0
+    seg = j.segments[-1]
+    good = seg.fd
+    seg.fd = os.open("/dev/null", os.O_RDONLY)
+    try:
+        for k in range(3):
+            for _ in kernel.copy_steps(1, [b"lost%d" % k, b"also"]):
+                pass
+        feed.drain()
+    finally:
+        os.close(seg.fd)
+        seg.fd = good
+    assert feed.counters["write_errors"] >= 1
+    assert j.next_seq == 8 and j.hole_messages == 6 and j.holes == [(2, 7)]
+    assert j.read(1, 1, session=SESSION) == [b"first"]
+    assert j.read(2, 6, session=SESSION) == []
+    for _ in kernel.copy_steps(1, [b"after"]):  # a new segment takes the next ones
+        pass
+    feed.drain()
+    assert j.read(8, 1, session=SESSION) == [b"after"]

@@ -9,8 +9,10 @@
  * Ring layout (kernel/bpf/ringbuf.c): records of an 8-byte header (length, with bit 31 while
  * reserved and bit 30 when discarded; page offset) and the record, rounded up to 8 bytes; the data
  * pages are mapped twice in a row, so a record at (pos & mask) reads as one piece. */
+#include <errno.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #define BUSY_BIT (1u << 31)
 #define DISCARD_BIT (1u << 30)
@@ -24,7 +26,9 @@
 /* One recipient's output: next_seq is the sequence number its next copy must carry (0: the walk
  * leaves the recipient's records to the caller); buf takes its packets (len bytes of cap), offs
  * each packet's offset in buf (n of offs_cap); first_seq and session are those of the first
- * packet in buf (set when n is 0). */
+ * packet in buf (set when n is 0).  For subc_feed_write: fd, the journal segment the packets go
+ * to (-1: the caller appends them), seg_size its size, seg_room the bytes it may still take and
+ * seg_session its session; wrote and err say what became of them. */
 struct subc_feed_out {
     uint64_t next_seq;
     uint64_t first_seq;
@@ -36,6 +40,14 @@ struct subc_feed_out {
     uint32_t n;
     uint8_t session[10];
     uint8_t pad[6];
+    int32_t fd;
+    uint32_t wrote;
+    uint64_t seg_size;
+    uint64_t seg_room;
+    int32_t err;
+    uint32_t pad2;
+    uint8_t seg_session[10];
+    uint8_t pad3[6];
 };
 
 enum { WALK_END = 0, WALK_BUSY = 1, WALK_SLOW = 2, WALK_FULL = 3 };
@@ -156,4 +168,45 @@ int subc_feed_walk(const uint8_t *data, uint64_t mask, uint64_t *pos, uint64_t p
     }
     *pos = p;
     return why;
+}
+
+/* Append each recipient's packets (outs[r].n > 0) to its journal segment outs[r].fd when they fit
+ * in seg_room and their session is the segment's (seg_session): one write (continued after a short one); the packets' offsets become offsets in the
+ * segment, seg_size and seg_room advance, wrote = 1.  A write that fails cuts the segment back to
+ * where it was (ftruncate: no partial batch stays in it) and sets err (errno); recipients without
+ * a segment or room are left as they are (wrote = 0) for the caller.  Returns the recipients
+ * written. */
+int subc_feed_write(struct subc_feed_out *outs, uint32_t nouts)
+{
+    int done = 0;
+    for (uint32_t r = 0; r < nouts; r++) {
+        struct subc_feed_out *o = &outs[r];
+        o->wrote = 0;
+        o->err = 0;
+        if (!o->n || o->fd < 0 || o->len > o->seg_room || memcmp(o->session, o->seg_session, 10))
+            continue;
+        uint32_t at = 0;
+        while (at < o->len) {
+            ssize_t w = write(o->fd, o->buf + at, o->len - at);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0) {
+                o->err = w < 0 ? errno : EIO;
+                break;
+            }
+            at += (uint32_t)w;
+        }
+        if (o->err) {
+            if (at && ftruncate(o->fd, (off_t)o->seg_size) < 0 && !o->err)
+                o->err = errno;
+            continue;
+        }
+        for (uint32_t i = 0; i < o->n; i++)
+            o->offs[i] += o->seg_size;
+        o->seg_size += o->len;
+        o->seg_room -= o->len;
+        o->wrote = 1;
+        done++;
+    }
+    return done;
 }

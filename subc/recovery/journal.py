@@ -55,6 +55,63 @@ class JournalError(SubcError):
     journaled, a message too long for a packet, a damaged segment file)."""
 
 
+class Index:
+    """The offsets of a segment's packets (bytes from its start, increasing): a uint64 array
+    that doubles when full, so that appending k offsets costs O(k) amortized (an ``array('Q')``
+    grows by a sixteenth at a time, copying itself each time: that copying was most of the
+    journal feed's index cost).  Reads like a sequence of ints; :meth:`bisect_right` and
+    :meth:`bisect_left` search it as :mod:`bisect` would."""
+
+    __slots__ = ("_a", "_n")
+
+    def __init__(self, initial: Sequence[int] | array | np.ndarray = ()):
+        a = np.asarray(initial, dtype=np.uint64)
+        self._a = np.empty(max(64, 2 * len(a)), dtype=np.uint64)
+        self._a[: len(a)] = a
+        self._n = len(a)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: int) -> int:
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError("index offset out of range")
+        return int(self._a[i])
+
+    def view(self) -> np.ndarray:
+        """The offsets (a view: valid until the next :meth:`extend`)."""
+        return self._a[: self._n]
+
+    def extend(self, offsets: np.ndarray, base: int = 0) -> None:
+        """Append ``offsets`` + ``base`` (uint64)."""
+        end = self._n + len(offsets)
+        if end > len(self._a):
+            grown = np.empty(max(end, 2 * len(self._a)), dtype=np.uint64)
+            grown[: self._n] = self._a[: self._n]
+            self._a = grown
+        if base:
+            np.add(offsets, np.uint64(base), out=self._a[self._n : end], casting="unsafe")
+        else:
+            self._a[self._n : end] = offsets
+        self._n = end
+
+    def trim(self) -> None:
+        """Give back the room beyond the offsets held (a segment no longer appended to)."""
+        self._a = self._a[: self._n].copy()
+
+    def bisect_right(self, x: int, lo: int = 0, hi: int | None = None) -> int:
+        """The first index in [lo, hi) whose offset is > x (hi when none)."""
+        hi = self._n if hi is None else hi
+        return lo + int(np.searchsorted(self._a[lo:hi], np.uint64(x), side="right"))
+
+    def bisect_left(self, x: int, lo: int = 0, hi: int | None = None) -> int:
+        """The first index in [lo, hi) whose offset is >= x (hi when none)."""
+        hi = self._n if hi is None else hi
+        return lo + int(np.searchsorted(self._a[lo:hi], np.uint64(x), side="left"))
+
+
 @dataclass
 class Segment:
     """One segment: its first sequence number, file descriptor, session (10 bytes), the offset of
@@ -64,7 +121,7 @@ class Segment:
     first: int
     fd: int
     session: bytes = NO_SESSION
-    offsets: array = field(default_factory=lambda: array("Q"))
+    offsets: Index = field(default_factory=Index)
     size: int = 0
     last_append: float = 0.0
     path: Path | None = None
@@ -157,7 +214,7 @@ class Journal:
             offsets, size = _scan(data)
             if size < len(data):
                 os.ftruncate(fd, size)  # a torn last packet: its batch never completed
-            seg = Segment(first, fd, session, offsets, size, p.stat().st_mtime, p)
+            seg = Segment(first, fd, session, Index(offsets), size, p.stat().st_mtime, p)
             self._add(seg)
             self.next_seq = seg.end
 
@@ -166,6 +223,8 @@ class Journal:
         self._firsts.append(seg.first)
 
     def _new_segment(self, first: int, session: bytes) -> Segment:
+        if self.segments:
+            self.segments[-1].offsets.trim()  # appends go to the new one from now on
         if self.directory is None:
             fd = os.memfd_create(f"{self.name}-{first}", os.MFD_CLOEXEC)
             seg = Segment(first, fd, session)
@@ -245,14 +304,8 @@ class Journal:
         if count == 0:
             return
         now = time.time() if now is None else now
-        seg = self.segments[-1] if self.segments else None
-        if (  # the common case: the next numbers, all in the open segment
-            seq == self.next_seq
-            and seg is not None
-            and not self._open_new
-            and seg.session == session
-            and seg.size + len(blob) <= self.segment_bytes
-        ):
+        seg = self.open_segment(seq, session, len(blob))
+        if seg is not None:  # the common case: the next numbers, all in the open segment
             self._write(seg, blob, np.frombuffer(offsets, dtype=np.uint64), now)
             self.next_seq = seq + count
             return
@@ -276,13 +329,39 @@ class Journal:
             i = j
         self.next_seq = seq + count
 
+    def append_target(self, seq: int) -> Segment | None:
+        """The segment that takes appends from ``seq`` on (the open one, when ``seq`` is
+        :attr:`next_seq`), or None.  An append goes to it whole only under its session and
+        within :attr:`segment_bytes` (see :meth:`open_segment`)."""
+        if seq != self.next_seq or self._open_new or not self.segments:
+            return None
+        return self.segments[-1]
+
+    def open_segment(self, seq: int, session: bytes, nbytes: int) -> Segment | None:
+        """The segment that takes an append of ``nbytes`` bytes of packets from ``seq`` on under
+        ``session`` whole (the open one: ``seq`` is :attr:`next_seq`, the session is its own,
+        the bytes fit), or None (:meth:`append_indexed` then splits or starts segments)."""
+        seg = self.append_target(seq)
+        if seg is None or seg.session != session or seg.size + nbytes > self.segment_bytes:
+            return None
+        return seg
+
+    def appended(self, seg: Segment, offsets: np.ndarray, size: int, now: float) -> None:
+        """Record an append the caller wrote itself to ``seg`` (as :meth:`open_segment` gave it,
+        the lock held since): packets at ``offsets`` (from the segment's start), the segment
+        ``size`` bytes long after it."""
+        seg.offsets.extend(offsets)
+        seg.size = size
+        seg.last_append = now
+        self.next_seq += len(offsets)
+
     @staticmethod
     def _write(seg: Segment, blob: bytes | memoryview, offsets: np.ndarray, now: float) -> None:
         """Append ``blob`` (packets at ``offsets`` from its start) to ``seg``."""
         written = os.write(seg.fd, blob)
         while written < len(blob):  # a short write to a regular file: write the rest
             written += os.write(seg.fd, blob[written:])
-        seg.offsets.frombytes((offsets.astype(np.uint64, copy=False) + np.uint64(seg.size)).tobytes())
+        seg.offsets.extend(offsets, seg.size)
         seg.size += len(blob)
         seg.last_append = now
 
@@ -336,7 +415,7 @@ class Journal:
             if budget is not None and end - start > budget:
                 # the first packet that does not fit: packet e ends where e + 1 starts (the last
                 # one, j - 1, does not fit: the whole range does not)
-                e = bisect_right(s.offsets, start + budget, i + 1, j) - 1
+                e = s.offsets.bisect_right(start + budget, i + 1, j) - 1
                 if e > i:
                     out.append((s.fd, start, s.end_of(e - 1) - start))
                 elif not out:  # not even one fits: the first alone

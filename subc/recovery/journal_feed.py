@@ -176,6 +176,9 @@ class JournalFeed:
             if pos != self.read_pos:
                 with self.lock:
                     self.counters["journaled_messages"] += fast.flush(self.clock())
+                if fast.errors:
+                    self.counters.update(fast.errors)
+                    fast.errors.clear()
                 self.read_pos = pos
                 total += n
             if why == WALK_FULL:

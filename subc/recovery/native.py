@@ -38,6 +38,14 @@ class FeedOut(ct.Structure):
         ("n", ct.c_uint32),
         ("session", ct.c_uint8 * 10),
         ("pad", ct.c_uint8 * 6),
+        ("fd", ct.c_int32),
+        ("wrote", ct.c_uint32),
+        ("seg_size", ct.c_uint64),
+        ("seg_room", ct.c_uint64),
+        ("err", ct.c_int32),
+        ("pad2", ct.c_uint32),
+        ("seg_session", ct.c_uint8 * 10),
+        ("pad3", ct.c_uint8 * 6),
     ]
 
 
@@ -57,8 +65,8 @@ def _compiler() -> str | None:
 
 
 @lru_cache(maxsize=1)
-def feed_walk():
-    """The ``subc_feed_walk`` function (ctypes), or None when it cannot be built here."""
+def _library() -> ct.CDLL | None:
+    """feed_walk.c built and loaded, or None when it cannot be built here."""
     src = SOURCE.read_bytes()
     out = cache_dir() / f"feed_walk-{hashlib.sha256(src).hexdigest()[:16]}.so"
     if not out.is_file():
@@ -77,8 +85,15 @@ def feed_walk():
         except OSError:
             return None
     try:
-        lib = ct.CDLL(str(out))
+        return ct.CDLL(str(out))
     except OSError:
+        return None
+
+
+def feed_walk():
+    """The ``subc_feed_walk`` function (ctypes), or None when it cannot be built here."""
+    lib = _library()
+    if lib is None:
         return None
     fn = lib.subc_feed_walk
     fn.restype = ct.c_int
@@ -91,4 +106,15 @@ def feed_walk():
         ct.c_uint32,
         ct.POINTER(ct.c_uint64),
     ]
+    return fn
+
+
+def feed_write():
+    """The ``subc_feed_write`` function (ctypes), or None when it cannot be built here."""
+    lib = _library()
+    if lib is None:
+        return None
+    fn = lib.subc_feed_write
+    fn.restype = ct.c_int
+    fn.argtypes = [ct.POINTER(FeedOut), ct.c_uint32]
     return fn

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from collections import Counter, deque
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -170,7 +170,7 @@ def own_spans(j: Journal, seq: int, spans: list[tuple[int, int, int]], live: boo
             i = seq - seg.first
             if k < 0 or seg.fd != fd or seg.offsets[i] != offset:
                 raise JournalError(f"journal range ({fd}, {offset}, {n}) is not that of sequence number {seq}")
-            count = bisect_left(seg.offsets, offset + n, lo=i) - i
+            count = seg.offsets.bisect_left(offset + n, lo=i) - i
             out.append(Span(os.dup(fd), offset, n, seq, count, live))
             seq += count
     except BaseException:
