@@ -53,7 +53,9 @@ static __always_inline void subc_jnl_commit(struct subc_jrec *j, struct subc_scr
     j->len = clen;
     if (clen <= SUBC_JREC_INLINE) {
         j->flags = SUBC_JREC_PAYLOAD;
-        bpf_probe_read_kernel(j->data, clen & 0xff, s->copy);
+        /* the whole inline area, a constant size: plain loads and stores, no helper call (the
+         * bytes past clen are the scratch's leftovers; the reader takes len bytes) */
+        __builtin_memcpy(j->data, s->copy, SUBC_JREC_INLINE);
     } else {
         __builtin_memcpy(j->data, s->copy, SUBC_MOLD_HEADER);
         s->jhdr.r = r;
