@@ -76,6 +76,13 @@ load), and the ratio of the two peaks of that repeat; the summary gives the medi
 over the repeats, and the load average (``/proc/loadavg``) before and after, since the machine may
 be shared.  The JSON output records the publisher (``publisher``, and per row).
 
+``--journal`` adds the eBPF broker with its journal (``subc load --journal``, the recovery service
+on ``--journal-cpu``) side by side, and its cost: 1 - its peak / the eBPF broker's.  ``--profile``
+records per row each BPF program's runs and ns per run (``kernel.bpf_stats_enabled``, read with
+``bpftool``, Debian's package), CPU 1's time by kind and the service's CPU share; ``--napi-fifo``
+makes the broker input's NAPI thread real-time, so that the data path never waits for a process
+(what the journal then costs is the kernel's share; the service gets what is left).
+
     sudo python3 bench/broker_throughput.py --subscribers 1,8,32 --repeat 3 --json out.json
 """
 
@@ -260,6 +267,8 @@ class Topology:
             raise SystemExit("no NAPI kthread for tb0: threaded NAPI unavailable")
         for pid in pids:
             sh("taskset", "-p", "2", pid)
+            if NAPI_FIFO:  # real-time: it preempts everything else on CPU 1 (--napi-fifo)
+                sh("chrt", "-f", "-p", "50", pid)
 
     def copies_dropped(self) -> int:
         """Copies the broker's subscriber veths refused, summed: XDP-redirected frames that found the
@@ -473,6 +482,7 @@ def measure(kind: str, n: int, topo: Topology, binary: Path, work: Path, seconds
 JOURNAL_PAGES = 16384  # the journal's ring buffer: 64 MiB (--journal-pages)
 JOURNAL_CPU = 1  # the recovery service's CPU: the broker's (--journal-cpu)
 PROFILE = False  # --profile
+NAPI_FIFO = False  # --napi-fifo
 
 
 def cpu_profile(service_pid: int | None) -> dict:
@@ -546,6 +556,10 @@ def main() -> None:
                     help="per run: each BPF program's runs and ns per run (kernel.bpf_stats_enabled, bpftool), "
                          "CPU 1's time by kind and the recovery service's CPU share; the statistics cost two clock "
                          "reads per program run, which slows the broker (in this VM by about a tenth)")
+    ap.add_argument("--napi-fifo", action="store_true",
+                    help="run the broker input's NAPI thread SCHED_FIFO (priority 50): the data path then takes CPU 1 "
+                         "before any process, which shows what the journal costs the kernel alone (the recovery "
+                         "service gets what is left, and the copies it cannot take are counted as not journaled)")
     ap.add_argument("--journal-pages", type=int, default=16384,
                     help="pages of the journal's ring buffer (subc load --journal-pages)")
     args = ap.parse_args()
@@ -557,8 +571,8 @@ def main() -> None:
         raise SystemExit("needs root (network namespaces, XDP, TC)")
     if (os.cpu_count() or 1) < 2:
         raise SystemExit("needs two CPUs (publisher on CPU 0, broker on CPU 1)")
-    global JOURNAL_CPU, PROFILE, JOURNAL_PAGES
-    JOURNAL_CPU, PROFILE, JOURNAL_PAGES = args.journal_cpu, args.profile, args.journal_pages
+    global JOURNAL_CPU, PROFILE, JOURNAL_PAGES, NAPI_FIFO
+    JOURNAL_CPU, PROFILE, JOURNAL_PAGES, NAPI_FIFO = args.journal_cpu, args.profile, args.journal_pages, args.napi_fifo
     if PROFILE:
         Path("/proc/sys/kernel/bpf_stats_enabled").write_text("1\n")
         atexit.register(Path("/proc/sys/kernel/bpf_stats_enabled").write_text, "0\n")
