@@ -36,8 +36,8 @@ class FastPath:
         self.recipients = sorted(r for r in set(recipients) if r >= 0)
         n = (self.recipients[-1] + 1) if self.recipients else 0
         self.outs = (FeedOut * n)()
-        self._bufs: dict[int, tuple[ct.Array, ct.Array]] = {}
-        # per recipient with a buffer: its FeedOut, its packets and offsets as buffers (views)
+        # per recipient with a buffer: its FeedOut, its packets and offsets as views (which keep
+        # the ctypes buffers the C side writes alive)
         self._views: dict[int, tuple[FeedOut, memoryview, np.ndarray]] = {}
         self._bound: dict[int, object] = {}  # the segment whose session outs[r].seg_session holds
         for r in self.recipients:
@@ -112,10 +112,9 @@ class FastPath:
         its output buffer is made on first use."""
         if not 0 <= r < len(self.outs):
             return
-        if seq and r not in self._bufs:
+        if seq and r not in self._views:
             buf = ct.create_string_buffer(BUFFER_BYTES)
             offs = (ct.c_uint64 * (BUFFER_BYTES // 3))()
-            self._bufs[r] = (buf, offs)
             o = self.outs[r]
             o.buf, o.offs = ct.addressof(buf), ct.addressof(offs)
             o.cap, o.offs_cap = BUFFER_BYTES, BUFFER_BYTES // 3

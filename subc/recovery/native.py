@@ -90,31 +90,34 @@ def _library() -> ct.CDLL | None:
         return None
 
 
-def feed_walk():
-    """The ``subc_feed_walk`` function (ctypes), or None when it cannot be built here."""
+def _function(name: str, argtypes: list):
+    """Function ``name`` of feed_walk.c (returning int) with its argument types, or None when the
+    library cannot be built here."""
     lib = _library()
     if lib is None:
         return None
-    fn = lib.subc_feed_walk
+    fn = getattr(lib, name)
     fn.restype = ct.c_int
-    fn.argtypes = [
-        ct.c_void_p,
-        ct.c_uint64,
-        ct.POINTER(ct.c_uint64),
-        ct.c_uint64,
-        ct.POINTER(FeedOut),
-        ct.c_uint32,
-        ct.POINTER(ct.c_uint64),
-    ]
+    fn.argtypes = argtypes
     return fn
+
+
+def feed_walk():
+    """The ``subc_feed_walk`` function (ctypes), or None when it cannot be built here."""
+    return _function(
+        "subc_feed_walk",
+        [
+            ct.c_void_p,
+            ct.c_uint64,
+            ct.POINTER(ct.c_uint64),
+            ct.c_uint64,
+            ct.POINTER(FeedOut),
+            ct.c_uint32,
+            ct.POINTER(ct.c_uint64),
+        ],
+    )
 
 
 def feed_write():
     """The ``subc_feed_write`` function (ctypes), or None when it cannot be built here."""
-    lib = _library()
-    if lib is None:
-        return None
-    fn = lib.subc_feed_write
-    fn.restype = ct.c_int
-    fn.argtypes = [ct.POINTER(FeedOut), ct.c_uint32]
-    return fn
+    return _function("subc_feed_write", [ct.POINTER(FeedOut), ct.c_uint32])

@@ -43,6 +43,8 @@ from .rerequest import RequestServer, Stream
 from .retention import Retention
 from .soup_server import SoupServer
 
+#: The key of the kernel's ``journal_lost`` counter in the statistics map.
+JOURNAL_LOST_KEY = L.U32.pack(v=L.STATS.index("journal_lost"))
 #: Longest wait (s) of :meth:`RecoveryService.bind` for the feed to read up to its position.
 BIND_WAIT_S = 10.0
 
@@ -237,7 +239,7 @@ class RecoveryService:
 
     def _lost_total(self) -> int:
         """The kernel's count of copies sent but not journaled (``journal_lost``, all CPUs)."""
-        v = self._stats.lookup(L.U32.pack(v=L.STATS.index("journal_lost")))
+        v = self._stats.lookup(JOURNAL_LOST_KEY)
         return sum(int.from_bytes(x[:8], "little") for x in v) if isinstance(v, list) else 0
 
     # -- running -----------------------------------------------------------------------------------
