@@ -9,6 +9,7 @@
 #   - clang, libbpf-dev, clang-format: the eBPF program built as a BPF object and its static C's
 #     style checked (tests/test_ebpf_source.py);
 #   - openjdk-17-jre-headless (when there is no java): the data pipeline (PySpark);
+#   - etcd-server: the etcd members the cluster tests start (tests/etcd_util.py);
 #   - python3-pip when python3 has no pip.
 # Then it installs the package with its test extra (pip; on Debian's "externally managed" system
 # Python it retries with --break-system-packages) and runs pytest with the arguments given.
@@ -21,7 +22,8 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     arch="$(dpkg --print-architecture)"
     missing=""
-    for p in python3-bpfcc "linux-headers-$arch" iproute2 util-linux ethtool gcc clang libbpf-dev clang-format; do
+    for p in python3-bpfcc "linux-headers-$arch" iproute2 util-linux ethtool gcc clang libbpf-dev clang-format \
+        etcd-server; do
         dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
     done
     command -v java >/dev/null || missing="$missing openjdk-17-jre-headless"

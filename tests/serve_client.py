@@ -16,10 +16,14 @@ Reads commands on stdin, one per line, and writes JSON lines on stdout:
 * ``tcp <host> <port> <request line>``: one TCP connection, one request, prints each reply line
   (``{"tcp": line}``) up to the final one, then ``{"tcp_end": true}``;
 * ``send <host> <port> <hex payload>``: one UDP datagram (the publisher);
+* ``rereq <host> <port> <hex request>``: a MoldUDP64 re-request (20 bytes) from the bound socket
+  to a request server; a cookie packet from it (20 bytes, count 0xFFFE) makes the agent send the
+  request again with the cookie appended; its answers are printed as ``{"answer": [...]}`` (parsed
+  as deliveries are);
 * ``quit``.
 
 Deliveries (MoldUDP64 datagrams) are parsed here, with nothing from subc: ``{"mold": [session
-hex, seq, count, [message hex, ...]]}``.  No time decides anything: the test waits for lines.
+hex, seq, count, [message hex, ...]], "from": source address}``.  No time decides anything: the test waits for lines.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ MIN_REQUEST = 24  # bytes: "COOKIE <16 hex digits>\n", the broker's reply to an 
 COOKIES: dict[tuple[str, int], str] = {}  # the cookie each server gave this socket's address
 LAST: dict[tuple[str, int], tuple[str, str | None]] = {}  # per server: the last request, its cookie
 LOCK = threading.Lock()
+RR: dict[tuple[str, int], bytes] = {}  # re-request servers: the last request sent to each
 
 
 def send_request(sock: socket.socket, server: tuple[str, int], line: str) -> None:
@@ -87,6 +92,12 @@ def receiver(sock: socket.socket) -> None:
             data, addr = sock.recvfrom(65536)
         except OSError:
             return
+        if addr in RR:
+            if len(data) == 20 and data[18:20] == b"\xff\xfe":  # a cookie: the request again, with it
+                sock.sendto(RR[addr] + data[10:18], addr)
+            else:
+                out({"answer": parse_mold(data), "from": addr[0]})
+            continue
         if addr in SERVERS:
             for line in data.decode(errors="replace").splitlines():
                 if line.startswith("COOKIE ") and on_cookie(sock, addr, line):
@@ -95,7 +106,7 @@ def receiver(sock: socket.socket) -> None:
             continue
         m = parse_mold(data)
         if m is not None:
-            out({"mold": m})
+            out({"mold": m, "from": addr[0]})
 
 
 def capture(sock: socket.socket) -> None:
@@ -140,6 +151,10 @@ def main() -> None:
                     if ln.startswith(FINAL):
                         break
                 out({"tcp_end": True})
+        elif cmd == "rereq":
+            server = (parts[1], int(parts[2]))
+            RR[server] = bytes.fromhex(parts[3])
+            sock.sendto(RR[server], server)
         elif cmd == "send":
             s = sock or socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             s.sendto(bytes.fromhex(parts[3]), (parts[1], int(parts[2])))

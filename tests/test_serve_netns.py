@@ -175,9 +175,14 @@ class Broker:
 def messages_counted(topo: Topology) -> int:
     """The broker's message counter, read as a process in the broker's namespace would
     (the broker's pins and state are keyed by its network namespace)."""
+    return messages_counted_in(topo.brk, topo.b0)
+
+
+def messages_counted_in(ns: str, iface: str) -> int:
+    """The message counter of the broker on ``iface`` in namespace ``ns``."""
     from subc.dataplane.ebpf.broker_stats import stats
 
-    return call_in_netns(topo.brk, lambda: stats(topo.b0))["stats"]["messages"]
+    return call_in_netns(ns, lambda: stats(iface))["stats"]["messages"]
 
 
 class World:

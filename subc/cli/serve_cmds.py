@@ -168,6 +168,34 @@ def parse_ports(text: str) -> list[int]:
     help="serve SoupBinTCP 4.1 on this TCP address: the ACL's [[login]] users, each its own "
     "stream; requests as Unsequenced Data",
 )
+@click.option(
+    "--cluster",
+    metavar="ENDPOINTS",
+    help="share subscriptions with other brokers through etcd at these comma-separated client "
+    "endpoints (host:port); needs --node and --journal (README, 'Brokers on several hosts')",
+)
+@click.option("--node", help="--cluster: this broker's name, unique among the live brokers")
+@click.option(
+    "--cluster-prefix",
+    default="/subc/",
+    show_default=True,
+    help="--cluster: the etcd key prefix of the cluster's state",
+)
+@click.option(
+    "--cluster-ttl",
+    type=click.IntRange(2, 600),
+    default=5,
+    show_default=True,
+    help="--cluster: seconds of this broker's etcd lease: a broker that stops renewing it stops "
+    "delivering before that, and its subscribers move to the others after it",
+)
+@click.option(
+    "--cluster-reconcile",
+    type=click.FloatRange(1.0),
+    default=30.0,
+    show_default=True,
+    help="--cluster: seconds between reads of the whole prefix that catch what a watch missed",
+)
 @limit_options
 def serve_cmd(
     spec_path: str,
@@ -196,6 +224,11 @@ def serve_cmd(
     rerequest: str | None,
     rerequest_rate: float,
     soup: str | None,
+    cluster: str | None,
+    node: str | None,
+    cluster_prefix: str,
+    cluster_ttl: int,
+    cluster_reconcile: float,
     max_rules: int,
     max_states: int,
 ) -> None:
@@ -211,6 +244,7 @@ def serve_cmd(
     from ..spec.front_end import load_spec
     from ..dataplane.ebpf.bpf import require_root
     from ..serve.acl import load_acl
+    from ..serve.config import ClusterOptions
     from ..serve.daemon import Daemon, JsonFormatter, ServeConfig, SwitchOptions
     from ..serve.dataplane import default_field_order
 
@@ -241,6 +275,19 @@ def serve_cmd(
             raise SubcError("--rerequest, --soup and --retain need --journal")
         if journal and p4rt:
             raise SubcError("--journal: a P4 switch's copies do not pass through this host (eBPF only)")
+        cluster_options = None
+        if cluster or node:
+            from ..cluster.records import check_node_name, check_prefix
+
+            if not (cluster and node):
+                raise SubcError("--cluster and --node go together")
+            cluster_options = ClusterOptions(
+                [e.strip() for e in cluster.split(",") if e.strip()],
+                check_node_name(node),
+                check_prefix(cluster_prefix),
+                cluster_ttl,
+                cluster_reconcile,
+            )
         journal_options = None
         if journal:
             from .journal_cmds import service_options
@@ -262,6 +309,7 @@ def serve_cmd(
             switch=switch,
             journal=journal_options,
             journal_pages=journal_pages if journal else 0,
+            cluster=cluster_options,
         )
         daemon = Daemon(cfg)
         daemon.start()

@@ -28,6 +28,19 @@ class SwitchOptions:
 
 
 @dataclass
+class ClusterOptions:
+    """``subc serve --cluster``: etcd client ``endpoints`` (host:port), this broker's ``node``
+    name, the key ``prefix``, its lease's ``ttl`` in s, how often (s) the whole prefix is read
+    again to catch what a watch missed (``reconcile``)."""
+
+    endpoints: list[str]
+    node: str
+    prefix: str = "/subc/"
+    ttl: int = 5
+    reconcile: float = 30.0
+
+
+@dataclass
 class ServeConfig:
     """``subc serve``'s options: ``listen`` and ``metrics`` as (address, port), ``lease`` in s
     (None: subscriptions do not expire), ``capacity`` in subscriptions; ``journal``: the
@@ -49,3 +62,4 @@ class ServeConfig:
     switch: SwitchOptions | None = None  # deliver through a P4 switch over P4Runtime instead of on iface
     journal: ServiceOptions | None = None  # journal every copy (the recovery service: re-requests, SoupBinTCP)
     journal_pages: int = 0  # the journal feed's ring buffer (4 KiB pages)
+    cluster: ClusterOptions | None = None  # one broker of several sharing their state on etcd

@@ -31,6 +31,7 @@ import logging
 import queue
 import re
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, cast
 
@@ -58,6 +59,7 @@ from .topics import TopicBook, TopicError, parse_filter, parse_topic
 from .updater import Updater
 
 if TYPE_CHECKING:
+    from ..cluster.node import ClusterNode
     from ..dataplane.p4rt.live_entries import LiveEntries
     from ..dataplane.p4rt.live_switch import SwitchPlane
     from .port_map import PortEndpoints
@@ -95,6 +97,7 @@ class Daemon:
         self.listener: RequestListener | None = None
         self.started = threading.Event()
         self.recovery: RecoveryService | None = None  # with cfg.journal: the journal's service
+        self.node: ClusterNode | None = None  # with cfg.cluster: this broker's membership
 
     @property
     def port(self) -> int:
@@ -172,6 +175,8 @@ class Daemon:
         self.dp: DataPlane = open_dataplane(
             cfg.spec, cfg.iface, cfg.field_order, cfg.capacity, cfg.state_dir, cfg.xdp_mode, cfg.journal_pages
         )
+        if cfg.cluster is not None:
+            self._set_fence(1)  # nothing is sent until this broker holds its lease and owns endpoints
         if cfg.journal is not None:
             assert self.dp.home is not None  # an eBPF data plane has its home
             self.recovery = RecoveryService(self.dp.home, cfg.journal, self._soup_login, self._soup_request)
@@ -191,7 +196,8 @@ class Daemon:
                 addrs = [] if is_soup(ep[0]) else [ep]
                 recovery.bind(sid, stream_key(ep), addrs, fresh=fresh)
 
-        endpoints = self.endpoints = EndpointTable(self.dp.maps, known, cfg.resolver, on_number)
+        standby = (lambda ep: True) if cfg.cluster is not None else None  # the cluster's updater decides later
+        endpoints = self.endpoints = EndpointTable(self.dp.maps, known, cfg.resolver, on_number, standby)
         self._held = []
         self.adopted = self.dp.adopted
         if not self.dp.adopted:
@@ -212,10 +218,76 @@ class Daemon:
 
         return inh.live_slot, self._reserve_inherited(inh.states, free)
 
+    def _set_fence(self, until_ns: int) -> None:
+        """Write the data plane's fence (``subc_fence``): copies are sent until ``until_ns``
+        (CLOCK_MONOTONIC ns; 1: none from now on)."""
+        self.dp.maps[MN.FENCE].update(L.U32.pack(v=0), L.U64.pack(v=until_ns))
+
+    def _check_cluster(self) -> None:
+        cfg = self.cfg
+        if cfg.cluster is None:
+            return
+        if cfg.switch is not None:
+            raise SubcError("--cluster runs eBPF brokers; it does not drive a P4 switch (--p4runtime)")
+        if cfg.journal is None:
+            raise SubcError(
+                "--cluster needs --journal: a broker keeps every stream it does not deliver to in its "
+                "journal, with its sequence numbers, to take it over without loss"
+            )
+        if cfg.rules:
+            raise SubcError("--cluster takes its subscriptions from etcd: --rules is for a broker of its own")
+
+    def _cluster_updater(self, args: tuple) -> Updater:
+        """The cluster's updater over the updater's ``args``, with this broker's node (started
+        by :meth:`start` once the threads run)."""
+        from ..cluster.metrics import ClusterCollector
+        from ..cluster.node import ClusterNode
+        from ..cluster.records import MemberRecord, NodeStatus, SubRecord
+        from ..cluster.replica import Replica
+        from ..cluster.updater import REVISION_META, ClusterUpdater
+
+        cfg = self.cfg
+        opts = cfg.cluster
+        assert opts is not None
+        replica = Replica(opts.prefix)
+        replica.load(
+            int(self.store.meta(REVISION_META) or 0),
+            {
+                i: SubRecord(lv.text, lv.ep[0], lv.ep[1], lv.source, lv.expires, lv.filter)
+                for i, lv in self.book.subs.items()
+            },
+        )
+        rec = self.recovery
+        member = MemberRecord(
+            opts.node,
+            f"{cfg.listen[0]}:{self.port}",
+            rerequest=f"{rec.address[0]}:{rec.address[1]}" if rec is not None and rec.address else "",
+            soup=f"{rec.soup_address[0]}:{rec.soup_address[1]}" if rec is not None and rec.soup_address else "",
+            started=time.time(),
+        )
+        updater: ClusterUpdater | None = None
+
+        def status() -> NodeStatus:
+            u = updater
+            return NodeStatus(
+                replica.revision,
+                len(self.book),
+                u.owned_count if u is not None else 0,
+                len(self.endpoints),
+                node.fenced(),
+                time.time(),
+            )
+
+        node = self.node = ClusterNode(opts, member, self.queue, self.stopping, self._set_fence, status)
+        updater = ClusterUpdater(*args, node=node, replica=replica, grace=self.broker.grace)
+        self.metrics.registry.register(ClusterCollector(node, updater))
+        return updater
+
     def start(self) -> None:
         """Open the data plane (load or adopt it), restore the subscriptions, bind the sockets and
         start the threads.  Raises SubcError when any of these fails."""
         cfg = self.cfg
+        self._check_cluster()
         if cfg.switch is not None:
             inherited, release = self._open_switch(cfg.switch)
         else:
@@ -229,7 +301,7 @@ class Daemon:
         restored = len(self.book)
         self.listener = RequestListener(cfg, self.diagram, self.depth, self.metrics, self.queue, self.stopping)
         self.listener.open()
-        self.updater = Updater(
+        args = (
             cfg,
             self.queue,
             self.book,
@@ -243,6 +315,7 @@ class Daemon:
             self.sw is not None,
             self.next_id,
         )
+        self.updater = self._cluster_updater(args) if cfg.cluster is not None else Updater(*args)
 
         def reclaimer() -> None:
             reclaim_forever(self.stopping, self.work, self.store, self.broker, self.endpoints, self.writer.root_slots)
@@ -260,6 +333,8 @@ class Daemon:
             t = threading.Thread(target=fn, name=f"subc-{name}", daemon=True)
             t.start()
             self.threads.append(t)
+        if self.node is not None:
+            self.node.start()
         gc.collect()
         gc.freeze()
         # A change allocates hundreds of acyclic objects (diagram nodes, runs) per subscription;
@@ -391,6 +466,8 @@ class Daemon:
 
     def stop(self) -> None:
         """Stop the threads and close the sockets and the store (the data path stays loaded)."""
+        if self.node is not None:
+            self.node.stop()  # fenced first: the other brokers take this one's subscribers over
         self.stopping.set()
         self.queue.put(None)
         self.work.set()

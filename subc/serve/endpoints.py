@@ -12,6 +12,11 @@ An endpoint ``soup:<user>`` (port 0) is a SoupBinTCP user's stream: its number h
 (``subc serve --journal --soup``).  ``on_number`` (the journal's :meth:`bind`) hears of every
 number given to an endpoint, before any change delivers to it.
 
+In a cluster (``subc serve --cluster``) a UDP endpoint that another broker delivers to is on
+*standby* here: journal-only like a SoupBinTCP stream, its sequence numbers taken as the owner
+takes them, so that this broker can take the stream over where the owner stopped
+(:meth:`EndpointTable.set_standby`).
+
 The next hop of an endpoint is found as the kernel would: the route to its address (pyroute2
 ``route get``) gives the interface and gateway, the neighbour table the next hop's MAC address;
 a missing neighbour entry is resolved by sending one empty UDP datagram to the discard port (9)
@@ -115,8 +120,11 @@ class EndpointTable:
         known: dict[tuple[str, int], int] | None = None,
         resolver=resolve,
         on_number: Callable[[int, tuple[str, int], bool], None] | None = None,
+        standby: Callable[[tuple[str, int]], bool] | None = None,
     ):
         self.maps, self.resolver = maps, resolver
+        self.standby = standby  # (ip, port) -> whether a new endpoint starts on standby (a cluster)
+        self.on_standby: set[tuple[str, int]] = set()
         self.on_number = on_number  # (sid, endpoint, fresh): the journal binds the number's stream
         self.journal_only: set[int] = set()  # numbers of SoupBinTCP endpoints (soup:<user>)
         self.by_ep: dict[tuple[str, int], _Entry] = {}
@@ -158,7 +166,12 @@ class EndpointTable:
                     )
                 sid = self.free.pop()
             try:
-                target = Endpoint(sid, ep[0], 0, "", "") if is_soup(ep[0]) else self.resolver(ep[0], ep[1], sid)
+                if is_soup(ep[0]) or (self.standby is not None and self.standby(ep)):
+                    target = Endpoint(sid, ep[0], ep[1], "", "")
+                    if not is_soup(ep[0]):
+                        self.on_standby.add(ep)
+                else:
+                    target = self.resolver(ep[0], ep[1], sid)
                 self._write(target, restart)
             except BaseException:
                 self.free.append(sid)
@@ -174,6 +187,7 @@ class EndpointTable:
         if e.refs:
             return False
         del self.by_ep[ep]
+        self.on_standby.discard(ep)
         with self.lock:
             self.draining.append((ep, e.sid))
         self._everyone()
@@ -210,10 +224,29 @@ class EndpointTable:
             self.known.clear()
             return out
 
+    def set_standby(self, ep: tuple[str, int], standby: bool) -> None:
+        """Put UDP endpoint ``ep`` on standby (its copies journaled, not sent) or make it
+        deliver (resolved again), keeping its number, sequence number and counters.  Raises
+        SubcError when it cannot be resolved (it stays on standby)."""
+        e = self.by_ep[ep]
+        if is_soup(ep[0]) or (ep in self.on_standby) == standby:
+            return
+        key = L.U32.pack(v=e.sid)
+        if standby:
+            self._journal_only(e.sid, True)  # first: no copy is sent once the endpoint is gone
+            self.maps[MN.SUBS].update(key, L.sub_struct(1).pack(count=0, ep=[0]))
+            self.on_standby.add(ep)
+            return
+        target = self.resolver(ep[0], ep[1], e.sid)
+        self.maps[MN.EPS].update(key, endpoint_value(target))
+        self.maps[MN.SUBS].update(key, L.sub_struct(1).pack(count=1, ep=[e.sid]))
+        self._journal_only(e.sid, False)
+        self.on_standby.discard(ep)
+
     def _write(self, ep: Endpoint, restart: bool = False) -> None:
         sid = ep.subscriber
         key = L.U32.pack(v=sid)
-        if is_soup(ep.ip):  # no endpoint: its copies are journaled, not sent
+        if is_soup(ep.ip) or not ep.mac:  # no endpoint (soup:<user>, or on standby): journaled, not sent
             self.maps[MN.SUBS].update(key, L.sub_struct(1).pack(count=0, ep=[0]))
             self._journal_only(sid, True)
         else:

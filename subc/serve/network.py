@@ -37,8 +37,9 @@ SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)  # Linux, <asm-generic/so
 
 @dataclass
 class Pending:
-    """A queued request: ``kind`` (the verb, or 'tick'), the parsed ``req``, its ``source``
-    (address, port), ``reply`` (sends one line), ``region`` (SUBSCRIBE), receipt time ``t0``."""
+    """A queued request: ``kind`` (the verb, 'tick', or 'cluster'), the parsed ``req``, its
+    ``source`` (address, port), ``reply`` (sends one line), ``region`` (SUBSCRIBE), receipt time
+    ``t0``; ``payload``: what a cluster's threads queue (:mod:`subc.cluster.node`)."""
 
     kind: str
     req: Request | None = None
@@ -46,6 +47,7 @@ class Pending:
     reply: Callable[[str], None] | None = None
     region: Node | None = None
     t0: float = 0.0
+    payload: object = None
 
 
 def bind_udp_tcp(host: str, port: int, tries: int = PORT_TRIES) -> tuple[socket.socket, socket.socket, int]:

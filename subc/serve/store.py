@@ -120,15 +120,24 @@ class Store:
         endpoints: dict[tuple[str, int], int | None],
         next_id: int | None = None,
         topics: TopicChanges | None = None,
+        meta: dict[str, str] | None = None,
+        renewed: list[tuple[int, float | None]] | None = None,
     ) -> None:
         """One transaction: insert ``adds``, delete the ids ``removes``, set (sid) or forget
-        (None) the ``endpoints``, record the next free subscription id and the ``topics``
-        changes."""
+        (None) the ``endpoints``, record the next free subscription id, the ``topics`` changes,
+        the ``meta`` values (a cluster's applied revision) and the lease ends of ``renewed``
+        ((id, expires))."""
         with self.lock:
             self.db.execute("BEGIN")
             try:
                 if next_id is not None:
                     self.db.execute("INSERT OR REPLACE INTO meta VALUES ('next_id', ?)", (str(next_id),))
+                for k, v in (meta or {}).items():
+                    self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (k, v))
+                if renewed:
+                    self.db.executemany(
+                        "UPDATE subscription SET expires = ? WHERE id = ?", [(e, i) for i, e in renewed]
+                    )
                 self.db.executemany("DELETE FROM subscription WHERE id = ?", [(i,) for i in removes])
                 self.db.executemany("INSERT INTO subscription VALUES (?, ?, ?, ?, ?, ?, ?)", [s.row() for s in adds])
                 if topics is not None:
@@ -163,6 +172,13 @@ class Store:
         """(topic, source address, expires) of every stored registration."""
         with self.lock:
             return self.db.execute("SELECT topic, source, expires FROM registration ORDER BY topic").fetchall()
+
+    def meta(self, key: str) -> str | None:
+        """A value of the ``meta`` table (``next_id``, ``next_label``, a cluster's
+        ``cluster_revision``), or None."""
+        with self.lock:
+            row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+            return row[0] if row else None
 
     def next_free_id(self) -> int:
         """The next subscription id: past every id ever given (stored or recorded)."""

@@ -60,6 +60,7 @@ STATS = [
     "fan_set_miss",  # datagrams whose recipients span interfaces with no recipient-set map yet (noted for subc fanout)
     "to_fan_set",  # datagrams fanned out through their exact recipient-set map (installed by subc fanout)
     "journal_lost",  # copies sent but not journaled: the journal's ring buffer was full (subc load --journal)
+    "fenced",  # datagrams that reached a fenced broker (subc serve --cluster past its lease): journaled, not sent
 ]
 
 _SIZES = {"u8": 1, "u16": 2, "u32": 4, "u64": 8, "be16": 2, "be32": 4, "be64": 8, "pad": 1}

@@ -35,6 +35,7 @@ SCRATCH = "subc_scratch"  # TC's per-CPU scratch
 JNL = "subc_jnl"  # the journal feed's ring buffer (with SUBC_JOURNAL)
 JNL_LOST = "subc_jnl_lost"  # per-CPU per-recipient messages sent but not journaled (with SUBC_JOURNAL)
 JNL_ONLY = "subc_jnl_only"  # the recipients whose copies are journaled, not sent (with SUBC_JOURNAL)
+FENCE = "subc_fence"  # deliver until this time (CLOCK_MONOTONIC ns; 0: always), then journal only (with SUBC_JOURNAL)
 SV_INFO = "subc_sv_info"  # state-value stages: (stage base + state) -> bounds offset and count, or next state
 SV_BOUNDS = "subc_sv_bnd"  # state-value stages: their bounds
 SV_BASE = "subc_sv_base"  # per generation: each state-value stage's base in SV_INFO
@@ -70,5 +71,6 @@ STATIC_MAPS = (
     JNL,
     JNL_LOST,
     JNL_ONLY,
+    FENCE,
 )
 """Every map the static program declares (``bpf/subc_maps.h``), in declaration order."""

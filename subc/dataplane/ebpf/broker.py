@@ -339,18 +339,21 @@ def journal_state_maps(journal_pages: int) -> dict[str, dict]:
     return {
         MN.JNL_LOST: {"key": 4, "value": 8, "type": "percpu_array"},
         MN.JNL_ONLY: {"key": 4, "value": L.SUBSET.size, "type": "array"},
+        MN.FENCE: {"key": 4, "value": 8, "type": "array"},
     }
 
 
 def journal_maps(lf: LoadedFilter) -> dict[str, Map]:
     """The journal feed's maps of ``lf`` to pin (none without the feed): the ring buffer, the
-    per-recipient count of messages sent but not journaled, the journal-only recipients."""
+    per-recipient count of messages sent but not journaled, the journal-only recipients, the
+    fence (``subc serve --cluster``: deliver until)."""
     if not lf.journal_pages:
         return {}
     return {
         MN.JNL: Map(lf.program.map_fd(MN.JNL), 0, 0, name=MN.JNL),
         MN.JNL_LOST: Map(lf.program.map_fd(MN.JNL_LOST), 4, 8, percpu=True, name=MN.JNL_LOST),
         MN.JNL_ONLY: Map(lf.program.map_fd(MN.JNL_ONLY), 4, L.SUBSET.size, name=MN.JNL_ONLY),
+        MN.FENCE: Map(lf.program.map_fd(MN.FENCE), 4, 8, name=MN.FENCE),
     }
 
 

@@ -44,6 +44,7 @@ SUBC_ARRAY(subc_scratch, struct subc_scratch, SUBC_NCPU);
 SUBC_RINGBUF(subc_jnl, SUBC_JOURNAL_PAGES);               /* the journal feed (subc_journal.h) */
 SUBC_PERCPU_ARRAY(subc_jnl_lost, __u64, SUBC_RECIPIENTS); /* per recipient: messages sent but not journaled */
 SUBC_ARRAY(subc_jnl_only, struct subc_set, 1); /* recipients whose copies are journaled, not sent (no endpoint) */
+SUBC_ARRAY(subc_fence, __u64, 1); /* deliver until (bpf_ktime_get_ns), 0: always (subc_journal.h "Fence") */
 #endif
 
 #endif /* SUBC_MAPS_H */

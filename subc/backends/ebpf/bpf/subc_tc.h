@@ -146,8 +146,9 @@ static __always_inline int subc_tc_copies(struct __sk_buff *skb, struct subc_dgr
         if (!sub)
             continue;
         __u32 clen = 0, sum = 0;
-        int journal_only = !sub->count; /* no endpoint: its copy is journaled, not sent */
-        if (journal_only && !subc_jnl_only_has(r))
+        int marked = subc_jnl_only_has(r);        /* marked journal-only, or past the fence */
+        int journal_only = !sub->count || marked; /* its copy is journaled, not sent */
+        if (journal_only && !marked)
             continue;
         int k = subc_build_copy(skb, d, s, r, &clen, &sum, journal_only);
         if (k < 0) {

@@ -221,6 +221,10 @@ static __always_inline int subc_xdp_finish(struct xdp_md *ctx, struct subc_dgram
      * copy of the datagram, so that each recipient's sequence numbers are taken in one place. */
     if (!hb && subc_jnl_only_any(d))
         return subc_to_tc(ctx, d, slot);
+    if (hb && subc_fenced()) { /* past the fence: the broker that owns the stream sends its heartbeats */
+        subc_count(SUBC_STAT_FENCED);
+        return XDP_DROP;
+    }
     /* XDP fan-out, when the loader switched it on: every copy (one recipient or many) is built by a
      * devmap egress program, so that each subscriber's sequence numbers are taken in the order its
      * copies leave. */

@@ -1,0 +1,428 @@
+"""The updater thread of a broker in a cluster (``subc serve --cluster``): requests become etcd
+transactions, and the data plane changes only as the replica of etcd's state changes, in revision
+order, on every broker alike.
+
+A request (any broker takes any request):
+
+* ``SUBSCRIBE``: checked here (ACL, limits, the endpoint's route), then one transaction creates the
+  subscription's key with the next id (compare on ``meta/next_id``'s revision; a broker that lost
+  the race reads the new value and tries again).  ``SUBACK`` is sent once this broker has applied
+  the transaction's revision: committed in etcd, and switched in its own data plane.
+* ``UNSUBSCRIBE``: a transaction deletes the key if it still exists; ``UNSUBACK`` once applied.
+* ``RENEW``: a transaction rewrites the lease ends; ``RENEWACK`` once applied.  Leases are expired
+  by the broker that owns the subscription's endpoint (compare on the record: a renewal that won
+  the race keeps it).
+* ``LIST`` is answered from the replica.  Topic requests (``REGISTER``, ``SUB``) are refused in a
+  cluster: their labels are not replicated yet.
+* A fenced broker (its lease may be gone) refuses every request but ``LIST`` with an error.
+
+What the follow thread queues (:mod:`.node`) is applied as one change per batch: subscriptions
+removed and added (parsed from their text, regions built, endpoints numbered), lease ends, then
+ownership: each UDP endpoint is delivered to by the live member that rendezvous hashing picks
+(:mod:`.rendezvous`), and only once every other member acknowledged the member set (released what
+it no longer owns, after a grace period); every other endpoint is on standby (journaled, its
+sequence numbers taken, not sent).  The applied revision is committed to the store with the
+change.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import time
+
+from ..errors import SubcError
+from ..ir.incremental import CapacityError
+from ..lang.rules import parse_rules
+from ..serve.book import Live
+from ..serve.events import event
+from ..serve.network import Pending
+from ..serve.updater import Updater
+from .etcd import Compare, EtcdError, delete, get, put
+from .records import SubRecord, next_id_key, sub_key
+from .rendezvous import owner
+from .replica import Delta, Replica
+
+TXN_OPS = 100  # operations per transaction (etcd's default limit is 128)
+ID_TRIES = 20  # transactions tried for a batch of new subscriptions when ids race
+REVISION_META = "cluster_revision"
+
+
+def stream_key(ep: tuple[str, int]) -> str:
+    """The name of an endpoint's stream on every broker: ``ip:port``, or ``soup:<user>``."""
+    return ep[0] if ep[0].startswith("soup:") else f"{ep[0]}:{ep[1]}"
+
+
+class ClusterUpdater(Updater):
+    """The updater of a broker in a cluster (see the module docstring).  Takes the
+    :class:`Updater`'s arguments, then ``node`` (:class:`~.node.ClusterNode`), ``replica``
+    (loaded from the store) and ``grace`` (returns once no program run that started before the
+    call is still running)."""
+
+    def __init__(self, *args, node, replica: Replica, grace, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.node, self.replica, self.grace = node, replica, grace
+        self.fenced = True  # until the member thread has joined
+        self.acked = ""  # the member set this broker last acknowledged
+        self.waiters: list[tuple[int, Pending, str]] = []  # (revision, request, reply line)
+        self.inflight: dict[int, str] = {}  # ids committed here, not yet applied -> source
+        self.apply_failures = 0  # subscriptions committed in etcd that this data plane could not take
+        self.resolve_failures = 0  # owned endpoints that could not be resolved (left on standby)
+        self.handovers = 0
+        self.status_delay = 0.0  # s from this broker's last status write to its application here
+        self.owned_count = 0  # UDP endpoints delivered to (published for the member thread)
+        self.endpoints.standby = lambda ep: not self._delivers(ep)
+
+    # -- the batch ------------------------------------------------------------------------------
+
+    def _process(self, batch: list[Pending]) -> None:
+        cluster = [p for p in batch if p.kind == "cluster"]
+        if cluster:
+            self._apply(cluster)
+        requests = [p for p in batch if p.kind != "cluster"]
+        if requests:
+            self._requests(requests, time.time())
+        self._reply_applied()
+
+    def _reply_applied(self) -> None:
+        rev = self.replica.revision
+        if not self.waiters:
+            return
+        done = time.perf_counter()
+        keep = []
+        for w in self.waiters:
+            r, p, line = w
+            if r > rev:
+                keep.append(w)
+                continue
+            assert p.reply is not None
+            p.reply(line)
+            verb = p.kind
+            if line.startswith("SUBACK"):
+                self.metrics.suback.observe(done - p.t0)
+            self.metrics.requests.labels(verb, "ok").inc()
+        self.waiters = keep
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    def _requests(self, batch: list[Pending], now: float) -> None:
+        subs: list[tuple[Pending, SubRecord]] = []
+        unsubs: list[tuple[Pending, int]] = []
+        renews: list[tuple[Pending, list[int]]] = []
+        admitted: dict[str, int] = {}  # this batch's SUBSCRIBEs per source
+        for p in batch:
+            if p.kind == "tick":
+                self._expire(now)
+                continue
+            assert p.reply is not None  # every other request comes from the network
+            if p.kind == "LIST":
+                self._list(p)
+                continue
+            if self.fenced or self.node.fenced():
+                self.metrics.requests.labels(p.kind, "fenced").inc()
+                p.reply(
+                    "ERR this broker is cut off from the cluster (its etcd lease may have ended): "
+                    "send the request to another broker"
+                )
+                continue
+            if p.kind in ("SUB", "REGISTER", "UNREGISTER"):
+                p.reply(f"ERR {p.kind}: topic labels are not replicated across a cluster; use SUBSCRIBE")
+                continue
+            assert p.req is not None
+            if p.kind == "SUBSCRIBE":
+                rec = self._admit_record(p, now, admitted)
+                if rec is not None:
+                    subs.append((p, rec))
+            elif p.kind == "UNSUBSCRIBE":
+                sid = p.req.sub_id
+                rec = self.replica.subs.get(sid) if sid is not None else None
+                if sid is None or rec is None or rec.source != p.source[0] or any(i == sid for _, i in unsubs):
+                    p.reply(f"ERR no subscription {sid} of {p.source[0]}")
+                    continue
+                unsubs.append((p, sid))
+            elif p.kind == "RENEW":
+                src = p.source[0]
+                ids = (
+                    [p.req.sub_id]
+                    if p.req.sub_id is not None
+                    else [i for i, r in self.replica.subs.items() if r.source == src]
+                )
+                ids = [i for i in ids if i in self.replica.subs and self.replica.subs[i].source == src]
+                renews.append((p, ids))
+        try:
+            if subs:
+                self._commit_subscribes(subs)
+            if unsubs:
+                self._commit_unsubscribes(unsubs)
+            if renews:
+                self._commit_renewals(renews, now)
+        except EtcdError as e:
+            event(logging.WARNING, "cluster_commit_failed", error=e.message)
+            for p, _ in [*subs, *unsubs, *renews]:
+                if p.reply and not any(w[1] is p for w in self.waiters):
+                    p.reply(f"ERR etcd: {e.message}")
+                    self.metrics.requests.labels(p.kind, "error").inc()
+
+    def _list(self, p: Pending) -> None:
+        assert p.reply is not None
+        lines = [lv.listing() for lv in self.book.subs.values() if lv.source == p.source[0]]
+        for line in lines:
+            p.reply(line)
+        p.reply(f"END {len(lines)}")
+
+    def _admit_record(self, p: Pending, now: float, admitted: dict[str, int]) -> SubRecord | None:
+        """A SUBSCRIBE's record, or None after an error reply (ACL, the source's limit counting
+        the applied, the committed and the ``admitted`` ones, an endpoint with no route)."""
+        req, src = p.req, p.source[0]
+        assert req is not None and p.reply is not None
+        ep = req.to or p.source
+        if req.to is not None and not self.cfg.acl.may_send_to(src, req.to[0], req.token):
+            self.metrics.requests.labels("SUBSCRIBE", "denied").inc()
+            p.reply(f"SUBERR {req.column + len(req.text)} the ACL does not let {src} direct deliveries to {req.to[0]}")
+            return None
+        held = self.book.count(src) + sum(1 for s in self.inflight.values() if s == src) + admitted.get(src, 0)
+        if held >= self.cfg.acl.subs_per_source:
+            self.metrics.requests.labels("SUBSCRIBE", "limit").inc()
+            p.reply(f"SUBERR 1 {src} has {self.cfg.acl.subs_per_source} subscriptions, the most one source may have")
+            return None
+        if not ep[0].startswith("soup:") and ep not in self.endpoints.by_ep:
+            try:
+                self.endpoints.resolver(ep[0], ep[1], 0)
+            except SubcError as e:
+                p.reply(f"SUBERR 1 endpoint {ep[0]}:{ep[1]}: {e.message}")
+                return None
+        admitted[src] = admitted.get(src, 0) + 1
+        return SubRecord(req.text, ep[0], ep[1], src, now + self.cfg.lease if self.cfg.lease else None)
+
+    def _commit_subscribes(self, subs: list[tuple[Pending, SubRecord]]) -> None:
+        prefix = self.replica.prefix
+        nxt, nxt_rev = self.replica.next_id
+        for at in range(0, len(subs), TXN_OPS):
+            chunk = subs[at : at + TXN_OPS]
+            for _ in range(ID_TRIES):
+                first = max(nxt, 1)
+                ops = [put(next_id_key(prefix), str(first + len(chunk)).encode())]
+                ops += [put(sub_key(prefix, first + k), rec.encode()) for k, (_, rec) in enumerate(chunk)]
+                r = self.node.etcd.txn(
+                    [Compare(next_id_key(prefix), "mod", "=", nxt_rev)], ops, [get(next_id_key(prefix))]
+                )
+                if r.succeeded:
+                    for k, (p, rec) in enumerate(chunk):
+                        self.inflight[first + k] = rec.source
+                        self.waiters.append((r.revision, p, f"SUBACK {first + k}"))
+                    nxt, nxt_rev = first + len(chunk), r.revision
+                    break
+                nxt, nxt_rev = (int(r.got[0].value), r.got[0].mod_revision) if r.got else (1, 0)
+            else:
+                for p, _ in chunk:
+                    assert p.reply is not None
+                    p.reply("ERR etcd: subscription ids kept racing with other brokers; send the request again")
+
+    def _commit_unsubscribes(self, unsubs: list[tuple[Pending, int]]) -> None:
+        prefix = self.replica.prefix
+        for at in range(0, len(unsubs), TXN_OPS):
+            chunk = unsubs[at : at + TXN_OPS]
+            keys = [sub_key(prefix, i) for _, i in chunk]
+            r = self.node.etcd.txn([Compare(k, "version", ">", 0) for k in keys], [delete(k) for k in keys])
+            if r.succeeded:
+                self.waiters += [(r.revision, p, f"UNSUBACK {i}") for p, i in chunk]
+                continue
+            for (p, i), k in zip(chunk, keys):  # one of them is gone already: one by one
+                r1 = self.node.etcd.txn([Compare(k, "version", ">", 0)], [delete(k)])
+                if r1.succeeded:
+                    self.waiters.append((r1.revision, p, f"UNSUBACK {i}"))
+                else:
+                    assert p.reply is not None
+                    p.reply(f"ERR no subscription {i} of {p.source[0]}")
+
+    def _commit_renewals(self, renews: list[tuple[Pending, list[int]]], now: float) -> None:
+        prefix = self.replica.prefix
+        exp = now + self.cfg.lease if self.cfg.lease else None
+        for p, ids in renews:
+            recs = [(i, self.replica.subs[i]) for i in ids]
+            rev = self.replica.revision
+            for at in range(0, len(recs), TXN_OPS):
+                chunk = recs[at : at + TXN_OPS]
+                keys = [sub_key(prefix, i) for i, _ in chunk]
+                new = [SubRecord(r.text, r.ip, r.port, r.source, exp, r.filter).encode() for _, r in chunk]
+                r = self.node.etcd.txn(
+                    [Compare(k, "version", ">", 0) for k in keys], [put(k, v) for k, v in zip(keys, new)]
+                )
+                rev = max(rev, r.revision)
+            self.waiters.append((rev, p, f"RENEWACK {len(ids)}"))
+
+    def _expire(self, now: float) -> None:
+        """Delete the subscriptions whose lease ended and whose endpoint this broker owns (the
+        record compared: a renewal that won keeps it)."""
+        if self.fenced or self.node.fenced():
+            return
+        members = list(self.replica.members)
+        for i in self.book.expired(now):
+            rec = self.replica.subs.get(i)
+            if rec is None:
+                continue
+            if owner(stream_key(rec.ep), members) != self.node.name:
+                heapq.heappush(self.book.leases, (now + 1.0, i))  # its owner expires it; looked at again
+                continue
+            k = sub_key(self.replica.prefix, i)
+            try:
+                self.node.etcd.txn([Compare(k, "value", "=", rec.encode())], [delete(k)])
+            except EtcdError as e:
+                event(logging.WARNING, "cluster_expire_failed", id=i, error=e.message)
+
+    # -- applying the replica's changes ---------------------------------------------------------------
+
+    def _apply(self, items: list[Pending]) -> None:
+        delta = Delta()
+        for p in items:
+            payload = p.payload
+            assert isinstance(payload, tuple)
+            kind = payload[0]
+            if kind == "snapshot":
+                delta.merge(self.replica.reconcile(payload[1], payload[2]))
+            elif kind == "events":
+                for rev, evs in payload[1]:
+                    delta.merge(self.replica.apply(rev, evs))
+            elif kind == "fenced":
+                self.fenced = True
+                delta.members = True
+            elif kind == "joined":
+                self.fenced = False
+                delta.members = True
+        sent = self.node.status_sent
+        if sent is not None and self.replica.revision >= sent[0]:
+            self.status_delay = time.monotonic() - sent[1]
+        if delta.start:
+            self._change_from(delta)
+        elif self.waiters or items:
+            self.store.commit([], [], {}, meta={REVISION_META: str(self.replica.revision)})
+        self._own(force=delta.members or any(e is not None for e in delta.end.values()))
+        if self.fenced:
+            self.node.standby_done.set()
+
+    def _change_from(self, delta: Delta) -> None:
+        """Apply ``delta``'s subscriptions to the book, the data plane and the store."""
+        added, removed, renewed_recs = delta.added, delta.removed, delta.renewed
+        ops: list = []
+        gone: list[Live] = []
+        for i in removed:
+            lv = self.book.subs.get(i)
+            if lv is not None:
+                ops.append((self.diagram.region(lv.condition), lv.sid, -1))  # type: ignore[arg-type]
+                gone.append(lv)
+        new: list[Live] = []
+        ep_new: dict[tuple[str, int], int] = {}
+        for i, rec in added.items():
+            self.inflight.pop(i, None)
+            if i in self.book.subs and i not in removed:
+                continue  # restored from the store already
+            try:
+                cond = parse_rules(rec.text + " : fwd(0);", self.cfg.spec, "<etcd>", limits=self.cfg.limits)[
+                    0
+                ].condition
+                region = self.diagram.region(cond)
+                first = rec.ep not in self.endpoints.by_ep
+                sid, _ = self.endpoints.acquire(rec.ep)
+            except SubcError as e:
+                self.apply_failures += 1
+                event(logging.ERROR, "cluster_apply_failed", id=i, condition=rec.text, reason=e.message)
+                continue
+            if first:
+                ep_new[rec.ep] = sid
+            self.book.admit(rec.source)
+            lv = Live(i, rec.text, cond, rec.ep, sid, rec.source, rec.expires)
+            ops.append((region, sid, +1))
+            new.append(lv)
+        try:
+            self.broker.apply(ops)
+        except (CapacityError, SubcError) as e:  # one by one: what fits goes in
+            event(logging.ERROR, "cluster_change_too_big", error=str(e))
+            kept_new: list[Live] = []
+            kept_gone: list[Live] = []
+            for op, lv in zip(ops, gone + new):
+                try:
+                    self.broker.apply([op])
+                except (CapacityError, SubcError):
+                    self.apply_failures += 1
+                    if op[2] > 0:
+                        self.book.undo_admit(lv, self.endpoints.release)
+                    continue
+                (kept_new if op[2] > 0 else kept_gone).append(lv)
+            new, gone = kept_new, kept_gone
+        eps: dict[tuple[str, int], int | None] = {}
+        for lv in new:
+            self.book.track(lv)
+            if lv.ep in ep_new:
+                eps.setdefault(lv.ep, lv.sid)
+        for lv in gone:
+            self.book.untrack(lv)
+            if self.endpoints.release(lv.ep):
+                eps[lv.ep] = None
+        renewed = []
+        for i, rec in renewed_recs.items():
+            if i in self.book.subs:
+                self.book.renew([i], rec.expires)
+                renewed.append((i, rec.expires))
+        self.work.set()
+        self.store.commit(
+            [lv.stored() for lv in new],
+            [lv.id for lv in gone],
+            eps,
+            meta={REVISION_META: str(self.replica.revision)},
+            renewed=renewed,
+        )
+        self.metrics.changes.inc()
+        self.metrics.subscriptions.set(len(self.book))
+        self.metrics.endpoints.set(len(self.endpoints))
+
+    # -- ownership ------------------------------------------------------------------------------------
+
+    def _delivers(self, ep: tuple[str, int]) -> bool:
+        """Whether this broker delivers to UDP endpoint ``ep`` now: not fenced, its owner under
+        the live member set, and every other member acknowledged that set."""
+        me = self.node.name
+        if self.fenced or self.node.fenced() or me not in self.replica.members:
+            return False
+        if not self.replica.handed_over(me):
+            return False
+        return owner(stream_key(ep), self.replica.members) == me
+
+    def _count_owned(self) -> None:
+        self.owned_count = sum(
+            1 for ep in self.endpoints.by_ep if not ep[0].startswith("soup:") and ep not in self.endpoints.on_standby
+        )
+
+    def _own(self, force: bool) -> None:
+        """Put on standby the endpoints this broker no longer delivers to, wait a grace period,
+        acknowledge the member set, then deliver to the ones it now owns."""
+        if not force:
+            return
+        release, take = [], []
+        for ep in list(self.endpoints.by_ep):
+            if ep[0].startswith("soup:"):
+                continue
+            want = self._delivers(ep)
+            active = ep not in self.endpoints.on_standby
+            if active and not want:
+                release.append(ep)
+            elif want and not active:
+                take.append(ep)
+        for ep in release:
+            self.endpoints.set_standby(ep, True)
+        if release:
+            self.grace()  # no copy to a released endpoint is still being built
+            self.handovers += 1
+        me = self.node.name
+        ms = self.replica.member_set()
+        if not self.fenced and me in self.replica.members and self.acked != ms:
+            if self.node.ack(ms):
+                self.acked = ms
+        for ep in take:
+            try:
+                self.endpoints.set_standby(ep, False)
+            except SubcError as e:
+                self.resolve_failures += 1
+                event(logging.WARNING, "cluster_endpoint_unresolved", endpoint=f"{ep[0]}:{ep[1]}", reason=e.message)
+        self._count_owned()
+        if release or take:
+            event(logging.INFO, "cluster_ownership", released=len(release), taken=len(take), member_set=ms)
