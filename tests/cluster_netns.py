@@ -122,7 +122,7 @@ class ClusterBroker:
             "--listen", f"0.0.0.0:{PORT}", "--state", str(self.state), "--capacity", "2000",
             "--journal", "--rerequest", f"0.0.0.0:{RR_PORT}", "--cluster", ",".join(self.etcd),
             "--node", self.name, "--cluster-ttl", str(self.ttl), "--cluster-reconcile", "5",
-            "--log-level", "info"), stderr=subprocess.PIPE, text=True)
+            "--cluster-lead-messages", "3", "--log-level", "info"), stderr=subprocess.PIPE, text=True)
         while True:
             line = self.p.stderr.readline()
             assert line, f"broker {self.k} exited: {self.p.wait()}: {''.join(self.log)}"

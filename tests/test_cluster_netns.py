@@ -7,8 +7,11 @@ built from.  Checked, in one scenario (its phases build on each other):
 
 * requests at random brokers: after each round every broker's store holds exactly etcd's
   subscriptions at a revision at least the round's last, and each subscriber receives exactly
-  what its live subscriptions accept, once, with gap-free sequence numbers, every copy from one
-  broker (its owner);
+  what its subscriptions accept from the feed position each took effect at (read from etcd's
+  ``meta/position`` after its reply; the brokers run three messages ahead of the feed, so a
+  change takes effect inside the next burst, at the first datagram numbered at or past the
+  position, the same datagram on every broker) to the position of its removal, once, with
+  gap-free sequence numbers, every copy from one broker (its owner);
 * ``kill -9`` of a broker that delivers to a subscriber, mid-stream: its kernel data path stops
   sending at its fence, a survivor takes the subscriber over and continues its sequence numbers,
   and a MoldUDP64 re-request to the survivor fills the gap: every message once, in order; the
@@ -157,7 +160,8 @@ class World:
             b.start()
         self.subs = {k: Agent(["nsenter", f"--net=/run/netns/{self.topo.sub}"], 6000 + k) for k in (1, 2, 3)}
         self.pub = Agent(["nsenter", f"--net=/run/netns/{self.topo.pub}"], None)
-        self.live: dict[int, tuple[int, object]] = {}  # id -> (subscriber, condition)
+        self.live: dict[int, tuple[int, object, int]] = {}  # id -> (subscriber, condition, from position)
+        self.gone: list[tuple[int, object, int, int]] = []  # (subscriber, condition, from, until)
         self.expected: dict[int, list[int]] = {1: [], 2: [], 3: []}
         self.sent = 0
         self.seq = 1
@@ -184,6 +188,20 @@ class World:
                 r = SubRecord.decode(kv.value)
                 out[int(kv.key.rsplit("/", 1)[1])] = (r.text, r.ip, r.port)
             return rev, out
+
+        return self.in_ctl(read)
+
+    def position(self) -> int:
+        """The feed position (sequence number) of the latest change, from etcd (0: no change has
+        one yet, as none has been made since the brokers saw the feed)."""
+
+        def read():
+            e = self.etcd.etcd([i for i in range(3) if self.etcd.procs[i] is not None])
+            try:
+                kv = e.get("/subc/meta/position")
+            finally:
+                e.close()
+            return json.loads(kv.value)["seq"] if kv is not None else 0  # none before the feed: at once
 
         return self.in_ctl(read)
 
@@ -226,13 +244,15 @@ class World:
     def subscribe(self, k: int, at: int, text: str) -> str:
         r = self.subs[k].request(self.topo.broker_ip(at), f"SUBSCRIBE {text}")
         if r.startswith("SUBACK "):
-            self.live[int(r.split()[1])] = (k, parse_rules(text + " : fwd(0);", SPEC, "t")[0].condition)
+            cond = parse_rules(text + " : fwd(0);", SPEC, "t")[0].condition
+            self.live[int(r.split()[1])] = (k, cond, self.position())
         return r
 
     def unsubscribe(self, k: int, at: int, sid: int) -> str:
         r = self.subs[k].request(self.topo.broker_ip(at), f"UNSUBSCRIBE {sid}")
         if r == f"UNSUBACK {sid}":
-            del self.live[sid]
+            kk, cond, start = self.live.pop(sid)
+            self.gone.append((kk, cond, start, self.position()))
         return r
 
     def send(self, n_datagrams: int) -> None:
@@ -243,7 +263,10 @@ class World:
                 shares, side = self.rng.choice([1, 100, 500]), self.rng.choice("BS")
                 msgs.append(add_order(self.ref, stock, price, shares, side))
                 v = values_of(stock, price, shares, side)
-                for k in {k for k, cond in self.live.values() if evaluate(cond, v)}:
+                pos = self.seq  # a change takes effect at a datagram: the first numbered at or past its position
+                who = {k for k, cond, start in self.live.values() if start <= pos and evaluate(cond, v)}
+                who |= {k for k, cond, start, end in self.gone if start <= pos < end and evaluate(cond, v)}
+                for k in who:
                     self.expected[k].append(self.ref)
                 self.ref += 1
             payload = mold(self.seq, msgs).hex()

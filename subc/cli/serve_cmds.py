@@ -196,6 +196,21 @@ def parse_ports(text: str) -> list[int]:
     show_default=True,
     help="--cluster: seconds between reads of the whole prefix that catch what a watch missed",
 )
+@click.option(
+    "--cluster-lead",
+    type=click.FloatRange(0.0, 60.0),
+    default=0.05,
+    show_default=True,
+    help="--cluster: a change takes effect this many seconds of feed (at its rate) after the "
+    "position the broker that takes the request has reached, the same position on every broker",
+)
+@click.option(
+    "--cluster-lead-messages",
+    type=click.IntRange(0),
+    default=0,
+    show_default=True,
+    help="--cluster: and at least this many messages after it",
+)
 @limit_options
 def serve_cmd(
     spec_path: str,
@@ -229,6 +244,8 @@ def serve_cmd(
     cluster_prefix: str,
     cluster_ttl: int,
     cluster_reconcile: float,
+    cluster_lead: float,
+    cluster_lead_messages: int,
     max_rules: int,
     max_states: int,
 ) -> None:
@@ -287,6 +304,8 @@ def serve_cmd(
                 check_prefix(cluster_prefix),
                 cluster_ttl,
                 cluster_reconcile,
+                cluster_lead,
+                cluster_lead_messages,
             )
         journal_options = None
         if journal:

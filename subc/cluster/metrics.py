@@ -11,7 +11,11 @@ each scrape (a ``prometheus_client`` custom collector, in the daemon's registry)
 * ``subc_cluster_events_total{event}``: ``renewal``, ``renewal_failure``, ``lease_lost``,
   ``watch_restart``, ``compaction``, ``snapshot``, ``name_clash``, ``handover``,
   ``apply_failure`` (a subscription committed in etcd that this data plane could not take),
-  ``resolve_failure`` (an owned endpoint that could not be resolved: left on standby).
+  ``resolve_failure`` (an owned endpoint that could not be resolved: left on standby),
+  ``late_change`` (a change applied after this broker's feed passed its position: its streams may
+  differ from the other brokers' by) ``late_message`` (the messages between the two),
+  ``forced_switch`` (a scheduled switch made before the feed reached it: the schedule was full),
+  ``position_race`` (a transaction retried because another broker moved ``meta/position``).
 """
 
 from __future__ import annotations
@@ -56,6 +60,10 @@ class ClusterCollector:
             ("handover", u.handovers),
             ("apply_failure", u.apply_failures),
             ("resolve_failure", u.resolve_failures),
+            ("late_change", u.late_changes),
+            ("late_message", u.late_messages),
+            ("forced_switch", u.broker.forced),
+            ("position_race", u.committer.position_races),
         ):
             c.add_metric([name], v)
         yield c

@@ -6,6 +6,7 @@ key (after the prefix)    value (JSON unless said)                              
 ========================  ==========================================================  =========
 ``sub/<id>``              a subscription (:class:`SubRecord`); ``<id>`` zero-padded   none
 ``meta/next_id``          the next subscription id (decimal)                          none
+``meta/position``         the feed position the latest change takes effect at         none
 ``member/<node>``         a live broker (:class:`MemberRecord`)                       the node's
 ``ack/<node>``            the member-set revision whose hand-over the node completed  the node's
 ``status/<node>``         what the node applied, owns and counts (:class:`NodeStatus`)  the node's
@@ -34,6 +35,10 @@ def sub_key(prefix: str, sub_id: int) -> str:
 
 def next_id_key(prefix: str) -> str:
     return f"{prefix}meta/next_id"
+
+
+def position_key(prefix: str) -> str:
+    return f"{prefix}meta/position"
 
 
 def member_key(prefix: str, node: str) -> str:

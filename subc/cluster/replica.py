@@ -19,6 +19,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from ..dataplane.ebpf.schedule import Position
 from .etcd import KV, Event
 from .records import MemberRecord, NodeStatus, SubRecord
 
@@ -32,12 +33,15 @@ def _same(a: SubRecord, b: SubRecord) -> bool:
 class Delta:
     """What a span of revisions changed: for every subscription id it touched, its record at the
     span's ``start`` and at its ``end`` (None: absent); and whether the member set or the
-    acknowledgements changed (``members``).  :attr:`added`, :attr:`removed` and :attr:`renewed`
-    derive from them, so that merged spans are exact whatever happened in between."""
+    acknowledgements changed (``members``), and the feed ``position`` its last change takes
+    effect at (``meta/position``, written with each change).  :attr:`added`, :attr:`removed` and
+    :attr:`renewed` derive from the records, so that merged spans are exact whatever happened in
+    between."""
 
     start: dict[int, SubRecord | None] = field(default_factory=dict)
     end: dict[int, SubRecord | None] = field(default_factory=dict)
     members: bool = False
+    position: Position | None = None  # the feed position the span's last change takes effect at
 
     def touch(self, sid: int, before: SubRecord | None, after: SubRecord | None) -> None:
         """Subscription ``sid`` went from ``before`` to ``after``."""
@@ -83,6 +87,12 @@ class Delta:
         for i, e in later.end.items():
             self.touch(i, later.start[i], e)
         self.members = self.members or later.members
+        if later.position is not None:
+            self.position = later.position
+
+    def changes_subscriptions(self) -> bool:
+        """Whether the span adds or removes a subscription (not only lease ends)."""
+        return any(e is None or b is None or not _same(b, e) for i, e in self.end.items() for b in [self.start[i]])
 
 
 class Replica:
@@ -98,6 +108,7 @@ class Replica:
         self.acks: dict[str, str] = {}
         self.status: dict[str, NodeStatus] = {}
         self.next_id: tuple[int, int] = (1, 0)
+        self.position: tuple[Position | None, int] = (None, 0)  # meta/position: (value, mod revision)
         self.bad_keys = 0  # keys under the prefix that no record decodes (counted, ignored)
 
     # -- reading keys -------------------------------------------------------------------------
@@ -132,6 +143,10 @@ class Replica:
                 self.status[name] = NodeStatus.decode(kv.value)
             elif kind == "meta" and name == "next_id":
                 self.next_id = (int(kv.value), kv.mod_revision)
+            elif kind == "meta" and name == "position":
+                pos = Position.from_json(json.loads(kv.value))
+                self.position = (pos, kv.mod_revision)
+                d.position = pos
             else:
                 self.bad_keys += 1
         except (ValueError, KeyError, TypeError, AttributeError):
@@ -160,6 +175,8 @@ class Replica:
             self.status.pop(name, None)
         elif kind == "meta" and name == "next_id":
             self.next_id = (1, 0)
+        elif kind == "meta" and name == "position":
+            self.position = (None, 0)
 
     # -- changes ---------------------------------------------------------------------------------
 
@@ -184,7 +201,7 @@ class Replica:
         d = Delta()
         seen_subs: set[int] = set()
         seen: dict[str, set[str]] = {"member": set(), "ack": set(), "status": set()}
-        next_id_seen = False
+        next_id_seen = position_seen = False
         for kv in kvs:
             parts = self._split(kv.key)
             if parts is None:
@@ -199,6 +216,8 @@ class Replica:
                 seen[kind].add(name)
             elif kind == "meta" and name == "next_id":
                 next_id_seen = True
+            elif kind == "meta" and name == "position":
+                position_seen = True
             self._put(kv, d)
         for sid in [s for s in self.subs if s not in seen_subs]:
             d.touch(sid, self.subs.pop(sid), None)
@@ -212,6 +231,8 @@ class Replica:
             del self.status[name]
         if not next_id_seen:
             self.next_id = (1, 0)
+        if not position_seen:
+            self.position = (None, 0)
         self.revision = max(self.revision, revision)
         return d
 

@@ -38,13 +38,12 @@ from ..serve.book import Live
 from ..serve.events import event
 from ..serve.network import Pending
 from ..serve.updater import Updater
-from .etcd import Compare, EtcdError, delete, get, put
-from .records import SubRecord, next_id_key, sub_key
+from .commits import TXN_OPS, Committer
+from .etcd import EtcdError
+from .records import SubRecord
 from .rendezvous import owner
 from .replica import Delta, Replica
 
-TXN_OPS = 100  # operations per transaction (etcd's default limit is 128)
-ID_TRIES = 20  # transactions tried for a batch of new subscriptions when ids race
 REVISION_META = "cluster_revision"
 
 
@@ -56,10 +55,13 @@ def stream_key(ep: tuple[str, int]) -> str:
 class ClusterUpdater(Updater):
     """The updater of a broker in a cluster (see the module docstring).  Takes the
     :class:`Updater`'s arguments, then ``node`` (:class:`~.node.ClusterNode`), ``replica``
-    (loaded from the store) and ``grace`` (returns once no program run that started before the
-    call is still running)."""
+    (loaded from the store), ``grace`` (returns once no program run that started before the
+    call is still running), the data plane's ``schedule`` (:class:`~subc.dataplane.ebpf.schedule.FeedSchedule`)
+    and the ``lead`` (s, and at least ``lead_messages``) of a change's position over the feed."""
 
-    def __init__(self, *args, node, replica: Replica, grace, **kwargs):
+    def __init__(
+        self, *args, node, replica: Replica, grace, schedule=None, lead: float = 0.05, lead_messages: int = 0, **kwargs
+    ):
         super().__init__(*args, **kwargs)
         self.node, self.replica, self.grace = node, replica, grace
         self.fenced = True  # until the member thread has joined
@@ -70,6 +72,10 @@ class ClusterUpdater(Updater):
         self.resolve_failures = 0  # owned endpoints that could not be resolved (left on standby)
         self.handovers = 0
         self.status_delay = 0.0  # s from this broker's last status write to its application here
+        self.late_changes = 0  # changes applied after this broker's feed passed their position
+        self.late_messages = 0  # messages between those positions and the feed's
+        self._added = False  # subscriptions were added since ownership was last looked at
+        self.committer = Committer(node.etcd, replica, schedule, lead, lead_messages)
         self.owned_count = 0  # UDP endpoints delivered to (published for the member thread)
         self.endpoints.standby = lambda ep: not self._delivers(ep)
 
@@ -195,61 +201,29 @@ class ClusterUpdater(Updater):
         return SubRecord(req.text, ep[0], ep[1], src, now + self.cfg.lease if self.cfg.lease else None)
 
     def _commit_subscribes(self, subs: list[tuple[Pending, SubRecord]]) -> None:
-        prefix = self.replica.prefix
-        nxt, nxt_rev = self.replica.next_id
         for at in range(0, len(subs), TXN_OPS):
             chunk = subs[at : at + TXN_OPS]
-            for _ in range(ID_TRIES):
-                first = max(nxt, 1)
-                ops = [put(next_id_key(prefix), str(first + len(chunk)).encode())]
-                ops += [put(sub_key(prefix, first + k), rec.encode()) for k, (_, rec) in enumerate(chunk)]
-                r = self.node.etcd.txn(
-                    [Compare(next_id_key(prefix), "mod", "=", nxt_rev)], ops, [get(next_id_key(prefix))]
-                )
-                if r.succeeded:
-                    for k, (p, rec) in enumerate(chunk):
-                        self.inflight[first + k] = rec.source
-                        self.waiters.append((r.revision, p, f"SUBACK {first + k}"))
-                    nxt, nxt_rev = first + len(chunk), r.revision
-                    break
-                nxt, nxt_rev = (int(r.got[0].value), r.got[0].mod_revision) if r.got else (1, 0)
-            else:
-                for p, _ in chunk:
-                    assert p.reply is not None
-                    p.reply("ERR etcd: subscription ids kept racing with other brokers; send the request again")
+            for (p, rec), (sid, rev) in zip(chunk, self.committer.subscribe([rec for _, rec in chunk])):
+                self.inflight[sid] = rec.source
+                self.waiters.append((rev, p, f"SUBACK {sid}"))
 
     def _commit_unsubscribes(self, unsubs: list[tuple[Pending, int]]) -> None:
-        prefix = self.replica.prefix
         for at in range(0, len(unsubs), TXN_OPS):
             chunk = unsubs[at : at + TXN_OPS]
-            keys = [sub_key(prefix, i) for _, i in chunk]
-            r = self.node.etcd.txn([Compare(k, "version", ">", 0) for k in keys], [delete(k) for k in keys])
-            if r.succeeded:
-                self.waiters += [(r.revision, p, f"UNSUBACK {i}") for p, i in chunk]
-                continue
-            for (p, i), k in zip(chunk, keys):  # one of them is gone already: one by one
-                r1 = self.node.etcd.txn([Compare(k, "version", ">", 0)], [delete(k)])
-                if r1.succeeded:
-                    self.waiters.append((r1.revision, p, f"UNSUBACK {i}"))
+            done = self.committer.unsubscribe([i for _, i in chunk])
+            for p, i in chunk:
+                rev = done[i]
+                if rev is not None:
+                    self.waiters.append((rev, p, f"UNSUBACK {i}"))
                 else:
                     assert p.reply is not None
                     p.reply(f"ERR no subscription {i} of {p.source[0]}")
 
     def _commit_renewals(self, renews: list[tuple[Pending, list[int]]], now: float) -> None:
-        prefix = self.replica.prefix
         exp = now + self.cfg.lease if self.cfg.lease else None
         for p, ids in renews:
-            recs = [(i, self.replica.subs[i]) for i in ids]
-            rev = self.replica.revision
-            for at in range(0, len(recs), TXN_OPS):
-                chunk = recs[at : at + TXN_OPS]
-                keys = [sub_key(prefix, i) for i, _ in chunk]
-                new = [SubRecord(r.text, r.ip, r.port, r.source, exp, r.filter).encode() for _, r in chunk]
-                r = self.node.etcd.txn(
-                    [Compare(k, "version", ">", 0) for k in keys], [put(k, v) for k, v in zip(keys, new)]
-                )
-                rev = max(rev, r.revision)
-            self.waiters.append((rev, p, f"RENEWACK {len(ids)}"))
+            rev = self.committer.renew([(i, self.replica.subs[i]) for i in ids], exp)
+            self.waiters.append((max(rev, self.replica.revision), p, f"RENEWACK {len(ids)}"))
 
     def _expire(self, now: float) -> None:
         """Delete the subscriptions whose lease ended and whose endpoint this broker owns (the
@@ -264,41 +238,78 @@ class ClusterUpdater(Updater):
             if owner(stream_key(rec.ep), members) != self.node.name:
                 heapq.heappush(self.book.leases, (now + 1.0, i))  # its owner expires it; looked at again
                 continue
-            k = sub_key(self.replica.prefix, i)
             try:
-                self.node.etcd.txn([Compare(k, "value", "=", rec.encode())], [delete(k)])
+                self.committer.expire(i, rec)
             except EtcdError as e:
                 event(logging.WARNING, "cluster_expire_failed", id=i, error=e.message)
 
     # -- applying the replica's changes ---------------------------------------------------------------
 
     def _apply(self, items: list[Pending]) -> None:
+        """Apply what the cluster's threads queued, in order: each run of revisions whose changes
+        take effect at one feed position is one change of the data plane."""
         delta = Delta()
+        members = False
         for p in items:
             payload = p.payload
             assert isinstance(payload, tuple)
             kind = payload[0]
             if kind == "snapshot":
-                delta.merge(self.replica.reconcile(payload[1], payload[2]))
+                delta = self._step(delta, self.replica.reconcile(payload[1], payload[2]))
             elif kind == "events":
                 for rev, evs in payload[1]:
-                    delta.merge(self.replica.apply(rev, evs))
+                    delta = self._step(delta, self.replica.apply(rev, evs))
             elif kind == "fenced":
                 self.fenced = True
-                delta.members = True
+                members = True
             elif kind == "joined":
                 self.fenced = False
-                delta.members = True
+                members = True
         sent = self.node.status_sent
         if sent is not None and self.replica.revision >= sent[0]:
             self.status_delay = time.monotonic() - sent[1]
-        if delta.start:
-            self._change_from(delta)
-        elif self.waiters or items:
-            self.store.commit([], [], {}, meta={REVISION_META: str(self.replica.revision)})
-        self._own(force=delta.members or any(e is not None for e in delta.end.values()))
+        members = members or delta.members or self._added
+        self._flush(delta)
+        self.store.commit([], [], {}, meta={REVISION_META: str(self.replica.revision)})
+        self._own(force=members)
+        self._added = False
         if self.fenced:
             self.node.standby_done.set()
+
+    def _step(self, delta: Delta, d: Delta) -> Delta:
+        """Fold revision delta ``d`` into the pending ``delta``, first applying the pending one
+        when ``d`` changes subscriptions at another position."""
+        if d.changes_subscriptions() and delta.changes_subscriptions() and d.position != delta.position:
+            members = delta.members
+            self._flush(delta)
+            delta = Delta(members=members)
+        delta.merge(d)
+        return delta
+
+    def _flush(self, delta: Delta) -> None:
+        if delta.start:
+            self._change_from(delta)
+            delta.start.clear()
+            delta.end.clear()
+
+    def _at(self, delta: Delta):
+        """The feed position ``delta``'s change takes effect at: its own, not before the last
+        switch already scheduled (or the feed's position now, for a change etcd gave none); late
+        ones are counted.  None: at once (no feed seen, nothing scheduled)."""
+        if not delta.changes_subscriptions():
+            return None
+        at = delta.position
+        feed = self.committer.feed()
+        sched = self.broker.scheduled
+        if at is None:
+            at = feed
+        if sched and (at is None or (sched[-1][0].session == at.session and sched[-1][0].seq > at.seq)):
+            at = sched[-1][0]
+        if at is not None and feed is not None and feed.session == at.session and feed.seq > at.seq:
+            self.late_changes += 1
+            self.late_messages += feed.seq - at.seq
+            event(logging.WARNING, "cluster_late_change", position=at.seq, feed=feed.seq)
+        return at
 
     def _change_from(self, delta: Delta) -> None:
         """Apply ``delta``'s subscriptions to the book, the data plane and the store."""
@@ -333,15 +344,16 @@ class ClusterUpdater(Updater):
             lv = Live(i, rec.text, cond, rec.ep, sid, rec.source, rec.expires)
             ops.append((region, sid, +1))
             new.append(lv)
+        at = self._at(delta)
         try:
-            self.broker.apply(ops)
+            self.broker.apply(ops, at=at)
         except (CapacityError, SubcError) as e:  # one by one: what fits goes in
             event(logging.ERROR, "cluster_change_too_big", error=str(e))
             kept_new: list[Live] = []
             kept_gone: list[Live] = []
             for op, lv in zip(ops, gone + new):
                 try:
-                    self.broker.apply([op])
+                    self.broker.apply([op], at=at)
                 except (CapacityError, SubcError):
                     self.apply_failures += 1
                     if op[2] > 0:
@@ -350,6 +362,7 @@ class ClusterUpdater(Updater):
                 (kept_new if op[2] > 0 else kept_gone).append(lv)
             new, gone = kept_new, kept_gone
         eps: dict[tuple[str, int], int | None] = {}
+        self._added = self._added or bool(new)
         for lv in new:
             self.book.track(lv)
             if lv.ep in ep_new:

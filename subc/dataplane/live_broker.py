@@ -17,25 +17,51 @@ batch of subscription additions and removals):
 
 Step 5 runs in :meth:`LiveBroker.reclaim` (the daemon's grace thread), off the path of a
 request: a change waits only when every slot is still in its grace period.
+
+A change may instead take effect at a feed position (a broker of a cluster, with a
+:class:`Schedule`: ``subc_sched``, :mod:`.ebpf.schedule`): step 4 then schedules the switch to the
+slot at that position, and :meth:`LiveBroker.advance` (called often by the grace thread while
+switches are scheduled) makes the last switch the feed has reached the base root and retires the
+slots before it.  A change scheduled at the position of the last scheduled switch replaces it in
+the data plane's schedule; its slot is retired with the others once the position is reached
+(roots are released oldest first).
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Callable, Sequence
+import time
+from typing import Callable, Protocol, Sequence
 
 from ..ir.incremental import Change, LiveDiagram, Node, merge_spans
 from .writer import LiveWriter
 
 MAX_DIRTY_SPANS = 512  # beyond, a root slot is rewritten whole
+FORCE_AFTER_S = 5.0  # a change that finds the schedule full this long switches the oldest entry at once
+
+
+class Schedule(Protocol):
+    """Root switches at feed positions (:class:`.ebpf.schedule.FeedSchedule`): ``capacity``
+    entries at most, ``write`` replaces them ((position, slot), in order), ``position`` is the
+    feed's (a position and when it was seen, or None)."""
+
+    capacity: int
+
+    def write(self, entries: list) -> None: ...
+
+    def position(self): ...
 
 
 class LiveBroker:
     """The live diagram of a loaded data path (see the module docstring).  ``grace``: a function
     that returns once every program run that started before the call has ended."""
 
-    def __init__(self, diagram: LiveDiagram, writer: LiveWriter, grace: Callable[[], None]):
-        self.diagram, self.writer, self.grace = diagram, writer, grace
+    def __init__(
+        self, diagram: LiveDiagram, writer: LiveWriter, grace: Callable[[], None], schedule: Schedule | None = None
+    ):
+        self.diagram, self.writer, self.grace, self.schedule = diagram, writer, grace, schedule
+        self.scheduled: list[tuple] = []  # (position, slot, root, superseded) switches not yet reached, in order
+        self.forced = 0  # scheduled switches made before the feed reached them (the schedule was full)
         self.lock = threading.Condition()
         self.free_slots = list(range(writer.root_slots, 0, -1))
         self.dirty: dict[int, list[tuple[int, int]] | None] = {s: None for s in self.free_slots}  # None: whole
@@ -56,14 +82,20 @@ class LiveBroker:
                 self.free_slots.remove(live_slot)
             self._inherited = release
 
-    def apply(self, ops: Sequence[tuple[Node, int, int]], force: bool = False) -> Change:
+    def apply(self, ops: Sequence[tuple[Node, int, int]], force: bool = False, at=None) -> Change:
         """Apply ``ops`` ((region, subscriber, +1/-1)) and publish the result (steps 1-4); with
         ``force``, publish into a new slot even when nothing changed (a restarted daemon leaves
-        the slot it inherited).  Raises :class:`~subc.ir.incremental.CapacityError` or
-        SubcError (the data plane keeps the previous diagram) when the maps are full."""
+        the slot it inherited); with ``at`` (a feed position, and a schedule), the switch takes
+        effect there.  Raises :class:`~subc.ir.incremental.CapacityError` or SubcError (the data
+        plane keeps the previous diagram) when the maps are full."""
+        if at is not None and self.schedule is None:
+            at = None
         with self.lock:
-            while not self.free_slots:
-                self.lock.wait()
+            waited = time.monotonic()
+            while not self.free_slots or (at is not None and self._schedule_full(at)):
+                self.lock.wait(timeout=0.01 if self.scheduled else None)
+                if self.scheduled and time.monotonic() - waited > FORCE_AFTER_S:
+                    self._advance_locked(force_one=True)
             ch = self.diagram.change(ops)
             if not ch.changed:
                 if force:
@@ -73,7 +105,7 @@ class LiveBroker:
                 for node in ch.new:
                     self.writer.write(node)
                 self.writer.flush()
-                self._publish(ch, owned=True)
+                self._publish(ch, owned=True, at=at)
             except BaseException:
                 freed = self.diagram.revert(ch, ops)
                 for node in freed:
@@ -83,8 +115,18 @@ class LiveBroker:
                 raise
             return ch
 
-    def _publish(self, ch: Change, owned: bool) -> None:
-        """Steps 3 and 4 for ``ch``'s root (``owned``: this slot holds the root's reference)."""
+    def _schedule_full(self, at) -> bool:
+        assert self.schedule is not None
+        live = [e for e in self.scheduled if not e[3]]
+        return len(live) >= self.schedule.capacity and live[-1][0] != at
+
+    def _write_schedule(self, entries: list[tuple]) -> None:
+        assert self.schedule is not None
+        self.schedule.write([(p, s) for p, s, _, superseded in entries if not superseded])
+
+    def _publish(self, ch: Change, owned: bool, at=None) -> None:
+        """Steps 3 and 4 for ``ch``'s root (``owned``: this slot holds the root's reference), the
+        switch scheduled at ``at`` when given."""
         slot = self.free_slots.pop()
         for s, dirty in self.dirty.items():
             if s != slot and dirty is not None:
@@ -97,6 +139,12 @@ class LiveBroker:
             spans = merge_spans(spans + ch.spans)
         try:
             self.writer.write_root(slot, ch.root, spans)
+            if at is not None:
+                self.writer.flush()  # the slot's entries are in the maps before any datagram can reach them
+                self._schedule_switch(at, slot, ch.root if owned else None)
+                self.dirty[slot] = []
+                self.changes += 1
+                return
             self.writer.switch(slot)
         except BaseException:  # the root did not switch: the slot is free again, its content unknown here
             self.dirty[slot] = None
@@ -109,6 +157,51 @@ class LiveBroker:
         self.live_slot, self.live_root = slot, (ch.root if owned else None)
         self._unowned = not owned
         self.changes += 1
+
+    def _schedule_switch(self, at, slot: int, root: Node | None) -> None:
+        """Schedule the switch to ``slot`` (holding ``root``) at position ``at`` (not before the
+        last scheduled one); one at the last one's position replaces it."""
+        entries = list(self.scheduled)
+        if entries and entries[-1][0] == at:  # superseded: out of the data plane's schedule
+            p, s, r, _ = entries.pop()
+            entries.append((p, s, r, True))
+        entries.append((at, slot, root, False))
+        self._write_schedule(entries)
+        self.scheduled = entries
+
+    def advance(self) -> bool:
+        """Make the last scheduled switch the feed has reached the base root (``subc_root``),
+        drop the reached ones from the schedule and retire the slots they replace.  True when
+        something was reached."""
+        if not self.scheduled or self.schedule is None:
+            return False
+        with self.lock:
+            return self._advance_locked()
+
+    def _advance_locked(self, force_one: bool = False) -> bool:
+        assert self.schedule is not None
+        pos = self.schedule.position()
+        feed = pos[0] if pos is not None else None
+        n = 0
+        while n < len(self.scheduled) and self.scheduled[n][0].passed_by(feed):
+            n += 1
+        if not n and force_one and self.scheduled:
+            n = 1
+            self.forced += 1
+        if not n:
+            return False
+        passed, rest = self.scheduled[:n], self.scheduled[n:]
+        _, slot, root, _ = passed[-1]
+        self.writer.switch(slot)  # the schedule still holds it (or its successor): no datagram sees an older root
+        self._write_schedule(rest)
+        self.scheduled = rest
+        if self.live_root is not None or self._inherited is not None or self._unowned:
+            self.retired.append((self.live_slot, self.live_root))
+        self.retired += [(s, r) for _, s, r, _ in passed[:-1]]
+        self.live_slot, self.live_root = slot, root
+        self._unowned = root is None
+        self.lock.notify_all()
+        return True
 
     def reclaim(self) -> int:
         """Step 5 for every slot retired before the call: wait for a grace period, then free

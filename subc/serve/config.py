@@ -31,13 +31,17 @@ class SwitchOptions:
 class ClusterOptions:
     """``subc serve --cluster``: etcd client ``endpoints`` (host:port), this broker's ``node``
     name, the key ``prefix``, its lease's ``ttl`` in s, how often (s) the whole prefix is read
-    again to catch what a watch missed (``reconcile``)."""
+    again to catch what a watch missed (``reconcile``), how far ahead of the feed (s of feed at
+    its rate) a change takes effect (``lead``), and at least how many messages ahead
+    (``lead_messages``)."""
 
     endpoints: list[str]
     node: str
     prefix: str = "/subc/"
     ttl: int = 5
     reconcile: float = 30.0
+    lead: float = 0.05
+    lead_messages: int = 0
 
 
 @dataclass

@@ -39,6 +39,7 @@ from ..backends.ebpf import layout as L
 from ..backends.ebpf import map_names as MN
 from ..dataplane.ebpf.fanout import grace_waiter
 from ..dataplane.ebpf.live_maps import LiveMaps
+from ..dataplane.ebpf.schedule import FeedSchedule
 from ..dataplane.live_broker import LiveBroker
 from ..errors import SubcError
 from ..ir.incremental import LiveDiagram
@@ -186,7 +187,8 @@ class Daemon:
         fields = [cfg.spec.query_fields[f] for f in cfg.field_order]
         self.diagram = LiveDiagram(fields, self.dp.stage_caps())
         writer = self.writer = LiveMaps(self.dp.maps, self.dp.doc.stages, self.dp.caps, ROOT_SLOTS)
-        self.broker = LiveBroker(self.diagram, writer, grace_waiter(self.dp.maps))
+        schedule = FeedSchedule(self.dp.maps) if cfg.cluster is not None else None
+        self.broker = LiveBroker(self.diagram, writer, grace_waiter(self.dp.maps), schedule)
         known = self.store.endpoints()
         on_number = None
         if self.recovery is not None:
@@ -279,7 +281,15 @@ class Daemon:
             )
 
         node = self.node = ClusterNode(opts, member, self.queue, self.stopping, self._set_fence, status)
-        updater = ClusterUpdater(*args, node=node, replica=replica, grace=self.broker.grace)
+        updater = ClusterUpdater(
+            *args,
+            node=node,
+            replica=replica,
+            grace=self.broker.grace,
+            schedule=self.broker.schedule,
+            lead=opts.lead,
+            lead_messages=opts.lead_messages,
+        )
         self.metrics.registry.register(ClusterCollector(node, updater))
         return updater
 

@@ -14,21 +14,24 @@ from .events import event
 from .store import Store
 
 RECLAIM_LINGER = 0.02  # seconds retired root slots may wait to be reclaimed together
+ADVANCE_EVERY = 0.005  # seconds between looks at the feed's position while switches are scheduled
 CHECKPOINT_EVERY = 1.0  # seconds between checkpoints of the store's write-ahead log
 
 
 def reclaim_forever(
     stopping: threading.Event, work: threading.Event, store: Store, broker: LiveBroker, endpoints, root_slots: int
 ) -> None:
-    """Until ``stopping``: whenever ``work`` is set (a change retired a root slot or drained an
-    endpoint), wait a moment for more (:data:`RECLAIM_LINGER`, unless a quarter of the
-    ``root_slots`` or more await reclaiming), then one grace period for all of them and free their entries
-    (:meth:`LiveBroker.reclaim`) and the drained endpoints; every :data:`CHECKPOINT_EVERY` s,
-    checkpoint the store."""
+    """Until ``stopping``: make scheduled root switches the feed has reached the base
+    (:meth:`LiveBroker.advance`, every :data:`ADVANCE_EVERY` s while any is scheduled); whenever
+    ``work`` is set (a change retired a root slot or drained an endpoint), wait a moment for more
+    (:data:`RECLAIM_LINGER`, unless a quarter of the ``root_slots`` or more await reclaiming),
+    then one grace period for all of them and free their entries (:meth:`LiveBroker.reclaim`)
+    and the drained endpoints; every :data:`CHECKPOINT_EVERY` s, checkpoint the store."""
     checkpointed = time.monotonic()
     while not stopping.is_set():
-        work.wait(timeout=0.5)
+        work.wait(timeout=ADVANCE_EVERY if broker.scheduled else 0.5)
         work.clear()
+        broker.advance()  # switches scheduled at feed positions the feed has reached
         if time.monotonic() - checkpointed >= CHECKPOINT_EVERY:
             try:
                 store.checkpoint()
@@ -45,7 +48,8 @@ def reclaim_forever(
                 break
             work.wait(timeout=left)
             work.clear()
-        drained = endpoints.take_draining()
+        # an endpoint drained by a scheduled change is still delivered to until the switch
+        drained = endpoints.take_draining() if not broker.scheduled else []
         pending = broker.pending()
         if pending:
             broker.reclaim()

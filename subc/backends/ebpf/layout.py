@@ -331,4 +331,36 @@ def mask_words(mask: int, words: int) -> list[int]:
     return [mask >> (64 * i) & ((1 << 64) - 1) for i in range(words)]
 
 
-STRUCTS = [INFO, BOUND, EXACT_KEY, LPM_KEY, LEAF, SUBSET, ENDPOINT, COUNTER, SUB_COUNTER, META, FAN_CFG]
+#: A cluster's root switch at a feed position (``subc_sched``'s entries, bpf/subc_cluster.h): the
+#: MoldUDP64 session's 10 bytes as ``s0`` (bytes 0-7) and ``s1`` (8-9) in memory order, the
+#: position's sequence number, the root slot.
+SCHED_ENTRY = Struct(
+    "subc_sched_entry",
+    (("seq", "u64", 1), ("s0", "u64", 1), ("s1", "u16", 1), ("pad1", "u16", 1), ("root", "u32", 1)),
+)
+#: ``struct subc_sched`` (static C: it holds a spin lock): lock, entry count, then the entries.
+SCHED_ENTRIES = 16
+SCHED_HEAD = struct.Struct("=II")
+SCHED_BYTES = SCHED_HEAD.size + SCHED_ENTRIES * SCHED_ENTRY.size
+#: The feed's position (``subc_pos``, per CPU): the next sequence number, the session, when seen (ns).
+POS = Struct(
+    "subc_pos",
+    (("next", "u64", 1), ("s0", "u64", 1), ("s1", "u16", 1), ("pad1", "u16", 1), ("pad2", "u32", 1), ("ts", "u64", 1)),
+)
+POS_BYTES = POS.size
+
+STRUCTS = [
+    INFO,
+    BOUND,
+    EXACT_KEY,
+    LPM_KEY,
+    LEAF,
+    SUBSET,
+    ENDPOINT,
+    COUNTER,
+    SUB_COUNTER,
+    META,
+    FAN_CFG,
+    SCHED_ENTRY,
+    POS,
+]

@@ -36,6 +36,8 @@ JNL = "subc_jnl"  # the journal feed's ring buffer (with SUBC_JOURNAL)
 JNL_LOST = "subc_jnl_lost"  # per-CPU per-recipient messages sent but not journaled (with SUBC_JOURNAL)
 JNL_ONLY = "subc_jnl_only"  # the recipients whose copies are journaled, not sent (with SUBC_JOURNAL)
 FENCE = "subc_fence"  # deliver until this time (CLOCK_MONOTONIC ns; 0: always), then journal only (with SUBC_JOURNAL)
+POS = "subc_pos"  # per-CPU: the feed's session and next sequence number (with SUBC_JOURNAL)
+SCHED = "subc_sched"  # root switches scheduled at feed positions (with SUBC_JOURNAL)
 SV_INFO = "subc_sv_info"  # state-value stages: (stage base + state) -> bounds offset and count, or next state
 SV_BOUNDS = "subc_sv_bnd"  # state-value stages: their bounds
 SV_BASE = "subc_sv_base"  # per generation: each state-value stage's base in SV_INFO
@@ -72,5 +74,7 @@ STATIC_MAPS = (
     JNL_LOST,
     JNL_ONLY,
     FENCE,
+    POS,
+    SCHED,
 )
 """Every map the static program declares (``bpf/subc_maps.h``), in declaration order."""

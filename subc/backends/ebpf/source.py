@@ -36,6 +36,7 @@ STATIC_FILES = (
     "subc_types.h",
     "subc_maps.h",
     "subc_helpers.h",
+    "subc_cluster.h",
     "subc_journal.h",
     "subc_xdp.h",
     "subc_fanout.h",

@@ -340,13 +340,16 @@ def journal_state_maps(journal_pages: int) -> dict[str, dict]:
         MN.JNL_LOST: {"key": 4, "value": 8, "type": "percpu_array"},
         MN.JNL_ONLY: {"key": 4, "value": L.SUBSET.size, "type": "array"},
         MN.FENCE: {"key": 4, "value": 8, "type": "array"},
+        MN.POS: {"key": 4, "value": L.POS_BYTES, "type": "percpu_array"},
+        MN.SCHED: {"key": 4, "value": L.SCHED_BYTES, "type": "array"},
     }
 
 
 def journal_maps(lf: LoadedFilter) -> dict[str, Map]:
     """The journal feed's maps of ``lf`` to pin (none without the feed): the ring buffer, the
-    per-recipient count of messages sent but not journaled, the journal-only recipients, the
-    fence (``subc serve --cluster``: deliver until)."""
+    per-recipient count of messages sent but not journaled, the journal-only recipients, and a
+    cluster's fence (deliver until), feed position and root switches scheduled at positions
+    (``bpf/subc_cluster.h``)."""
     if not lf.journal_pages:
         return {}
     return {
@@ -354,6 +357,8 @@ def journal_maps(lf: LoadedFilter) -> dict[str, Map]:
         MN.JNL_LOST: Map(lf.program.map_fd(MN.JNL_LOST), 4, 8, percpu=True, name=MN.JNL_LOST),
         MN.JNL_ONLY: Map(lf.program.map_fd(MN.JNL_ONLY), 4, L.SUBSET.size, name=MN.JNL_ONLY),
         MN.FENCE: Map(lf.program.map_fd(MN.FENCE), 4, 8, name=MN.FENCE),
+        MN.POS: Map(lf.program.map_fd(MN.POS), 4, L.POS_BYTES, percpu=True, name=MN.POS),
+        MN.SCHED: Map(lf.program.map_fd(MN.SCHED), 4, L.SCHED_BYTES, name=MN.SCHED),
     }
 
 

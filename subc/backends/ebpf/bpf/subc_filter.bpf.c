@@ -34,6 +34,7 @@
 #include "subc_types.h"
 #include "subc_maps.h"
 #include "subc_helpers.h"
+#include "subc_cluster.h"
 #include "subc_journal.h"
 #include "subc_classify.h"
 #include "subc_xdp.h"

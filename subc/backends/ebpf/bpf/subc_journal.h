@@ -94,18 +94,6 @@ static __always_inline void subc_jnl_commit_xdp(struct subc_jrec *j, struct xdp_
     }
     subc_jnl_commit(j, s, r, k, n);
 }
-/* Fence (subc serve --cluster): subc_fence[0] is the time (bpf_ktime_get_ns, CLOCK_MONOTONIC)
- * until which this broker may send copies, pushed forward by its daemon on every renewal of its
- * etcd lease and set short of the lease's end.  Past it (the daemon died, or lost etcd's quorum)
- * every recipient is journal-only and heartbeats go nowhere: a broker whose lease may have ended
- * never sends, so two brokers never deliver one subscriber's stream.  0: no fence. */
-static __always_inline int subc_fenced(void)
-{
-    __u32 zero = 0;
-    __u64 *until = bpf_map_lookup_elem(&subc_fence, &zero);
-    return until && *until && bpf_ktime_get_ns() > *until;
-}
-
 /* Whether datagram d goes to a journal-only recipient (subc_jnl_only: a SoupBinTCP subscriber
  * without a UDP endpoint, or anyone past the fence): TC builds its copies then, journaling theirs
  * without sending them. */
@@ -141,10 +129,6 @@ static __always_inline int subc_jnl_only_has(__u32 r)
     return jo && ((jo->subs[(r >> 6) & (SUBC_SUB_WORDS - 1)] >> (r & 63)) & 1);
 }
 #else
-static __always_inline int subc_fenced(void)
-{
-    return 0;
-}
 static __always_inline int subc_jnl_only_any(struct subc_dgram *d)
 {
     return 0;

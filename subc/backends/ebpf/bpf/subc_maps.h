@@ -43,8 +43,10 @@ SUBC_ARRAY(subc_scratch, struct subc_scratch, SUBC_NCPU);
 #if SUBC_JOURNAL && SUBC_MOLD
 SUBC_RINGBUF(subc_jnl, SUBC_JOURNAL_PAGES);               /* the journal feed (subc_journal.h) */
 SUBC_PERCPU_ARRAY(subc_jnl_lost, __u64, SUBC_RECIPIENTS); /* per recipient: messages sent but not journaled */
-SUBC_ARRAY(subc_jnl_only, struct subc_set, 1); /* recipients whose copies are journaled, not sent (no endpoint) */
-SUBC_ARRAY(subc_fence, __u64, 1); /* deliver until (bpf_ktime_get_ns), 0: always (subc_journal.h "Fence") */
+SUBC_ARRAY(subc_jnl_only, struct subc_set, 1);   /* recipients whose copies are journaled, not sent (no endpoint) */
+SUBC_ARRAY(subc_fence, __u64, 1);                /* deliver until (bpf_ktime_get_ns), 0: always (subc_cluster.h) */
+SUBC_PERCPU_ARRAY(subc_pos, struct subc_pos, 1); /* the feed's position (subc_cluster.h) */
+SUBC_ARRAY(subc_sched, struct subc_sched, 1);    /* root switches at feed positions (subc_cluster.h) */
 #endif
 
 #endif /* SUBC_MAPS_H */

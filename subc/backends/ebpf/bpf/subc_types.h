@@ -98,6 +98,15 @@ struct subc_jrec {
     __u8 data[SUBC_JREC_INLINE];
 };
 
+/* A cluster's root switches at feed positions (subc_cluster.h); its entries' type, struct
+ * subc_sched_entry, and struct subc_pos are generated (backends/ebpf/layout.py). */
+#define SUBC_SCHED 16 /* layout.py SCHED_ENTRIES */
+struct subc_sched {
+    struct bpf_spin_lock lock;
+    __u32 n;
+    struct subc_sched_entry e[SUBC_SCHED];
+};
+
 /* What TC needs while building the copies of one datagram (one per CPU). */
 struct subc_scratch {
     __u32 nr;     /* recipients */

@@ -347,6 +347,7 @@ int subc_xdp(struct xdp_md *ctx)
     }
     d->count = ((__u32)h[18] << 8) | h[19];
     d->cur = SUBC_MOLD_HEADER;
+    d->root = subc_sched_root(h, d->count, d->root);
     if (d->count == SUBC_HEARTBEAT || d->count == SUBC_END_OF_SESSION) {
         if (d->plen != SUBC_MOLD_HEADER) {
             subc_count(SUBC_STAT_MALFORMED);
