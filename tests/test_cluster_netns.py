@@ -162,6 +162,7 @@ class World:
         self.pub = Agent(["nsenter", f"--net=/run/netns/{self.topo.pub}"], None)
         self.live: dict[int, tuple[int, object, int]] = {}  # id -> (subscriber, condition, from position)
         self.gone: list[tuple[int, object, int, int]] = []  # (subscriber, condition, from, until)
+        self.first_seq: dict[int, int] = {}  # order reference -> its datagram's first sequence number (diagnostics)
         self.expected: dict[int, list[int]] = {1: [], 2: [], 3: []}
         self.sent = 0
         self.seq = 1
@@ -268,6 +269,7 @@ class World:
                 who |= {k for k, cond, start, end in self.gone if start <= pos < end and evaluate(cond, v)}
                 for k in who:
                     self.expected[k].append(self.ref)
+                self.first_seq[self.ref] = self.seq
                 self.ref += 1
             payload = mold(self.seq, msgs).hex()
             for k in range(1, N + 1):
@@ -305,8 +307,17 @@ class World:
                                      f"{json.dumps(self.status()['brokers'])}; logs "
                                      f"{[''.join(list(b.log)[-8:]) for b in self.brokers]}") from None
             got = agent.stream()
-            assert sorted(got) == list(range(1, len(want) + 1)), f"subscriber {k}: sequence numbers"
-            assert [got[s] for s in sorted(got)] == want, f"subscriber {k}: the messages"
+            refs = [got[s] for s in sorted(got)]
+            if sorted(got) != list(range(1, len(want) + 1)) or refs != want:
+                _, subs = self.etcd_state()
+                mine = {i: v for i, v in subs.items() if v[2] == 6000 + k}
+                raise AssertionError(
+                    f"subscriber {k}: {len(got)} messages, {len(want)} expected; unexpected refs "
+                    f"{sorted(set(refs) - set(want))[:10]}, missing {sorted(set(want) - set(refs))[:10]}; "
+                    f"etcd {mine}; live {[(i, v[2]) for i, v in self.live.items() if v[0] == k]}; gone "
+                    f"{[(g[2], g[3]) for g in self.gone if g[0] == k]}; datagrams of the unexpected "
+                    f"{[self.first_seq.get(r) for r in sorted(set(refs) - set(want))[:10]]}"
+                )
 
     def _recover(self, k: int, agent: Agent, got: dict[int, int]) -> None:
         want = len(self.expected[k])
@@ -410,3 +421,125 @@ def test_kill_9_of_an_owner_moves_its_subscribers_without_loss(world):
     w.check(recover=True)
     for k, agent in w.subs.items():
         assert not agent.live_dupes(), f"subscriber {k}: a sequence number sent twice"
+
+
+def take_over(w: World, victim: int, k: int = 1) -> None:
+    """Send traffic until a broker other than ``victim`` delivers to subscriber ``k``."""
+    deadline = time.monotonic() + HANG
+    before = len(w.subs[k].molds)
+    while not (w.subs[k].sources(before) - {w.topo.broker_ip(victim)}):
+        assert time.monotonic() < deadline, f"no survivor took subscriber {k} over"
+        w.send(2)
+        time.sleep(0.1)  # pacing of the feed only
+
+
+def no_dupes(w: World) -> None:
+    for k, agent in w.subs.items():
+        assert not agent.live_dupes(), f"subscriber {k}: a sequence number sent twice"
+
+
+def test_sigstop_past_the_lease_moves_subscribers_and_the_broker_rejoins(world):
+    w = world
+    victim = owner_of(w, 1)
+    w.brokers[victim - 1].kill("STOP")
+    w.alive.discard(victim)
+    take_over(w, victim)
+    w.settle()
+    w.check(recover=True)
+    no_dupes(w)
+    w.brokers[victim - 1].kill("CONT")
+    w.alive.add(victim)
+    w.handed_over()
+    w.converged()
+    w.send(6)
+    w.settle()
+    w.check(recover=True)
+    no_dupes(w)
+
+
+def test_a_broker_cut_off_from_etcd_refuses_requests_stops_delivering_and_heals(world):
+    w = world
+    victim = owner_of(w, 1)
+    w.topo.partition(victim, True)
+    try:
+        def refused():
+            r = w.subs[2].request(w.topo.broker_ip(victim), 'SUBSCRIBE add_order.stock == "AAPL"')
+            assert not r.startswith("SUBACK"), f"a broker cut off from etcd acknowledged: {r}"
+            return "cut off from the cluster" in r
+
+        wait_until(refused, "the cut-off broker to refuse requests")
+        w.alive.discard(victim)
+        take_over(w, victim)
+        w.settle()
+        w.check(recover=True)
+        no_dupes(w)
+    finally:
+        w.topo.partition(victim, False)
+    w.alive.add(victim)
+    w.handed_over()
+    w.converged()
+    w.send(6)
+    w.settle()
+    w.check(recover=True)
+    no_dupes(w)
+
+
+def test_losing_the_etcd_leader_loses_no_acknowledged_subscription(world):
+    w = world
+    dead = w.etcd.leader()
+    w.etcd.kill(dead)
+    try:
+        acked = []
+        for k in (1, 2, 3):
+            def ack():
+                r = w.subscribe(k, k, f'add_order.stock == "{SYMS[k]}" and add_order.shares == 100')
+                if r.startswith("SUBACK "):
+                    acked.append(int(r.split()[1]))
+                    return True
+                assert r.startswith("ERR"), r
+                return False
+
+            wait_until(ack, "a SUBACK with a member down")
+        w.converged()
+        _, subs = w.etcd_state()
+        assert set(acked) <= set(subs)
+        w.send(6)
+        w.settle()
+        w.check(recover=True)
+        no_dupes(w)
+    finally:
+        w.etcd.start(dead)
+        w.etcd.wait_healthy()
+
+
+def test_a_broker_down_while_etcd_compacts_catches_up(world):
+    w = world
+    k = 2
+    w.brokers[k - 1].stop()
+    w.alive.discard(k)
+    rng = random.Random(9)
+    at = [b for b in (1, 2, 3) if b != k]
+    for _ in range(4):
+        r = w.subscribe(rng.randint(1, 3), rng.choice(at), rng.choice(CONDITIONS).format(s=rng.choice(SYMS)))
+        assert r.startswith("SUBACK "), r
+    victim_sub = max(w.live)
+    assert w.unsubscribe(w.live[victim_sub][0], at[0], victim_sub) == f"UNSUBACK {victim_sub}"
+
+    def compact():
+        e = w.etcd.etcd()
+        try:
+            e.compact(e.revision())
+        finally:
+            e.close()
+
+    w.in_ctl(compact)
+    w.send(4)
+    w.settle()
+    w.brokers[k - 1].start()
+    w.alive.add(k)
+    w.handed_over()
+    w.converged()
+    w.send(6)
+    w.settle()
+    w.check(recover=True)
+    no_dupes(w)

@@ -323,6 +323,14 @@ def stats_cmd(iface: str | None, p4rt: str | None, device_id: int, election_id: 
         click.echo(f"  {st:>8} {c['messages']:>12} {c['bytes']:>12}  {c['action']}")
     if doc.get("journal"):
         echo_journal(doc["journal"])
+    if doc.get("cluster"):
+        c = doc["cluster"]
+        click.echo(
+            f"cluster: node {c['node']}, applied revision {c['applied']} (etcd at {c['etcd_revision']}, lag "
+            f"{c['lag']}; watch {c.get('status_delay_s', 0) * 1000:.1f} ms), {'fenced' if c['fenced'] else 'live'}, "
+            f"delivers to {c['delivers_to']} of {c['endpoints']} endpoints, {c.get('late_changes', 0)} late changes, "
+            f"{c.get('scheduled_switches', 0)} switches scheduled"
+        )
 
 
 def echo_journal(j: dict) -> None:

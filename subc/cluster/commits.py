@@ -1,12 +1,21 @@
 """A broker's writes to etcd: its requests as transactions that compare revisions, each change
 with the feed position it takes effect at (README, "Brokers on several hosts").
 
-Every transaction that adds or removes a subscription also writes ``meta/position`` (compared on
-its revision, so positions never go back): the position this broker's feed has reached, plus
+Every transaction that adds or removes a subscription compares that this broker's membership is
+the one it holds (``member/<node>``'s create revision: a transaction that reaches etcd after the
+broker's lease ended fails) and writes ``meta/position`` (compared on its revision, so positions
+never go back): the position this broker's feed has reached, plus
 ``--cluster-lead`` seconds of feed at the rate it has seen, and never before the previous
 change's.  Every broker schedules the change there (:mod:`subc.dataplane.ebpf.schedule`), so all
 of them switch between the same two messages; a broker that applies a change after its own feed
 passed that position switches at once and counts it (``late``).
+
+A transaction whose outcome is unknown (etcd did not answer in time: it may still be applied, as
+TCP delivers it late) is resolved before the broker replies: once etcd answers again, a
+transaction rewrites ``meta/position`` unchanged if it still has the revision the lost one
+compared (then that one can never be applied: not committed), else the lost one's own keys say
+whether it was; a broker that cannot reach etcd before its lease ends is no member any more, and
+the lost transaction compared its membership.
 """
 
 from __future__ import annotations
@@ -14,28 +23,38 @@ from __future__ import annotations
 import json
 import math
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..dataplane.ebpf.schedule import FeedSchedule, Position
 from .etcd import Compare, Etcd, EtcdError, Op, TxnResult, delete, get, put
-from .records import SubRecord, next_id_key, position_key, sub_key
+from .records import SubRecord, member_key, next_id_key, position_key, sub_key
 from .replica import Replica
 
 TXN_OPS = 100  # operations per transaction (etcd's default limit is 128)
 TRIES = 20  # transactions tried when ids or positions race with other brokers
+RESOLVE_S = 30.0  # longest wait for etcd to tell a lost transaction's outcome
 IDLE_S = 1.0  # a feed silent this long has no rate: a change takes effect at its next message
 
 
 class Committer:
     """Transactions of one broker over ``etcd`` for the state of ``replica``; ``schedule``: its
     data plane's feed position (None: no feed; changes then take effect where the last one did,
-    or at once), ``lead`` in s of feed and at least ``lead_messages``."""
+    or at once), ``lead`` in s of feed and at least ``lead_messages``; ``node`` and
+    ``membership()`` (its member key's create revision now, 0: not a member)."""
 
     def __init__(
-        self, etcd: Etcd, replica: Replica, schedule: FeedSchedule | None, lead: float, lead_messages: int = 0
+        self,
+        etcd: Etcd,
+        replica: Replica,
+        schedule: FeedSchedule | None,
+        lead: float,
+        lead_messages: int = 0,
+        node: str = "",
+        membership: Callable[[], int] = lambda: 0,
     ):
         self.etcd, self.replica, self.schedule, self.lead = etcd, replica, schedule, lead
-        self.lead_messages = lead_messages
+        self.lead_messages, self.node, self.membership = lead_messages, node, membership
+        self.unknown_outcomes = 0  # transactions etcd did not answer, resolved before replying
         self.prefix = replica.prefix
         self.hint: tuple[Position | None, int] = (None, 0)  # meta/position as this broker last wrote or read it
         self.rate = 0.0  # messages/s the feed was seen to carry
@@ -78,27 +97,73 @@ class Committer:
         return p, rev
 
     def commit(self, compares: Sequence[Compare], ops: Sequence[Op], gets: Sequence[str] = ()) -> TxnResult:
-        """One change: ``ops`` if ``compares`` hold, with ``meta/position``; position races are
-        retried.  A failure the caller's comparisons caused comes back (``succeeded`` False,
-        ``got``: ``meta/position`` then ``gets``).  Raises EtcdError."""
+        """One change: ``ops`` if ``compares`` hold and this broker is the member it was, with
+        ``meta/position``; position races are retried.  A failure the caller's comparisons
+        caused comes back (``succeeded`` False, ``got``: ``meta/position``, the member key, then
+        ``gets``).  Raises EtcdError (not committed: a lost transaction is resolved first)."""
         key = position_key(self.prefix)
+        mkey = member_key(self.prefix, self.node)
         for _ in range(TRIES):
+            mrev = self.membership()
+            if not mrev:
+                raise EtcdError("this broker is not a member of the cluster now (its lease ended)")
             p, rev = self.next_position()
             extra = [put(key, json.dumps(p.to_json()).encode())] if p is not None else []
-            r = self.etcd.txn(
-                [*compares, Compare(key, "mod", "=", rev)], [*ops, *extra], [get(key), *(get(k) for k in gets)]
-            )
+            cmp = [*compares, Compare(key, "mod", "=", rev), Compare(mkey, "create", "=", mrev)]
+            try:
+                r = self.etcd.txn(cmp, [*ops, *extra], [get(key), get(mkey), *(get(k) for k in gets)])
+            except EtcdError as e:
+                return self._resolve(e, rev, mrev, ops)
             if r.succeeded:
                 if p is not None:
                     self.hint = (p, r.revision)
                 return r
-            pkv = next((kv for kv in r.got if kv.key == key), None)
-            now = pkv.mod_revision if pkv is not None else 0
+            got = {kv.key: kv for kv in r.got}
+            if mkey not in got or got[mkey].create_revision != mrev:
+                raise EtcdError("this broker's membership ended (its lease expired)")
+            now = got[key].mod_revision if key in got else 0
             if now == rev:
                 return r
             self.position_races += 1
-            self.hint = (Position.from_json(json.loads(pkv.value)) if pkv is not None else None, now)
+            self.hint = (Position.from_json(json.loads(got[key].value)) if key in got else None, now)
         raise EtcdError("feed positions kept racing with other brokers; send the request again")
+
+    def _resolve(self, error: EtcdError, rev: int, mrev: int, ops: Sequence[Op]) -> TxnResult:
+        """The outcome of a transaction etcd did not answer (it compared ``meta/position`` at
+        ``rev`` and membership ``mrev``): a synthetic success if it was applied, else EtcdError."""
+        self.unknown_outcomes += 1
+        key = position_key(self.prefix)
+        end = time.monotonic() + RESOLVE_S
+        while time.monotonic() < end:
+            if self.membership() != mrev:  # the lease ended: the lost transaction can never apply
+                raise EtcdError(f"{error.message} (not committed: this broker's lease ended)")
+            try:
+                cur = self.etcd.get(key)
+                if cur is not None and cur.mod_revision == rev:  # not applied yet: make sure it never is
+                    if self.etcd.txn([Compare(key, "mod", "=", rev)], [put(key, cur.value)]).succeeded:
+                        raise EtcdError(f"{error.message} (not committed)")
+                    continue
+                return self._applied(error, ops)
+            except EtcdError as e:
+                if "not committed" in e.message:
+                    raise
+                time.sleep(0.2)
+        raise EtcdError(f"{error.message} (outcome unknown: etcd did not answer for {RESOLVE_S:.0f} s)")
+
+    def _applied(self, error: EtcdError, ops: Sequence[Op]) -> TxnResult:
+        """Whether the lost transaction's ``ops`` are what etcd holds (``meta/position`` moved
+        since: it was applied, or another change was and it never will be)."""
+        rev = 0
+        for o in ops:
+            if o.kind == "put" and o.key.startswith(f"{self.prefix}sub/"):
+                kv = self.etcd.get(o.key)
+                if kv is None or kv.value != o.value:
+                    raise EtcdError(f"{error.message} (not committed)")
+                rev = max(rev, kv.mod_revision)
+            elif o.kind == "delete":
+                if self.etcd.get(o.key) is not None:
+                    raise EtcdError(f"{error.message} (not committed)")
+        return TxnResult(True, rev or self.etcd.revision(), [])
 
     # -- requests -------------------------------------------------------------------------------
 

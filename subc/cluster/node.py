@@ -47,7 +47,8 @@ class ClusterNode:
     """This broker in the cluster of ``opts`` (see the module docstring).  ``member``: what
     ``member/<node>`` says of it; ``requests``: the updater's queue; ``set_fence(ns)``: writes
     the data plane's fence (CLOCK_MONOTONIC ns; 1: fenced now); ``status()``: the broker's
-    :class:`NodeStatus` now."""
+    :class:`NodeStatus` now; ``report(doc)``: hears this broker's figures after each status
+    write (``subc stats``)."""
 
     def __init__(
         self,
@@ -58,12 +59,14 @@ class ClusterNode:
         set_fence: Callable[[int], None],
         status: Callable[[], NodeStatus],
         etcd: Etcd | None = None,
+        report: Callable[[dict], None] | None = None,
     ):
         self.opts, self.member, self.queue, self.stopping = opts, member, requests, stopping
-        self.set_fence, self.status = set_fence, status
+        self.set_fence, self.status, self.report = set_fence, status, report
         self.etcd = etcd or Etcd(opts.endpoints)
         self.prefix, self.name = opts.prefix, opts.node
         self.lease = 0
+        self.member_rev = 0  # the create revision of member/<node> under the lease (0: not a member)
         self.until = 0.0  # monotonic s: this broker may deliver until then
         self.standby_done = threading.Event()  # the updater put every endpoint on standby
         self.standby_done.set()
@@ -142,6 +145,7 @@ class ClusterNode:
             self.etcd.revoke(lease)
             return False
         self.lease = lease
+        self.member_rev = r.revision
         self._extend(t0, self.opts.ttl)
         self.queue.put(Pending("cluster", payload=("joined", r.revision)))
         event(logging.INFO, "cluster_joined", node=self.name, lease=f"{lease:x}", revision=r.revision)
@@ -176,6 +180,23 @@ class ClusterNode:
                     st = self.status()
                     r = self.etcd.txn([], [put(status_key(self.prefix, self.name), st.encode(), self.lease)])
                     self.status_sent = (r.revision, time.monotonic())
+                    if self.report is not None:
+                        self.report(
+                            {
+                                "node": self.name,
+                                "etcd_revision": r.revision,
+                                "applied": st.applied,
+                                "lag": r.revision - st.applied,
+                                "fenced": st.fenced,
+                                "delivers_to": st.owns,
+                                "endpoints": st.endpoints,
+                                "subscriptions": st.subscriptions,
+                                "renewals": self.renewals,
+                                "leases_lost": self.leases_lost,
+                                "watch_restarts": self.watch_restarts,
+                                "time": st.time,
+                            }
+                        )
             except EtcdError as e:
                 self.renewal_failures += 1
                 event(logging.WARNING, "cluster_renewal_failed", error=e.message)
@@ -188,6 +209,7 @@ class ClusterNode:
         before this broker joins again."""
         self.leases_lost += 1
         self.lease = 0
+        self.member_rev = 0
         self.until = 0.0
         self.set_fence(1)
         self.standby_done.clear()

@@ -75,7 +75,9 @@ class ClusterUpdater(Updater):
         self.late_changes = 0  # changes applied after this broker's feed passed their position
         self.late_messages = 0  # messages between those positions and the feed's
         self._added = False  # subscriptions were added since ownership was last looked at
-        self.committer = Committer(node.etcd, replica, schedule, lead, lead_messages)
+        self.committer = Committer(
+            node.etcd, replica, schedule, lead, lead_messages, node.name, lambda: node.member_rev
+        )
         self.owned_count = 0  # UDP endpoints delivered to (published for the member thread)
         self.endpoints.standby = lambda ep: not self._delivers(ep)
 

@@ -27,6 +27,7 @@ the switch ports of :mod:`.port_map`; a restarted daemon takes the switch over t
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import queue
 import re
@@ -72,6 +73,16 @@ SOUP_TO = re.compile(r"\s+TO\s+soup:([!-~]{1,6})\s*\Z", re.IGNORECASE)  # --rule
 def stream_key(ep: tuple[str, int]) -> str:
     """The journal's stream key of an endpoint: ``IP:PORT``, or ``soup:<user>``."""
     return ep[0] if is_soup(ep[0]) else f"{ep[0]}:{ep[1]}"
+
+
+CLUSTER_STATUS = "cluster.json"  # --cluster: this broker's figures, rewritten about once a second (subc stats)
+
+
+def write_json_atomic(path: Path, doc: dict) -> None:
+    """``doc`` as JSON at ``path``, replaced whole (a temporary file renamed over it)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc))
+    tmp.replace(path)
 
 
 RESTORE_BATCH = 5000  # stored subscriptions per change at start
@@ -280,7 +291,20 @@ class Daemon:
                 time.time(),
             )
 
-        node = self.node = ClusterNode(opts, member, self.queue, self.stopping, self._set_fence, status)
+        def report(doc: dict) -> None:
+            u = updater
+            if u is not None:
+                doc.update(
+                    status_delay_s=round(u.status_delay, 6),
+                    late_changes=u.late_changes,
+                    late_messages=u.late_messages,
+                    scheduled_switches=len(self.broker.scheduled),
+                    forced_switches=self.broker.forced,
+                )
+            if cfg.state_dir:
+                write_json_atomic(Path(cfg.state_dir) / CLUSTER_STATUS, doc)
+
+        node = self.node = ClusterNode(opts, member, self.queue, self.stopping, self._set_fence, status, report=report)
         updater = ClusterUpdater(
             *args,
             node=node,

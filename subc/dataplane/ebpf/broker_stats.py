@@ -7,6 +7,8 @@ daemon's store; and the XDP fan-out's recipient-set device maps with the datagra
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from ...backends.ebpf import layout as L
@@ -88,6 +90,12 @@ def stats(iface: str) -> dict:
             for key, c in subs.items():
                 c["name"] = names.get(int(key)) if key.isdigit() else c["name"]
                 c["subscriptions"] = per_ep.get(c["name"] or "", 0)
+            cluster = Path(state["state_dir"]) / "cluster.json"  # subc serve --cluster's figures
+            if cluster.exists():
+                try:
+                    out["cluster"] = json.loads(cluster.read_text())
+                except (OSError, ValueError):
+                    out["cluster"] = None
     if fan_sets is not None:
         out["fan_sets"] = fan_sets
     if state.get("journal"):
