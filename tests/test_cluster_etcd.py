@@ -180,3 +180,42 @@ def test_member_joins_fences_and_rejoins(tmp_path):
         stopping.set()
         node.stop()
         c.close()
+
+
+def test_cluster_status_reads_members_owners_and_lag(one):
+    """``subc cluster status`` on a prefix written here: two live brokers, one acknowledged, one
+    subscription endpoint owned by the broker rendezvous hashing picks (checked against a reference
+    written from the definition in test_cluster_replica)."""
+    import json as _json
+
+    from click.testing import CliRunner
+
+    from subc.cli import main
+    from subc.cluster.records import SubRecord, ack_key, status_key, sub_key
+    from test_cluster_replica import reference_owner
+
+    e = one.etcd()
+    lease = e.grant(30)
+    for n in ("b1", "b2"):
+        e.txn([], [put(member_key("/cs/", n), MemberRecord(n, f"10.0.0.{n[1]}:7000").encode(), lease)])
+    e.txn([], [put(sub_key("/cs/", 1), SubRecord('add_order.price > 1', "10.9.0.2", 6001, "10.9.0.2:6001").encode())])
+    rev = e.revision()
+    e.txn([], [put(status_key("/cs/", "b1"), NodeStatus(rev - 1, 1, 1, 1, False, time.time()).encode(), lease)])
+    from subc.cluster.replica import Replica
+
+    r = Replica("/cs/")
+    r.reconcile(*e.snapshot("/cs/"))
+    e.txn([], [put(ack_key("/cs/", "b1"), _json.dumps({"set": r.member_set()}).encode(), lease)])
+    res = CliRunner().invoke(main, ["cluster", "status", "--cluster", one.endpoints[0], "--cluster-prefix", "/cs/",
+                                    "--json"])
+    assert res.exit_code == 0, res.output
+    doc = _json.loads(res.output)
+    rows = {b["node"]: b for b in doc["brokers"]}
+    assert set(rows) == {"b1", "b2"} and rows["b1"]["acknowledged"] and not rows["b2"]["acknowledged"]
+    assert rows["b1"]["lag"] == doc["revision"] - (rev - 1) and rows["b2"]["applied"] is None
+    assert doc["owners"] == {"10.9.0.2:6001": reference_owner("10.9.0.2:6001", ["b1", "b2"])}
+    text = CliRunner().invoke(main, ["cluster", "status", "--cluster", one.endpoints[0], "--cluster-prefix", "/cs/"])
+    assert text.exit_code == 0 and "b1" in text.output and "etcd" in text.output
+    bad = CliRunner().invoke(main, ["cluster", "status", "--cluster", one.endpoints[0], "--cluster-prefix", "nope"])
+    assert bad.exit_code == 2 and "error" in bad.output
+    e.close()

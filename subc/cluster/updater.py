@@ -75,6 +75,7 @@ class ClusterUpdater(Updater):
         self.late_changes = 0  # changes applied after this broker's feed passed their position
         self.late_messages = 0  # messages between those positions and the feed's
         self._added = False  # subscriptions were added since ownership was last looked at
+        self.parsed: dict[int, tuple] = {}  # ids committed here -> (condition, region), until applied
         self.committer = Committer(
             node.etcd, replica, schedule, lead, lead_messages, node.name, lambda: node.member_rev
         )
@@ -208,6 +209,8 @@ class ClusterUpdater(Updater):
             for (p, rec), (sid, rev) in zip(chunk, self.committer.subscribe([rec for _, rec in chunk])):
                 self.inflight[sid] = rec.source
                 self.waiters.append((rev, p, f"SUBACK {sid}"))
+                if p.req is not None and p.region is not None:  # parsed by the network thread: not again
+                    self.parsed[sid] = (p.req.condition, p.region)
 
     def _commit_unsubscribes(self, unsubs: list[tuple[Pending, int]]) -> None:
         for at in range(0, len(unsubs), TXN_OPS):
@@ -330,10 +333,14 @@ class ClusterUpdater(Updater):
             if i in self.book.subs and i not in removed:
                 continue  # restored from the store already
             try:
-                cond = parse_rules(rec.text + " : fwd(0);", self.cfg.spec, "<etcd>", limits=self.cfg.limits)[
-                    0
-                ].condition
-                region = self.diagram.region(cond)
+                mine = self.parsed.pop(i, None)
+                if mine is not None:
+                    cond, region = mine
+                else:
+                    cond = parse_rules(rec.text + " : fwd(0);", self.cfg.spec, "<etcd>", limits=self.cfg.limits)[
+                        0
+                    ].condition
+                    region = self.diagram.region(cond)
                 first = rec.ep not in self.endpoints.by_ep
                 sid, _ = self.endpoints.acquire(rec.ep)
             except SubcError as e:

@@ -199,6 +199,10 @@ class Daemon:
         self.diagram = LiveDiagram(fields, self.dp.stage_caps())
         writer = self.writer = LiveMaps(self.dp.maps, self.dp.doc.stages, self.dp.caps, ROOT_SLOTS)
         schedule = FeedSchedule(self.dp.maps) if cfg.cluster is not None else None
+        if schedule is not None:
+            # a previous daemon's switches name slots this one rewrites: the base root alone, until
+            # the restore's change (before inherit(), which deletes every slot but the base's)
+            schedule.write([])
         self.broker = LiveBroker(self.diagram, writer, grace_waiter(self.dp.maps), schedule)
         known = self.store.endpoints()
         on_number = None

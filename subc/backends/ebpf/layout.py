@@ -338,9 +338,10 @@ SCHED_ENTRY = Struct(
     "subc_sched_entry",
     (("seq", "u64", 1), ("s0", "u64", 1), ("s1", "u16", 1), ("pad1", "u16", 1), ("root", "u32", 1)),
 )
-#: ``struct subc_sched`` (static C: it holds a spin lock): lock, entry count, then the entries.
+#: ``struct subc_sched`` (static C: it holds a spin lock): lock, entry count, on (a cluster's
+#: broker), padding, then the entries.
 SCHED_ENTRIES = 16
-SCHED_HEAD = struct.Struct("=II")
+SCHED_HEAD = struct.Struct("=IIII")
 SCHED_BYTES = SCHED_HEAD.size + SCHED_ENTRIES * SCHED_ENTRY.size
 #: The feed's position (``subc_pos``, per CPU): the next sequence number, the session, when seen (ns).
 POS = Struct(

@@ -81,7 +81,8 @@ class FeedSchedule:
 
     def write(self, entries: list[tuple[Position, int]]) -> None:
         """Make the schedule ``entries`` ((position, root slot), positions non-decreasing; at
-        most :data:`~subc.backends.ebpf.layout.SCHED_ENTRIES`), in one locked write."""
+        most :data:`~subc.backends.ebpf.layout.SCHED_ENTRIES`), in one locked write; the data
+        path tracks the feed's position from the first write on."""
         if len(entries) > L.SCHED_ENTRIES:
             raise SubcError(f"at most {L.SCHED_ENTRIES} root switches can be scheduled")
         body = b"".join(
@@ -89,4 +90,4 @@ class FeedSchedule:
             for p, slot in entries
         )
         body += bytes(self.entry.size * (L.SCHED_ENTRIES - len(entries)))
-        self.sched.update(L.U32.pack(v=0), L.SCHED_HEAD.pack(0, len(entries)) + body, BPF_F_LOCK)
+        self.sched.update(L.U32.pack(v=0), L.SCHED_HEAD.pack(0, len(entries), 1, 0) + body, BPF_F_LOCK)

@@ -18,7 +18,8 @@
  * of the same session numbered at or past an entry's position, or of another session, is
  * classified with that entry's root (the last such entry), else with subc_root's.  The table is
  * read and written under its spin lock (user space writes it whole with BPF_F_LOCK), so a
- * datagram sees one version of it. */
+ * datagram sees one version of it.  Brokers that are not a cluster's (the table's "on" word 0) skip
+ * all of this. */
 #ifndef SUBC_CLUSTER_H
 #define SUBC_CLUSTER_H
 
@@ -35,6 +36,9 @@ static __always_inline int subc_fenced(void)
 static __always_inline __u32 subc_sched_root(__u8 *h, __u32 count, __u32 base)
 {
     __u32 zero = 0;
+    struct subc_sched *t = bpf_map_lookup_elem(&subc_sched, &zero);
+    if (!t || !t->on) /* not a cluster's broker: nothing to track */
+        return base;
     __u64 s0 = 0, seq = 0;
     __u16 s1 = 0;
     __builtin_memcpy(&s0, h, 8);
@@ -51,9 +55,6 @@ static __always_inline __u32 subc_sched_root(__u8 *h, __u32 count, __u32 base)
         }
         p->ts = bpf_ktime_get_ns();
     }
-    struct subc_sched *t = bpf_map_lookup_elem(&subc_sched, &zero);
-    if (!t)
-        return base;
     __u32 root = base;
     bpf_spin_lock(&t->lock);
     __u32 n = t->n;

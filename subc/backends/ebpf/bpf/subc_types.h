@@ -104,6 +104,8 @@ struct subc_jrec {
 struct subc_sched {
     struct bpf_spin_lock lock;
     __u32 n;
+    __u32 on; /* a cluster's daemon writes the table: positions are tracked (else the base root alone) */
+    __u32 pad;
     struct subc_sched_entry e[SUBC_SCHED];
 };
 
