@@ -7,8 +7,8 @@
 # starts etcd and three brokers, subscribes a recovering receiver (subc listen --recover) to the BOB
 # orders through broker 1, replays the real ITCH sample to all three brokers (a replicated feed),
 # kills the receiver's broker with kill -9 half-way, and prints `subc cluster status` and what the
-# receiver got: every message once and in order, the gap left by the kill re-requested from a
-# survivor ("recovered"), "lost" empty.  Needs root, the eBPF broker's setup (docs/ebpf.md) and
+# receiver got: every message once and in order (as many as subc simulate counts), the gap left by
+# the kill re-requested from a survivor ("recovered"), "lost" empty.  About a minute.  Needs root, the eBPF broker's setup (docs/ebpf.md) and
 # Debian's etcd-server.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -32,7 +32,7 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
-in() { local ns=$1; shift; nsenter --net=/run/netns/$ns "$@"; }
+inns() { local ns=$1; shift; nsenter --net=/run/netns/$ns "$@"; }  # (not for background jobs: $! would be a subshell)
 
 for ns in cxpub cxsub cxctl cxb1 cxb2 cxb3; do ip netns add $ns; ip -n $ns link set lo up; done
 ip -n cxsub link add br0 type bridge; ip -n cxsub addr add 10.31.0.2/24 dev br0; ip -n cxsub link set br0 up
@@ -64,7 +64,7 @@ to = ["10.31.0.0/24"]
 EOF
 declare -A broker
 for k in 1 2 3; do
-    in cxb$k "${subc[@]}" serve --spec "$spec" --iface cxf$k --listen 0.0.0.0:7000 --state "$work/b$k" \
+    nsenter --net=/run/netns/cxb$k "${subc[@]}" serve --spec "$spec" --iface cxf$k --listen 0.0.0.0:7000 --state "$work/b$k" \
         --acl "$work/acl.toml" --journal --rerequest 0.0.0.0:9100 \
         --cluster 10.41.0.100:2379 --node b$k --cluster-ttl 2 2>"$work/b$k.log" &
     broker[$k]=$!
@@ -76,7 +76,7 @@ for k in 1 2 3; do
         sleep 0.2
     done
 done
-status() { in cxctl "${subc[@]}" cluster status --cluster 10.41.0.100:2379 "$@"; }
+status() { inns cxctl "${subc[@]}" cluster status --cluster 10.41.0.100:2379 "$@"; }
 until status --json | python3 -c 'import json,sys; d=json.load(sys.stdin); b=[r for r in d["brokers"] if r["live"]]; sys.exit(not (len(b)==3 and all(r["acknowledged"] for r in b)))'; do
     sleep 0.5
 done
@@ -84,7 +84,7 @@ echo "== three brokers up"
 status
 
 # the subscriber: a TCP request (proven by its handshake) for its UDP endpoint, granted by the ACL
-reply="$(in cxsub bash -c 'exec 3<>/dev/tcp/10.31.0.11/7000; echo "SUBSCRIBE add_order.stock == \"BOB\" TO 10.31.0.2:6001" >&3; head -1 <&3')"
+reply="$(inns cxsub bash -c 'exec 3<>/dev/tcp/10.31.0.11/7000; echo "SUBSCRIBE add_order.stock == \"BOB\" TO 10.31.0.2:6001" >&3; head -1 <&3')"
 echo "== $reply (from broker 1)"
 until status --json | python3 -c 'import json,sys; d=json.load(sys.stdin); sys.exit(not (d["owners"] and all(b["applied"] is not None and b["applied"] >= d["revision"] - 3 for b in d["brokers"] if b["live"])))'; do
     sleep 0.5
@@ -92,18 +92,20 @@ done
 owner="$(status --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["owners"]["10.31.0.2:6001"][1:])')"
 survivor=$(( owner % 3 + 1 ))
 echo "== broker $owner delivers to 10.31.0.2:6001; the receiver re-requests from broker $survivor"
-in cxsub "${subc[@]}" listen 10.31.0.2:6001 --recover 10.31.0.1$survivor:9100 --timeout 6 --json >"$work/listen.json" 2>/dev/null &
+nsenter --net=/run/netns/cxsub "${subc[@]}" listen 10.31.0.2:6001 --recover 10.31.0.1$survivor:9100 --timeout 6 --json >"$work/listen.json" 2>/dev/null &
 listener=$!
 sleep 1
 for k in 1 2 3; do
-    in cxpub "${subc[@]}" replay "$trace" --to 10.21.$k.2:26400 --rate 4000 --spec "$spec" >/dev/null &
+    nsenter --net=/run/netns/cxpub "${subc[@]}" replay "$trace" --to 10.21.$k.2:26400 --rate 1000 --spec "$spec" >/dev/null &
     pids+=($!)
 done
-sleep 2
+sleep 3
 echo "== kill -9 broker $owner (its kernel stops at its fence; its lease ends after 2 s)"
 kill -9 "${broker[$owner]}"
 wait "$listener" || true
 echo "== after the fail-over"
 status
-echo "== the receiver (subc listen --recover):"
+want="$("${subc[@]}" simulate "$root/examples/itch/rules.sub" --spec "$spec" --trace "$trace" --json 2>/dev/null |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["per_port"]["1"])')"
+echo "== the receiver (subc listen --recover); the sample's BOB orders (subc simulate, rules.sub port 1): $want"
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print({k: d[k] for k in ("messages", "gaps", "recovered", "lost", "duplicates", "requests")})' "$work/listen.json"
