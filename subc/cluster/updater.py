@@ -45,6 +45,7 @@ from .rendezvous import owner
 from .replica import Delta, Replica
 
 REVISION_META = "cluster_revision"
+ROUTED_S = 10.0  # a new endpoint found routable is not looked up again for this long (its subscriptions in flight)
 
 
 def stream_key(ep: tuple[str, int]) -> str:
@@ -76,6 +77,7 @@ class ClusterUpdater(Updater):
         self.late_messages = 0  # messages between those positions and the feed's
         self._added = False  # subscriptions were added since ownership was last looked at
         self.parsed: dict[int, tuple] = {}  # ids committed here -> (condition, region), until applied
+        self.routed: dict[tuple[str, int], float] = {}  # endpoints found routable -> until when (Unix s)
         self.committer = Committer(
             node.etcd, replica, schedule, lead, lead_messages, node.name, lambda: node.member_rev
         )
@@ -122,6 +124,7 @@ class ClusterUpdater(Updater):
         for p in batch:
             if p.kind == "tick":
                 self._expire(now)
+                self.routed = {ep: t for ep, t in self.routed.items() if t >= now}
                 continue
             assert p.reply is not None  # every other request comes from the network
             if p.kind == "LIST":
@@ -194,12 +197,13 @@ class ClusterUpdater(Updater):
             self.metrics.requests.labels("SUBSCRIBE", "limit").inc()
             p.reply(f"SUBERR 1 {src} has {self.cfg.acl.subs_per_source} subscriptions, the most one source may have")
             return None
-        if not ep[0].startswith("soup:") and ep not in self.endpoints.by_ep:
+        if not ep[0].startswith("soup:") and ep not in self.endpoints.by_ep and self.routed.get(ep, 0) < now:
             try:
                 self.endpoints.resolver(ep[0], ep[1], 0)
             except SubcError as e:
                 p.reply(f"SUBERR 1 endpoint {ep[0]}:{ep[1]}: {e.message}")
                 return None
+            self.routed[ep] = now + ROUTED_S
         admitted[src] = admitted.get(src, 0) + 1
         return SubRecord(req.text, ep[0], ep[1], src, now + self.cfg.lease if self.cfg.lease else None)
 

@@ -163,6 +163,7 @@ class RecoveryService:
         done = threading.Event()
         with self._binds_lock:
             self._binds.append((sid, key, addrs, fresh, done))
+        self.ring.wake()  # the feed thread applies it now, not after its idle wait
         if not done.wait(BIND_WAIT_S):
             raise SubcError(f"the journal feed did not reach subscriber {sid}'s new stream in {BIND_WAIT_S:.0f} s")
 

@@ -71,6 +71,8 @@ class RingReader:
         self._data = memoryview((ct.c_char * (2 * size)).from_address(self.address)).cast("B")
         self._poll = select.epoll()
         self._poll.register(fd, select.EPOLLIN)
+        self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)  # wake(): another thread has work
+        self._poll.register(self._wake, select.EPOLLIN)
 
     @property
     def consumer(self) -> int:
@@ -107,13 +109,26 @@ class RingReader:
             self._cons.value = pos
 
     def wait(self, timeout_s: float) -> bool:
-        """Wait up to ``timeout_s`` s for the kernel's notice that records were committed."""
-        return bool(self._poll.poll(timeout_s))
+        """Wait up to ``timeout_s`` s for the kernel's notice that records were committed, or
+        :meth:`wake`."""
+        events = self._poll.poll(timeout_s)
+        for efd, _ in events:
+            if efd == self._wake:
+                try:
+                    os.eventfd_read(self._wake)
+                except BlockingIOError:
+                    pass
+        return bool(events)
+
+    def wake(self) -> None:
+        """End a :meth:`wait` of another thread now (thread-safe)."""
+        os.eventfd_write(self._wake, 1)
 
     def close(self) -> None:
         """Unmap the ring (the descriptor stays the caller's)."""
         self._data.release()
         self._poll.close()
+        os.close(self._wake)
         _libc.munmap(self._prod_addr, PAGE + 2 * self.size)
         _libc.munmap(self._cons_addr, PAGE)
 
