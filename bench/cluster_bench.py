@@ -138,9 +138,11 @@ class Cluster:
              "--capacity", str(self.capacity), "--journal", "--rerequest", f"0.0.0.0:{RR_PORT}",
              "--cluster", ETCD, "--node", f"b{k}", "--cluster-ttl", str(self.ttl), "--log-level", "warning"],
             stderr=subprocess.PIPE, text=True)
+        seen = []
         while not (line := p.stderr.readline()).startswith("serving on"):
+            seen.append(line)
             if not line:
-                raise SystemExit(f"broker {k} exited ({p.wait()})")
+                raise SystemExit(f"broker {k} exited ({p.wait()}): {''.join(seen[-5:])}")
         threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
         self.procs[k] = p
 
