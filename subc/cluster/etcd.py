@@ -95,14 +95,17 @@ class Op:
 
 
 def put(key: str, value: bytes, lease: int = 0) -> Op:
+    """A transaction's put of ``value`` at ``key`` (under ``lease``, 0: none)."""
     return Op("put", key, value, lease)
 
 
 def delete(key: str) -> Op:
+    """A transaction's delete of ``key``."""
     return Op("delete", key)
 
 
 def get(key: str) -> Op:
+    """A transaction's read of ``key`` (in :attr:`TxnResult.got`)."""
     return Op("get", key)
 
 
@@ -177,6 +180,7 @@ class Etcd:
         self.cluster = etcdrpc.ClusterStub(self.channel)
 
     def close(self) -> None:
+        """Close the channel (every call after fails)."""
         self.channel.close()
 
     def _call(self, fn, request, what: str, retry: bool = True):

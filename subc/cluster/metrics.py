@@ -33,9 +33,11 @@ class ClusterCollector:
         self.node, self.updater = node, updater
 
     def describe(self) -> list:
+        """Nothing up front (prometheus_client then collects once to describe)."""
         return []
 
     def collect(self) -> Iterator[Metric]:
+        """The metrics now."""
         n, u = self.node, self.updater
         rep = u.replica
         yield GaugeMetricFamily("subc_cluster_applied_revision", "etcd revision applied here", value=rep.revision)

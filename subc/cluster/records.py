@@ -30,26 +30,32 @@ ID_DIGITS = 16
 
 
 def sub_key(prefix: str, sub_id: int) -> str:
+    """Subscription ``sub_id``'s key under ``prefix`` (zero-padded: key order is id order)."""
     return f"{prefix}sub/{sub_id:0{ID_DIGITS}d}"
 
 
 def next_id_key(prefix: str) -> str:
+    """The key of the next subscription id (under ``prefix``)."""
     return f"{prefix}meta/next_id"
 
 
 def position_key(prefix: str) -> str:
+    """The key of the latest change's feed position (under ``prefix``)."""
     return f"{prefix}meta/position"
 
 
 def member_key(prefix: str, node: str) -> str:
+    """Broker ``node``'s membership key under ``prefix`` (written under its lease)."""
     return f"{prefix}member/{node}"
 
 
 def ack_key(prefix: str, node: str) -> str:
+    """The key of the member set ``node`` acknowledged (under ``prefix``)."""
     return f"{prefix}ack/{node}"
 
 
 def status_key(prefix: str, node: str) -> str:
+    """Broker ``node``'s status key under ``prefix``."""
     return f"{prefix}status/{node}"
 
 
@@ -83,13 +89,16 @@ class SubRecord:
 
     @property
     def ep(self) -> tuple[str, int]:
+        """The endpoint (ip, port)."""
         return (self.ip, self.port)
 
     def encode(self) -> bytes:
+        """The record as compact JSON (UTF-8)."""
         return json.dumps(asdict(self), separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> "SubRecord":
+        """The record in JSON ``data``; raises ValueError, KeyError or TypeError when malformed."""
         d = json.loads(data)
         return cls(d["text"], d["ip"], int(d["port"]), d["source"], d.get("expires"), d.get("filter"))
 
@@ -106,10 +115,12 @@ class MemberRecord:
     started: float = 0.0
 
     def encode(self) -> bytes:
+        """The record as compact JSON (UTF-8)."""
         return json.dumps(asdict(self), separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> "MemberRecord":
+        """The record in JSON ``data``; raises ValueError, KeyError or TypeError when malformed."""
         d = json.loads(data)
         return cls(d["node"], d.get("listen", ""), d.get("rerequest", ""), d.get("soup", ""), d.get("started", 0.0))
 
@@ -128,10 +139,12 @@ class NodeStatus:
     time: float
 
     def encode(self) -> bytes:
+        """The record as compact JSON (UTF-8)."""
         return json.dumps(asdict(self), separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> "NodeStatus":
+        """The record in JSON ``data``; raises ValueError, KeyError or TypeError when malformed."""
         d = json.loads(data)
         return cls(
             int(d["applied"]),

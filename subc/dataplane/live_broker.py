@@ -47,9 +47,13 @@ class Schedule(Protocol):
 
     capacity: int
 
-    def write(self, entries: list) -> None: ...
+    def write(self, entries: list) -> None:
+        """Replace the scheduled switches with ``entries`` ((position, slot), in order)."""
+        ...
 
-    def position(self): ...
+    def position(self):
+        """The feed's position and when it was seen (ns), or None."""
+        ...
 
 
 class LiveBroker:

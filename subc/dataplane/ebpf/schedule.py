@@ -30,10 +30,12 @@ class Position:
     seq: int
 
     def to_json(self) -> dict:
+        """``{"session": hex, "seq": n}``."""
         return {"session": self.session.hex(), "seq": self.seq}
 
     @classmethod
     def from_json(cls, d: dict) -> "Position":
+        """The position of :meth:`to_json`'s ``d``; ValueError when it is not one."""
         s = bytes.fromhex(d["session"])
         if len(s) != SESSION_BYTES or int(d["seq"]) < 0:
             raise ValueError("not a feed position")
