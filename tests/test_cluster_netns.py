@@ -438,23 +438,32 @@ def no_dupes(w: World) -> None:
         assert not agent.live_dupes(), f"subscriber {k}: a sequence number sent twice"
 
 
+def checked(w: World) -> None:
+    """Every live broker counted the feed; every subscriber has its messages (gaps re-requested),
+    no sequence number sent twice."""
+    w.settle()
+    w.check(recover=True)
+    no_dupes(w)
+
+
+def rejoined(w: World, k: int) -> None:
+    """Broker ``k`` is back: it hands over, converges and delivers with the others."""
+    w.alive.add(k)
+    w.handed_over()
+    w.converged()
+    w.send(6)
+    checked(w)
+
+
 def test_sigstop_past_the_lease_moves_subscribers_and_the_broker_rejoins(world):
     w = world
     victim = owner_of(w, 1)
     w.brokers[victim - 1].kill("STOP")
     w.alive.discard(victim)
     take_over(w, victim)
-    w.settle()
-    w.check(recover=True)
-    no_dupes(w)
+    checked(w)
     w.brokers[victim - 1].kill("CONT")
-    w.alive.add(victim)
-    w.handed_over()
-    w.converged()
-    w.send(6)
-    w.settle()
-    w.check(recover=True)
-    no_dupes(w)
+    rejoined(w, victim)
 
 
 def test_a_broker_cut_off_from_etcd_refuses_requests_stops_delivering_and_heals(world):
@@ -470,18 +479,10 @@ def test_a_broker_cut_off_from_etcd_refuses_requests_stops_delivering_and_heals(
         wait_until(refused, "the cut-off broker to refuse requests")
         w.alive.discard(victim)
         take_over(w, victim)
-        w.settle()
-        w.check(recover=True)
-        no_dupes(w)
+        checked(w)
     finally:
         w.topo.partition(victim, False)
-    w.alive.add(victim)
-    w.handed_over()
-    w.converged()
-    w.send(6)
-    w.settle()
-    w.check(recover=True)
-    no_dupes(w)
+    rejoined(w, victim)
 
 
 def test_losing_the_etcd_leader_loses_no_acknowledged_subscription(world):

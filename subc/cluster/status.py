@@ -10,7 +10,7 @@ from collections import Counter
 from .etcd import Etcd
 from .rendezvous import owner
 from .replica import Replica
-from .updater import stream_key
+from ..serve.endpoints import stream_key
 
 
 def cluster_status(etcd: Etcd, prefix: str, with_etcd: bool = True) -> dict:

@@ -35,6 +35,7 @@ from ..errors import SubcError
 from ..ir.incremental import CapacityError
 from ..lang.rules import parse_rules
 from ..serve.book import Live
+from ..serve.endpoints import is_soup, stream_key
 from ..serve.events import event
 from ..serve.network import Pending
 from ..serve.updater import Updater
@@ -46,11 +47,6 @@ from .replica import Delta, Replica
 
 REVISION_META = "cluster_revision"
 ROUTED_S = 10.0  # a new endpoint found routable is not looked up again for this long (its subscriptions in flight)
-
-
-def stream_key(ep: tuple[str, int]) -> str:
-    """The name of an endpoint's stream on every broker: ``ip:port``, or ``soup:<user>``."""
-    return ep[0] if ep[0].startswith("soup:") else f"{ep[0]}:{ep[1]}"
 
 
 class ClusterUpdater(Updater):
@@ -197,7 +193,7 @@ class ClusterUpdater(Updater):
             self.metrics.requests.labels("SUBSCRIBE", "limit").inc()
             p.reply(f"SUBERR 1 {src} has {self.cfg.acl.subs_per_source} subscriptions, the most one source may have")
             return None
-        if not ep[0].startswith("soup:") and ep not in self.endpoints.by_ep and self.routed.get(ep, 0) < now:
+        if not is_soup(ep[0]) and ep not in self.endpoints.by_ep and self.routed.get(ep, 0) < now:
             try:
                 self.endpoints.resolver(ep[0], ep[1], 0)
             except SubcError as e:
@@ -415,7 +411,7 @@ class ClusterUpdater(Updater):
 
     def _count_owned(self) -> None:
         self.owned_count = sum(
-            1 for ep in self.endpoints.by_ep if not ep[0].startswith("soup:") and ep not in self.endpoints.on_standby
+            1 for ep in self.endpoints.by_ep if not is_soup(ep[0]) and ep not in self.endpoints.on_standby
         )
 
     def _own(self, force: bool) -> None:
@@ -425,7 +421,7 @@ class ClusterUpdater(Updater):
             return
         release, take = [], []
         for ep in list(self.endpoints.by_ep):
-            if ep[0].startswith("soup:"):
+            if is_soup(ep[0]):
                 continue
             want = self._delivers(ep)
             active = ep not in self.endpoints.on_standby

@@ -50,7 +50,7 @@ from ..recovery.service import RecoveryService
 from .book import Live, SubscriptionBook
 from .config import ServeConfig, SwitchOptions
 from .dataplane import ROOT_SLOTS, DataPlane, open_dataplane
-from .endpoints import SOUP_PREFIX, EndpointTable, is_soup
+from .endpoints import SOUP_PREFIX, EndpointTable, is_soup, stream_key
 from .events import JsonFormatter, event  # noqa: F401 (JsonFormatter: part of this module's names)
 from .metrics import Metrics
 from .network import Pending, RequestListener
@@ -68,11 +68,6 @@ if TYPE_CHECKING:
 
 RULES_SOURCE = "rules-file"  # the source of --rules subscriptions
 SOUP_TO = re.compile(r"\s+TO\s+soup:([!-~]{1,6})\s*\Z", re.IGNORECASE)  # --rules: a SoupBinTCP user's stream
-
-
-def stream_key(ep: tuple[str, int]) -> str:
-    """The journal's stream key of an endpoint: ``IP:PORT``, or ``soup:<user>``."""
-    return ep[0] if is_soup(ep[0]) else f"{ep[0]}:{ep[1]}"
 
 
 CLUSTER_STATUS = "cluster.json"  # --cluster: this broker's figures, rewritten about once a second (subc stats)

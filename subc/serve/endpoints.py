@@ -100,6 +100,12 @@ def is_soup(ip: str) -> bool:
     return ip.startswith(SOUP_PREFIX)
 
 
+def stream_key(ep: tuple[str, int]) -> str:
+    """The name of endpoint ``ep``'s stream (its journal's key, the same on every broker of a
+    cluster): ``IP:PORT``, or ``soup:<user>``."""
+    return ep[0] if is_soup(ep[0]) else f"{ep[0]}:{ep[1]}"
+
+
 @dataclass
 class _Entry:
     sid: int
