@@ -7,7 +7,9 @@
 * the member thread (:mod:`subc.cluster.node`): it joins under a lease, moves the fence forward
   only after renewals, refuses a name another live broker holds, and when etcd goes away it
   fences the data plane before the lease can end elsewhere, queues ``fenced``, and joins again
-  with a new lease once etcd is back.
+  with a new lease once etcd is back;
+* topic labels (:mod:`subc.cluster.commits`): references and forgets race on revisions, a label
+  is never given twice.
 
 Nothing waits on a clock for a verdict: the test waits for events (queued items, keys, fence
 writes), with a hang guard only.
@@ -25,7 +27,10 @@ from etcd_util import EtcdCluster
 from subc.cluster import etcd as etcd_mod
 from subc.cluster.etcd import Compacted, Compare, EtcdError, delete, get, put
 from subc.cluster.node import ClusterNode
-from subc.cluster.records import MemberRecord, NodeStatus, member_key
+from subc.cluster.commits import Committer
+from subc.cluster.records import MemberRecord, NodeStatus, SubRecord, label_key, member_key, reg_key
+from subc.cluster.replica import Replica
+from subc.errors import SubcError
 from subc.serve.config import ClusterOptions
 
 HANG = 60.0
@@ -219,3 +224,49 @@ def test_cluster_status_reads_members_owners_and_lag(one):
     bad = CliRunner().invoke(main, ["cluster", "status", "--cluster", one.endpoints[0], "--cluster-prefix", "nope"])
     assert bad.exit_code == 2 and "error" in bad.output
     e.close()
+
+
+def test_topic_labels_race_and_are_never_reused(one):
+    """Two brokers' committers over one etcd, each with a replica it updates only when told: a
+    label is referenced by a transaction whose broker has a stale view (it still commits, and a
+    forget computed before it fails for that label); a reference to a label forgotten meanwhile
+    takes a new one; the label counter never goes back."""
+    e = one.etcd()
+    prefix = "/tl/"
+    for n in ("b1", "b2"):
+        e.txn([], [put(member_key(prefix, n), MemberRecord(n, "10.0.0.1:1").encode())])
+    mrev = {n: e.get(member_key(prefix, n)).create_revision for n in ("b1", "b2")}
+
+    def broker(n):
+        r = Replica(prefix)
+        return r, Committer(e, r, None, 0.0, 0, n, lambda: mrev[n])
+
+    def catch_up(r):
+        r.reconcile(*e.snapshot(prefix))
+
+    r1, c1 = broker("b1")
+    r2, c2 = broker("b2")
+    rev, labels = c1.register("10.9.9.9", "m/x", ["m", "x"], None)
+    assert labels == {"m": 1, "x": 2}
+    catch_up(r1), catch_up(r2)
+    assert {n: v for n, (v, _) in r1.labels.items()} == {"m": 1, "x": 2} and r1.refs == {"m": 1, "x": 1}
+    # b1 takes the registration away; its replica sees both labels unreferenced
+    assert c1.unregister("10.9.9.9", "m/x") is not None
+    assert c1.unregister("10.9.9.9", "m/x") is None  # gone already
+    catch_up(r1)
+    gone = r1.unreferenced()
+    assert set(gone) == {"m", "x"}
+    # b2, still seeing the registration, subscribes to m/+ (references m) before b1 forgets
+    (sid, _), = c2.subscribe([SubRecord("", "10.0.0.5", 9, "10.9.9.8", None, "m/+")], ["m"])
+    assert c1.forget(gone) == 1  # x forgotten; m was referenced meanwhile
+    assert e.get(label_key(prefix, "x")) is None and e.get(label_key(prefix, "m")).value == b"1"
+    # b2's view still has x (label 2): a reference to it now takes a new label, never 2 again
+    rev, labels = c2.register("10.9.9.8", "x", ["x"], 5.0)
+    assert labels == {"x": 3} and c2.label_races >= 1
+    catch_up(r2)
+    assert r2.labels["x"][0] == 3 and r2.next_label[0] == 4 and r2.subs[sid].filter == "m/+"
+    # exhausted labels: a clear error, nothing written
+    c2.label_limit = 4
+    with pytest.raises(SubcError, match="no labels left"):
+        c2.register("10.9.9.8", "y/z", ["y", "z"], None)
+    assert e.get(reg_key(prefix, "10.9.9.8", "y/z")) is None

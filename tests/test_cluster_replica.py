@@ -5,10 +5,12 @@
   gives the same owner.  The owner is checked against a reference written here from the
   definition (the highest BLAKE2b score), not with the module's own code.
 * The replica (:mod:`subc.cluster.replica`): random histories of puts and deletes of
-  subscriptions, members, acknowledgements and the id counter, applied revision by revision as a
+  subscriptions (topic ones too), members, acknowledgements, topic labels, registrations and the
+  id and label counters, applied revision by revision as a
   watch delivers them, give the same state as a snapshot read at the same revision; the deltas the
   watch path produces, merged, equal the difference between the start and the end; a reconcile
-  from any earlier state yields exactly that difference too.
+  from any earlier state yields exactly that difference too, labels included; the labels'
+  reference counts equal a count made here from the filters and topics.
 """
 
 from __future__ import annotations
@@ -20,7 +22,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from subc.cluster.etcd import KV, Event
-from subc.cluster.records import MemberRecord, SubRecord, member_key, next_id_key, sub_key
+from subc.cluster.records import (
+    MemberRecord,
+    RegRecord,
+    SubRecord,
+    label_key,
+    member_key,
+    next_id_key,
+    next_label_key,
+    reg_key,
+    sub_key,
+)
 from subc.cluster.rendezvous import owner
 from subc.cluster.replica import Delta, Replica
 
@@ -60,6 +72,13 @@ def test_rendezvous_owner_is_the_highest_score_and_moves_little(members, keys, r
 # -- the replica --------------------------------------------------------------------------------
 
 SUBS = [SubRecord('add_order.stock == "A"', "10.0.0.1", 5000 + i, "10.0.0.9:1", None) for i in range(4)]
+SUBS += [
+    SubRecord("", "10.0.0.2", 6000, "10.0.0.9", None, "m/+/a"),
+    SubRecord("x > 1", "10.0.0.2", 6001, "10.0.0.9", None, "m/#"),
+    SubRecord("", "10.0.0.2", 6000, "10.0.0.9", None, "+/b//a"),
+]
+LEVELS = ["m", "a", "b", ""]
+TOPICS = ["m/a", "b//a", "a"]
 
 
 def op_strategy():
@@ -69,8 +88,14 @@ def op_strategy():
     mem_del = st.tuples(st.just("leave"), st.sampled_from(["b1", "b2", "b3"]))
     ack = st.tuples(st.just("ack"), st.sampled_from(["b1", "b2", "b3"]), st.sampled_from(["s1", "s2"]))
     nxt = st.tuples(st.just("next"), st.integers(1, 50))
-    return st.lists(st.lists(st.one_of(sub_put, sub_del, mem_put, mem_del, ack, nxt), min_size=1, max_size=3),
-                    max_size=25)
+    label = st.tuples(st.just("label"), st.sampled_from(LEVELS), st.integers(1, 9))
+    unlabel = st.tuples(st.just("unlabel"), st.sampled_from(LEVELS))
+    reg = st.tuples(st.just("reg"), st.sampled_from(TOPICS), st.sampled_from(["10.1.1.1", "fd00::1"]),
+                    st.sampled_from([None, 5.0]))
+    unreg = st.tuples(st.just("unreg"), st.sampled_from(TOPICS), st.sampled_from(["10.1.1.1", "fd00::1"]))
+    nlab = st.tuples(st.just("next_label"), st.integers(1, 50))
+    one = st.one_of(sub_put, sub_del, mem_put, mem_del, ack, nxt, label, unlabel, reg, unreg, nlab)
+    return st.lists(st.lists(one, min_size=1, max_size=3), max_size=25)
 
 
 class Store:
@@ -88,8 +113,12 @@ class Store:
         for op in ops:
             kind = op[0]
             key = (op[0] in ("sub", "unsub"), op[1]) if op[0] in ("sub", "unsub", "next") else (op[0] in ("member", "leave"), op[1], op[0] == "ack")
-            if op[0] == "next":
-                key = ("next",)
+            if op[0] in ("next", "next_label"):
+                key = (op[0],)
+            elif op[0] in ("label", "unlabel"):
+                key = ("label", op[1])
+            elif op[0] in ("reg", "unreg"):
+                key = ("reg", op[1], op[2])
             if key in touched:
                 continue
             touched.add(key)
@@ -108,6 +137,16 @@ class Store:
                 evs.append(self._put(f"{P}ack/{op[1]}", json.dumps({"set": op[2]}).encode()))
             elif kind == "next":
                 evs.append(self._put(next_id_key(P), str(op[1]).encode()))
+            elif kind == "next_label":
+                evs.append(self._put(next_label_key(P), str(op[1]).encode()))
+            elif kind == "label":
+                evs.append(self._put(label_key(P, op[1]), str(op[2]).encode()))
+            elif kind == "unlabel":
+                evs += self._del(label_key(P, op[1]))
+            elif kind == "reg":
+                evs.append(self._put(reg_key(P, op[2], op[1]), RegRecord(op[3]).encode()))
+            elif kind == "unreg":
+                evs += self._del(reg_key(P, op[2], op[1]))
         return self.rev, evs
 
     def _put(self, key: str, val: bytes) -> Event:
@@ -125,8 +164,37 @@ class Store:
         return [self.keys[k] for k in sorted(self.keys)]
 
 
+def reference_refs(r: Replica) -> dict[str, int]:
+    """How many registrations and topic subscriptions name each level (written from the
+    definition: a filter's levels but '+' and '#', a topic's levels)."""
+    out: dict[str, int] = {}
+    texts = [rec.filter for rec in r.subs.values() if rec.filter is not None] + [t for t, _ in r.regs]
+    for text in texts:
+        for lv in text.split("/"):
+            if lv not in ("+", "#"):
+                out[lv] = out.get(lv, 0) + 1
+    return out
+
+
 def state(r: Replica) -> tuple:
-    return (dict(r.subs), {n: rev for n, (_, rev) in r.members.items()}, dict(r.acks), r.next_id[0], r.member_set())
+    assert r.refs == reference_refs(r)
+    return (
+        dict(r.subs),
+        {n: rev for n, (_, rev) in r.members.items()},
+        dict(r.acks),
+        r.next_id[0],
+        r.member_set(),
+        dict(r.labels),
+        dict(r.regs),
+        r.next_label[0],
+    )
+
+
+def check_labels(d: Delta, before: dict, after: dict) -> None:
+    changed = {n for n in set(before) | set(after) if before.get(n, (None,))[0] != after.get(n, (None,))[0]}
+    assert {n for n in d.labels if d.labels[n] != before.get(n, (None,))[0]} == changed
+    for n in changed:
+        assert d.labels[n] == after.get(n, (None,))[0]
 
 
 def diff(before: dict, after: dict) -> tuple[set, set, set]:
@@ -159,6 +227,7 @@ def test_watch_and_snapshot_agree(first, second, cut):
     mid.reconcile(store.rev, store.snapshot())
     assert state(mid) == state(watcher)
     before = dict(watcher.subs)
+    labels_before = dict(watcher.labels)
     total = Delta()
     behind = Replica(P)  # a broker that was down during the second part
     behind.reconcile(store.rev, store.snapshot())
@@ -174,9 +243,16 @@ def test_watch_and_snapshot_agree(first, second, cut):
     end.reconcile(store.rev, store.snapshot())
     assert state(end) == state(watcher)
     check_delta(total, before, watcher.subs)
+    check_labels(total, labels_before, watcher.labels)
     caught_up = behind.reconcile(store.rev, store.snapshot())
     assert state(behind) == state(watcher)
     check_delta(caught_up, before, watcher.subs)
+    check_labels(caught_up, labels_before, watcher.labels)
+    # unreferenced labels: exactly the ones no filter or topic names, with their keys' revisions
+    refs = reference_refs(watcher)
+    assert watcher.unreferenced() == {
+        n: store.keys[label_key(P, n)].mod_revision for n in watcher.labels if n not in refs
+    }
 
 
 def test_handed_over_needs_every_other_member_acknowledging_this_set():

@@ -27,7 +27,18 @@ from typing import Callable, Sequence
 
 from ..dataplane.ebpf.schedule import FeedSchedule, Position
 from .etcd import Compare, Etcd, EtcdError, Op, TxnResult, delete, get, put
-from .records import SubRecord, member_key, next_id_key, position_key, sub_key
+from ..errors import SubcError
+from .records import (
+    RegRecord,
+    SubRecord,
+    label_key,
+    member_key,
+    next_id_key,
+    next_label_key,
+    position_key,
+    reg_key,
+    sub_key,
+)
 from .replica import Replica
 
 TXN_OPS = 100  # operations per transaction (etcd's default limit is 128)
@@ -60,6 +71,8 @@ class Committer:
         self.rate = 0.0  # messages/s the feed was seen to carry
         self._seen: tuple[Position, int] | None = None  # the last feed sample (position, ns)
         self.position_races = 0
+        self.label_races = 0  # transactions retried because a label was given or forgotten meanwhile
+        self.label_limit = 1 << 32  # one past the largest label the spec's label fields hold
 
     # -- positions -----------------------------------------------------------------------------
 
@@ -96,18 +109,31 @@ class Committer:
             p = last
         return p, rev
 
-    def commit(self, compares: Sequence[Compare], ops: Sequence[Op], gets: Sequence[str] = ()) -> TxnResult:
+    def commit(
+        self, compares: Sequence[Compare], ops: Sequence[Op], gets: Sequence[str] = (), position: bool = True
+    ) -> TxnResult:
         """One change: ``ops`` if ``compares`` hold and this broker is the member it was, with
-        ``meta/position``; position races are retried.  A failure the caller's comparisons
-        caused comes back (``succeeded`` False, ``got``: ``meta/position``, the member key, then
-        ``gets``).  Raises EtcdError (not committed: a lost transaction is resolved first)."""
+        ``meta/position`` (``position`` False: a change of no stream, without it); position
+        races are retried.  A failure the caller's comparisons caused comes back (``succeeded``
+        False, ``got``: ``meta/position``, the member key, then ``gets``).  Raises EtcdError (not
+        committed: a lost transaction is resolved first)."""
         key = position_key(self.prefix)
         mkey = member_key(self.prefix, self.node)
         for _ in range(TRIES):
             mrev = self.membership()
             if not mrev:
                 raise EtcdError("this broker is not a member of the cluster now (its lease ended)")
-            p, rev = self.next_position()
+            p, rev = self.next_position() if position else (None, -1)
+            if not position:
+                try:
+                    r = self.etcd.txn(
+                        [*compares, Compare(mkey, "create", "=", mrev)], ops, [get(mkey), *(get(k) for k in gets)]
+                    )
+                except EtcdError as e:
+                    return self._resolve_plain(e, mrev, ops)
+                if not r.succeeded and not any(kv.key == mkey and kv.create_revision == mrev for kv in r.got):
+                    raise EtcdError("this broker's membership ended (its lease expired)")
+                return r
             extra = [put(key, json.dumps(p.to_json()).encode())] if p is not None else []
             cmp = [*compares, Compare(key, "mod", "=", rev), Compare(mkey, "create", "=", mrev)]
             try:
@@ -150,12 +176,28 @@ class Committer:
                 time.sleep(0.2)
         raise EtcdError(f"{error.message} (outcome unknown: etcd did not answer for {RESOLVE_S:.0f} s)")
 
+    def _resolve_plain(self, error: EtcdError, mrev: int, ops: Sequence[Op]) -> TxnResult:
+        """The outcome of a transaction without a position etcd did not answer: once etcd
+        answers, its keys tell (a registration's value is its lease end, unique enough)."""
+        self.unknown_outcomes += 1
+        end = time.monotonic() + RESOLVE_S
+        while time.monotonic() < end:
+            if self.membership() != mrev:
+                raise EtcdError(f"{error.message} (not committed: this broker's lease ended)")
+            try:
+                return self._applied(error, ops)
+            except EtcdError as e:
+                if "not committed" in e.message:
+                    raise
+                time.sleep(0.2)
+        raise EtcdError(f"{error.message} (outcome unknown: etcd did not answer for {RESOLVE_S:.0f} s)")
+
     def _applied(self, error: EtcdError, ops: Sequence[Op]) -> TxnResult:
         """Whether the lost transaction's ``ops`` are what etcd holds (``meta/position`` moved
         since: it was applied, or another change was and it never will be)."""
         rev = 0
         for o in ops:
-            if o.kind == "put" and o.key.startswith(f"{self.prefix}sub/"):
+            if o.kind == "put" and o.key.startswith((f"{self.prefix}sub/", f"{self.prefix}reg/")):
                 kv = self.etcd.get(o.key)
                 if kv is None or kv.value != o.value:
                     raise EtcdError(f"{error.message} (not committed)")
@@ -165,18 +207,124 @@ class Committer:
                     raise EtcdError(f"{error.message} (not committed)")
         return TxnResult(True, rev or self.etcd.revision(), [])
 
+    # -- topic labels ---------------------------------------------------------------------------
+
+    def labelled(
+        self,
+        names: Sequence[str],
+        compares: Sequence[Compare],
+        ops: Sequence[Op],
+        gets: Sequence[str] = (),
+        position=True,
+    ) -> tuple[TxnResult, dict[str, int]]:
+        """:meth:`commit` ``ops`` with the labels of level ``names`` referenced: an existing
+        label key is compared on its create revision and rewritten, a new name given the next
+        label (compare on ``meta/next_label``).  Label races are retried; a failure of the
+        caller's ``compares`` comes back as in :meth:`commit`, with the labels it would have
+        had.  Returns (result, name -> label).  Raises SubcError when the labels are exhausted,
+        EtcdError."""
+        nkey = next_label_key(self.prefix)
+        view: dict[str, tuple[int, int] | None] = {}
+        nl = self.replica.next_label
+        uniq = list(dict.fromkeys(names))
+        keys = [label_key(self.prefix, n) for n in uniq]
+        for _ in range(TRIES):
+            cmp: list[Compare] = []
+            lops: list[Op] = []
+            labels: dict[str, int] = {}
+            nxt = first = max(nl[0], 1)
+            for n, k in zip(uniq, keys):
+                cur = view[n] if n in view else self.replica.labels.get(n)
+                if cur is None:
+                    cmp.append(Compare(k, "create", "=", 0))
+                    labels[n] = nxt
+                    nxt += 1
+                else:
+                    cmp.append(Compare(k, "create", "=", cur[1]))
+                    labels[n] = cur[0]
+                lops.append(put(k, str(labels[n]).encode()))
+            if nxt > self.label_limit:
+                raise SubcError(f"no labels left (labels are {self.label_limit - 1} at most and never reused)")
+            if nxt != first:
+                cmp.append(Compare(nkey, "mod", "=", nl[1]))
+                lops.append(put(nkey, str(nxt).encode()))
+            r = self.commit([*compares, *cmp], [*ops, *lops], [*gets, nkey, *keys], position)
+            if r.succeeded:
+                return r, labels
+            got = {kv.key: kv for kv in r.got}
+            now = {n: ((int(got[k].value), got[k].create_revision) if k in got else None) for n, k in zip(uniq, keys)}
+            gnl = (int(got[nkey].value), got[nkey].mod_revision) if nkey in got else (1, 0)
+            held = all(
+                (now[n][1] if now[n] is not None else 0) == c.value  # type: ignore[index]
+                for n, c in zip(uniq, cmp)
+            ) and (nxt == first or gnl[1] == nl[1])
+            if held:
+                return r, labels  # the caller's comparison failed
+            self.label_races += 1
+            view, nl = dict(now), gnl
+        raise EtcdError("topic labels kept racing with other brokers; send the request again")
+
+    def forget(self, labels: dict[str, int]) -> int:
+        """Delete the label keys ``labels`` (name -> the mod revision seen with nothing
+        referencing it) that were not referenced since; returns how many.  Raises EtcdError."""
+        items = [(label_key(self.prefix, n), rev) for n, rev in labels.items()]
+        done = 0
+        for at in range(0, len(items), TXN_OPS):
+            chunk = items[at : at + TXN_OPS]
+            if self.etcd.txn(
+                [Compare(k, "mod", "=", rev) for k, rev in chunk], [delete(k) for k, _ in chunk]
+            ).succeeded:
+                done += len(chunk)
+                continue
+            for k, rev in chunk:  # one was referenced meanwhile: one by one
+                done += self.etcd.txn([Compare(k, "mod", "=", rev)], [delete(k)]).succeeded
+        return done
+
+    def register(
+        self, source: str, topic: str, names: Sequence[str], expires: float | None
+    ) -> tuple[int, dict[str, int]]:
+        """Register (or renew) ``source``'s ``topic`` (level ``names``) with lease end
+        ``expires``: (revision, name -> label).  Raises SubcError (labels exhausted), EtcdError."""
+        op = put(reg_key(self.prefix, source, topic), RegRecord(expires).encode())
+        r, labels = self.labelled(names, [], [op], position=False)
+        return r.revision, labels
+
+    def unregister(self, source: str, topic: str) -> int | None:
+        """Delete ``source``'s registration of ``topic``: the revision, or None when it had
+        none.  Its labels are forgotten later (:meth:`forget`).  Raises EtcdError."""
+        k = reg_key(self.prefix, source, topic)
+        r = self.commit([Compare(k, "version", ">", 0)], [delete(k)], position=False)
+        return r.revision if r.succeeded else None
+
+    def renew_registrations(self, keys: Sequence[tuple[str, str]], expires: float | None) -> int:
+        """Give the registrations ``keys`` ((topic, source)) the lease end ``expires``: the last
+        revision written.  Raises EtcdError."""
+        rev = 0
+        val = RegRecord(expires).encode()
+        for at in range(0, len(keys), TXN_OPS):
+            ks = [reg_key(self.prefix, s, t) for t, s in keys[at : at + TXN_OPS]]
+            r = self.etcd.txn([Compare(k, "version", ">", 0) for k in ks], [put(k, val) for k in ks])
+            rev = max(rev, r.revision)
+        return rev
+
+    def expire_registration(self, key: tuple[str, str], rec: RegRecord) -> bool:
+        """Delete registration ``key`` ((topic, source)) if it is still ``rec``."""
+        k = reg_key(self.prefix, key[1], key[0])
+        return self.etcd.txn([Compare(k, "value", "=", rec.encode())], [delete(k)]).succeeded
+
     # -- requests -------------------------------------------------------------------------------
 
-    def subscribe(self, recs: Sequence[SubRecord]) -> list[tuple[int, int]]:
-        """Create ``recs`` (at most :data:`TXN_OPS`) with the next ids: [(id, revision)].
-        Raises EtcdError."""
+    def subscribe(self, recs: Sequence[SubRecord], names: Sequence[str] = ()) -> list[tuple[int, int]]:
+        """Create ``recs`` (at most :data:`TXN_OPS`, with the level ``names`` their topic
+        filters reference) with the next ids: [(id, revision)].  Raises EtcdError, SubcError
+        (labels exhausted)."""
         key = next_id_key(self.prefix)
         nxt, nxt_rev = self.replica.next_id
         for _ in range(TRIES):
             first = max(nxt, 1)
             ops = [put(key, str(first + len(recs)).encode())]
             ops += [put(sub_key(self.prefix, first + k), rec.encode()) for k, rec in enumerate(recs)]
-            r = self.commit([Compare(key, "mod", "=", nxt_rev)], ops, [key])
+            r, _ = self.labelled(names, [Compare(key, "mod", "=", nxt_rev)], ops, [key])
             if r.succeeded:
                 return [(first + k, r.revision) for k in range(len(recs))]
             got = next((kv for kv in r.got if kv.key == key), None)

@@ -7,13 +7,21 @@ key (after the prefix)    value (JSON unless said)                              
 ``sub/<id>``              a subscription (:class:`SubRecord`); ``<id>`` zero-padded   none
 ``meta/next_id``          the next subscription id (decimal)                          none
 ``meta/position``         the feed position the latest change takes effect at         none
+``meta/next_label``       the next topic label never given (decimal)                  none
+``label/<name>``          a topic level name's label (decimal), while anything uses it  none
+``reg/<source>/<topic>``  a publisher's registration of a topic (:class:`RegRecord`)  none
 ``member/<node>``         a live broker (:class:`MemberRecord`)                       the node's
 ``ack/<node>``            the member-set revision whose hand-over the node completed  the node's
 ``status/<node>``         what the node applied, owns and counts (:class:`NodeStatus`)  the node's
 ========================  ==========================================================  =========
 
 A subscription's id is given by the transaction that creates it (compare on ``meta/next_id``'s
-revision), so ids are unique in the cluster.  Subscriber numbers are not kept here: a number is a
+revision), so ids are unique in the cluster.  Topic labels likewise (compare on
+``meta/next_label``), and never reused: a transaction that references a label (a ``SUB`` filter's
+or a ``REGISTER``'s levels) compares the label key's create revision and rewrites it (so its mod
+revision moves), and a label is forgotten by a transaction that compares the mod revision its
+writer saw with nothing referencing it: a reference made meanwhile fails the forget, and a forget
+made meanwhile fails the reference, which then takes a new label.  Subscriber numbers are not kept here: a number is a
 slot of one broker's BPF maps; what names a stream on every broker is its endpoint (``ip:port`` or
 ``soup:<user>``) and its sequence numbers.
 """
@@ -42,6 +50,21 @@ def next_id_key(prefix: str) -> str:
 def position_key(prefix: str) -> str:
     """The key of the latest change's feed position (under ``prefix``)."""
     return f"{prefix}meta/position"
+
+
+def next_label_key(prefix: str) -> str:
+    """The key of the next topic label (under ``prefix``)."""
+    return f"{prefix}meta/next_label"
+
+
+def label_key(prefix: str, name: str) -> str:
+    """Topic level ``name``'s label key under ``prefix`` (level names hold no '/')."""
+    return f"{prefix}label/{name}"
+
+
+def reg_key(prefix: str, source: str, topic: str) -> str:
+    """The key of ``source``'s (an IP address: no '/') registration of ``topic`` under ``prefix``."""
+    return f"{prefix}reg/{source}/{topic}"
 
 
 def member_key(prefix: str, node: str) -> str:
@@ -101,6 +124,25 @@ class SubRecord:
         """The record in JSON ``data``; raises ValueError, KeyError or TypeError when malformed."""
         d = json.loads(data)
         return cls(d["text"], d["ip"], int(d["port"]), d["source"], d.get("expires"), d.get("filter"))
+
+
+@dataclass(frozen=True)
+class RegRecord:
+    """A publisher's registration of a topic: its lease ``expires`` (Unix s, None: none).  The
+    topic and the source are in the key (:func:`reg_key`)."""
+
+    expires: float | None = None
+
+    def encode(self) -> bytes:
+        """The record as compact JSON (UTF-8)."""
+        return json.dumps(asdict(self), separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> "RegRecord":
+        """The record in JSON ``data``; raises ValueError, KeyError or TypeError when malformed."""
+        d = json.loads(data)
+        exp = d["expires"]
+        return cls(None if exp is None else float(exp))
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,13 @@ from typing import Iterable
 
 from ..dataplane.ebpf.schedule import Position
 from .etcd import KV, Event
-from .records import MemberRecord, NodeStatus, SubRecord
+from .records import MemberRecord, NodeStatus, RegRecord, SubRecord
+
+
+def topic_names(text: str) -> list[str]:
+    """The level names a topic name or filter ``text`` references (every level but ``+`` and
+    ``#``; see :func:`subc.serve.topics.literal_levels`)."""
+    return [lv for lv in text.split("/") if lv not in ("+", "#")]
 
 
 def _same(a: SubRecord, b: SubRecord) -> bool:
@@ -42,6 +48,7 @@ class Delta:
     end: dict[int, SubRecord | None] = field(default_factory=dict)
     members: bool = False
     position: Position | None = None  # the feed position the span's last change takes effect at
+    labels: dict[str, int | None] = field(default_factory=dict)  # topic labels touched: name -> label (None: forgotten)
 
     def touch(self, sid: int, before: SubRecord | None, after: SubRecord | None) -> None:
         """Subscription ``sid`` went from ``before`` to ``after``."""
@@ -87,6 +94,7 @@ class Delta:
         for i, e in later.end.items():
             self.touch(i, later.start[i], e)
         self.members = self.members or later.members
+        self.labels.update(later.labels)
         if later.position is not None:
             self.position = later.position
 
@@ -98,7 +106,10 @@ class Delta:
 class Replica:
     """The state under ``prefix`` as of :attr:`revision` (see the module docstring): ``subs``
     (id -> record), ``members`` (node -> (record, create revision)), ``acks`` (node -> member-set
-    id), ``status`` (node -> :class:`NodeStatus`), ``next_id`` ((value, mod revision))."""
+    id), ``status`` (node -> :class:`NodeStatus`), ``next_id`` ((value, mod revision)); topics:
+    ``labels`` (name -> (label, create revision)), ``next_label`` ((value, mod revision)),
+    ``regs`` ((topic, source) -> :class:`RegRecord`) and ``refs`` (name -> how many
+    registrations and topic subscriptions reference it)."""
 
     def __init__(self, prefix: str):
         self.prefix = prefix
@@ -109,6 +120,10 @@ class Replica:
         self.status: dict[str, NodeStatus] = {}
         self.next_id: tuple[int, int] = (1, 0)
         self.position: tuple[Position | None, int] = (None, 0)  # meta/position: (value, mod revision)
+        self.labels: dict[str, tuple[int, int]] = {}
+        self.next_label: tuple[int, int] = (1, 0)
+        self.regs: dict[tuple[str, str], RegRecord] = {}
+        self.refs: dict[str, int] = {}
         self.bad_keys = 0  # keys under the prefix that no record decodes (counted, ignored)
         self.mods: dict[str, int] = {}  # key -> the revision of the put this replica applied
 
@@ -131,7 +146,7 @@ class Replica:
                 sid = int(name)
                 rec = SubRecord.decode(kv.value)
                 d.touch(sid, self.subs.get(sid), rec)
-                self.subs[sid] = rec
+                self._set_sub(sid, rec)
             elif kind == "member":
                 mem = MemberRecord.decode(kv.value)
                 before = self.members.get(name)
@@ -143,8 +158,18 @@ class Replica:
                 d.members = True
             elif kind == "status":
                 self.status[name] = NodeStatus.decode(kv.value)
+            elif kind == "label":
+                lab = int(kv.value)
+                if self.labels.get(name, (None,))[0] != lab:
+                    d.labels[name] = lab
+                self.labels[name] = (lab, kv.create_revision)
+            elif kind == "reg":
+                source, _, topic = name.partition("/")
+                self._set_reg((topic, source), RegRecord.decode(kv.value))
             elif kind == "meta" and name == "next_id":
                 self.next_id = (int(kv.value), kv.mod_revision)
+            elif kind == "meta" and name == "next_label":
+                self.next_label = (int(kv.value), kv.mod_revision)
             elif kind == "meta" and name == "position":
                 pos = Position.from_json(json.loads(kv.value))
                 self.position = (pos, kv.mod_revision)
@@ -165,9 +190,10 @@ class Replica:
                 sid = int(name)
             except ValueError:
                 return
-            old = self.subs.pop(sid, None)
+            old = self.subs.get(sid)
             if old is not None:
                 d.touch(sid, old, None)
+                self._set_sub(sid, None)
         elif kind == "member":
             if self.members.pop(name, None) is not None:
                 d.members = True
@@ -176,10 +202,48 @@ class Replica:
                 d.members = True
         elif kind == "status":
             self.status.pop(name, None)
+        elif kind == "label":
+            if self.labels.pop(name, None) is not None:
+                d.labels[name] = None
+        elif kind == "reg":
+            source, _, topic = name.partition("/")
+            self._set_reg((topic, source), None)
         elif kind == "meta" and name == "next_id":
             self.next_id = (1, 0)
+        elif kind == "meta" and name == "next_label":
+            self.next_label = (1, 0)
         elif kind == "meta" and name == "position":
             self.position = (None, 0)
+
+    def _ref(self, names: Iterable[str], k: int) -> None:
+        for n in names:
+            c = self.refs.get(n, 0) + k
+            if c > 0:
+                self.refs[n] = c
+            else:
+                self.refs.pop(n, None)
+
+    def _set_sub(self, sid: int, rec: SubRecord | None) -> None:
+        old = self.subs.pop(sid, None)
+        if old is not None and old.filter is not None:
+            self._ref(topic_names(old.filter), -1)
+        if rec is not None:
+            self.subs[sid] = rec
+            if rec.filter is not None:
+                self._ref(topic_names(rec.filter), +1)
+
+    def _set_reg(self, key: tuple[str, str], rec: RegRecord | None) -> None:
+        old = self.regs.pop(key, None)
+        if old is not None:
+            self._ref(topic_names(key[0]), -1)
+        if rec is not None:
+            self.regs[key] = rec
+            self._ref(topic_names(key[0]), +1)
+
+    def unreferenced(self) -> dict[str, int]:
+        """The labels no registration and no topic subscription references: name -> the mod
+        revision of its key (what a forget compares)."""
+        return {n: self.mods.get(k, 0) for n in self.labels if n not in self.refs for k in [f"{self.prefix}label/{n}"]}
 
     # -- changes ---------------------------------------------------------------------------------
 
@@ -205,8 +269,8 @@ class Replica:
         kvs = list(kvs)
         d = Delta()
         seen_subs: set[int] = set()
-        seen: dict[str, set[str]] = {"member": set(), "ack": set(), "status": set()}
-        next_id_seen = position_seen = False
+        seen: dict[str, set[str]] = {"member": set(), "ack": set(), "status": set(), "label": set(), "reg": set()}
+        next_id_seen = position_seen = next_label_seen = False
         for kv in kvs:
             parts = self._split(kv.key)
             if parts is None:
@@ -223,11 +287,14 @@ class Replica:
                 next_id_seen = True
             elif kind == "meta" and name == "position":
                 position_seen = True
+            elif kind == "meta" and name == "next_label":
+                next_label_seen = True
             if self.mods.get(kv.key) == kv.mod_revision:
                 continue  # applied already: nothing to decode (a periodic reconcile of 100,000 keys)
             self._put(kv, d)
         for sid in [s for s in self.subs if s not in seen_subs]:
-            d.touch(sid, self.subs.pop(sid), None)
+            d.touch(sid, self.subs[sid], None)
+            self._set_sub(sid, None)
         seen_keys = {kv.key for kv in kvs}
         self.mods = {k: r for k, r in self.mods.items() if k in seen_keys}
         for name in [m for m in self.members if m not in seen["member"]]:
@@ -238,6 +305,13 @@ class Replica:
             d.members = True
         for name in [m for m in self.status if m not in seen["status"]]:
             del self.status[name]
+        for name in [n for n in self.labels if n not in seen["label"]]:
+            del self.labels[name]
+            d.labels[name] = None
+        for key in [k for k in self.regs if f"{k[1]}/{k[0]}" not in seen["reg"]]:
+            self._set_reg(key, None)
+        if not next_label_seen:
+            self.next_label = (1, 0)
         if not next_id_seen:
             self.next_id = (1, 0)
         if not position_seen:
@@ -249,7 +323,8 @@ class Replica:
         """Start from a broker's own store: ``subs`` as applied at ``revision`` (the members,
         acknowledgements and statuses come with the first reconcile)."""
         self.revision = revision
-        self.subs = dict(subs)
+        for sid, rec in subs.items():
+            self._set_sub(sid, rec)
 
     # -- the member set ------------------------------------------------------------------------
 

@@ -12,8 +12,15 @@ A request (any broker takes any request):
 * ``RENEW``: a transaction rewrites the lease ends; ``RENEWACK`` once applied.  Leases are expired
   by the broker that owns the subscription's endpoint (compare on the record: a renewal that won
   the race keeps it).
-* ``LIST`` is answered from the replica.  Topic requests (``REGISTER``, ``SUB``) are refused in a
-  cluster: their labels are not replicated yet.
+* ``LIST`` is answered from the book and the replica.
+* Topics (:mod:`subc.serve.topics`): a ``SUB`` is a subscription whose record holds its filter;
+  the transaction that creates it references the labels of the filter's level names
+  (:meth:`.commits.Committer.labelled`: new names get the next labels).  ``REGISTER`` writes
+  ``reg/<source>/<topic>`` with its labels referenced the same way (``REGACK`` once applied),
+  ``UNREGISTER`` deletes it.  Every broker builds a topic subscription's condition from the labels
+  in its replica, which hold while the subscription does.  Registration leases are expired by the
+  member that rendezvous hashing picks for the source; labels nothing references are forgotten by
+  the member it picks for ``labels``.
 * A fenced broker (its lease may be gone) refuses every request but ``LIST`` with an error.
 
 What the follow thread queues (:mod:`.node`) is applied as one change per batch: subscriptions
@@ -37,16 +44,20 @@ from ..lang.rules import parse_rules
 from ..serve.book import Live
 from ..serve.endpoints import is_soup, stream_key
 from ..serve.events import event
-from ..serve.network import Pending
+from ..serve.network import Pending, request_region
+from ..serve.store import TopicChanges
+from ..serve.topics import TopicError, TopicSchema, literal_levels, parse_filter
 from ..serve.updater import Updater
 from .commits import TXN_OPS, Committer
 from .etcd import EtcdError
 from .records import SubRecord
 from .rendezvous import owner
-from .replica import Delta, Replica
+from .replica import Delta, Replica, topic_names
 
 REVISION_META = "cluster_revision"
 ROUTED_S = 10.0  # a new endpoint found routable is not looked up again for this long (its subscriptions in flight)
+LABELS_OWNER = "labels"  # the rendezvous key whose owner forgets the labels nothing references
+TOPIC_SUBS_PER_TXN = 16  # SUBs per transaction (each references up to depth label keys; etcd takes 128 operations)
 
 
 class ClusterUpdater(Updater):
@@ -79,6 +90,11 @@ class ClusterUpdater(Updater):
         )
         self.owned_count = 0  # UDP endpoints delivered to (published for the member thread)
         self.endpoints.standby = lambda ep: not self._delivers(ep)
+        self.schema = TopicSchema(self.cfg.spec) if self.cfg.spec.topic is not None else None
+        if self.schema is not None:
+            self.committer.label_limit = self.schema.label_limit
+        self.labels_forgotten = 0
+        self.answered: set[int] = set()  # requests of the batch being committed answered with an error
 
     # -- the batch ------------------------------------------------------------------------------
 
@@ -115,7 +131,9 @@ class ClusterUpdater(Updater):
     def _requests(self, batch: list[Pending], now: float) -> None:
         subs: list[tuple[Pending, SubRecord]] = []
         unsubs: list[tuple[Pending, int]] = []
-        renews: list[tuple[Pending, list[int]]] = []
+        topic_subs: list[tuple[Pending, SubRecord]] = []
+        regs: list[Pending] = []
+        renews: list[tuple[Pending, list[int], list[tuple[str, str]]]] = []  # ids, registrations
         admitted: dict[str, int] = {}  # this batch's SUBSCRIBEs per source
         for p in batch:
             if p.kind == "tick":
@@ -133,14 +151,13 @@ class ClusterUpdater(Updater):
                     "send the request to another broker"
                 )
                 continue
-            if p.kind in ("SUB", "REGISTER", "UNREGISTER"):
-                p.reply(f"ERR {p.kind}: topic labels are not replicated across a cluster; use SUBSCRIBE")
-                continue
             assert p.req is not None
-            if p.kind == "SUBSCRIBE":
+            if p.kind in ("REGISTER", "UNREGISTER"):
+                regs.append(p)
+            elif p.kind in ("SUBSCRIBE", "SUB"):
                 rec = self._admit_record(p, now, admitted)
                 if rec is not None:
-                    subs.append((p, rec))
+                    (topic_subs if rec.filter is not None else subs).append((p, rec))
             elif p.kind == "UNSUBSCRIBE":
                 sid = p.req.sub_id
                 rec = self.replica.subs.get(sid) if sid is not None else None
@@ -156,24 +173,49 @@ class ClusterUpdater(Updater):
                     else [i for i, r in self.replica.subs.items() if r.source == src]
                 )
                 ids = [i for i in ids if i in self.replica.subs and self.replica.subs[i].source == src]
-                renews.append((p, ids))
+                regs_of = [k for k in self.replica.regs if k[1] == src] if p.req.sub_id is None else []
+                renews.append((p, ids, regs_of))
         try:
             if subs:
                 self._commit_subscribes(subs)
+            if topic_subs:
+                self._commit_subscribes(topic_subs, TOPIC_SUBS_PER_TXN)
+            for p in regs:
+                self._commit_registration(p, now)
             if unsubs:
                 self._commit_unsubscribes(unsubs)
             if renews:
                 self._commit_renewals(renews, now)
         except EtcdError as e:
             event(logging.WARNING, "cluster_commit_failed", error=e.message)
-            for p, _ in [*subs, *unsubs, *renews]:
-                if p.reply and not any(w[1] is p for w in self.waiters):
+            waiting = {id(w[1]) for w in self.waiters}
+            pend: list[Pending] = [
+                *(p for p, _ in subs),
+                *(p for p, _ in topic_subs),
+                *(p for p, _ in unsubs),
+                *(r[0] for r in renews),
+                *regs,
+            ]
+            for p in pend:
+                if p.reply and id(p) not in waiting and id(p) not in self.answered:
                     p.reply(f"ERR etcd: {e.message}")
                     self.metrics.requests.labels(p.kind, "error").inc()
+        self.answered.clear()
+
+    def _fail(self, p: Pending, line: str, outcome: str = "error") -> None:
+        """Answer ``p`` with the error ``line`` while its batch is being committed."""
+        assert p.reply is not None
+        p.reply(line)
+        self.answered.add(id(p))
+        self.metrics.requests.labels(p.kind, outcome).inc()
 
     def _list(self, p: Pending) -> None:
         assert p.reply is not None
-        lines = [lv.listing() for lv in self.book.subs.values() if lv.source == p.source[0]]
+        src = p.source[0]
+        lines = [lv.listing() for lv in self.book.subs.values() if lv.source == src]
+        for topic, s in sorted(k for k in self.replica.regs if k[1] == src):
+            labels = [self.replica.labels.get(n, (0, 0))[0] for n in topic_names(topic)]
+            lines.append(f"REG {topic} {' '.join(map(str, labels))}")
         for line in lines:
             p.reply(line)
         p.reply(f"END {len(lines)}")
@@ -200,16 +242,83 @@ class ClusterUpdater(Updater):
                 p.reply(f"SUBERR 1 endpoint {ep[0]}:{ep[1]}: {e.message}")
                 return None
             self.routed[ep] = now + ROUTED_S
+        if p.kind == "SUB" and not self._check_topic(p):
+            return None
         admitted[src] = admitted.get(src, 0) + 1
-        return SubRecord(req.text, ep[0], ep[1], src, now + self.cfg.lease if self.cfg.lease else None)
+        return SubRecord(
+            req.text,
+            ep[0],
+            ep[1],
+            src,
+            now + self.cfg.lease if self.cfg.lease else None,
+            req.topic_text if p.kind == "SUB" else None,
+        )
 
-    def _commit_subscribes(self, subs: list[tuple[Pending, SubRecord]]) -> None:
-        for at in range(0, len(subs), TXN_OPS):
-            chunk = subs[at : at + TXN_OPS]
-            for (p, rec), (sid, rev) in zip(chunk, self.committer.subscribe([rec for _, rec in chunk])):
+    def _check_topic(self, p: Pending) -> bool:
+        """Whether a SUB's condition (its filter's with the labels its names have now, or would
+        get, and its WHERE part) parses within the limits and accepts a message; else an error
+        reply.  The condition every broker applies is built again from the labels committed."""
+        req = p.req
+        assert req is not None and req.topic is not None and p.reply is not None and self.schema is not None
+        names = literal_levels(req.topic)
+        nxt = self.replica.next_label[0]
+        labels = {}
+        for n in names:
+            cur = self.replica.labels.get(n)
+            labels[n] = cur[0] if cur is not None else min(nxt, self.schema.label_limit - 1)
+        text = self.schema.condition(req.topic, labels)
+        if req.text:
+            text = f"{text} and ({req.text})"
+        try:
+            req.condition = parse_rules(text + " : fwd(0);", self.cfg.spec, "<topic>", limits=self.cfg.limits)[
+                0
+            ].condition
+        except SubcError as e:
+            p.reply(f"SUBERR {req.column} {e.message}")
+            return False
+        return request_region(self.diagram, req, p.reply) is not None
+
+    def _commit_registration(self, p: Pending, now: float) -> None:
+        """A REGISTER or UNREGISTER: its transaction, and its reply once applied (or an error)."""
+        req, src = p.req, p.source[0]
+        assert req is not None and req.topic is not None and p.reply is not None
+        if p.kind == "UNREGISTER":
+            rev = self.committer.unregister(src, req.topic_text)
+            if rev is None:
+                self._fail(p, f"ERR {src} has no registration of {req.topic_text}")
+            else:
+                self.waiters.append((rev, p, f"UNREGACK {req.topic_text}"))
+            return
+        held = sum(1 for t, s in self.replica.regs if s == src)
+        if (req.topic_text, src) not in self.replica.regs and held >= self.cfg.acl.subs_per_source:
+            self._fail(
+                p, f"ERR {src} has {self.cfg.acl.subs_per_source} registrations, the most one source may have", "limit"
+            )
+            return
+        try:
+            names = list(req.topic)
+            rev, labels = self.committer.register(
+                src, req.topic_text, names, now + self.cfg.lease if self.cfg.lease else None
+            )
+        except SubcError as e:
+            self._fail(p, f"ERR {e.message}")
+            return
+        self.waiters.append((rev, p, f"REGACK {req.topic_text} {' '.join(str(labels[n]) for n in names)}"))
+
+    def _commit_subscribes(self, subs: list[tuple[Pending, SubRecord]], per_txn: int = TXN_OPS) -> None:
+        for at in range(0, len(subs), per_txn):
+            chunk = subs[at : at + per_txn]
+            names = [n for _, rec in chunk if rec.filter is not None for n in topic_names(rec.filter)]
+            try:
+                done = self.committer.subscribe([rec for _, rec in chunk], names)
+            except SubcError as e:  # labels exhausted
+                for p, _ in chunk:
+                    self._fail(p, f"SUBERR 1 {e.message}")
+                continue
+            for (p, rec), (sid, rev) in zip(chunk, done):
                 self.inflight[sid] = rec.source
                 self.waiters.append((rev, p, f"SUBACK {sid}"))
-                if p.req is not None and p.region is not None:  # parsed by the network thread: not again
+                if p.kind == "SUBSCRIBE" and p.req is not None and p.region is not None:  # parsed: not again
                     self.parsed[sid] = (p.req.condition, p.region)
 
     def _commit_unsubscribes(self, unsubs: list[tuple[Pending, int]]) -> None:
@@ -221,21 +330,35 @@ class ClusterUpdater(Updater):
                 if rev is not None:
                     self.waiters.append((rev, p, f"UNSUBACK {i}"))
                 else:
-                    assert p.reply is not None
-                    p.reply(f"ERR no subscription {i} of {p.source[0]}")
+                    self._fail(p, f"ERR no subscription {i} of {p.source[0]}")
 
-    def _commit_renewals(self, renews: list[tuple[Pending, list[int]]], now: float) -> None:
+    def _commit_renewals(self, renews: list[tuple[Pending, list[int], list[tuple[str, str]]]], now: float) -> None:
         exp = now + self.cfg.lease if self.cfg.lease else None
-        for p, ids in renews:
+        for p, ids, regs in renews:
             rev = self.committer.renew([(i, self.replica.subs[i]) for i in ids], exp)
-            self.waiters.append((max(rev, self.replica.revision), p, f"RENEWACK {len(ids)}"))
+            if regs:
+                rev = max(rev, self.committer.renew_registrations(regs, exp))
+            self.waiters.append((max(rev, self.replica.revision), p, f"RENEWACK {len(ids) + len(regs)}"))
 
     def _expire(self, now: float) -> None:
-        """Delete the subscriptions whose lease ended and whose endpoint this broker owns (the
-        record compared: a renewal that won keeps it)."""
+        """Delete the subscriptions whose lease ended and whose endpoint this broker owns, and
+        the registrations whose lease ended and whose source it is picked for (the record
+        compared: a renewal that won keeps it); forget the labels nothing references when it is
+        picked for them."""
         if self.fenced or self.node.fenced():
             return
         members = list(self.replica.members)
+        me = self.node.name
+        try:
+            for key, reg in list(self.replica.regs.items()):
+                if reg.expires is not None and reg.expires <= now and owner(f"reg:{key[1]}", members) == me:
+                    self.committer.expire_registration(key, reg)
+            if owner(LABELS_OWNER, members) == me:
+                gone = self.replica.unreferenced()
+                if gone:
+                    self.labels_forgotten += self.committer.forget(gone)
+        except EtcdError as e:
+            event(logging.WARNING, "cluster_expire_failed", error=e.message)
         for i in self.book.expired(now):
             rec = self.replica.subs.get(i)
             if rec is None:
@@ -275,7 +398,12 @@ class ClusterUpdater(Updater):
             self.status_delay = time.monotonic() - sent[1]
         members = members or delta.members or self._added
         self._flush(delta)
-        self.store.commit([], [], {}, meta={REVISION_META: str(self.replica.revision)})
+        self.store.commit(
+            [], [], {}, meta={REVISION_META: str(self.replica.revision)}, topics=self._label_changes(delta)
+        )
+        if self.schema is not None:
+            self.metrics.labels.set(len(self.replica.labels))
+            self.metrics.registrations.set(len(self.replica.regs))
         self._own(force=members)
         self._added = False
         if self.fenced:
@@ -287,7 +415,7 @@ class ClusterUpdater(Updater):
         if d.changes_subscriptions() and delta.changes_subscriptions() and d.position != delta.position:
             members = delta.members
             self._flush(delta)
-            delta = Delta(members=members)
+            delta = Delta(members=members, labels=delta.labels)
         delta.merge(d)
         return delta
 
@@ -316,6 +444,37 @@ class ClusterUpdater(Updater):
             event(logging.WARNING, "cluster_late_change", position=at.seq, feed=feed.seq)
         return at
 
+    def _label_changes(self, delta: Delta) -> TopicChanges | None:
+        """The labels ``delta`` gave or forgot, for the store (which a restart's topic
+        subscriptions are rebuilt from before etcd is read); taken from ``delta``."""
+        if not delta.labels:
+            return None
+        given = {n: lab for n, lab in delta.labels.items() if lab is not None}
+        forgotten = {n for n, lab in delta.labels.items() if lab is None}
+        delta.labels = {}
+        return TopicChanges(given, forgotten, self.replica.next_label[0], {})
+
+    def _text(self, rec: SubRecord) -> str:
+        """The condition (rule-language text) of subscription ``rec``: its text, or for a topic
+        subscription its filter's condition with the labels in the replica and its WHERE part.
+        Raises SubcError (no topic fields, a label not in the replica)."""
+        if rec.filter is None:
+            return rec.text
+        if self.schema is None:
+            raise SubcError("a topic subscription, and the spec has no topic fields")
+        try:
+            levels = parse_filter(rec.filter, self.schema.depth)
+        except TopicError as e:
+            raise SubcError(f"topic filter {rec.filter!r}: {e.message}") from None
+        labels = {}
+        for n in literal_levels(levels):
+            cur = self.replica.labels.get(n)
+            if cur is None:
+                raise SubcError(f"topic level {n!r} has no label in etcd")
+            labels[n] = cur[0]
+        text = self.schema.condition(levels, labels)
+        return f"{text} and ({rec.text})" if rec.text else text
+
     def _change_from(self, delta: Delta) -> None:
         """Apply ``delta``'s subscriptions to the book, the data plane and the store."""
         added, removed, renewed_recs = delta.added, delta.removed, delta.renewed
@@ -337,7 +496,7 @@ class ClusterUpdater(Updater):
                 if mine is not None:
                     cond, region = mine
                 else:
-                    cond = parse_rules(rec.text + " : fwd(0);", self.cfg.spec, "<etcd>", limits=self.cfg.limits)[
+                    cond = parse_rules(self._text(rec) + " : fwd(0);", self.cfg.spec, "<etcd>", limits=self.cfg.limits)[
                         0
                     ].condition
                     region = self.diagram.region(cond)
@@ -350,7 +509,7 @@ class ClusterUpdater(Updater):
             if first:
                 ep_new[rec.ep] = sid
             self.book.admit(rec.source)
-            lv = Live(i, rec.text, cond, rec.ep, sid, rec.source, rec.expires)
+            lv = Live(i, rec.text, cond, rec.ep, sid, rec.source, rec.expires, rec.filter)
             ops.append((region, sid, +1))
             new.append(lv)
         at = self._at(delta)
@@ -392,6 +551,7 @@ class ClusterUpdater(Updater):
             eps,
             meta={REVISION_META: str(self.replica.revision)},
             renewed=renewed,
+            topics=self._label_changes(delta),
         )
         self.metrics.changes.inc()
         self.metrics.subscriptions.set(len(self.book))

@@ -518,9 +518,11 @@ class Daemon:
     # -- the lease timer ----------------------------------------------------------------------
 
     def _lease_timer(self) -> None:
-        if not self.cfg.lease:
+        """Queue a ``tick`` (leases to expire; in a cluster also the labels to forget) every
+        quarter lease, at most every second."""
+        if not self.cfg.lease and self.cfg.cluster is None:
             return
-        tick = max(0.05, min(self.cfg.lease / 4, 1.0))
+        tick = max(0.05, min(self.cfg.lease / 4, 1.0)) if self.cfg.lease else 1.0
         while not self.stopping.wait(tick):
             self.queue.put(Pending("tick"))
 
