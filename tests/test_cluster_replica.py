@@ -112,7 +112,10 @@ class Store:
         touched = set()
         for op in ops:
             kind = op[0]
-            key = (op[0] in ("sub", "unsub"), op[1]) if op[0] in ("sub", "unsub", "next") else (op[0] in ("member", "leave"), op[1], op[0] == "ack")
+            if op[0] in ("sub", "unsub", "next"):
+                key = (op[0] in ("sub", "unsub"), op[1])
+            else:
+                key = (op[0] in ("member", "leave"), op[1], op[0] == "ack")
             if op[0] in ("next", "next_label"):
                 key = (op[0],)
             elif op[0] in ("label", "unlabel"):

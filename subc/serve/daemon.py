@@ -256,7 +256,8 @@ class Daemon:
         from ..cluster.node import ClusterNode
         from ..cluster.records import MemberRecord, NodeStatus, SubRecord
         from ..cluster.replica import Replica
-        from ..cluster.updater import REVISION_META, ClusterUpdater
+        from ..cluster.applier import REVISION_META
+        from ..cluster.updater import ClusterUpdater
 
         cfg = self.cfg
         opts = cfg.cluster
