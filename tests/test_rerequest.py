@@ -257,9 +257,40 @@ def test_duplicates_and_other_sessions_are_not_delivered():
     assert [m for _, m in r.packet(downstream(SESSION, 2, [b"b", b"c"]))] == [b"c"] and r.duplicates == 3
 
 
-def test_subc_listen_recover_over_loopback(tmp_path):
+def test_several_servers_are_tried_in_turn_each_with_its_cookie():
+    """A gap asked of a server that never answers moves to the next server after its retries; the
+    next server's cookie is its own; only after every server was asked is a message given up."""
+    sent: list[tuple[int, bytes]] = []
+    clock = Clock()
+    r = RecoveringReceiver([lambda p: sent.append((0, p)), lambda p: sent.append((1, p))], timeout_s=0.0,
+                           retries=2, clock=clock)
+    r.packet(downstream(SESSION, 1, [b"a"]))
+    r.packet(downstream(SESSION, 3, [b"c"]))
+    assert [k for k, _ in sent] == [0]
+    r.tick(), r.tick()
+    assert [k for k, _ in sent] == [0, 0, 0]
+    r.tick()  # server 0 had its retries: server 1 is asked, without server 0's cookie
+    assert [k for k, _ in sent] == [0, 0, 0, 1] and r.switches == 1
+    # server 1 asks us to prove our address (a cookie packet: the cookie in the sequence number
+    # field, count 0xFFFE): the request goes again with its cookie, to it only
+    ck = struct.pack(">10sQH", SESSION, 0x1122334455667788, 0xFFFE)
+    assert r.packet(ck, answer=True, server=1) == []
+    assert sent[-1][0] == 1 and len(sent[-1][1]) > len(sent[0][1]) and r.cookies == {1: ck[10:18]}
+    got = r.packet(downstream(SESSION, 2, [b"b"]), answer=True, server=1)
+    assert [s for s, _ in got] == [2, 3] and r.recovered == 1 and not r.lost
+    # a gap no server answers: given up after both were asked
+    r.packet(downstream(SESSION, 5, [b"e"]))
+    n = len(sent)
+    while not r.complete:
+        r.tick()
+    assert r.lost == [(4, 4)] and {k for k, _ in sent[n:]} == {0, 1}
+
+
+@pytest.mark.parametrize("dead_first", [False, True])
+def test_subc_listen_recover_over_loopback(tmp_path, dead_first):
     """``subc listen --recover``: a feed on loopback that loses every third packet, a request
-    server with the stream's journal; the saved BinaryFILE holds every message, once, in order."""
+    server with the stream's journal (after one that never answers, as a killed broker of a
+    cluster); the saved BinaryFILE holds every message, once, in order."""
     import json
     import subprocess
     import sys
@@ -273,6 +304,11 @@ def test_subc_listen_recover_over_loopback(tmp_path):
     j.append(1, msgs, session=SESSION)
     srv = RequestServer({("127.0.0.1", port): Stream(j, {("127.0.0.1", port)})}.get, rate=10_000)
     srv_addr = srv.start("127.0.0.1", 0)
+    dead = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # bound, never read: no answer, no ICMP
+    dead.bind(("127.0.0.1", 0))
+    servers = [f"{srv_addr[0]}:{srv_addr[1]}"]
+    if dead_first:
+        servers.insert(0, f"127.0.0.1:{dead.getsockname()[1]}")
     save = tmp_path / "got.itch"
     proc = subprocess.Popen(
         [
@@ -282,7 +318,7 @@ def test_subc_listen_recover_over_loopback(tmp_path):
             "listen",
             f"127.0.0.1:{port}",
             "--recover",
-            f"{srv_addr[0]}:{srv_addr[1]}",
+            ",".join(servers),
             "--save",
             str(save),
             "--json",
@@ -309,6 +345,7 @@ def test_subc_listen_recover_over_loopback(tmp_path):
         if proc.poll() is None:
             proc.kill()
         srv.stop()
+        dead.close()
     assert proc.returncode == 0, err
     doc = json.loads(out)
     data, got, pos = save.read_bytes(), [], 0

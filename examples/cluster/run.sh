@@ -90,9 +90,9 @@ until status --json | python3 -c 'import json,sys; d=json.load(sys.stdin); sys.e
     sleep 0.5
 done
 owner="$(status --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["owners"]["10.31.0.2:6001"][1:])')"
-survivor=$(( owner % 3 + 1 ))
-echo "== broker $owner delivers to 10.31.0.2:6001; the receiver re-requests from broker $survivor"
-nsenter --net=/run/netns/cxsub "${subc[@]}" listen 10.31.0.2:6001 --recover 10.31.0.1$survivor:9100 --timeout 6 --json >"$work/listen.json" 2>/dev/null &
+servers="10.31.0.1$owner:9100,10.31.0.1$(( owner % 3 + 1 )):9100,10.31.0.1$(( (owner + 1) % 3 + 1 )):9100"
+echo "== broker $owner delivers to 10.31.0.2:6001; the receiver re-requests from $servers (in turn)"
+nsenter --net=/run/netns/cxsub "${subc[@]}" listen 10.31.0.2:6001 --recover "$servers" --timeout 6 --json >"$work/listen.json" 2>/dev/null &
 listener=$!
 sleep 1
 for k in 1 2 3; do

@@ -149,8 +149,9 @@ def replay_cmd(
 )
 @click.option(
     "--recover",
-    metavar="IP:PORT",
-    help="re-request lost messages from this MoldUDP64 request server; deliver each once, in order",
+    metavar="IP:PORT[,IP:PORT...]",
+    help="re-request lost messages from this MoldUDP64 request server (several, comma-separated: "
+    "a cluster's brokers, tried in turn); deliver each once, in order",
 )
 def listen_cmd(
     bind: str,
@@ -183,7 +184,7 @@ def listen_cmd(
             save_pcap=save_pcap,
             decoder=decoder,
             on_ready=lambda: click.echo(f"listening on {endpoint[0]}:{endpoint[1]}", err=True),
-            recover=ip_port(recover) if recover else None,
+            recover=[ip_port(a) for a in recover.split(",")] if recover else None,
         )
     except SubcError as e:
         fail(e)

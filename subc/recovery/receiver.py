@@ -12,13 +12,18 @@ up (:attr:`lost`, delivered past), and an answer that starts later than the firs
 (the server answers from its oldest retained message) gives up the messages between at once: the
 receiver knows exactly which messages are missing.  A cookie packet (the
 server's address proof, :mod:`subc.wire.moldudp64_request`) makes the receiver send its request
-again with the cookie, and every later request carries it.
+again with the cookie, and every later request to that server carries it.
+
+Several request servers (the brokers of a cluster, docs/cluster.md: any of them journaled the
+stream): a request goes to the current server; after ``retries`` repeats without progress it
+goes to the next one, and the gap's first message is given up only once every server was asked
+``retries`` times.  Each server's cookie is its own.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Callable, Sequence
 
 from ..errors import SubcError
 from ..wire.moldudp64 import END_OF_SESSION, HEARTBEAT, MAX_COUNT, decode_packet
@@ -27,23 +32,30 @@ from ..wire.moldudp64_request import cookie_of, encode_request
 
 class RecoveringReceiver:
     """One stream's receiver (see the module docstring).  ``send``: sends a request packet to the
-    request server; ``session``: the stream's session (None: the first packet's); ``next_seq``:
-    the first sequence number wanted; ``clock`` in seconds."""
+    request server, or one such function per server, tried in turn; ``session``: the stream's
+    session (None: the first packet's); ``next_seq``: the first sequence number wanted;
+    ``timeout_s`` and ``clock`` in seconds."""
 
     def __init__(
         self,
-        send: Callable[[bytes], object],
+        send: Callable[[bytes], object] | Sequence[Callable[[bytes], object]],
         session: str | None = None,
         next_seq: int = 1,
         timeout_s: float = 0.1,
         retries: int = 10,
         clock: Callable[[], float] = time.monotonic,
     ):
-        self.send, self.session, self.next_seq = send, session, next_seq
+        self.senders = [send] if callable(send) else list(send)
+        if not self.senders:
+            raise ValueError("a recovering receiver needs at least one request server")
+        self.session, self.next_seq = session, next_seq
         self.timeout_s, self.retries, self.clock = timeout_s, retries, clock
         self.held: dict[int, bytes] = {}  # messages past a gap, by sequence number
         self.highest = next_seq - 1  # the highest sequence number seen
-        self.cookie: bytes | None = None
+        self.cookies: dict[int, bytes] = {}  # server index -> its cookie
+        self.server = 0  # the server requests go to now
+        self.switches = 0  # times requests moved to the next server
+        self._asked = 0  # servers asked for the current gap's first message
         self.session_bytes: bytes | None = None
         self.pending: tuple[int, int] | None = None  # the request out: (first, count)
         self.sent_at = 0.0
@@ -54,14 +66,21 @@ class RecoveringReceiver:
         self.duplicates = 0
         self.ended = False
 
-    def packet(self, data: bytes, answer: bool = False) -> list[tuple[int, bytes]]:
+    @property
+    def cookie(self) -> bytes | None:
+        """The current server's cookie (None: none yet)."""
+        return self.cookies.get(self.server)
+
+    def packet(self, data: bytes, answer: bool = False, server: int | None = None) -> list[tuple[int, bytes]]:
         """(sequence number, message) of every message ``data`` made deliverable, in order;
-        ``answer``: the packet came from the request server.  Packets of another session, and
-        malformed ones, are ignored (SubcError is not raised: a receiver keeps receiving)."""
+        ``answer``: the packet came from a request server (``server``: its index; None: the
+        current one).  Packets of another session, and malformed ones, are ignored (SubcError is
+        not raised: a receiver keeps receiving)."""
         cookie = cookie_of(data)
         if cookie is not None:
-            self.cookie = cookie
-            if self.pending is not None:
+            src = self.server if server is None else server
+            self.cookies[src] = cookie
+            if self.pending is not None and src == self.server:
                 self._request(*self.pending)
             return []
         try:
@@ -111,23 +130,35 @@ class RecoveringReceiver:
         if self.pending is not None and self.pending[0] == self.next_seq:
             return  # that request is out: tick repeats it
         self.tries = 0
+        self._asked = 0
         self._request(self.next_seq, count)
 
     def _request(self, first: int, count: int) -> None:
         self.pending = (first, count)
         self.sent_at = self.clock()
         self.requests += 1
-        self.send(encode_request(self.session_bytes or (self.session or ""), first, count, self.cookie))
+        self.senders[self.server](
+            encode_request(self.session_bytes or (self.session or ""), first, count, self.cookie)
+        )
 
     def tick(self) -> list[tuple[int, bytes]]:
-        """Repeat a request unanswered for ``timeout_s``; after ``retries`` repeats give up its
-        first message (recorded in :attr:`lost`) and return what that made deliverable."""
+        """Repeat a request unanswered for ``timeout_s``; after ``retries`` repeats send it to
+        the next server, and once every server was asked give up its first message (recorded in
+        :attr:`lost`) and return what that made deliverable."""
         if self.pending is None or self.clock() - self.sent_at < self.timeout_s:
             return []
         if self.tries < self.retries:
             self.tries += 1
             self._request(*self.pending)
             return []
+        if self._asked + 1 < len(self.senders):
+            self._asked += 1
+            self.server = (self.server + 1) % len(self.senders)
+            self.switches += 1
+            self.tries = 0
+            self._request(*self.pending)
+            return []
+        self._asked = 0
         self._give_up(self.next_seq, self.next_seq)
         self.pending = None
         out = self._drain()

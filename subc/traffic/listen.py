@@ -18,7 +18,7 @@ import socket
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..errors import SubcError
 from ..wire.pcap_writer import UdpPcapWriter
@@ -185,6 +185,16 @@ def _open_socket(bind: tuple[str, int]) -> socket.socket:
     return sock
 
 
+def _servers(recover) -> list[tuple[str, int]]:
+    """``listen``'s ``recover``, one (host, port) or several, as a list."""
+    return [recover] if isinstance(recover[0], str) else [tuple(a) for a in recover]
+
+
+def _sender(sock: socket.socket, addr: tuple[str, int]) -> Callable[[bytes], object]:
+    """A function that sends a packet from ``sock`` to ``addr``."""
+    return lambda p: sock.sendto(p, addr)
+
+
 def listen(
     bind: tuple[str, int],
     count: int | None = None,
@@ -194,7 +204,7 @@ def listen(
     save: str | None = None,
     save_pcap: str | None = None,
     decoder=None,
-    recover: tuple[str, int] | None = None,
+    recover: tuple[str, int] | Sequence[tuple[str, int]] | None = None,
     recover_timeout: float = 0.1,
     recover_retries: int = 10,
 ) -> ListenStats:
@@ -210,9 +220,10 @@ def listen(
     as an ITCH BinaryFILE (2-byte big-endian length, then the message).  ``save_pcap``: write every
     datagram received, malformed ones included, to this file as a pcap (:class:`UdpPcapWriter`:
     the payload unchanged, sender and receiver addresses, receive time in ns).  ``recover``: the
-    (host, port) of the stream's MoldUDP64 request server: gaps are re-requested from it, from the
-    listening socket (:class:`~subc.recovery.receiver.RecoveringReceiver`: every
-    ``recover_timeout`` s, ``recover_retries`` times), messages are delivered (counted, kept,
+    (host, port) of the stream's MoldUDP64 request server, or a list of them (a cluster's
+    brokers: tried in turn): gaps are re-requested from it, from the listening socket
+    (:class:`~subc.recovery.receiver.RecoveringReceiver`: every ``recover_timeout`` s,
+    ``recover_retries`` times per server), messages are delivered (counted, kept,
     saved) once each in sequence order, and an end of session ends the listen once every message
     before it was delivered or given up.  Raises :class:`SubcError` if the socket cannot be bound
     or a file cannot be written.
@@ -232,9 +243,13 @@ def listen(
         with _open_socket(bind) as sock:
             here = sock.getsockname()[:2]
             rx = None
+            servers: list[tuple[str, int]] = []
             if recover is not None:
+                servers = _servers(recover)
                 rx = RecoveringReceiver(
-                    lambda p: sock.sendto(p, recover), timeout_s=recover_timeout, retries=recover_retries
+                    [_sender(sock, a) for a in servers],
+                    timeout_s=recover_timeout,
+                    retries=recover_retries,
                 )
             sock.settimeout(timeout if rx is None else min(timeout or recover_timeout, recover_timeout))
             if on_ready is not None:
@@ -261,8 +276,10 @@ def listen(
                             break
                         continue
                     stats.add_datagram(data, messages=False)
-                    answer = tuple(sender[:2]) == tuple(recover or ())  # from the request server
-                    stats.add_delivered(rx.packet(data, answer), rx.session_bytes or b"", keep, sink)
+                    src = tuple(sender[:2])
+                    server = next((k for k, a in enumerate(servers) if tuple(a) == src), None)  # a request server's
+                    got = rx.packet(data, server is not None, server)
+                    stats.add_delivered(got, rx.session_bytes or b"", keep, sink)
                     stats.add_delivered(rx.tick(), rx.session_bytes or b"", keep, sink)
                     if rx.ended and rx.complete:
                         break
