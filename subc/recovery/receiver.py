@@ -137,9 +137,7 @@ class RecoveringReceiver:
         self.pending = (first, count)
         self.sent_at = self.clock()
         self.requests += 1
-        self.senders[self.server](
-            encode_request(self.session_bytes or (self.session or ""), first, count, self.cookie)
-        )
+        self.senders[self.server](encode_request(self.session_bytes or (self.session or ""), first, count, self.cookie))
 
     def tick(self) -> list[tuple[int, bytes]]:
         """Repeat a request unanswered for ``timeout_s``; after ``retries`` repeats send it to
