@@ -43,7 +43,7 @@ from ..dataplane.ebpf.live_maps import LiveMaps
 from ..dataplane.ebpf.schedule import FeedSchedule
 from ..dataplane.live_broker import LiveBroker
 from ..errors import SubcError
-from ..ir.incremental import LiveDiagram
+from ..ir.incremental import CapacityError, LiveDiagram
 from ..lang.rules import parse_rules
 from ..recovery.metrics import RecoveryCollector
 from ..recovery.service import RecoveryService
@@ -80,7 +80,6 @@ def write_json_atomic(path: Path, doc: dict) -> None:
     tmp.replace(path)
 
 
-RESTORE_BATCH = 5000  # stored subscriptions per change at start
 GC_YOUNG = 100_000  # allocations between collections of the youngest generation
 
 
@@ -389,11 +388,14 @@ class Daemon:
         self.started.set()
 
     def _restore(self, inherited_slot: int | None, release) -> list:
-        """Apply the stored subscriptions and those of ``--rules`` (in changes of RESTORE_BATCH;
-        the first one switches away from an ``inherited_slot``, whose entries ``release()``
-        frees after the grace period).  A stored subscription that no longer parses or whose
-        endpoint cannot be resolved is dropped from the store, logged.  Returns the stored
-        endpoints no subscription uses ((ip, port), sid), forgotten by the store."""
+        """Apply the stored subscriptions and those of ``--rules`` in one change, which switches
+        away from an ``inherited_slot`` (whose entries ``release()`` frees after the grace
+        period): until that switch the data plane delivers with the diagram the previous daemon
+        left, then with all of the restored one, so no subscription misses a message while the
+        others are restored.  A stored subscription that no longer parses or whose endpoint
+        cannot be resolved is dropped from the store, logged.  Returns the stored endpoints no
+        subscription uses ((ip, port), sid), forgotten by the store.  Raises SubcError when the
+        restored diagram does not fit in the maps beside the inherited one."""
         if inherited_slot is not None:
             self.broker.adopt(inherited_slot, release)
         stored = [s for s in self.store.all() if s.source != RULES_SOURCE]
@@ -424,10 +426,17 @@ class Daemon:
             live = Live(s.id, s.text, cond, (s.ip, s.port), sid, s.source, s.expires, s.filter, names)
             ops.append((region, sid, +1))
             lives.append(live)
-            if len(ops) >= RESTORE_BATCH:
-                self.broker.apply(ops)
-                ops = []
-        self.broker.apply(ops, force=True)  # switches away from an inherited root even with nothing to restore
+        try:
+            self.broker.apply(ops, force=True)  # switches away from an inherited root even with nothing to restore
+        except CapacityError as e:
+            if inherited_slot is None:
+                raise SubcError(f"restoring {len(ops)} subscriptions: {e}; start with a larger --capacity") from None
+            raise SubcError(
+                f"restoring {len(ops)} subscriptions beside the diagram the previous daemon left live (both "
+                f"stay in the maps until the restored one replaces it in one switch): {e}; the maps hold the "
+                "diagram twice only up to about half of --capacity for some rule sets: unload (subc unload "
+                "--iface IF) and start with a larger --capacity"
+            ) from None
         for live in lives:
             self.book.track(live)
             self.book.admit(live.source)
