@@ -23,7 +23,9 @@ Per level: the client fills broker 1 up to the level (pipelined SUBSCRIBEs), the
 Fail-over (3 brokers, ``--cluster-ttl``): the publisher sends ``--feed-rate`` datagrams/s to every
 broker; the subscriber's owner (the source of its copies) is killed with SIGKILL; the time until a
 copy arrives from another broker, ``--failovers`` times (the killed broker restarts and takes its
-endpoints back between runs).  Run as root: ``python3 bench/cluster_bench.py``.  Prints one JSON
+endpoints back between runs: the time until it serves, and until it delivers again, holding the
+subscriptions the measurements left).  Brokers have ``--capacity`` twice the largest level: a
+restarted broker builds its diagram beside the one its kernel still runs.  Run as root: ``python3 bench/cluster_bench.py``.  Prints one JSON
 object per measurement.
 """
 
@@ -118,6 +120,7 @@ class Cluster:
 
     def __init__(self, n: int, tmp: Path, capacity: int, ttl: int):
         self.n, self.tmp, self.capacity, self.ttl = n, tmp, capacity, ttl
+        self.live = 0  # subscriptions the benchmark left live (for the restart figures)
         self.etcd = subprocess.Popen(
             ["ip", "netns", "exec", CTL, "etcd", "--name", "e1", "--data-dir", str(tmp / "etcd"),
              "--listen-client-urls", f"http://{ETCD}", "--advertise-client-urls", f"http://{ETCD}",
@@ -219,6 +222,7 @@ def measure(c: Cluster, levels: list[int], samples: int, burst: int) -> None:
             assert client.ask(f"UNSUBSCRIBE {sid}") == f"UNSUBACK {sid}"
         rate = client.pipelined(burst)
         client.unsubscribe(burst)
+        c.live = len(client.live)
         print(json.dumps({"brokers": c.n, "live_subscriptions": level,
                           "fill_requests_per_s": t_fill and round(t_fill),
                           "suback_p50_ms": pct(lat, 0.5), "suback_p99_ms": pct(lat, 0.99),
@@ -283,7 +287,9 @@ def failover(c: Cluster, repeats: int, rate: float) -> None:
                 break
             print(json.dumps({"failover_s": round(t_new - t_kill, 3), "old_owner_sent_until_s": round(last_old - t_kill, 3),
                               "ttl_s": c.ttl, "feed_datagrams_per_s": rate}), flush=True)
+            t_start = time.perf_counter()
             c.start(victim)
+            t_serving = time.perf_counter()
             c.handed_over()
             while True:  # drain until the restarted owner delivers again
                 try:
@@ -292,6 +298,9 @@ def failover(c: Cluster, repeats: int, rate: float) -> None:
                     continue
                 if s3 == src:
                     break
+            print(json.dumps({"restart_serving_s": round(t_serving - t_start, 3),
+                              "restart_delivering_again_s": round(time.perf_counter() - t_start, 3),
+                              "live_subscriptions": c.live}), flush=True)
     finally:
         stop.set()
 
@@ -312,7 +321,8 @@ def main() -> None:
         tmp = Path(tempfile.mkdtemp())
         c = None
         try:
-            c = Cluster(n, tmp, max(levels) + 10_000, a.cluster_ttl)
+            # room for the diagram twice: a restarted broker restores beside the one its kernel runs
+            c = Cluster(n, tmp, 2 * max(levels) + 10_000, a.cluster_ttl)
             c.handed_over()
             if levels:
                 measure(c, levels, a.samples, a.burst)

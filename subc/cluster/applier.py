@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from ..errors import SubcError
 from ..ir.incremental import CapacityError
+from ..lang.rule_shapes import ShapeCache
 from ..lang.rules import parse_rules
 from ..serve.book import Live
 from ..serve.endpoints import is_soup, stream_key
@@ -50,6 +51,7 @@ class ReplicaApplier:
     replica: Replica
     committer: Committer
     schema: TopicSchema | None
+    shapes: ShapeCache  # the updater thread's: conditions of known shapes parse without Lark
     grace: Callable[[], None]
     fenced: bool
     acked: str
@@ -189,9 +191,13 @@ class ReplicaApplier:
                 if mine is not None:
                     cond, region = mine
                 else:
-                    cond = parse_rules(self._text(rec) + " : fwd(0);", self.cfg.spec, "<etcd>", limits=self.cfg.limits)[
-                        0
-                    ].condition
+                    cond = parse_rules(
+                        self._text(rec) + " : fwd(0);",
+                        self.cfg.spec,
+                        "<etcd>",
+                        limits=self.cfg.limits,
+                        shapes=self.shapes,
+                    )[0].condition
                     region = self.diagram.region(cond)
                 first = rec.ep not in self.endpoints.by_ep
                 sid, _ = self.endpoints.acquire(rec.ep)

@@ -33,6 +33,7 @@ import logging
 import time
 
 from ..errors import SubcError
+from ..lang.rule_shapes import ShapeCache
 from ..lang.rules import parse_rules
 from ..serve.endpoints import is_soup, stream_key
 from ..serve.events import event
@@ -85,6 +86,7 @@ class ClusterUpdater(ReplicaApplier, Updater):
         if self.schema is not None:
             self.committer.label_limit = self.schema.label_limit
         self.labels_forgotten = 0
+        self.shapes = ShapeCache(self.cfg.spec, self.cfg.limits)
         self.answered: set[int] = set()  # requests of the batch being committed answered with an error
 
     # -- the batch ------------------------------------------------------------------------------
@@ -261,9 +263,9 @@ class ClusterUpdater(ReplicaApplier, Updater):
         if req.text:
             text = f"{text} and ({req.text})"
         try:
-            req.condition = parse_rules(text + " : fwd(0);", self.cfg.spec, "<topic>", limits=self.cfg.limits)[
-                0
-            ].condition
+            req.condition = parse_rules(
+                text + " : fwd(0);", self.cfg.spec, "<topic>", limits=self.cfg.limits, shapes=self.shapes
+            )[0].condition
         except SubcError as e:
             p.reply(f"SUBERR {req.column} {e.message}")
             return False

@@ -44,6 +44,7 @@ from ..dataplane.ebpf.schedule import FeedSchedule
 from ..dataplane.live_broker import LiveBroker
 from ..errors import SubcError
 from ..ir.incremental import CapacityError, LiveDiagram
+from ..lang.rule_shapes import ShapeCache
 from ..lang.rules import parse_rules
 from ..recovery.metrics import RecoveryCollector
 from ..recovery.service import RecoveryService
@@ -403,6 +404,7 @@ class Daemon:
             stored += self._rules_file(self.cfg.rules)
         dropped: list[int] = []
         ops, lives = [], []
+        shapes = ShapeCache(self.cfg.spec, self.cfg.limits)  # conditions of known shapes parse without Lark
         for s in stored:
             names: list = []
             try:
@@ -411,9 +413,9 @@ class Daemon:
                         raise SubcError("a topic subscription, and the spec has no topic fields")
                     cond, names = self.topics.condition(parse_filter(s.filter, self.topics.schema.depth), s.text)
                 else:
-                    cond = parse_rules(s.text + " : fwd(0);", self.cfg.spec, "<store>", limits=self.cfg.limits)[
-                        0
-                    ].condition
+                    cond = parse_rules(
+                        s.text + " : fwd(0);", self.cfg.spec, "<store>", limits=self.cfg.limits, shapes=shapes
+                    )[0].condition
                 region = self.diagram.region(cond)
                 sid, _ = self.endpoints.acquire((s.ip, s.port), fresh=False)
             except (SubcError, TopicError) as e:

@@ -293,6 +293,49 @@ class Map:
             return [raw[i * self.slot : i * self.slot + self.value_size] for i in range(self.ncpu)]
         return raw[: self.value_size]
 
+    def array_values(self, count: int, chunk: int = 8192) -> list[bytes | None]:
+        """The values of array indexes 0 .. ``count`` - 1 (an array map that is not per-CPU), read
+        with BPF_MAP_LOOKUP_BATCH (Linux 5.6) ``chunk`` entries at a time where the kernel has it,
+        else one lookup each.  Raises SubcError when the kernel refuses a read."""
+        if self.percpu:
+            raise ValueError(f"BPF map {self.name}: array_values reads maps that are not per-CPU")
+        out: list[bytes | None] = [None] * count
+        if not self._batch or count == 0:
+            for i in range(count):
+                out[i] = single(self.lookup(i.to_bytes(self.key_size, sys.byteorder)))
+            return out
+        kbuf = ct.create_string_buffer(self.key_size * chunk)
+        vbuf = ct.create_string_buffer(self.value_size * chunk)
+        token_in, token_out = ct.c_uint32(0), ct.c_uint32(0)
+        started = False
+        while True:
+            cnt = ct.c_uint32(chunk)
+            rc = self.lib.bpf_lookup_batch(
+                self.fd,
+                ct.byref(token_in) if started else None,
+                ct.byref(token_out),
+                ct.cast(kbuf, ct.c_void_p),
+                ct.cast(vbuf, ct.c_void_p),
+                ct.byref(cnt),
+            )
+            e = ct.get_errno() if rc < 0 else 0
+            if rc < 0 and not started and cnt.value == 0 and e in (errno.EINVAL, errno.EOPNOTSUPP, ENOTSUPP):
+                self._batch = False  # no batch operations here
+                return self.array_values(count, chunk)
+            if rc < 0 and e != errno.ENOENT:
+                raise self._err("batch lookup")
+            keys, vals = kbuf.raw, vbuf.raw
+            for j in range(cnt.value):
+                i = int.from_bytes(keys[j * self.key_size : (j + 1) * self.key_size], sys.byteorder)
+                if i < count:
+                    out[i] = vals[j * self.value_size : (j + 1) * self.value_size]
+            if rc < 0 or cnt.value == 0:  # ENOENT: the last entries were read
+                return out
+            token_in.value, started = token_out.value, True
+            last = int.from_bytes(keys[(cnt.value - 1) * self.key_size : cnt.value * self.key_size], sys.byteorder)
+            if last + 1 >= count:
+                return out
+
     def delete(self, key: bytes) -> bool:
         k = ct.create_string_buffer(key, len(key))
         return self.lib.bpf_delete_elem(self.fd, ct.cast(k, ct.c_void_p)) == 0

@@ -249,11 +249,15 @@ class LiveMaps:
             kind = st.kind
             if kind in ("range", "exact"):
                 info = self.maps[st.maps[0]]
-                for s in range(1 if lv else live, (self.caps[st.maps[0]] if lv else live + 1)):
-                    if s == 0:
-                        continue
-                    raw = single(info.lookup(L.U32.pack(v=s)))
-                    if raw is None:
+                values: list[bytes | None]
+                if lv:  # every state's entry, read in batches
+                    values = info.array_values(self.caps[st.maps[0]])
+                else:
+                    values = [None] * (live + 1)
+                    values[live] = single(info.lookup(L.U32.pack(v=live)))
+                for s in range(1 if lv else live, len(values)):
+                    raw = values[s]
+                    if s == 0 or raw is None:
                         continue
                     v = L.INFO.unpack(raw)
                     if kind == "range" and v["b"]:
@@ -275,8 +279,9 @@ class LiveMaps:
                         continue
                     kept.append(key)
                     inh.states[lv].add(s)
-        for s in range(1, self.caps[MN.LEAF]):
-            raw = single(self.maps[MN.LEAF].lookup(L.U32.pack(v=s)))
+        leaves = self.maps[MN.LEAF].array_values(self.caps[MN.LEAF])
+        for s in range(1, len(leaves)):
+            raw = leaves[s]
             if raw is not None and L.LEAF.unpack(raw)["nsubs"]:
                 inh.states[self.n].add(s)
         inh.states[0].discard(0)
