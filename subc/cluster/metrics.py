@@ -15,7 +15,9 @@ each scrape (a ``prometheus_client`` custom collector, in the daemon's registry)
   ``late_change`` (a change applied after this broker's feed passed its position: its streams may
   differ from the other brokers' by) ``late_message`` (the messages between the two),
   ``forced_switch`` (a scheduled switch made before the feed reached it: the schedule was full),
-  ``position_race`` (a transaction retried because another broker moved ``meta/position``).
+  ``position_race`` (a transaction retried because another broker moved ``meta/position``),
+  ``label_race`` (a transaction retried because a topic label was given or forgotten meanwhile),
+  ``label_forgotten`` (labels this broker forgot: nothing used them).
 """
 
 from __future__ import annotations
@@ -66,6 +68,8 @@ class ClusterCollector:
             ("late_message", u.late_messages),
             ("forced_switch", u.broker.forced),
             ("position_race", u.committer.position_races),
+            ("label_race", u.committer.label_races),
+            ("label_forgotten", u.labels_forgotten),
         ):
             c.add_metric([name], v)
         yield c
