@@ -97,3 +97,19 @@ def test_positional_packers_equal_pack(data):
             values[name] = vals[0] if count == 1 else vals
             flat += vals
         assert fast(*flat) == s.pack(**values) == expected(s, values)
+
+
+@given(struct_and_values())
+def test_field_readers_read_what_was_encoded(case):
+    """``Struct.reader(name)`` on bytes encoded here field by field gives the field's value; arrays
+    and padding have no reader."""
+    s, values = case
+    data = expected(s, values)
+    for name, kind, count in s.fields:
+        if count == 1 and kind != "pad":
+            assert s.reader(name)(data) == values.get(name, 0)
+        else:
+            with pytest.raises(ValueError):
+                s.reader(name)
+    with pytest.raises(KeyError):
+        s.reader("nothing")

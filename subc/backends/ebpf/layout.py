@@ -97,6 +97,21 @@ class Struct:
         assert off % align == 0, f"{self.name}: size not a multiple of its alignment"
         return off
 
+    def reader(self, name: str):
+        """A fast function from a struct's bytes to the value of its scalar integer field ``name``
+        (what :meth:`unpack` gives for it, without decoding the other fields).  KeyError for a
+        field it does not have, ValueError for an array or padding."""
+        off = 0
+        for fname, kind, count in self.fields:
+            if fname == name:
+                if count != 1 or kind == "pad":
+                    raise ValueError(f"{self.name}.{name}: not a scalar integer field")
+                fmt = (">" if kind.startswith("be") else "=") + {1: "B", 2: "H", 4: "I", 8: "Q"}[_SIZES[kind]]
+                st, at = struct.Struct(fmt), off
+                return lambda data: st.unpack_from(data, at)[0]
+            off += _SIZES[kind] * count
+        raise KeyError(f"{self.name} has no field {name}")
+
     def c_decl(self) -> str:
         """The C declaration."""
         self.size  # noqa: B018 - checks alignment

@@ -243,6 +243,7 @@ class LiveMaps:
         self.flush()
         live = L.U32.unpack(present(self.maps[MN.ROOT].lookup(L.U32.pack(v=0))))["v"]
         inh = Inherited(live)
+        info_a, info_b = L.INFO.reader("a"), L.INFO.reader("b")
         for lv in range(self.n + 1):
             inh.states[lv] = set()
         for lv, st in enumerate(self.stages):
@@ -259,13 +260,15 @@ class LiveMaps:
                     raw = values[s]
                     if s == 0 or raw is None:
                         continue
-                    v = L.INFO.unpack(raw)
-                    if kind == "range" and v["b"]:
-                        seg = (v["a"], Segments.size_class(v["b"]))
-                        inh.segments.setdefault(lv, []).append(seg)
-                        self.segments[lv].reserve(*seg)
-                        inh.states[lv].add(s)
-                    elif kind == "exact" and v["a"]:
+                    a = info_a(raw)
+                    if kind == "range":
+                        b = info_b(raw)
+                        if b:
+                            seg = (a, Segments.size_class(b))
+                            inh.segments.setdefault(lv, []).append(seg)
+                            self.segments[lv].reserve(*seg)
+                            inh.states[lv].add(s)
+                    elif a:
                         inh.states[lv].add(s)
             if kind in ("exact", "lpm"):
                 name = st.maps[1] if kind == "exact" else st.maps[0]
@@ -280,9 +283,10 @@ class LiveMaps:
                     kept.append(key)
                     inh.states[lv].add(s)
         leaves = self.maps[MN.LEAF].array_values(self.caps[MN.LEAF])
+        nsubs = L.LEAF.reader("nsubs")
         for s in range(1, len(leaves)):
             raw = leaves[s]
-            if raw is not None and L.LEAF.unpack(raw)["nsubs"]:
+            if raw is not None and nsubs(raw):
                 inh.states[self.n].add(s)
         inh.states[0].discard(0)
         return inh
