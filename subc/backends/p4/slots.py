@@ -78,6 +78,8 @@ class SlotPlan:
     slot_states: list[list[SlotState]]
     f: dict = field(default_factory=dict)
     slot_bits: int = 0
+    #: (pipeline, its tables in per-message form): :func:`message_tables`'s, built once
+    message_tables_of: tuple | None = field(default=None, repr=False, compare=False)
 
     @property
     def port_bits(self) -> int:
@@ -211,7 +213,11 @@ def _message_action_name(name: str) -> str:
 
 def message_tables(plan: SlotPlan, pipe: Pipeline) -> list[Table]:
     """The logical tables of ``pipe`` with their leaf actions in per-message form
-    (:func:`message_action`); every slot applies a copy of each with these entries."""
+    (:func:`message_action`); every slot applies a copy of each with these entries.  Built once
+    per (plan, pipeline): the program, its P4Info and its entries all read them."""
+    cached = plan.message_tables_of
+    if cached is not None and cached[0] is pipe:
+        return list(cached[1])
     out = []
     for t in pipe.tables:
         entries = []
@@ -222,7 +228,8 @@ def message_tables(plan: SlotPlan, pipe: Pipeline) -> list[Table]:
         declared = {_message_action_name(a) for a in t.actions}
         actions = sorted(({e.action for e in entries} | {default[0]} | declared) - {"NoAction"})
         out.append(replace(t, entries=entries, default_action=default, actions=actions))
-    return out
+    plan.message_tables_of = (pipe, out)
+    return list(out)
 
 
 def slot_table_name(name: str, i: int) -> str:
