@@ -51,10 +51,9 @@ class P4Backend:
 
     def outputs(self, res: CompileResult, options: OutputOptions) -> tuple[dict[str, str], dict[str, Any]]:
         """(file name -> text, ``report.json`` document) of ``res`` (see the class docstring)."""
-        plan, reason = (
-            slot_plan(res, options.max_messages, options.overflow_port) if res.spec.whole_program else (None, None)
-        )
-        name, src = render_program(res, options.rules_path, options.max_messages, options.overflow_port)
+        planned = slot_plan(res, options.max_messages, options.overflow_port) if res.spec.whole_program else None
+        plan, reason = planned if planned is not None else (None, None)
+        name, src = render_program(res, options.rules_path, options.max_messages, options.overflow_port, planned)
         files = {name: src}
         files["entries.json"] = dumps(entries_doc(res.pipeline, res.target, plan).to_json())
         if res.spec.whole_program:

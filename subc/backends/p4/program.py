@@ -416,20 +416,26 @@ def _mm_meta_members(plan: SlotPlan, pipe) -> list[str]:
 
 
 def render_program(
-    res: CompileResult, rules_path: str, max_messages: int = DEFAULT_MAX_MESSAGES, overflow_port: int | None = None
+    res: CompileResult,
+    rules_path: str,
+    max_messages: int = DEFAULT_MAX_MESSAGES,
+    overflow_port: int | None = None,
+    planned: tuple | None = None,
 ) -> tuple[str, str]:
     """(file name, P4 source) for ``res``: ``subc.p4`` or, for a pragma-only spec, ``subc_control.p4``.
 
     A spec whose feed is MoldUDP64-framed gets the multi-message program (:mod:`.p4slots`:
     ``max_messages`` slots, datagrams it cannot handle to ``overflow_port`` or dropped, counted);
-    any other spec the single-message program.  Raises SubcError for bad options
+    any other spec the single-message program.  ``planned``: what
+    :func:`~.slots.slot_plan` gave for these options (the caller's, so that its tables are
+    built once), else it is called here.  Raises SubcError for bad options
     (:func:`~.p4slots.check_options`)."""
     tna = res.target == Target.TOFINO
     ctx = program_context(res, rules_path, tna)
     env = environment(TEMPLATES)
     if not res.spec.whole_program:
         return "subc_control.p4", env.get_template("control_only.p4.j2").render(ctx)
-    plan, _ = slot_plan(res, max_messages, overflow_port)
+    plan, _ = planned if planned is not None else slot_plan(res, max_messages, overflow_port)
     if plan is not None:
         rename = (lambda n: "subc_spec_start" if n == "start" else n) if tna else (lambda n: n)
         states = plan.top_states + [s for ss in plan.slot_states for s in ss]
