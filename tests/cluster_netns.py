@@ -16,12 +16,14 @@ with the shared BPF file system), the others with ``nsenter --net``.
 from __future__ import annotations
 
 import collections
+import contextlib
 import sqlite3
 import subprocess
 import threading
 from pathlib import Path
 
-from netns_util import SUBC, sh
+from etcd_util import need_etcd
+from netns_util import SUBC, need_root_and_netns, sh, shared_bpffs
 
 N = 3
 PORT = 7000
@@ -156,3 +158,19 @@ class ClusterBroker:
             return int(row[0]) if row else 0, subs
         finally:
             db.close()
+
+
+@contextlib.contextmanager
+def cluster_world(make):
+    """``make()``'s world (root, network namespaces and etcd needed, else the test skips), with the
+    BPF file system shared for broker 3 (``ip netns exec``); closed afterwards."""
+    need_root_and_netns()
+    need_etcd()
+    with shared_bpffs():
+        w = None
+        try:
+            w = make()
+            yield w
+        finally:
+            if w is not None:
+                w.close()

@@ -42,9 +42,9 @@ import pytest
 from subc.lang.ast import evaluate
 from subc.lang.rules import parse_rules
 
-from cluster_netns import N, PORT, RR_PORT, ClusterBroker, ClusterTopology
-from etcd_util import EtcdCluster, need_etcd
-from netns_util import call_in_netns, need_root_and_netns, shared_bpffs
+from cluster_netns import N, PORT, RR_PORT, ClusterBroker, ClusterTopology, cluster_world
+from etcd_util import EtcdCluster
+from netns_util import call_in_netns
 from test_serve_netns import SPEC, SPEC_PATH, SYMS, add_order, messages_counted_in, mold, values_of
 
 HERE = Path(__file__).parent
@@ -344,16 +344,8 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    need_root_and_netns()
-    need_etcd()
-    with shared_bpffs():
-        w = None
-        try:
-            w = World(tmp_path_factory.mktemp("cluster"))
-            yield w
-        finally:
-            if w is not None:
-                w.close()
+    with cluster_world(lambda: World(tmp_path_factory.mktemp("cluster"))) as w:
+        yield w
 
 
 def owner_of(w: World, k: int) -> int:

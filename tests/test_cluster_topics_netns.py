@@ -28,10 +28,10 @@ import random
 
 import pytest
 
-from cluster_netns import N, ClusterBroker, ClusterTopology
+from cluster_netns import N, ClusterBroker, ClusterTopology, cluster_world
 from conftest import ROOT
-from etcd_util import EtcdCluster, need_etcd
-from netns_util import call_in_netns, need_root_and_netns, shared_bpffs
+from etcd_util import EtcdCluster
+from netns_util import call_in_netns
 from test_cluster_netns import Agent, wait_until
 from test_serve_netns import messages_counted_in
 from test_topics import mqtt_matches
@@ -202,16 +202,8 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    need_root_and_netns()
-    need_etcd()
-    with shared_bpffs():
-        w = None
-        try:
-            w = World(tmp_path_factory.mktemp("cltopics"))
-            yield w
-        finally:
-            if w is not None:
-                w.close()
+    with cluster_world(lambda: World(tmp_path_factory.mktemp("cltopics"))) as w:
+        yield w
 
 
 def test_topics_at_any_broker_converge_and_deliver_what_mqtt_matching_gives(world):

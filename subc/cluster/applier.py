@@ -167,8 +167,7 @@ class ReplicaApplier:
             if cur is None:
                 raise SubcError(f"topic level {n!r} has no label in etcd")
             labels[n] = cur[0]
-        text = self.schema.condition(levels, labels)
-        return f"{text} and ({rec.text})" if rec.text else text
+        return self.schema.condition(levels, labels, rec.text)
 
     def _change_from(self, delta: Delta) -> None:
         """Apply ``delta``'s subscriptions to the book, the data plane and the store."""

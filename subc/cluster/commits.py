@@ -130,7 +130,7 @@ class Committer:
                         [*compares, Compare(mkey, "create", "=", mrev)], ops, [get(mkey), *(get(k) for k in gets)]
                     )
                 except EtcdError as e:
-                    return self._resolve_plain(e, mrev, ops)
+                    return self._resolve(e, None, mrev, ops)
                 if not r.succeeded and not any(kv.key == mkey and kv.create_revision == mrev for kv in r.got):
                     raise EtcdError("this broker's membership ended (its lease expired)")
                 return r
@@ -154,9 +154,12 @@ class Committer:
             self.hint = (Position.from_json(json.loads(got[key].value)) if key in got else None, now)
         raise EtcdError("feed positions kept racing with other brokers; send the request again")
 
-    def _resolve(self, error: EtcdError, rev: int, mrev: int, ops: Sequence[Op]) -> TxnResult:
-        """The outcome of a transaction etcd did not answer (it compared ``meta/position`` at
-        ``rev`` and membership ``mrev``): a synthetic success if it was applied, else EtcdError."""
+    def _resolve(self, error: EtcdError, rev: int | None, mrev: int, ops: Sequence[Op]) -> TxnResult:
+        """The outcome of a transaction etcd did not answer (it compared membership ``mrev``,
+        and ``meta/position`` at ``rev``, None: a change without a position): a synthetic success
+        if it was applied, else EtcdError.  With a position, a transaction that rewrites
+        ``meta/position`` unchanged makes sure the lost one never applies; without, its keys tell
+        once etcd answers (a registration's value is its lease end, unique enough)."""
         self.unknown_outcomes += 1
         key = position_key(self.prefix)
         end = time.monotonic() + RESOLVE_S
@@ -164,27 +167,11 @@ class Committer:
             if self.membership() != mrev:  # the lease ended: the lost transaction can never apply
                 raise EtcdError(f"{error.message} (not committed: this broker's lease ended)")
             try:
-                cur = self.etcd.get(key)
+                cur = self.etcd.get(key) if rev is not None else None
                 if cur is not None and cur.mod_revision == rev:  # not applied yet: make sure it never is
                     if self.etcd.txn([Compare(key, "mod", "=", rev)], [put(key, cur.value)]).succeeded:
                         raise EtcdError(f"{error.message} (not committed)")
                     continue
-                return self._applied(error, ops)
-            except EtcdError as e:
-                if "not committed" in e.message:
-                    raise
-                time.sleep(0.2)
-        raise EtcdError(f"{error.message} (outcome unknown: etcd did not answer for {RESOLVE_S:.0f} s)")
-
-    def _resolve_plain(self, error: EtcdError, mrev: int, ops: Sequence[Op]) -> TxnResult:
-        """The outcome of a transaction without a position etcd did not answer: once etcd
-        answers, its keys tell (a registration's value is its lease end, unique enough)."""
-        self.unknown_outcomes += 1
-        end = time.monotonic() + RESOLVE_S
-        while time.monotonic() < end:
-            if self.membership() != mrev:
-                raise EtcdError(f"{error.message} (not committed: this broker's lease ended)")
-            try:
                 return self._applied(error, ops)
             except EtcdError as e:
                 if "not committed" in e.message:

@@ -259,9 +259,7 @@ class ClusterUpdater(ReplicaApplier, Updater):
         for n in names:
             cur = self.replica.labels.get(n)
             labels[n] = cur[0] if cur is not None else min(nxt, self.schema.label_limit - 1)
-        text = self.schema.condition(req.topic, labels)
-        if req.text:
-            text = f"{text} and ({req.text})"
+        text = self.schema.condition(req.topic, labels, req.text)
         try:
             req.condition = parse_rules(
                 text + " : fwd(0);", self.cfg.spec, "<topic>", limits=self.cfg.limits, shapes=self.shapes

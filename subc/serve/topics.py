@@ -172,9 +172,9 @@ class TopicSchema:
         self.depth = len(self.labels)
         self.label_limit = min(1 << q.width for q in self.labels)
 
-    def condition(self, levels: tuple[str, ...], labels: dict[str, int]) -> str:
+    def condition(self, levels: tuple[str, ...], labels: dict[str, int], where: str = "") -> str:
         """The condition (rule-language text) that filter ``levels`` becomes, with ``labels``
-        (name -> label) for each of its literal levels."""
+        (name -> label) for each of its literal levels, ``and`` the ``where`` condition (if any)."""
         hash_ = bool(levels) and levels[-1] == "#"
         fixed = levels[:-1] if hash_ else levels
         lv = self.levels.name
@@ -187,7 +187,8 @@ class TopicSchema:
         for q, name in zip(self.labels, fixed):
             if name != "+":
                 parts.append(f"{q.name} == {labels[name]}")
-        return " and ".join(parts)
+        text = " and ".join(parts)
+        return f"{text} and ({where})" if where else text
 
 
 def literal_levels(levels: tuple[str, ...]) -> list[str]:
@@ -228,9 +229,7 @@ class TopicBook:
         names = literal_levels(levels)
         labels = self.labels.acquire(names)
         try:
-            text = self.schema.condition(levels, dict(zip(names, labels)))
-            if where:
-                text = f"{text} and ({where})"
+            text = self.schema.condition(levels, dict(zip(names, labels)), where)
             cond = parse_rules(text + " : fwd(0);", self.spec, "<topic>", limits=self.limits)[0].condition
         except SubcError:
             self.labels.release(names)
