@@ -1,6 +1,7 @@
 """The P4 backend (:class:`~subc.backends.backend.Backend`) for BMv2 (v1model) and Tofino (TNA):
 the P4 program (:mod:`.program`), ``entries.json`` (:mod:`.entries`), the P4Info of a whole
-program (:mod:`.p4info`) and the control-plane script of the target (``commands.txt`` for
+program (:mod:`.p4info`) with the entries by state (``states.jsonl``, :mod:`.state_index`: what
+``subc update --p4runtime`` reads) and the control-plane script of the target (``commands.txt`` for
 ``simple_switch_CLI``, ``bfrt_setup.py`` for ``bfshell``)."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from .p4info import p4info_text
 from .program import render_program
 from .slots import slot_plan
 from .state import tofino_problems
+from .state_index import STATES_FILE, states_file
 
 
 def check_tofino_state(res: CompileResult, max_messages: int, overflow_port: int | None) -> None:
@@ -55,9 +57,12 @@ class P4Backend:
         plan, reason = planned if planned is not None else (None, None)
         name, src = render_program(res, options.rules_path, options.max_messages, options.overflow_port, planned)
         files = {name: src}
-        files["entries.json"] = dumps(entries_doc(res.pipeline, res.target, plan).to_json())
+        doc = entries_doc(res.pipeline, res.target, plan)
+        files["entries.json"] = dumps(doc.to_json())
         if res.spec.whole_program:
-            files["p4info.txtpb"] = p4info_text(res, plan)
+            files["p4info.txtpb"], shape = p4info_text(res, plan)
+            # the entries by state, for subc update --p4runtime (it reads the states it writes)
+            files[STATES_FILE] = states_file(doc, len(files["entries.json"].encode()), shape).decode()
         if res.target == Target.BMV2:
             files["commands.txt"] = bmv2_commands(res.pipeline, plan)
         else:

@@ -1,6 +1,8 @@
-"""A P4Runtime session with one switch, through ``p4runtime-shell`` (``p4runtime_sh.shell``).
+"""A P4Runtime session with one switch, through ``p4runtime-shell``'s client
+(``p4runtime_sh.p4runtime.P4RuntimeClient``; not its interactive shell, whose IPython import
+alone takes longer than an update).
 
-:class:`Session` opens the shell's client (arbitration on the stream channel with an election
+:class:`Session` opens the client (arbitration on the stream channel with an election
 id, P4Runtime specification v1.3 section 5), optionally sets the forwarding pipeline (P4Info and
 the target's device config, ``VERIFY_AND_COMMIT``), and keeps the switch's P4Info.  Writes go in
 ``WriteRequest`` batches of :data:`BATCH` updates; the updates of one request may be applied in
@@ -95,44 +97,47 @@ class Session:
         config: tuple[str, str] | None = None,
         read_only: bool = False,
     ):
-        import p4runtime_sh.shell as sh
+        from p4runtime_sh.p4runtime import P4RuntimeClient
 
-        self.sh, self.addr, self.device_id = sh, addr, device_id
+        self.addr, self.device_id = addr, device_id
         self.channel = None
+        self.client = None
         if read_only and not config:
             self._open_reader()
             return
-        cfg = sh.FwdPipeConfig(config[0], config[1]) if config else None
         with _quiet() as out:
             try:
-                sh.setup(device_id=device_id, grpc_addr=addr, election_id=election_id, config=cfg, verbose=False)
+                self.client = P4RuntimeClient(device_id, addr, election_id)
+                if config:
+                    self.client.set_fwd_pipe_config(config[0], config[1])
+                self.p4info = self.client.get_p4info()
             except SystemExit:
                 said = out.getvalue().strip()
-                if sh.client is not None:
-                    with contextlib.suppress(Exception):
-                        sh.teardown()
+                self.close()
+                raise SubcError(
+                    f"{addr}: no P4Runtime session with device {device_id}: the server did not answer "
+                    f"the arbitration; {CONNECT_HINT}"
+                ) from None
+            except Exception as e:  # noqa: BLE001 - grpc and protobuf errors alike
+                said = out.getvalue().strip()
+                self.close()
                 if config:
                     raise SubcError(
                         f"{addr}: could not set the forwarding pipeline (device {device_id}) from "
-                        f"{config[0]} and {config[1]}{': ' + said if said else ''}; {CONNECT_HINT}"
+                        f"{config[0]} and {config[1]}: {e}{'; ' + said if said else ''}; {CONNECT_HINT}"
                     ) from None
-                raise SubcError(
-                    f"{addr}: no P4Runtime session with device {device_id}: the server did not answer "
-                    f"the arbitration or has no pipeline; {CONNECT_HINT}"
-                ) from None
-            except Exception as e:  # noqa: BLE001 - grpc and protobuf errors alike
-                with contextlib.suppress(Exception):
-                    sh.teardown()
-                raise SubcError(f"{addr}: P4Runtime setup failed: {e}") from None
+                raise SubcError(f"{addr}: P4Runtime setup failed: {e}; {CONNECT_HINT}") from None
         if "not the primary" in out.getvalue() and not read_only:
             self.close()
             raise SubcError(
                 f"{addr}: another controller is primary for device {device_id} (a higher election id "
                 f"than {election_id[0]},{election_id[1]}): pass a higher --election-id"
             )
-        self.p4info = sh.context.p4info
+        if not self.p4info.tables:
+            self.close()
+            raise SubcError(f"{addr}: device {device_id} has no forwarding pipeline (set one with subc load --config)")
         self.index = P4InfoIndex(self.p4info)
-        self.stub = sh.client.stub
+        self.stub = self.client.stub
 
     def _open_reader(self) -> None:
         """A gRPC channel and the P4Info of the device's pipeline, no arbitration."""
@@ -167,9 +172,10 @@ class Session:
             self.channel.close()
             self.channel = None
             return
-        if self.sh.client is not None:
+        if self.client is not None:
             with _quiet(), contextlib.suppress(Exception):
-                self.sh.teardown()
+                self.client.tear_down()
+            self.client = None
 
     def __enter__(self) -> "Session":
         return self
@@ -191,7 +197,8 @@ class Session:
         import grpc
         from p4.v1 import p4runtime_pb2 as pr
 
-        client = self.sh.client
+        client = self.client
+        assert client is not None, "a read-only session does not write"
         for i in range(0, len(updates), BATCH):
             batch = updates[i : i + BATCH]
             req = pr.WriteRequest(device_id=self.device_id)
