@@ -38,7 +38,7 @@ from .record import (
     record_path,
     write_record,
 )
-from .requests import P4InfoIndex, generation_entities, insert_updates, multicast_entry, read_p4info, table_entry
+from .requests import P4InfoIndex, entry_update, group_update, insert_updates, read_p4info
 from .session import Session, WriteRejected
 from ...backends.p4.state_index import StateIndex, read_states
 
@@ -125,9 +125,9 @@ def root_update(index: P4InfoIndex, doc: EntriesDoc, root: int):
     from p4.v1 import p4runtime_pb2 as pr
 
     r = doc.root
-    te = table_entry(index, r.table, Entry((), None, r.action, {r.param: root}))
-    te.is_default_action = True
-    return pr.Update(type=pr.Update.MODIFY, entity=pr.Entity(table_entry=te))
+    u = entry_update(index, pr.Update.MODIFY, r.table, Entry((), None, r.action, {r.param: root}))
+    u.entity.table_entry.is_default_action = True
+    return u
 
 
 @dataclass
@@ -179,7 +179,7 @@ def load(
                 "--p4runtime, or --config to start from an empty pipeline"
             )
         spared = _spared(s, doc)
-        ups = insert_updates(generation_entities(spared, s.index))
+        ups = insert_updates(spared, s.index)
         n_groups = len(doc.multicast_groups)
         path = record_path(addr, device_id, record_dir)
         forget_record(path)
@@ -314,24 +314,21 @@ def _write_update(s: Session, new: StateIndex, old: StateIndex, grace: float, pa
         w,
         s,
         "groups",
-        [
-            pr.Update(type=ins, entity=pr.Entity(packet_replication_engine_entry=multicast_entry(g, ports)))
-            for g, ports in plan.group_inserts
-        ],
+        [group_update(ins, g, ports) for g, ports in plan.group_inserts],
     )
     dele, mod = pr.Update.DELETE, pr.Update.MODIFY
     _phase(
         w,
         s,
         "spare_deletes",
-        [pr.Update(type=dele, entity=pr.Entity(table_entry=table_entry(s.index, t, e))) for t, e in plan.spare_deletes],
+        [entry_update(s.index, dele, t, e) for t, e in plan.spare_deletes],
     )
     _phase(
         w,
         s,
         "inserts",
         [
-            pr.Update(type=kind, entity=pr.Entity(table_entry=table_entry(s.index, t, e)))
+            entry_update(s.index, kind, t, e)
             for kind, ups in ((ins, plan.inserts), (mod, plan.modifies))
             for t, e in ups
         ],
@@ -344,14 +341,9 @@ def _write_update(s: Session, new: StateIndex, old: StateIndex, grace: float, pa
         w,
         s,
         "deletes",
-        [pr.Update(type=dele, entity=pr.Entity(table_entry=table_entry(s.index, t, e))) for t, e in plan.deletes],
+        [entry_update(s.index, dele, t, e) for t, e in plan.deletes],
     )
-    gd = []
-    for g in plan.group_deletes:
-        e = pr.Entity()
-        e.packet_replication_engine_entry.multicast_group_entry.multicast_group_id = g
-        gd.append(pr.Update(type=dele, entity=e))
-    _phase(w, s, "group_deletes", gd)
+    _phase(w, s, "group_deletes", [group_update(dele, g) for g in plan.group_deletes])
     return w
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+from typing import Any
 
 from ...errors import SubcError
 from .requests import P4InfoIndex
@@ -58,6 +59,19 @@ class WriteRejected(SubcError):
     def __init__(self, message: str, applied: list[int] | None):
         super().__init__(message)
         self.applied = applied
+
+
+def length_delimited(field: int, payload: bytes) -> bytes:
+    """``payload`` as protobuf field ``field`` of wire type 2 (length-delimited): the key
+    ``field << 3 | 2`` and the length, each a base-128 varint, then the bytes (protobuf
+    encoding guide, "Length-Delimited Records")."""
+    out = bytearray()
+    for n in ((field << 3) | 2, len(payload)):
+        while n > 0x7F:
+            out.append((n & 0x7F) | 0x80)
+            n >>= 7
+        out.append(n)
+    return bytes(out) + payload
 
 
 def _update_statuses(err) -> list | None:
@@ -102,6 +116,8 @@ class Session:
         self.addr, self.device_id = addr, device_id
         self.channel = None
         self.client = None
+        self._write: Any = None  # the Write method, its requests serialized here (:meth:`write`)
+        self._head = b""
         if read_only and not config:
             self._open_reader()
             return
@@ -190,8 +206,12 @@ class Session:
         indexes in ``updates`` the switch did apply), SubcError for a lost primary role or a
         broken connection (what was applied is then unknown).
 
-        The request goes to the gRPC stub, and a rejection's per-update statuses (section 12.3:
-        ``google.rpc.Status`` details of one ``p4.v1.Error`` per update, in order, OK for the
+        A request is sent as the serialization of its other fields followed by each update's,
+        framed as the ``updates`` field (protobuf encoding: a message's fields may come in any
+        order and a repeated field's elements one by one), which spares pure-Python protobuf
+        (p4runtime-shell pins protobuf below 3.21, without a C implementation for Python 3.11)
+        a deep copy of every update into the request.  A rejection's per-update statuses (section
+        12.3: ``google.rpc.Status`` details of one ``p4.v1.Error`` per update, in order, OK for the
         applied ones) are read here: p4runtime-shell 0.0.6's parser loops forever on a status
         list that holds an OK before an error, as BMv2 returns for a partly applied request."""
         import grpc
@@ -199,15 +219,23 @@ class Session:
 
         client = self.client
         assert client is not None, "a read-only session does not write"
+        if self._write is None:
+            method = pr.DESCRIPTOR.services_by_name["P4Runtime"].methods_by_name["Write"]
+            self._write = client.channel.unary_unary(
+                f"/{method.containing_service.full_name}/{method.name}",
+                response_deserializer=pr.WriteResponse.FromString,
+            )
+            head = pr.WriteRequest(device_id=self.device_id)
+            head.election_id.high, head.election_id.low = client.election_id
+            if client.role_name is not None:
+                head.role = client.role_name
+            self._head = head.SerializeToString()
+        field = pr.WriteRequest.DESCRIPTOR.fields_by_name["updates"].number
         for i in range(0, len(updates), BATCH):
             batch = updates[i : i + BATCH]
-            req = pr.WriteRequest(device_id=self.device_id)
-            req.election_id.high, req.election_id.low = client.election_id
-            if client.role_name is not None:
-                req.role = client.role_name
-            req.updates.extend(batch)
+            body = b"".join(length_delimited(field, u.SerializeToString()) for u in batch)
             try:
-                client.stub.Write(req)
+                self._write(self._head + body)
             except grpc.RpcError as e:
                 statuses = _update_statuses(e) if e.code() == grpc.StatusCode.UNKNOWN else None
                 if statuses is None:
