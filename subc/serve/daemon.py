@@ -150,6 +150,10 @@ class Daemon:
         fields = [cfg.spec.query_fields[f] for f in cfg.field_order]
         self.diagram = LiveDiagram(fields, self.sw.stage_caps())
         self.writer = self.sw.writer
+        writer = self.sw.writer
+        session = self.sw.session
+        self.metrics.switch_updates.set_function(lambda: writer.writes)
+        self.metrics.switch_requests.set_function(lambda: session.write_requests)
         self.broker = LiveBroker(self.diagram, self.writer, self.sw.grace)
         self.endpoints = PortEndpoints(port_map)
         self.adopted = self.sw.adopted

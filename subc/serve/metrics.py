@@ -40,6 +40,14 @@ class Metrics:
             registry=r,
         )
         self.changes = Counter("subc_serve_changes", "changes applied to the data plane (root switches)", registry=r)
+        self.switch_updates = Gauge(
+            "subc_serve_switch_updates",
+            "P4Runtime updates written to the switch (--p4runtime; entries, groups, roots)",
+            registry=r,
+        )
+        self.switch_requests = Gauge(
+            "subc_serve_switch_write_requests", "P4Runtime WriteRequests sent to the switch (--p4runtime)", registry=r
+        )
         self.subscriptions = Gauge("subc_serve_subscriptions", "live subscriptions", registry=r)
         self.endpoints = Gauge("subc_serve_endpoints", "delivery endpoints with a subscription", registry=r)
         self.labels = Gauge("subc_serve_topic_labels", "topic level names with a label", registry=r)

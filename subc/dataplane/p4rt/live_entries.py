@@ -292,7 +292,9 @@ class LiveEntries:
             names = L.stage if role == "stage" else L.miss
             # a DELETE names no action: the entry's other one stands in (one the table lists)
             entries += self._updates(kinds[op], names, self._entry(role, state, key, a or b))
-            inverse += self._updates(kinds[undo_kind[op]], names, self._entry(role, state, key, b or a))
+            # built only if the switch rejects the change (:meth:`_undo`): half the messages
+            undo = (kinds[undo_kind[op]], self._entry(role, state, key, b or a))
+            inverse += [(undo[0], name, undo[1]) for name in names]
             if lv and op != "MODIFY":
                 mark = (lv, state) not in self.written if op == "INSERT" else (lv, state) in self.written
                 if mark:
@@ -336,7 +338,8 @@ class LiveEntries:
 
     def _undo(self, e: SubcError, inverse: list) -> None:
         """Write the inverses of the updates the switch applied before rejecting ``e``'s (last
-        applied first).  SubcError when the switch did not say which it applied or rejects an
+        applied first); ``inverse``: per update, its inverse (an Update, or (kind, table, entry)
+        to build).  SubcError when the switch did not say which it applied or rejects an
         inverse: the switch then holds part of a change until a restarted daemon adopts it."""
         applied = getattr(e, "applied", None)
         if applied is None:
@@ -344,8 +347,16 @@ class LiveEntries:
                 f"{e.message}; the switch did not say which updates it applied: restart the daemon to "
                 "take the switch over again"
             ) from None
+        from p4.v1 import p4runtime_pb2 as pr
+
+        def built(u):
+            if not isinstance(u, tuple):
+                return u
+            kind, name, entry = u
+            return entry_update(self.s.index, kind, name, entry, action=kind != pr.Update.DELETE)
+
         try:
-            self.s.write([inverse[k] for k in reversed(applied)])
+            self.s.write([built(inverse[k]) for k in reversed(applied)])
         except SubcError as again:
             raise SubcError(
                 f"{e.message}; undoing the {len(applied)} applied updates failed too ({again.message}): "

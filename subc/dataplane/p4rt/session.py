@@ -118,6 +118,7 @@ class Session:
         self.client = None
         self._write: Any = None  # the Write method, its requests serialized here (:meth:`write`)
         self._head = b""
+        self.write_requests = 0  # WriteRequests sent
         if read_only and not config:
             self._open_reader()
             return
@@ -235,6 +236,7 @@ class Session:
             batch = updates[i : i + BATCH]
             body = b"".join(length_delimited(field, u.SerializeToString()) for u in batch)
             try:
+                self.write_requests += 1
                 self._write(self._head + body)
             except grpc.RpcError as e:
                 statuses = _update_statuses(e) if e.code() == grpc.StatusCode.UNKNOWN else None
