@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from subc.backends.p4.entries_doc import EntriesDoc, Entry
@@ -94,7 +94,10 @@ def _check(files: dict) -> None:
 
     doc = json.loads(files["entries.json"])
     p4info = read_p4info(files["p4info.txtpb"])
-    updates = insert_updates(EntriesDoc.from_json(doc), P4InfoIndex(p4info))
+    from p4.v1 import p4runtime_pb2 as pr
+
+    updates = [u if isinstance(u, pr.Update) else pr.Update.FromString(u)
+               for u in insert_updates(EntriesDoc.from_json(doc), P4InfoIndex(p4info))]
     got, groups = decode(updates, p4info)
     want, want_groups = _norm(doc, p4info)
     key = lambda e: json.dumps(e, sort_keys=True)  # noqa: E731
@@ -172,7 +175,7 @@ def test_length_delimited_frames_parse_as_the_repeated_field(field, payloads):
     from google.protobuf.internal import encoder
     from p4.v1 import p4runtime_pb2 as pr
 
-    from subc.dataplane.p4rt.session import length_delimited
+    from subc.dataplane.p4rt.wire import length_delimited
 
     for p in payloads:
         assert length_delimited(field, p) == encoder.TagBytes(field, 2) + encoder._VarintBytes(len(p)) + p
@@ -189,3 +192,30 @@ def test_length_delimited_frames_parse_as_the_repeated_field(field, payloads):
     want.election_id.low = 7
     want.updates.extend(ups)
     assert pr.WriteRequest.FromString(framed) == want
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data(), form=st.sampled_from(sorted(RENDER)))
+def test_slot_updates_are_the_updates_of_each_copy(data, form):
+    """The serialized copies of an entry in a multi-message program's slot tables parse as the
+    Update the library builds for each table."""
+    from p4.v1 import p4runtime_pb2 as pr
+
+    from subc.dataplane.p4rt.requests import P4InfoIndex, entry_update, read_p4info, slot_updates
+
+    files = random_program_files(data, form, "bmv2")
+    if files is None:
+        return
+    doc = EntriesDoc.from_json(json.loads(files["entries.json"]))
+    index = P4InfoIndex(read_p4info(files["p4info.txtpb"]))
+    copies: dict = {}
+    for t in doc.tables:
+        if t.slot is not None and t.entries:
+            copies.setdefault((t.role, t.field), []).append(t.name)
+    event(f"{max(map(len, copies.values()), default=0)} copies")
+    for names in copies.values():
+        for e in data.draw(st.lists(st.sampled_from(doc.table(names[0]).entries), min_size=1, max_size=3)):
+            kind = data.draw(st.sampled_from([pr.Update.INSERT, pr.Update.MODIFY, pr.Update.DELETE]))
+            action = kind != pr.Update.DELETE
+            got = [pr.Update.FromString(b) for b in slot_updates(index, kind, names, e, action)]
+            assert got == [entry_update(index, kind, n, e, action) for n in names]

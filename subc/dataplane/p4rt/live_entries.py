@@ -45,7 +45,7 @@ from ...ir import lowering
 from ...ir.live_nodes import exact_miss, is_dead
 from ...backends.p4.entries_doc import ActionCall, EntriesDoc, Entry, Match
 from ...backends.p4.tables import FALLBACK_PRIORITY, SPECIFIC_PRIORITY
-from .requests import entry_update, group_update
+from .requests import entry_update, group_update, slot_updates
 
 MAX_GROUP = 0xFFFF
 
@@ -324,10 +324,11 @@ class LiveEntries:
         self.free_groups.extend(dead)
 
     def _updates(self, kind, names: list[str], e: Entry) -> list:
-        """One update of ``kind`` of entry ``e`` per table of ``names`` (DELETEs without action)."""
+        """One update of ``kind`` of entry ``e`` per table of ``names`` (the message slots'
+        copies; DELETEs without action), serialized (:func:`~.requests.slot_updates`)."""
         from p4.v1 import p4runtime_pb2 as pr
 
-        return [entry_update(self.s.index, kind, name, e, action=kind != pr.Update.DELETE) for name in names]
+        return slot_updates(self.s.index, kind, names, e, action=kind != pr.Update.DELETE)
 
     @staticmethod
     def _named(action: tuple, group_of: dict) -> tuple:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from ...backends.p4.entries_doc import EntriesDoc, Entry, Match
 from ...errors import SubcError
+from .wire import length_delimited, varint_field
 
 PRIORITY_KINDS = ("range", "ternary", "optional")
 
@@ -171,6 +172,28 @@ def entry_update(index: P4InfoIndex, kind: int, table: str, entry: Entry, action
     return u
 
 
+def slot_updates(index: P4InfoIndex, kind: int, tables: Sequence[str], entry: Entry, action: bool = True) -> list:
+    """The updates of type ``kind`` of ``entry`` in each of ``tables`` (a multi-message program's
+    copies of one table), serialized: when the tables have the same match fields (ids, widths,
+    kinds), the TableEntry is built and serialized once without its ``table_id`` and each copy
+    is that prefixed by its table's id (:mod:`.wire`); else one :func:`entry_update` per table."""
+    from p4.v1 import p4runtime_pb2 as pr
+
+    infos = [index.table(t) for t in tables]
+    shape = [(fid, bits, k) for fid, _, bits, k in infos[0].fields]
+    if len(infos) == 1 or any([(fid, bits, k) for fid, _, bits, k in ti.fields] != shape for ti in infos[1:]):
+        return [entry_update(index, kind, t, entry, action).SerializeToString() for t in tables]
+    te = table_entry(index, tables[0], entry, action=action)
+    te.table_id = 0  # the default: left out of the serialization
+    body = te.SerializeToString()
+    f_id = pr.TableEntry.DESCRIPTOR.fields_by_name["table_id"].number
+    f_te = pr.Entity.DESCRIPTOR.fields_by_name["table_entry"].number
+    f_type = pr.Update.DESCRIPTOR.fields_by_name["type"].number
+    f_ent = pr.Update.DESCRIPTOR.fields_by_name["entity"].number
+    head = varint_field(f_type, kind)
+    return [head + length_delimited(f_ent, length_delimited(f_te, varint_field(f_id, ti.id) + body)) for ti in infos]
+
+
 def multicast_entry(group: int, ports: Sequence[int], into=None):
     """The ``PacketReplicationEngineEntry`` of multicast group ``group`` (one replica per port),
     written into ``into`` or a new one."""
@@ -194,12 +217,20 @@ def group_update(kind: int, group: int, ports: Sequence[int] = ()):
 
 
 def insert_updates(doc: EntriesDoc, index: P4InfoIndex) -> list:
-    """``Update`` messages inserting every entry of ``doc``: its multicast groups first (entries
-    refer to them), then its table entries in the order of its tables."""
+    """``Update`` messages (or their serializations) inserting every entry of ``doc``: its
+    multicast groups first (entries refer to them), then its table entries, the copies of a
+    multi-message program's slot tables (one shared entries tuple) together
+    (:func:`slot_updates`)."""
     from p4.v1 import p4runtime_pb2 as pr
 
     ins = pr.Update.INSERT
-    out = [group_update(ins, g, ports) for g, ports in doc.multicast_groups]
+    out: list = [group_update(ins, g, ports) for g, ports in doc.multicast_groups]
+    copies: dict[int, list] = {}
     for t in doc.tables:
-        out += [entry_update(index, ins, t.name, e) for e in t.entries]
+        if t.entries:
+            copies.setdefault(id(t.entries), []).append(t)
+    for ts in copies.values():
+        names = [t.name for t in ts]
+        for e in ts[0].entries:
+            out += slot_updates(index, ins, names, e)
     return out

@@ -21,6 +21,7 @@ from typing import Any
 
 from ...errors import SubcError
 from .requests import P4InfoIndex
+from .wire import length_delimited
 
 BATCH = 500  # updates per WriteRequest
 CONNECT_HINT = "is the switch running with its P4Runtime server on that address (simple_switch_grpc)?"
@@ -59,19 +60,6 @@ class WriteRejected(SubcError):
     def __init__(self, message: str, applied: list[int] | None):
         super().__init__(message)
         self.applied = applied
-
-
-def length_delimited(field: int, payload: bytes) -> bytes:
-    """``payload`` as protobuf field ``field`` of wire type 2 (length-delimited): the key
-    ``field << 3 | 2`` and the length, each a base-128 varint, then the bytes (protobuf
-    encoding guide, "Length-Delimited Records")."""
-    out = bytearray()
-    for n in ((field << 3) | 2, len(payload)):
-        while n > 0x7F:
-            out.append((n & 0x7F) | 0x80)
-            n >>= 7
-        out.append(n)
-    return bytes(out) + payload
 
 
 def _update_statuses(err) -> list | None:
@@ -201,11 +189,11 @@ class Session:
         self.close()
 
     def write(self, updates: list) -> int:
-        """Send ``updates`` (``p4.v1.Update``) in WriteRequests of :data:`BATCH`, each acknowledged
-        before the next is sent.  Returns the updates written.  :class:`WriteRejected` when the
-        switch rejects updates (which ones, the server's status; its ``applied`` lists the
-        indexes in ``updates`` the switch did apply), SubcError for a lost primary role or a
-        broken connection (what was applied is then unknown).
+        """Send ``updates`` (``p4.v1.Update`` messages or their serializations) in WriteRequests of
+        :data:`BATCH`, each acknowledged before the next is sent.  Returns the updates written.
+        :class:`WriteRejected` when the switch rejects updates (which ones, the server's status;
+        its ``applied`` lists the indexes in ``updates`` the switch did apply), SubcError for a
+        lost primary role or a broken connection (what was applied is then unknown).
 
         A request is sent as the serialization of its other fields followed by each update's,
         framed as the ``updates`` field (protobuf encoding: a message's fields may come in any
@@ -234,7 +222,9 @@ class Session:
         field = pr.WriteRequest.DESCRIPTOR.fields_by_name["updates"].number
         for i in range(0, len(updates), BATCH):
             batch = updates[i : i + BATCH]
-            body = b"".join(length_delimited(field, u.SerializeToString()) for u in batch)
+            body = b"".join(
+                length_delimited(field, u if isinstance(u, bytes) else u.SerializeToString()) for u in batch
+            )
             try:
                 self.write_requests += 1
                 self._write(self._head + body)
@@ -256,9 +246,10 @@ class Session:
         bad = {k for k, _ in failed}
         lines = []
         for k, err in failed[:5]:
-            kind = pr.Update.Type.Name(batch[k].type)
+            u = pr.Update.FromString(batch[k]) if isinstance(batch[k], bytes) else batch[k]
+            kind = pr.Update.Type.Name(u.type)
             said = f"{code_pb2.Code.Name(err.canonical_code)} {err.message!r}" if err is not None else "no status"
-            lines.append(f"{kind} of {_describe(batch[k], self.index)}: {said}")
+            lines.append(f"{kind} of {_describe(u, self.index)}: {said}")
         more = f" (and {len(failed) - 5} more)" if len(failed) > 5 else ""
         applied = list(range(i)) + [i + k for k in range(len(batch)) if k not in bad] if known else None
         return WriteRejected(
