@@ -172,6 +172,7 @@ def main() -> None:
     ap.add_argument("--burst", type=int, default=1000)
     ap.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--bare", help=argparse.SUPPRESS)
+    ap.add_argument("--grace", type=float, default=0.05, help="the daemon's --grace (s)")
     a = ap.parse_args()
     levels = [int(x) for x in a.levels.split(",")]
     if a.client:
@@ -248,6 +249,8 @@ def main() -> None:
                 f"127.0.0.1:{PORT}",
                 "--metrics",
                 METRICS,
+                "--grace",
+                str(a.grace),
                 "--log-level",
                 "warning",
             ],
