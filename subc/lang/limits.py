@@ -19,10 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from lark.exceptions import UnexpectedInput
-
 from ..errors import Location, SubcError
-from .grammar_parser import as_tree, condition_depth, rule_parser
 
 _NESTERS = ("(", "not", "!")
 _LEAD = re.compile(r"(?:\s|(?:#|//)[^\n]*)*")
@@ -92,6 +89,12 @@ def check_rule_text(
 
 
 def _check_nesting(text: str, start: int, end: int, path: str, line_offset: int, limits: Limits) -> None:
+    # the grammar (Lark) only when a rule nests deep enough to need it: every command's start-up
+    # imports this module's Limits
+    from lark.exceptions import UnexpectedInput
+
+    from .grammar_parser import as_tree, condition_depth, rule_parser
+
     try:
         tree = rule_parser().parse(text[start:end])
     except UnexpectedInput:

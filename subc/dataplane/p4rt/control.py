@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...backends.p4.entries_doc import EntriesDoc, Entry
-from ...backends.p4.p4info import program_shape, shape_digest
+from ...backends.p4.p4info_shape import program_shape, shape_digest
 from ...errors import SubcError
 from .diagram import compare
 from .plan import UpdatePlan, plan_update, with_spare_root
