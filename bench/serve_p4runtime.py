@@ -33,6 +33,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -173,6 +174,7 @@ def main() -> None:
     ap.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--bare", help=argparse.SUPPRESS)
     ap.add_argument("--grace", type=float, default=0.05, help="the daemon's --grace (s)")
+    ap.add_argument("--daemon-log", help="the daemon's log (debug: every change's times) to this file")
     a = ap.parse_args()
     levels = [int(x) for x in a.levels.split(",")]
     if a.client:
@@ -252,15 +254,18 @@ def main() -> None:
                 "--grace",
                 str(a.grace),
                 "--log-level",
-                "warning",
+                "debug" if a.daemon_log else "warning",
             ],
             stderr=subprocess.PIPE,
             text=True,
         )
-        while not (line := daemon.stderr.readline()).startswith("serving on"):
+        while not (line := daemon.stderr.readline()).startswith("serving on") and "serving on" not in line:
             sys.stderr.write(line)
             if not line:
                 raise SystemExit(f"subc serve exited ({daemon.wait()})")
+        if a.daemon_log:  # drained into the file (a full pipe would stall the daemon)
+            log = open(a.daemon_log, "w")  # noqa: SIM115 - closed when the daemon's stderr ends
+            threading.Thread(target=lambda: (shutil.copyfileobj(daemon.stderr, log), log.close()), daemon=True).start()
         r = subprocess.run(
             [
                 "ip",

@@ -232,6 +232,7 @@ class Updater:
         the additions took first (their store rows are written).  Returns the additions made."""
         ops = [(p.region, lv.sid, +1) for p, lv in subs]
         ops += [(self.diagram.region(lv.condition), lv.sid, -1) for _, lv in unsubs]
+        t0 = time.perf_counter()
         try:
             self.broker.apply(ops)
             ok_subs, ok_unsubs = subs, unsubs
@@ -260,6 +261,7 @@ class Updater:
         self.work.set()
         if self.on_switch:
             eps = {}  # a switch port is no endpoint's own number: nothing to keep
+        applied = time.perf_counter()
         self.store.commit(
             [lv.stored() for _, lv in ok_subs],
             [lv.id for _, lv in ok_unsubs],
@@ -268,6 +270,14 @@ class Updater:
             topics=self.topics.changes() if self.topics is not None else None,
         )
         done = time.perf_counter()
+        event(
+            logging.DEBUG,
+            "change",
+            subscribes=len(ok_subs),
+            unsubscribes=len(ok_unsubs),
+            apply_ms=round((applied - t0) * 1e3, 3),
+            commit_ms=round((done - applied) * 1e3, 3),
+        )
         for p, lv in ok_subs:
             p.reply(f"SUBACK {lv.id}")
             self.metrics.suback.observe(done - p.t0)
