@@ -26,7 +26,8 @@ def test_string_literals_reach_outputs_only_as_numbers(example_spec, target):
     def outputs(strings):
         text = "".join(f'add_order.stock == "{s}" : fwd({i + 1});\n' for i, s in enumerate(strings))
         files, _ = target_files(compile_rules(parse_rules(text, example_spec, "inj.sub"), example_spec, target), "inj.sub")
-        return {name: re.sub(r"\d+", "0", body) for name, body in files.items()}
+        # numbers, and hex digests of numbers (states.jsonl's signatures: they cannot carry a payload)
+        return {name: re.sub(r"\d+", "0", re.sub(r"\b[0-9a-f]{32,64}\b", "H", body)) for name, body in files.items()}
 
     assert outputs(crafted) == outputs(plain)
 
