@@ -11,7 +11,8 @@ from ...compiler.driver import CompileResult
 from ...compiler.target import Target
 from ...errors import SubcError
 from ..backend import OutputOptions
-from .entries import bfrt_setup, bmv2_commands, dumps, entries_doc, report_json
+from ..output import TextStream
+from .entries import bfrt_setup_stream, bmv2_commands_stream, dumps_stream, entries_doc, report_json
 from .p4info import p4info_text
 from .program import render_program
 from .slots import slot_plan
@@ -49,17 +50,22 @@ class P4Backend:
         if res.ir.state is not None and res.target == Target.TOFINO:
             check_tofino_state(res, options.max_messages, options.overflow_port)
 
-    def outputs(self, res: CompileResult, options: OutputOptions) -> tuple[dict[str, str], dict[str, Any]]:
-        """(file name -> text, ``report.json`` document) of ``res`` (see the class docstring)."""
+    def outputs(self, res: CompileResult, options: OutputOptions) -> tuple[dict[str, str | TextStream], dict[str, Any]]:
+        """(file name -> text, ``report.json`` document) of ``res`` (see the class docstring);
+        with ``options.stream``, ``entries.json`` and the control-plane script are
+        :class:`~..output.TextStream` objects (built and written one after the other: a large rule
+        set's texts and the entries document are never all in memory at once)."""
         planned = slot_plan(res, options.max_messages, options.overflow_port) if res.spec.whole_program else None
         plan, reason = planned if planned is not None else (None, None)
         name, src = render_program(res, options.rules_path, options.max_messages, options.overflow_port, planned)
-        files = {name: src}
-        files["entries.json"] = dumps(entries_doc(res.pipeline, res.target, plan).to_json())
+        files: dict[str, str | TextStream] = {name: src}
+        pipe = res.pipeline
+        entries = dumps_stream(lambda: entries_doc(pipe, res.target, plan).to_json())
+        files["entries.json"] = entries if options.stream else str(entries)
         if res.spec.whole_program:
             files["p4info.txtpb"] = p4info_text(res, plan)
-        if res.target == Target.BMV2:
-            files["commands.txt"] = bmv2_commands(res.pipeline, plan)
-        else:
-            files["bfrt_setup.py"] = bfrt_setup(res.pipeline, plan=plan)
+        script = bmv2_commands_stream(pipe, plan) if res.target == Target.BMV2 else bfrt_setup_stream(pipe, plan=plan)
+        files["commands.txt" if res.target == Target.BMV2 else "bfrt_setup.py"] = (
+            script if options.stream else str(script)
+        )
         return files, report_json(res, plan, reason)
