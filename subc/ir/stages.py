@@ -30,7 +30,16 @@ from ..errors import SubcError
 from . import lowering
 from .aggregates import StatePlan, boundary_updates, is_state_field, leaf_count_masks
 from ..lang.ast import Rule, evaluate
-from .decisions import FWD, STATE_ATOMS, Decision, conflict_message, conflicting_pair, decide, default_decision_of
+from .decisions import (
+    FWD,
+    STATE_ATOMS,
+    Decision,
+    conflict_message,
+    conflicting_pair,
+    decide,
+    default_decision_of,
+    forwarding_ports,
+)
 from .slicing import Sliced
 from ..spec.model import QueryField, Spec
 
@@ -230,14 +239,19 @@ def build_ir(sliced: Sliced, rules: Sequence[Rule], spec: Spec, plan: StatePlan 
     used: dict[str, ActionSignature] = {}
     for leaf in sliced.leaves:
         atoms = leaf.atom_items if plan is None else tuple(a for a in leaf.atom_items if a[0] not in STATE_ATOMS)
-        pair = conflicting_pair(atoms)
-        if pair is not None:
-            raise _conflict_error(pair, leaf.example, rules)
-        d = decide(atoms, default)
+        ports = forwarding_ports(atoms)  # (most leaves: no conflict, the decision is the ports)
+        if ports is not None:
+            d = Decision(ports, None)
+        else:
+            pair = conflicting_pair(atoms)
+            if pair is not None:
+                raise _conflict_error(pair, leaf.example, rules)
+            d = decide(atoms, default)
         # a forwarding leaf's atoms are its ports' (decide: no other atom goes with a fwd)
         leaves.append(LeafDecision(leaf.state, d, None if d.ports else atoms, leaf.example))
         if d.ports:
-            used.setdefault(FWD, ActionSignature(FWD, (("port", PORT_WIDTH),)))
+            if FWD not in used:
+                used[FWD] = ActionSignature(FWD, (("port", PORT_WIDTH),))
             continue
         assert d.action is not None  # decide(): a decision that forwards nowhere has its action
         if d.action[0] in spec.actions:

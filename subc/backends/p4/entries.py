@@ -108,7 +108,7 @@ def entries_doc(pipe: Pipeline, target: str, plan=None) -> EntriesDoc:
         pipeline=tuple(
             Step(f"{CONTROL}.{s.table}", f"{CONTROL}.{s.on_miss}" if s.on_miss else None) for s in pipe.steps
         ),
-        tables=tuple(_table_doc(t) for t in pipe.tables),
+        tables=tuple(_table_doc(t) for t in pipe.tables) if plan is None else (),  # (a plan's: below)
         multicast_groups=tuple((g, tuple(p)) for g, p in sorted(pipe.mcast_groups.items())),
         state=state_doc(pipe) if pipe.state is not None else None,
     )
