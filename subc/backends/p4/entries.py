@@ -279,8 +279,9 @@ def bmv2_commands_stream(pipe: Pipeline, plan=None) -> TextStream:
         emit("// subc: simple_switch_CLI commands (run on a freshly started switch)\n")
         for t, names in _installed(pipe, plan, "bmv2"):
             tails = []  # what follows the table name, the same in every slot's copy
+            kinds = [k.match_kind for k in t.keys]
             for e in t.entries:
-                keys = [_format_match(BMV2_MATCH, k.match_kind, m) for k, m in zip(t.keys, e.match)]
+                keys = [_format_match(BMV2_MATCH, kind, m) for kind, m in zip(kinds, e.match)]
                 params = " ".join(str(v) for _, v in e.params)
                 prio = f" {top - e.priority}" if e.priority is not None else ""
                 tails.append(f" {e.action} {' '.join(keys)} => {params}{prio}".rstrip())
@@ -462,13 +463,6 @@ def _pretty(v, depth: int, emit: Callable[[str], object], memo: dict) -> None:
         # a list of one-line values met again at the same depth (the entries the message slots
         # share) is the same text
         hit = memo.get((id(v), depth))
-        if hit is not None:
-            emit(hit)
-            return
-        mine: list[str] = ["["]
-        for i, x in enumerate(v):
-            mine.append(("," if i else "") + pad)
-            _pretty(x, depth + 1, mine.append, memo)
-        mine.append("\n" + " " * depth + "]")
-        text = memo[(id(v), depth)] = "".join(mine)
-        emit(text)
+        if hit is None:  # each value on its own line, as _pretty at depth + 1 writes it
+            hit = memo[(id(v), depth)] = "[" + pad + ("," + pad).join(map(json.dumps, v)) + "\n" + " " * depth + "]"
+        emit(hit)
