@@ -8,10 +8,13 @@ compiles both for bmv2 with the same field order and state width (24 bits) and t
 
 * ``subc load A --p4runtime --config``: seconds (pipeline set, entries written with the spare
   root's copy, root last);
-* ``subc update B --p4runtime`` (one rule added) and then ``subc update A`` (that rule removed):
-  updates written (inserts, modifies, root, deletes) and seconds of each; the new root is written
-  into the spare root by difference;
-* ``subc verify B`` after the first and ``subc verify A`` after the second: must find no difference.
+* ``subc update B --p4runtime`` (one rule added) and then ``subc update A`` (that rule removed),
+  --repeat times: the process from start to exit, and the times it prints (live: the root write
+  acknowledged; done: the old entries deleted after the grace, the writer's record written), then
+  the same updates in this process with their phases (reading the record and the compiled state
+  index, planning, writing the record); medians in ms.  Every update must plan from the writer's
+  record (no table read back);
+* ``subc verify`` after the first of each: must find no difference.
 
 Without the switch it still reports the update's plan (updates it would write) from the two
 entries.json files.  ``python3 bench/p4runtime_update.py [--rules 100000] [--max-messages 1]``
@@ -22,7 +25,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,13 +48,68 @@ def run(*args: str) -> str:
     return r.stdout
 
 
+LIVE = re.compile(r"live after ([0-9.]+) ms, done after ([0-9.]+) s")
+
+
+def on_switch(w: Path, repeat: int) -> dict:
+    """Load A on simple_switch_grpc, then ``repeat`` times: update to B (one rule more) and back to
+    A, each with ``subc update`` (the process timed from start to exit, and the times it prints:
+    live = the root write acknowledged, done = the old entries deleted after the grace and the
+    record written) and once more in this process (:func:`~subc.dataplane.p4rt.control.update`,
+    its phases); verify after each direction.  Medians in ms."""
+    from subc.dataplane.p4rt.control import update, verify
+
+    run("p4c-bm2-ss", "-o", str(w / "a.json"), str(w / "a" / "subc.p4"))
+    env = dict(os.environ, SUBC_STATE_DIR=str(w / "state"))
+    os.environ["SUBC_STATE_DIR"] = env["SUBC_STATE_DIR"]
+    sw = subprocess.Popen(["simple_switch_grpc", "--no-p4", "--", "--grpc-server-addr", ADDR],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    out: dict = {}
+    try:
+        time.sleep(2)
+        t = time.perf_counter()
+        out["load_output"] = run(*SUBC, "load", str(w / "a"), "--p4runtime", ADDR, "--config",
+                                 str(w / "a.json")).strip()
+        out["load_s"] = round(time.perf_counter() - t, 2)
+        cli: dict[str, list] = {"process_ms": [], "live_ms": [], "done_ms": []}
+        inproc: dict[str, list] = {"live_ms": [], "done_ms": [], "read_ms": [], "plan_ms": [], "record_ms": []}
+        for i in range(repeat):
+            for name in ("b", "a"):
+                t = time.perf_counter()
+                said = run(*SUBC, "update", str(w / name), "--p4runtime", ADDR)
+                cli["process_ms"].append((time.perf_counter() - t) * 1000)
+                m = LIVE.search(said)
+                assert m and "planned from the writer's record" in said, said
+                cli["live_ms"].append(float(m.group(1)))
+                cli["done_ms"].append(float(m.group(2)) * 1000)
+                out[f"update_{name}_output"] = said.strip()
+                if i == 0:
+                    assert verify(str(w / name), ADDR) == [], name
+            for name in ("b", "a"):
+                t = time.perf_counter()
+                wr = update(str(w / name), ADDR)
+                inproc["done_ms"].append((time.perf_counter() - t) * 1000)
+                inproc["live_ms"].append(wr.live_s * 1000)
+                for k in ("read", "plan", "record"):
+                    inproc[f"{k}_ms"].append(wr.seconds[k] * 1000)
+        out["cli"] = {k: round(statistics.median(v), 1) for k, v in cli.items()}
+        out["in_process"] = {k: round(statistics.median(v), 1) for k, v in inproc.items()}
+        out["verify"] = run(*SUBC, "verify", str(w / "a"), "--p4runtime", ADDR).strip()
+    finally:
+        sw.terminate()
+        sw.wait()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rules", type=int, default=100_000)
     ap.add_argument("--symbols", type=int, default=2000)
     ap.add_argument("--ports", type=int, default=32)
     ap.add_argument("--max-messages", type=int, default=1, help="message slots of the program (1: smallest)")
+    ap.add_argument("--repeat", type=int, default=3, help="updates in each direction (medians reported)")
     args = ap.parse_args()
+    from subc.backends.p4.entries_doc import EntriesDoc
     from subc.dataplane.p4rt.plan import plan_update, with_spare_root
 
     out: dict = {"rules": args.rules, "max_messages": args.max_messages}
@@ -56,7 +117,8 @@ def main() -> None:
         w = Path(d)
         run(*SUBC, "gen", "itch", "--rules", str(args.rules), "--symbols", str(args.symbols), "--ports",
             str(args.ports), "-o", str(w / "a.sub"))
-        (w / "b.sub").write_text((w / "a.sub").read_text() + '\nadd_order.stock == "ZZZZ" and add_order.price > 10 : fwd(1);\n')
+        extra = '\nadd_order.stock == "ZZZZ" and add_order.price > 10 : fwd(1);\n'
+        (w / "b.sub").write_text((w / "a.sub").read_text() + extra)
         order = None
         for name in ("a", "b"):
             t = time.perf_counter()
@@ -67,9 +129,9 @@ def main() -> None:
             run(*cmd)
             out[f"compile_{name}_s"] = round(time.perf_counter() - t, 2)
             order = ",".join(json.loads((w / name / "entries.json").read_text())["field_order"])
-        a = json.loads((w / "a" / "entries.json").read_text())
-        b = json.loads((w / "b" / "entries.json").read_text())
-        out["entries"] = sum(len(t["entries"]) for t in a["tables"])
+        a = EntriesDoc.from_json(json.loads((w / "a" / "entries.json").read_text()))
+        b = EntriesDoc.from_json(json.loads((w / "b" / "entries.json").read_text()))
+        out["entries"] = sum(len(t.entries) for t in a.tables)
         t = time.perf_counter()
         plan = plan_update(with_spare_root(a), b)
         out["plan_s"] = round(time.perf_counter() - t, 2)
@@ -79,23 +141,7 @@ def main() -> None:
                        "group_inserts": len(plan.group_inserts), "group_deletes": len(plan.group_deletes),
                        "kept_states": plan.kept_states, "new_states": plan.new_states}
         if shutil.which("simple_switch_grpc") and shutil.which("p4c-bm2-ss"):
-            run("p4c-bm2-ss", "-o", str(w / "a.json"), str(w / "a" / "subc.p4"))
-            sw = subprocess.Popen(["simple_switch_grpc", "--no-p4", "--", "--grpc-server-addr", ADDR],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            try:
-                time.sleep(2)
-                t = time.perf_counter()
-                out["load_output"] = run(*SUBC, "load", str(w / "a"), "--p4runtime", ADDR, "--config",
-                                         str(w / "a.json")).strip()
-                out["load_s"] = round(time.perf_counter() - t, 2)
-                for name in ("b", "a"):
-                    t = time.perf_counter()
-                    out[f"update_{name}_output"] = run(*SUBC, "update", str(w / name), "--p4runtime", ADDR).strip()
-                    out[f"update_{name}_s"] = round(time.perf_counter() - t, 2)
-                    out[f"verify_{name}_output"] = run(*SUBC, "verify", str(w / name), "--p4runtime", ADDR).strip()
-            finally:
-                sw.terminate()
-                sw.wait()
+            out.update(on_switch(w, args.repeat))
     print(json.dumps(out))
 
 

@@ -1,13 +1,20 @@
 """Shared fixtures: paths to the example and the shared real ITCH sample; the Spark tests skip
-when there is no Java runtime."""
+when there is no Java runtime.  The P4Runtime writer's records of switches (``SUBC_STATE_DIR``)
+go to a temporary directory of the test run, removed at its end."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
+
+if "SUBC_STATE_DIR" not in os.environ:
+    os.environ["SUBC_STATE_DIR"] = tempfile.mkdtemp(prefix="subc-state-")
+    atexit.register(shutil.rmtree, os.environ["SUBC_STATE_DIR"], True)
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "itch"

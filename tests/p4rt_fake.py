@@ -25,6 +25,10 @@ class FakeSwitch:
         self.p4info = None
         self.errors: list[str] = []
         self.reject = None  # update -> True to reject it (RESOURCE_EXHAUSTED), the others applied
+        # strict: an update that is not valid for what the device holds is rejected (NOT_FOUND,
+        # ALREADY_EXISTS) and not applied, as BMv2 does, instead of failing the test
+        self.strict = False
+        self.wildcard_reads = 0  # ReadRequests for every table entry
         self.streams = 0  # stream channels opened (arbitration)
         self.lock = threading.Lock()
         outer = self
@@ -68,6 +72,10 @@ class FakeSwitch:
                             statuses.append(pr.Error(canonical_code=code_pb2.RESOURCE_EXHAUSTED,
                                                      message="rejected by the test"))
                             continue
+                        bad = outer.invalid(u) if outer.strict else None
+                        if bad is not None:
+                            statuses.append(pr.Error(canonical_code=bad, message="invalid for what is held"))
+                            continue
                         outer.apply(u)
                         statuses.append(pr.Error(canonical_code=code_pb2.OK))
                 if any(e.canonical_code != code_pb2.OK for e in statuses):
@@ -88,6 +96,7 @@ class FakeSwitch:
                         if ent.HasField("table_entry") and ent.table_entry.is_default_action:
                             rep.entities.add().table_entry.CopyFrom(outer.defaults[ent.table_entry.table_id])
                         elif ent.HasField("table_entry"):
+                            outer.wildcard_reads += 1
                             for te in outer.entries.values():
                                 rep.entities.add().table_entry.CopyFrom(te)
                         elif ent.HasField("packet_replication_engine_entry"):
@@ -103,6 +112,23 @@ class FakeSwitch:
     @property
     def addr(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def invalid(self, u) -> int | None:
+        """The ``google.rpc`` code a strict device rejects update ``u`` with, None when valid."""
+        from google.rpc import code_pb2
+        from p4.v1 import p4runtime_pb2 as pr
+
+        e = u.entity
+        if e.HasField("packet_replication_engine_entry"):
+            have = e.packet_replication_engine_entry.multicast_group_entry.multicast_group_id in self.groups
+        elif e.table_entry.is_default_action:
+            return None
+        else:
+            te = e.table_entry
+            have = (te.table_id, b"".join(m.SerializeToString() for m in te.match), te.priority) in self.entries
+        if u.type == pr.Update.INSERT:
+            return code_pb2.ALREADY_EXISTS if have else None
+        return None if have else code_pb2.NOT_FOUND
 
     def apply(self, u) -> None:
         from p4.v1 import p4runtime_pb2 as pr

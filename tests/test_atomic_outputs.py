@@ -82,7 +82,7 @@ def test_interrupted_compiles_leave_old_or_new_outputs(tmp_path):
         p.send_signal(sig)
         rc = p.wait()
         files = sorted(x.name for x in out.iterdir())
-        assert files == ["commands.txt", "entries.json", "p4info.txtpb", "report.json", "subc.p4"], files
+        assert files == ["commands.txt", "entries.json", "p4info.txtpb", "report.json", "states.jsonl", "subc.p4"], files
         total = json.loads((out / "report.json").read_text())["total_entries"]
         json.loads((out / "entries.json").read_text())
         assert total in (2, new_entries)

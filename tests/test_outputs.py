@@ -37,7 +37,7 @@ def test_files_present(compiled):
     target, out = compiled
     names = {p.name for p in out.iterdir()}
     extra = "commands.txt" if target == "bmv2" else "bfrt_setup.py"
-    assert names == {"subc.p4", "entries.json", "p4info.txtpb", "report.json", "bdd.dot", extra}
+    assert names == {"subc.p4", "entries.json", "states.jsonl", "p4info.txtpb", "report.json", "bdd.dot", extra}
     assert (out / "bdd.dot").read_text().startswith("digraph")
 
 

@@ -90,11 +90,11 @@ def _norm(doc: dict, p4info) -> tuple[dict, dict]:
 
 
 def _check(files: dict) -> None:
-    from subc.dataplane.p4rt.requests import P4InfoIndex, generation_entities, insert_updates, read_p4info
+    from subc.dataplane.p4rt.requests import P4InfoIndex, insert_updates, read_p4info
 
     doc = json.loads(files["entries.json"])
     p4info = read_p4info(files["p4info.txtpb"])
-    updates = insert_updates(generation_entities(EntriesDoc.from_json(doc), P4InfoIndex(p4info)))
+    updates = insert_updates(EntriesDoc.from_json(doc), P4InfoIndex(p4info))
     got, groups = decode(updates, p4info)
     want, want_groups = _norm(doc, p4info)
     key = lambda e: json.dumps(e, sort_keys=True)  # noqa: E731
@@ -162,3 +162,30 @@ def test_dont_care_fields_are_omitted_and_prefixes_masked():
                                                 "action": "go", "params": {"nope": 1}}))
     with pytest.raises(SubcError, match="not in the P4Info"):
         table_entry(idx, "C.u", Entry.from_json({"match": [], "action": "go"}))
+
+
+@settings(max_examples=200, deadline=None)
+@given(field=st.integers(1, 2**29 - 1), payloads=st.lists(st.binary(max_size=400), max_size=4))
+def test_length_delimited_frames_parse_as_the_repeated_field(field, payloads):
+    """A WriteRequest sent as its head and framed updates (Session.write) is the request the
+    library builds; and any field number and length frame as protobuf's own encoder does."""
+    from google.protobuf.internal import encoder
+    from p4.v1 import p4runtime_pb2 as pr
+
+    from subc.dataplane.p4rt.session import length_delimited
+
+    for p in payloads:
+        assert length_delimited(field, p) == encoder.TagBytes(field, 2) + encoder._VarintBytes(len(p)) + p
+    ups = []
+    for k, p in enumerate(payloads):
+        u = pr.Update(type=pr.Update.MODIFY)
+        u.entity.table_entry.table_id = k + 1
+        u.entity.table_entry.match.add(field_id=1).exact.value = p or b"\x00"
+        ups.append(u)
+    head = pr.WriteRequest(device_id=field)
+    head.election_id.low = 7
+    framed = head.SerializeToString() + b"".join(length_delimited(4, u.SerializeToString()) for u in ups)
+    want = pr.WriteRequest(device_id=field)
+    want.election_id.low = 7
+    want.updates.extend(ups)
+    assert pr.WriteRequest.FromString(framed) == want

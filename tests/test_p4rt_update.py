@@ -398,6 +398,7 @@ def test_updates_of_multi_message_programs_of_random_specs(data, form):
     from test_delivery_differential import RENDER, rule_sets
 
     from subc.spec.front_end import parse_spec
+    from subc.backends.p4.state_index import StateIndex
     from subc.dataplane.p4rt.plan import plan_update, with_spare_root
 
     model = data.draw(spec_models())
@@ -414,7 +415,10 @@ def test_updates_of_multi_message_programs_of_random_specs(data, form):
         assume(False)
     slots = data.draw(st.integers(1, 4))
     doc_a = json.loads(target_files(res_a, "a.sub", max_messages=slots)[0]["entries.json"])
-    doc_b = json.loads(target_files(res_b, "b.sub", max_messages=slots)[0]["entries.json"])
+    files_b = target_files(res_b, "b.sub", max_messages=slots)[0]
+    doc_b = json.loads(files_b["entries.json"])
+    # B as subc update reads it: the state index the compile wrote beside entries.json
+    index_b = StateIndex.from_bytes(files_b["states.jsonl"].encode())[0]
     assume("messages" in doc_a and "messages" in doc_b)
     try:
         plan = plan_update(typed(doc_a), typed(doc_b))
@@ -428,7 +432,10 @@ def test_updates_of_multi_message_programs_of_random_specs(data, form):
     want = {False: [reference_decision(rules_a, spec, p) for p in packets],
             True: [reference_decision(rules_b, spec, p) for p in packets]}
     held = with_spare_root(typed(doc_a)).to_json() if data.draw(st.booleans(), label="spare root") else doc_a
-    plan = plan_update(typed(held), typed(doc_b))
+    # what the switch holds as the writer's record keeps it (serialized and read back)
+    record = StateIndex.from_bytes(StateIndex.from_doc(typed(held)).to_bytes())[0]
+    assert record.to_doc() == StateIndex.from_doc(typed(held)).to_doc()
+    plan = plan_update(record, index_b)
     tables = {t["name"]: {_key(e): e for e in t["entries"]} for t in held["tables"]}
     groups = {g["group"]: g["ports"] for g in held["multicast_groups"]}
     rnd = random.Random(data.draw(st.integers(0, 2**32 - 1)))

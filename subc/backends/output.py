@@ -61,13 +61,38 @@ class TextStream:
 
     __slots__ = ("writer",)
 
-    def __init__(self, writer: Callable[[Callable[[str], object]], None]):
+    def __init__(self, writer: Callable[[Callable[[str], object]], object]):
         self.writer = writer
 
     def __str__(self) -> str:
         pieces: list[str] = []
         self.writer(pieces.append)
         return "".join(pieces)
+
+
+def counted(stream: TextStream) -> tuple[TextStream, Callable[[], int]]:
+    """``stream`` with the size in bytes (UTF-8) of its text counted as it is written, and a
+    function that gives that size (of the last writing; before any, the text is produced once
+    to count it)."""
+    sizes: list[int] = []
+
+    def write(emit: Callable[[str], object]) -> None:
+        n = 0
+
+        def out(piece: str) -> None:
+            nonlocal n
+            n += len(piece) if piece.isascii() else len(piece.encode())
+            emit(piece)
+
+        stream.writer(out)
+        sizes.append(n)
+
+    def size() -> int:
+        if not sizes:
+            sizes.append(len(str(stream).encode()))
+        return sizes[-1]
+
+    return TextStream(write), size
 
 
 def write_directory(dest: str | Path, files: Mapping[str, str | bytes | TextStream]) -> Path:

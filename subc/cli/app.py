@@ -143,6 +143,16 @@ def p4runtime_options(fn):
     )(fn)
 
 
+def record_option(fn):
+    """--record-dir: where ``subc load|update|verify --p4runtime`` keep their record of a switch."""
+    return click.option(
+        "--record-dir",
+        type=click.Path(file_okay=False),
+        help="--p4runtime: directory of the writer's record of each switch (default $SUBC_STATE_DIR/p4runtime, "
+        "else /var/lib/subc/p4runtime as root, else ~/.local/state/subc/p4runtime)",
+    )(fn)
+
+
 def one_of(iface: str | None, p4rt: str | None) -> None:
     """click.UsageError unless exactly one of --iface and --p4runtime is given."""
     if bool(iface) == bool(p4rt):

@@ -10,16 +10,24 @@ import time
 import click
 
 from ..errors import SubcError
-from .app import fail, main, one_of, p4runtime_options
+from .app import fail, main, one_of, p4runtime_options, record_option
 from .journal_cmds import DEFAULT_JOURNAL_PAGES, journal_options, run_service
 
 
-def p4rt_load(out_dir: str, p4rt: str, device_id: int, election_id: tuple[int, int], config: str | None) -> None:
+def p4rt_load(
+    out_dir: str,
+    p4rt: str,
+    device_id: int,
+    election_id: tuple[int, int],
+    config: str | None,
+    record_dir: str | None = None,
+) -> None:
+    """``subc load --p4runtime``: load ``out_dir`` on the switch, print what was written."""
     from ..dataplane.p4rt.control import load
 
     t = time.perf_counter()
     try:
-        w = load(out_dir, p4rt, device_id, election_id, config)
+        w = load(out_dir, p4rt, device_id, election_id, config, record_dir)
     except SubcError as e:
         fail(e)
     click.echo(
@@ -39,6 +47,7 @@ def p4rt_load(out_dir: str, p4rt: str, device_id: int, election_id: tuple[int, i
     help="--p4runtime: set the forwarding pipeline first, with OUT_DIR/p4info.txtpb and this device "
     "config (BMv2: the JSON p4c-bm2-ss writes for subc.p4)",
 )
+@record_option
 @click.option("--subscribers", type=click.Path(dir_okay=False, exists=True), help="subscribers file (TOML)")
 @click.option("--xdp-mode", type=click.Choice(["auto", "native", "generic"]), default="auto", show_default=True)
 @click.option(
@@ -90,6 +99,7 @@ def load_cmd(
     p4rt: str | None,
     device_id: int,
     election_id: tuple[int, int],
+    record_dir: str | None,
     config: str | None,
     subscribers: str | None,
     xdp_mode: str,
@@ -120,7 +130,7 @@ def load_cmd(
     if (state or retain or rerequest or soup or metrics) and not journal:
         fail(SubcError("--state, --retain, --rerequest, --soup and --metrics need --journal"))
     if p4rt:
-        p4rt_load(out_dir, p4rt, device_id, election_id, config)
+        p4rt_load(out_dir, p4rt, device_id, election_id, config, record_dir)
         return
     from ..dataplane.ebpf.broker import load
 
@@ -191,8 +201,15 @@ def unload_cmd(iface: str) -> None:
     show_default=True,
     help="--p4runtime: seconds between the root switch and deleting the old entries",
 )
+@record_option
 def update_cmd(
-    out_dir: str, iface: str | None, p4rt: str | None, device_id: int, election_id: tuple[int, int], grace: float
+    out_dir: str,
+    iface: str | None,
+    p4rt: str | None,
+    device_id: int,
+    election_id: tuple[int, int],
+    grace: float,
+    record_dir: str | None,
 ) -> None:
     """Swap in a recompiled rule set on IFACE under traffic (generation switch).
 
@@ -204,17 +221,19 @@ def update_cmd(
 
         t = time.perf_counter()
         try:
-            w = p4rt_update(out_dir, p4rt, device_id, election_id, grace)
+            w = p4rt_update(out_dir, p4rt, device_id, election_id, grace, record_dir)
         except SubcError as e:
             fail(e)
         p = w.plan
         assert p is not None  # update() planned what it wrote
+        source = "the writer's record" if w.source == "record" else w.source
         click.echo(
             f"{p4rt}: {out_dir} live; {'root switched, ' if p.root is not None else 'no change to the root, '}"
             f"{len(p.inserts)} entries inserted, {len(p.modifies)} modified and "
             f"{w.phases['spare_deletes'] + w.phases['deletes']} deleted, {w.phases['groups']} multicast groups "
             f"written and {w.phases['group_deletes']} deleted; "
-            f"{p.kept_states} states kept, {p.new_states} new; {time.perf_counter() - t:.2f} s"
+            f"{p.kept_states} states kept, {p.new_states} new; planned from {source}; live after "
+            f"{w.live_s * 1000:.1f} ms, done after {time.perf_counter() - t:.3f} s"
         )
         return
     from ..dataplane.ebpf.broker import update
@@ -259,16 +278,20 @@ def fanout_cmd(iface: str, interval: float, once: bool, idle: float) -> None:
 @main.command("verify")
 @click.argument("out_dir", type=click.Path(file_okay=False, exists=True))
 @p4runtime_options
-def verify_cmd(out_dir: str, p4rt: str | None, device_id: int, election_id: tuple[int, int]) -> None:
+@record_option
+def verify_cmd(
+    out_dir: str, p4rt: str | None, device_id: int, election_id: tuple[int, int], record_dir: str | None
+) -> None:
     """Read every entry of the switch back and compare it with OUT_DIR/entries.json (up to the
-    numbering of states and multicast groups that updates choose).  Exit status 1 when they
-    differ, each difference on a line."""
+    numbering of states and multicast groups that updates choose), and with the writer's record
+    of the switch (exactly; a record that differs is removed).  Exit status 1 when they differ,
+    each difference on a line."""
     from ..dataplane.p4rt.control import verify
 
     if not p4rt:
         raise click.UsageError("verify needs --p4runtime HOST:PORT")
     try:
-        diff = verify(out_dir, p4rt, device_id, election_id)
+        diff = verify(out_dir, p4rt, device_id, election_id, record_dir)
     except SubcError as e:
         fail(e)
     for line in diff:

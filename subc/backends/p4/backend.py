@@ -1,6 +1,7 @@
 """The P4 backend (:class:`~subc.backends.backend.Backend`) for BMv2 (v1model) and Tofino (TNA):
 the P4 program (:mod:`.program`), ``entries.json`` (:mod:`.entries`), the P4Info of a whole
-program (:mod:`.p4info`) and the control-plane script of the target (``commands.txt`` for
+program (:mod:`.p4info`) with the entries by state (``states.jsonl``, :mod:`.state_index`: what
+``subc update --p4runtime`` reads) and the control-plane script of the target (``commands.txt`` for
 ``simple_switch_CLI``, ``bfrt_setup.py`` for ``bfshell``)."""
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ from ...compiler.driver import CompileResult
 from ...compiler.target import Target
 from ...errors import SubcError
 from ..backend import OutputOptions
-from ..output import TextStream
+from ..output import TextStream, counted
 from .entries import bfrt_setup_stream, bmv2_commands_stream, dumps_stream, entries_doc, report_json
 from .p4info import p4info_text
 from .program import render_program
 from .slots import slot_plan
 from .state import tofino_problems
+from .state_index import STATES_FILE, states_file
 
 
 def check_tofino_state(res: CompileResult, max_messages: int, overflow_port: int | None) -> None:
@@ -52,18 +54,23 @@ class P4Backend:
 
     def outputs(self, res: CompileResult, options: OutputOptions) -> tuple[dict[str, str | TextStream], dict[str, Any]]:
         """(file name -> text, ``report.json`` document) of ``res`` (see the class docstring);
-        with ``options.stream``, ``entries.json`` and the control-plane script are
-        :class:`~..output.TextStream` objects (built and written one after the other: a large rule
-        set's texts and the entries document are never all in memory at once)."""
+        with ``options.stream``, ``entries.json``, ``states.jsonl`` and the control-plane script
+        are :class:`~..output.TextStream` objects, written one after the other (a large rule
+        set's texts are never all in memory at once; ``states.jsonl`` records the size of
+        ``entries.json``, counted as it is written)."""
         planned = slot_plan(res, options.max_messages, options.overflow_port) if res.spec.whole_program else None
         plan, reason = planned if planned is not None else (None, None)
         name, src = render_program(res, options.rules_path, options.max_messages, options.overflow_port, planned)
         files: dict[str, str | TextStream] = {name: src}
         pipe = res.pipeline
-        entries = dumps_stream(lambda: entries_doc(pipe, res.target, plan).to_json())
+        doc = entries_doc(pipe, res.target, plan)
+        entries, entries_size = counted(dumps_stream(doc.to_json))
         files["entries.json"] = entries if options.stream else str(entries)
         if res.spec.whole_program:
-            files["p4info.txtpb"] = p4info_text(res, plan)
+            files["p4info.txtpb"], shape = p4info_text(res, plan)
+            # the entries by state, for subc update --p4runtime (it reads the states it writes)
+            states = TextStream(lambda emit: emit(states_file(doc, entries_size(), shape).decode()))
+            files[STATES_FILE] = states if options.stream else str(states)
         script = bmv2_commands_stream(pipe, plan) if res.target == Target.BMV2 else bfrt_setup_stream(pipe, plan=plan)
         files["commands.txt" if res.target == Target.BMV2 else "bfrt_setup.py"] = (
             script if options.stream else str(script)

@@ -297,10 +297,37 @@ def p4info(cp: ControlPlane):
     return msg
 
 
-def p4info_text(res: CompileResult, plan: SlotPlan | None) -> str:
-    """``p4info.txtpb``: the P4Info of ``res``'s program in protobuf text format, with the header
-    p4c writes."""
+def p4info_text(res: CompileResult, plan: SlotPlan | None) -> tuple[str, str]:
+    """(``p4info.txtpb``: the P4Info of ``res``'s program in protobuf text format with the header
+    p4c writes, its :func:`shape_digest`)."""
     from google.protobuf import text_format
 
-    body = text_format.MessageToString(p4info(control_plane(res, plan)))
-    return "# proto-file: p4/config/v1/p4info.proto\n# proto-message: p4.config.v1.P4Info\n\n" + body
+    info = p4info(control_plane(res, plan))
+    body = text_format.MessageToString(info)
+    return "# proto-file: p4/config/v1/p4info.proto\n# proto-message: p4.config.v1.P4Info\n\n" + body, shape_digest(
+        info
+    )
+
+
+def program_shape(info) -> tuple[dict, dict]:
+    """(action name -> [(parameter, bits)], table name -> ([(key, bits, match type)], action ids))
+    of P4Info message ``info``: what a program's control plane writes against, its tables' sizes
+    aside (a compile sizes tables by its own entries)."""
+    acts = {a.preamble.name: [(p.name, p.bitwidth) for p in a.params] for a in info.actions}
+    tabs = {
+        t.preamble.name: (
+            [(f.name, f.bitwidth, f.match_type) for f in t.match_fields],
+            sorted(r.id for r in t.action_refs),
+        )
+        for t in info.tables
+    }
+    return acts, tabs
+
+
+def shape_digest(info) -> str:
+    """SHA-256 (hex) of :func:`program_shape` of ``info``: equal for two P4Infos a rule set can be
+    written against alike."""
+    import hashlib
+
+    acts, tabs = program_shape(info)
+    return hashlib.sha256(repr((sorted(acts.items()), sorted(tabs.items()))).encode()).hexdigest()

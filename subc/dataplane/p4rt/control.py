@@ -24,14 +24,33 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...backends.p4.entries_doc import EntriesDoc, Entry
+from ...backends.p4.p4info import program_shape, shape_digest
 from ...errors import SubcError
 from .diagram import compare
 from .plan import UpdatePlan, plan_update, with_spare_root
-from .readback import switch_document
-from .requests import P4InfoIndex, generation_entities, insert_updates, multicast_entry, read_p4info, table_entry
-from .session import Session
+from .readback import decode_action, switch_document
+from .record import (
+    SwitchRecord,
+    forget_record,
+    holding_differences,
+    program_digest,
+    read_record,
+    record_path,
+    write_record,
+)
+from .requests import P4InfoIndex, entry_update, group_update, insert_updates, read_p4info
+from .session import Session, WriteRejected
+from ...backends.p4.state_index import StateIndex, read_states
 
 GRACE = 0.05  # seconds between the root switch and the deletions
+
+
+def read_p4info_file(out_dir: str):
+    """The P4Info message of ``out_dir``'s ``p4info.txtpb``.  SubcError when it has none."""
+    try:
+        return read_p4info((Path(out_dir) / "p4info.txtpb").read_text())
+    except FileNotFoundError:
+        raise SubcError(f"{out_dir}: no p4info.txtpb: compile a whole program with --target bmv2 or tofino") from None
 
 
 def read_output(out_dir: str) -> tuple[EntriesDoc, object]:
@@ -53,22 +72,23 @@ def read_output(out_dir: str) -> tuple[EntriesDoc, object]:
         raise SubcError(f"{out_dir}/entries.json: {e}") from None
 
 
+def read_compiled(out_dir: str) -> tuple[StateIndex, str | None]:
+    """(the rule set by state, the shape digest of its P4Info or None) of a ``subc compile
+    --target bmv2|tofino`` directory: its ``states.jsonl`` (written beside entries.json,
+    :func:`~subc.backends.p4.state_index.states_file`) when it is there and entries.json has the
+    size it records, else entries.json's (indexed here).  SubcError as :func:`read_output`."""
+    got = read_states(out_dir)
+    if got is None:
+        doc, _ = read_output(out_dir)
+        return StateIndex.from_doc(doc, spares=False), None
+    index, header = got
+    return index, header.get("program_shape")
+
+
 def program_differences(switch_info, compiled_info) -> list[str]:
     """How the P4Info a switch runs differs from a compiled one, table sizes aside (a compile
     sizes tables by its own entries): tables, keys, actions and their parameters by name."""
-
-    def shape(info):
-        acts = {a.preamble.name: [(p.name, p.bitwidth) for p in a.params] for a in info.actions}
-        tabs = {
-            t.preamble.name: (
-                [(f.name, f.bitwidth, f.match_type) for f in t.match_fields],
-                sorted(r.id for r in t.action_refs),
-            )
-            for t in info.tables
-        }
-        return acts, tabs
-
-    (sa, st), (ca, ct) = shape(switch_info), shape(compiled_info)
+    (sa, st), (ca, ct) = program_shape(switch_info), program_shape(compiled_info)
     out = []
     for name in sorted(set(ct) - set(st)):
         out.append(f"table {name} is not on the switch")
@@ -86,7 +106,10 @@ def program_differences(switch_info, compiled_info) -> list[str]:
 
 
 def same_program(s: Session, info, out_dir: str) -> None:
-    """SubcError unless the switch of ``s`` runs the program of P4Info ``info`` (sizes aside)."""
+    """SubcError unless the switch of ``s`` runs the program of P4Info ``info`` (sizes aside;
+    ``info`` None: ``out_dir``'s p4info.txtpb)."""
+    if info is None:
+        info = read_p4info_file(out_dir)
     diff = program_differences(s.p4info, info)
     if diff:
         raise SubcError(
@@ -102,9 +125,9 @@ def root_update(index: P4InfoIndex, doc: EntriesDoc, root: int):
     from p4.v1 import p4runtime_pb2 as pr
 
     r = doc.root
-    te = table_entry(index, r.table, Entry((), None, r.action, {r.param: root}))
-    te.is_default_action = True
-    return pr.Update(type=pr.Update.MODIFY, entity=pr.Entity(table_entry=te))
+    u = entry_update(index, pr.Update.MODIFY, r.table, Entry((), None, r.action, {r.param: root}))
+    u.entity.table_entry.is_default_action = True
+    return u
 
 
 @dataclass
@@ -114,6 +137,11 @@ class Written:
     phases: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     plan: UpdatePlan | None = None
+    #: where the update learnt what the switch held: "record", or why it read the switch
+    source: str = "record"
+    #: seconds from the start of the update to the root write's acknowledgement (the new rule
+    #: set classifies every packet that starts after it)
+    live_s: float = 0.0
 
     @property
     def total(self) -> int:
@@ -127,12 +155,18 @@ def _phase(w: Written, s: Session, name: str, updates: list) -> None:
 
 
 def load(
-    out_dir: str, addr: str, device_id: int = 0, election_id: tuple[int, int] = (0, 1), config: str | None = None
+    out_dir: str,
+    addr: str,
+    device_id: int = 0,
+    election_id: tuple[int, int] = (0, 1),
+    config: str | None = None,
+    record_dir: str | None = None,
 ) -> Written:
     """Load ``out_dir`` on the switch at ``addr`` (with the spare root, room permitting); with
     ``config`` (the device config, BMv2's JSON) set the forwarding pipeline from it and
-    ``p4info.txtpb`` first.  SubcError when the switch
-    runs another program or already holds entries of its tables (use :func:`update`)."""
+    ``p4info.txtpb`` first; then write the switch's record in ``record_dir`` (:mod:`.record`).
+    SubcError when the switch runs another program or already holds entries of its tables (use
+    :func:`update`)."""
     doc, info = read_output(out_dir)
     cfg = (str(Path(out_dir) / "p4info.txtpb"), config) if config else None
     with Session(addr, device_id, election_id, cfg) as s:
@@ -144,13 +178,18 @@ def load(
                 f"{addr} already holds {held} entries of this program's tables: use subc update "
                 "--p4runtime, or --config to start from an empty pipeline"
             )
-        ents = generation_entities(_spared(s, doc), s.index)
-        ups = insert_updates(ents)
+        spared = _spared(s, doc)
+        ups = insert_updates(spared, s.index)
         n_groups = len(doc.multicast_groups)
-        w = Written()
+        path = record_path(addr, device_id, record_dir)
+        forget_record(path)
+        w = Written(source="load")
         _phase(w, s, "groups", ups[:n_groups])
         _phase(w, s, "entries", ups[n_groups:])
         _phase(w, s, "root", [root_update(s.index, doc, doc.initial_state)])
+        t = time.perf_counter()
+        write_record(path, SwitchRecord(addr, device_id, program_digest(s.p4info), StateIndex.from_doc(spared)))
+        w.seconds["record"] = time.perf_counter() - t
         return w
 
 
@@ -172,9 +211,9 @@ def read_switch(s: Session, skeleton: EntriesDoc) -> EntriesDoc:
     )
 
 
-def _check_room(s: Session, old: EntriesDoc, plan: UpdatePlan) -> None:
+def _check_room(s: Session, old: StateIndex, plan: UpdatePlan) -> None:
     sizes = {t.preamble.name: t.size for t in s.p4info.tables}
-    have = {t.name: len(t.entries) for t in old.tables}
+    have = old.table_sizes()
     adds: dict[str, int] = {}
     for t, _ in plan.inserts:
         adds[t] = adds.get(t, 0) + 1
@@ -189,76 +228,151 @@ def _check_room(s: Session, old: EntriesDoc, plan: UpdatePlan) -> None:
 
 
 def update(
-    out_dir: str, addr: str, device_id: int = 0, election_id: tuple[int, int] = (0, 1), grace: float = GRACE
+    out_dir: str,
+    addr: str,
+    device_id: int = 0,
+    election_id: tuple[int, int] = (0, 1),
+    grace: float = GRACE,
+    record_dir: str | None = None,
 ) -> Written:
     """Make the switch at ``addr`` run ``out_dir``'s rule set with the fewest writes, no packet
-    classified by a mix of the two (see the module docstring and :mod:`.plan`)."""
-    from p4.v1 import p4runtime_pb2 as pr
-
-    doc, info = read_output(out_dir)
+    classified by a mix of the two (see the module docstring and :mod:`.plan`), planned from the
+    writer's record of the switch (:mod:`.record`, in ``record_dir``) when it is there and the
+    switch runs its program from its root, else from what the switch holds (read back).  A write
+    the switch rejects makes the writer read the switch: an update planned from the record is
+    planned again from what was read (the record may have been wrong: another controller wrote);
+    a rejection of an update planned from the switch is raised (:class:`~.session.WriteRejected`)
+    after the record is rewritten from the switch.  ``out_dir``'s state index
+    (``states.jsonl``, :func:`read_compiled`) is read instead of its entries.json when present."""
+    start = time.perf_counter()
+    new, shape = read_compiled(out_dir)
+    doc = new.skeleton
     with Session(addr, device_id, election_id) as s:
-        same_program(s, info, out_dir)
-        old = read_switch(s, doc)
-        plan = plan_update(old, doc)
-        _check_room(s, old, plan)
-        w = Written(plan=plan)
-        ins = pr.Update.INSERT
-        _phase(
-            w,
-            s,
-            "groups",
-            [
-                pr.Update(type=ins, entity=pr.Entity(packet_replication_engine_entry=multicast_entry(g, ports)))
-                for g, ports in plan.group_inserts
-            ],
-        )
-        dele, mod = pr.Update.DELETE, pr.Update.MODIFY
-        _phase(
-            w,
-            s,
-            "spare_deletes",
-            [
-                pr.Update(type=dele, entity=pr.Entity(table_entry=table_entry(s.index, t, e)))
-                for t, e in plan.spare_deletes
-            ],
-        )
-        _phase(
-            w,
-            s,
-            "inserts",
-            [
-                pr.Update(type=kind, entity=pr.Entity(table_entry=table_entry(s.index, t, e)))
-                for kind, ups in ((ins, plan.inserts), (mod, plan.modifies))
-                for t, e in ups
-            ],
-        )
-        _phase(w, s, "root", [] if plan.root is None else [root_update(s.index, doc, plan.root)])
-        if plan.deletes or plan.group_deletes:
-            time.sleep(grace)
-        _phase(
-            w,
-            s,
-            "deletes",
-            [pr.Update(type=dele, entity=pr.Entity(table_entry=table_entry(s.index, t, e))) for t, e in plan.deletes],
-        )
-        gd = []
-        for g in plan.group_deletes:
-            e = pr.Entity()
-            e.packet_replication_engine_entry.multicast_group_entry.multicast_group_id = g
-            gd.append(pr.Update(type=dele, entity=e))
-        _phase(w, s, "group_deletes", gd)
+        if shape is None or shape != shape_digest(s.p4info):
+            same_program(s, None, out_dir)
+        path = record_path(addr, device_id, record_dir)
+        program = program_digest(s.p4info)
+        t = time.perf_counter()
+        old, source = _held(s, doc, path, program)
+        read_s = time.perf_counter() - t
+        try:
+            w = _write_update(s, new, old, grace, path, start)
+        except WriteRejected as e:
+            if source != "record":
+                write_record(path, SwitchRecord(addr, device_id, program, _read_index(s, doc)))
+                raise
+            # planned from the record: the switch may hold something else (another controller
+            # wrote); plan again from what it holds now
+            old = _read_index(s, doc)
+            source = f"the switch (a write planned from the record was rejected: {e})"
+            try:
+                w = _write_update(s, new, old, grace, path, start)
+            except WriteRejected:
+                write_record(path, SwitchRecord(addr, device_id, program, _read_index(s, doc)))
+                raise
+        assert w.plan is not None
+        w.source = source
+        w.seconds["read"] = read_s
+        t = time.perf_counter()
+        assert w.plan.held is not None
+        write_record(path, SwitchRecord(addr, device_id, program, w.plan.held))
+        w.seconds["record"] = time.perf_counter() - t
         return w
 
 
-def verify(out_dir: str, addr: str, device_id: int = 0, election_id: tuple[int, int] = (0, 1)) -> list[str]:
+def _read_index(s: Session, skeleton: EntriesDoc) -> StateIndex:
+    """What the switch of ``s`` holds (read back), by state."""
+    return StateIndex.from_doc(read_switch(s, skeleton))
+
+
+def _held(s: Session, doc: EntriesDoc, path: Path, program: str) -> tuple[StateIndex, str]:
+    """(what the switch holds, "record" or why it was read back): the record when it is of this
+    switch and program and the switch's root is the record's (one read), else the switch's entries."""
+    rec, why = read_record(path, s.addr, s.device_id, program)
+    if rec is not None:
+        _, params = decode_action(s.index, doc.root.table, s.default_entry(doc.root.table))
+        if params.get(doc.root.param) == rec.index.root:
+            return rec.index, "record"
+        why = f"the switch's root is state {params.get(doc.root.param)}, the record's {rec.index.root}"
+    return _read_index(s, doc), f"the switch ({why})"
+
+
+def _write_update(s: Session, new: StateIndex, old: StateIndex, grace: float, path: Path, start: float) -> Written:
+    """Plan the update from ``old`` to ``new`` and write it (the record removed before the first
+    write); ``start``: the update's start (``time.perf_counter``) for :attr:`Written.live_s`."""
+    from p4.v1 import p4runtime_pb2 as pr
+
+    t = time.perf_counter()
+    plan = plan_update(old, new)
+    doc = new.skeleton
+    _check_room(s, old, plan)
+    w = Written(plan=plan)
+    w.seconds["plan"] = time.perf_counter() - t
+    forget_record(path)
+    ins = pr.Update.INSERT
+    _phase(
+        w,
+        s,
+        "groups",
+        [group_update(ins, g, ports) for g, ports in plan.group_inserts],
+    )
+    dele, mod = pr.Update.DELETE, pr.Update.MODIFY
+    _phase(
+        w,
+        s,
+        "spare_deletes",
+        [entry_update(s.index, dele, t, e) for t, e in plan.spare_deletes],
+    )
+    _phase(
+        w,
+        s,
+        "inserts",
+        [
+            entry_update(s.index, kind, t, e)
+            for kind, ups in ((ins, plan.inserts), (mod, plan.modifies))
+            for t, e in ups
+        ],
+    )
+    _phase(w, s, "root", [] if plan.root is None else [root_update(s.index, doc, plan.root)])
+    w.live_s = time.perf_counter() - start
+    if plan.deletes or plan.group_deletes:
+        time.sleep(grace)
+    _phase(
+        w,
+        s,
+        "deletes",
+        [entry_update(s.index, dele, t, e) for t, e in plan.deletes],
+    )
+    _phase(w, s, "group_deletes", [group_update(dele, g) for g in plan.group_deletes])
+    return w
+
+
+def verify(
+    out_dir: str,
+    addr: str,
+    device_id: int = 0,
+    election_id: tuple[int, int] = (0, 1),
+    record_dir: str | None = None,
+) -> list[str]:
     """Differences between what the switch at ``addr`` holds and ``out_dir``'s entries.json (empty:
-    it classifies every packet as the rule set says).  Reads only (a backup session suffices)."""
+    it classifies every packet as the rule set says), and between it and the writer's record in
+    ``record_dir`` when there is one (a record that differs is removed: the next update reads the
+    switch).  Reads only (a backup session suffices)."""
     doc, info = read_output(out_dir)
     with Session(addr, device_id, election_id, read_only=True) as s:
         diff = program_differences(s.p4info, info)
         if diff:
             return [f"the switch runs another program: {d}" for d in diff]
-        return compare(read_switch(s, doc), doc)
+        held = read_switch(s, doc)
+        out = compare(held, doc)
+        path = record_path(addr, device_id, record_dir)
+        rec, _ = read_record(path, addr, device_id, program_digest(s.p4info))
+        if rec is not None:
+            wrong = holding_differences(held, rec.index.to_doc())
+            if wrong:
+                forget_record(path)
+                out += [f"the writer's record {path} differs from the switch (removed): {d}" for d in wrong]
+        return out
 
 
 def stats(addr: str, device_id: int = 0, election_id: tuple[int, int] = (0, 1)) -> dict:

@@ -14,48 +14,10 @@ equal matches are equal, as P4Runtime reads them back (section 9.1.1).
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass
 
-from ...backends.p4.entries_doc import Entry, EntriesDoc, Key, Match, TableDoc
-from ...errors import SubcError
-
-STATE_KEY = re.compile(r"(^|\.)subc_(s\d+_)?state$")
-#: the action whose ``group`` parameter names a multicast group (single-message programs)
-GROUP_ACTION = ("subc_mcast", "group")
-DEAD = 0  # the dead state: no entries, every table's miss leads there
-Node = tuple  # (field stage, state): state numbers are per stage
-
-
-def stage_of(doc: EntriesDoc, table: TableDoc) -> int:
-    """The field stage of ``table``: the index of its field in the document's field order (0 for a
-    table with no field: the leaf table keyed by the root state alone)."""
-    return doc.field_order.index(table.field) if table.field else 0
-
-
-def state_key_index(table: TableDoc) -> int | None:
-    """Position of the state key among ``table``'s keys, or None."""
-    for i, k in enumerate(table.keys):
-        if STATE_KEY.search(k.name):
-            return i
-    return None
-
-
-def canonical_match(m: Match, bits: int) -> tuple:
-    """A hashable form of match element ``m`` of a ``bits``-bit key in which equal
-    matches are equal: lpm values masked to their prefix, ternary values to their mask, a
-    whole-field range, lpm /0 and ternary mask 0 all ``('any',)`` (as P4Runtime omits them)."""
-    top = (1 << bits) - 1
-    if m.kind == "exact":
-        return ("exact", m.a)
-    if m.kind == "range":
-        return ("any",) if (m.a, m.b) == (0, top) else ("range", m.a, m.b)
-    if m.kind == "lpm":
-        v, plen = m.a, m.b
-        return ("any",) if plen == 0 else ("lpm", v & (top ^ ((1 << (bits - plen)) - 1)), plen)
-    if m.kind == "ternary":
-        return ("any",) if m.b == 0 else ("ternary", m.a & m.b, m.b)
-    raise SubcError(f"unknown match element {m}")
+from ...backends.p4.entries_doc import Entry, EntriesDoc, Key, Match
+from ...backends.p4.state_index import DEAD, GROUP_ACTION, Node, canonical_match, stage_of, state_key_index
 
 
 @dataclass

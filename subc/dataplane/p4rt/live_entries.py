@@ -45,7 +45,7 @@ from ...ir import lowering
 from ...ir.live_nodes import exact_miss, is_dead
 from ...backends.p4.entries_doc import ActionCall, EntriesDoc, Entry, Match
 from ...backends.p4.tables import FALLBACK_PRIORITY, SPECIFIC_PRIORITY
-from .requests import multicast_entry, table_entry
+from .requests import entry_update, group_update
 
 MAX_GROUP = 0xFFFF
 
@@ -299,28 +299,11 @@ class LiveEntries:
                     marked.append((lv, state))
                     (self.written.add if op == "INSERT" else self.written.discard)((lv, state))
         old_ports = {g: ports for ports, g in saved[0].items()}
-        updates = [
-            pr.Update(
-                type=pr.Update.INSERT, entity=pr.Entity(packet_replication_engine_entry=multicast_entry(g, list(ports)))
-            )
-            for g, ports in new_groups
-        ]
-        inverse = [
-            pr.Update(type=pr.Update.DELETE, entity=pr.Entity(packet_replication_engine_entry=multicast_entry(g, [])))
-            for g, _ in new_groups
-        ] + inverse
+        updates = [group_update(pr.Update.INSERT, g, list(ports)) for g, ports in new_groups]
+        inverse = [group_update(pr.Update.DELETE, g) for g, _ in new_groups] + inverse
         updates += entries
-        updates += [
-            pr.Update(type=pr.Update.DELETE, entity=pr.Entity(packet_replication_engine_entry=multicast_entry(g, [])))
-            for g in dead
-        ]
-        inverse += [
-            pr.Update(
-                type=pr.Update.INSERT,
-                entity=pr.Entity(packet_replication_engine_entry=multicast_entry(g, list(old_ports[g]))),
-            )
-            for g in dead
-        ]
+        updates += [group_update(pr.Update.DELETE, g) for g in dead]
+        inverse += [group_update(pr.Update.INSERT, g, list(old_ports[g])) for g in dead]
         try:
             self.s.write(updates)
         except SubcError as e:
@@ -342,13 +325,7 @@ class LiveEntries:
         """One update of ``kind`` of entry ``e`` per table of ``names`` (DELETEs without action)."""
         from p4.v1 import p4runtime_pb2 as pr
 
-        out = []
-        for name in names:
-            te = table_entry(self.s.index, name, e)
-            if kind == pr.Update.DELETE:
-                te.ClearField("action")
-            out.append(pr.Update(type=kind, entity=pr.Entity(table_entry=te)))
-        return out
+        return [entry_update(self.s.index, kind, name, e, action=kind != pr.Update.DELETE) for name in names]
 
     @staticmethod
     def _named(action: tuple, group_of: dict) -> tuple:

@@ -22,7 +22,7 @@ from ...errors import SubcError
 from .control import read_output, root_update, same_program
 from .live_entries import Inherited, LiveEntries
 from .readback import decode_action, decode_entry
-from .requests import multicast_entry, table_entry
+from .requests import entry_update, group_update
 from .session import Session
 
 LEAF_STATES = 1 << 24  # the diagram's leaves have no entries of their own on a switch
@@ -97,19 +97,12 @@ class SwitchPlane:
         s, w = self.session, self.writer
         ups = []
         for name, e in inh.entries:
-            te = table_entry(s.index, name, e)
-            te.ClearField("action")
-            ups.append(pr.Update(type=pr.Update.DELETE, entity=pr.Entity(table_entry=te)))
+            ups.append(entry_update(s.index, pr.Update.DELETE, name, e, action=False))
             w.held[name] -= 1
         keep = set(w.groups.values()) | {g for g, _ in self._fixed_groups()}
         for g in s.multicast_groups():
             if g.multicast_group_id not in keep:
-                ups.append(
-                    pr.Update(
-                        type=pr.Update.DELETE,
-                        entity=pr.Entity(packet_replication_engine_entry=multicast_entry(g.multicast_group_id, [])),
-                    )
-                )
+                ups.append(group_update(pr.Update.DELETE, g.multicast_group_id))
         if ups:
             s.write(ups)
         inh.entries.clear()
@@ -155,20 +148,12 @@ def open_switch(
         groups = {g.multicast_group_id for g in s.multicast_groups()}
         for g, ports in doc.multicast_groups if doc.messages else ():
             if g not in groups:
-                ups.append(
-                    pr.Update(
-                        type=pr.Update.INSERT,
-                        entity=pr.Entity(packet_replication_engine_entry=multicast_entry(g, ports)),
-                    )
-                )
+                ups.append(group_update(pr.Update.INSERT, g, ports))
             writer.next_group = max(writer.next_group, g + 1)
         for t in doc.tables:
             if t.name in live_tables or held.get(t.name):
                 continue
-            for e in t.entries:
-                ups.append(
-                    pr.Update(type=pr.Update.INSERT, entity=pr.Entity(table_entry=table_entry(s.index, t.name, e)))
-                )
+            ups += [entry_update(s.index, pr.Update.INSERT, t.name, e) for e in t.entries]
         if not adopted:
             ups.append(root_update(s.index, doc, 0))  # nothing is delivered until the first change
         if ups:

@@ -1,15 +1,17 @@
 """Generation-safe P4Runtime updates: what to write so that a switch running one rule set's
 entries runs another's, without a packet ever classified by a mix of the two.
 
-Both rule sets are ``entries.json`` documents (the loaded one as read back from the switch,
-:mod:`.readback`).  Their tables are keyed by a *state* (the metadata field ``subc_state``, one
+Both rule sets are :class:`~.state_index.StateIndex` es (the loaded one the writer's record of the
+switch, :mod:`.record`, or read back from it, :mod:`.readback`; the new one compiled), and the
+plan reads the entries of the states it writes or deletes only: its work is proportional to the
+change, not to the rule set.  Their tables are keyed by a *state* (the metadata field ``subc_state``, one
 per message slot in the multi-message program) and every stage's actions set the next state, so
 the entries form a diagram from the root state, which the program reads from the default action
 of the keyless table ``subc_root`` (entries.json ``root``).  The update:
 
-1. gives every state a *signature* (:class:`.diagram.Diagram`): a hash of its entries with the next states replaced by
-   their signatures and multicast groups by their port sets (bottom-up; states of equal
-   signature classify every packet alike);
+1. gives every state a *signature* (:class:`.state_index.StateIndex`): a hash of its entries
+   with the next states replaced by their signatures and multicast groups by their port sets
+   (bottom-up; states of equal signature classify every packet alike);
 2. numbers the new rule set's states: a state whose signature the switch already holds keeps the
    switch's number (its entries are already there, nothing is written), any other state takes a
    number no loaded state uses (the state field has a spare bit, ``subc compile``);
@@ -44,9 +46,20 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
+
 from ...backends.p4.entries_doc import Entry, EntriesDoc, Match
 from ...errors import SubcError
-from .diagram import DEAD, GROUP_ACTION, Diagram, Node, rows, stage_of, state_key_index
+from ...backends.p4.state_index import (
+    DEAD,
+    GROUP_ACTION,
+    Node,
+    NodeInfo,
+    StateIndex,
+    canonical_match,
+    json_line,
+    stage_of,
+    state_key_index,
+)
 
 
 @dataclass
@@ -54,8 +67,9 @@ class UpdatePlan:
     """The phases of an update (see the module docstring):
     ``group_inserts`` ((group, ports)); ``spare_deletes``, ``inserts``, ``modifies`` (before
     the root switch) and ``deletes`` (after it) as (table, entry); ``root`` (the new root state,
-    or None when it stays), ``group_deletes`` (group ids); ``doc`` is the new rule set as the
-    switch will hold it (renumbered states and groups), beside the ``spare`` root's entries."""
+    or None when it stays), ``group_deletes`` (group ids); ``held``: what the switch holds once
+    the plan is written (the new rule set in the switch's numbering of states and groups, and the
+    ``spare`` root's entries)."""
 
     group_inserts: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)
     spare_deletes: list[tuple[str, Entry]] = field(default_factory=list)
@@ -64,7 +78,7 @@ class UpdatePlan:
     root: int | None = None
     deletes: list[tuple[str, Entry]] = field(default_factory=list)
     group_deletes: list[int] = field(default_factory=list)
-    doc: EntriesDoc | None = None
+    held: StateIndex | None = None
     kept_states: int = 0
     new_states: int = 0
     spare: int | None = None  # the spare root state after the update (its entries stay on the switch)
@@ -81,6 +95,12 @@ class UpdatePlan:
             + len(self.deletes)
             + len(self.group_deletes)
         )
+
+    @property
+    def doc(self) -> EntriesDoc:
+        """The new rule set as the switch holds it (its numbering), the spare root's entries aside."""
+        assert self.held is not None, "a plan made by plan_update"
+        return self.held.to_doc(without=None if self.spare is None else (0, self.spare))
 
 
 def _check_same_program(old: EntriesDoc, new: EntriesDoc) -> None:
@@ -134,44 +154,175 @@ def _check_same_program(old: EntriesDoc, new: EntriesDoc) -> None:
             )
 
 
-def plan_update(old: EntriesDoc, new: EntriesDoc) -> UpdatePlan:
-    """The update from ``old`` (entries.json as the switch holds it) to ``new`` (as compiled).
+def plan_update(old: EntriesDoc | StateIndex, new: EntriesDoc | StateIndex) -> UpdatePlan:
+    """The update from ``old`` (what the switch holds) to ``new`` (as compiled), each an
+    entries.json document or its :class:`~.state_index.StateIndex`.
 
     Raises SubcError when ``new`` needs another program (a table, key or default action that
     differs), a change to a table not keyed by state, or more states than the state field of
     the loaded program holds beside the loaded ones."""
-    _check_same_program(old, new)
-    od = Diagram(old)
-    spares = od.spare_roots()
+    o = old if isinstance(old, StateIndex) else StateIndex.from_doc(old)
+    n = new if isinstance(new, StateIndex) else StateIndex.from_doc(new, spares=False)
+    _check_same_program(o.skeleton, n.skeleton)
+    spares = o.spare_roots()
     # the spare: the earlier root with the most entries (their children may be gone: no signature)
-    spare = max(spares, key=lambda n: (len(od.by_state[n]), -n[1]), default=None)
+    spare = max(spares, key=lambda x: (sum(o.nodes[x].counts.values()), -x[1]), default=None)
     plan = UpdatePlan()
-    group_map = _number_groups(od, new, plan)
-    # the new rule set with the loaded group ids
-    remapped = replace(
-        new,
-        tables=tuple(replace(t, entries=tuple(_map_groups(e, group_map) for e in t.entries)) for t in new.tables),
-        multicast_groups=tuple((group_map[g], p) for g, p in sorted(new.groups.items())),
+    group_map = _number_groups(o, n, plan)
+    number, target = _number_states(o, n, spares, spare, plan)
+    new_root = n.root if n.root == DEAD else number[(0, n.root)]
+    switching = new_root != o.root
+    plan.root = new_root if switching else None
+    plan.spare = o.root if switching else (spare[1] if spare else None)
+    renumber = _Renumber(n, number, group_map)
+    held_nodes: dict[Node, NodeInfo] = {}
+    held_lines: dict[Node, bytes] = {}
+    for node, num in number.items():
+        k = node[0]
+        info = n.nodes.get(node)
+        if info is None:  # a state without entries: nothing to write
+            continue
+        mine = (k, num)
+        if mine in o.nodes and mine != target:  # kept: the switch holds its entries
+            _check_kept(o, n, node, mine, number)
+            held_nodes[mine] = o.nodes[mine]
+            held_lines[mine] = o.line(mine)
+            continue
+        ents = renumber.node(node)
+        held_nodes[mine] = NodeInfo(info.sig, tuple(renumber.state(k + 1, c) for c in info.children), info.counts)
+        held_lines[mine] = json_line(ents)
+        if mine == target:
+            _rewrite_spare(o, target, ents, plan)
+        else:
+            plan.inserts += [(t, Entry.from_json(e)) for t, es in ents.items() for e in es]
+    shared = {t: tuple(renumber.entry(e) for e in es) for t, es in n.shared.items()}
+    _shared_differences(o, shared, plan)
+    keep = set(held_nodes) | ({(0, plan.spare)} if plan.spare is not None else set())
+    for node in sorted(o.nodes):
+        if node not in keep:
+            plan.deletes += [(t, e) for t, es in o.entries(node).items() for e in es]
+    if plan.spare is not None and (0, plan.spare) not in held_nodes:
+        sp = (0, plan.spare)
+        held_nodes[sp] = replace(o.nodes[sp], sig=None)
+        held_lines[sp] = o.line(sp)
+    skeleton = replace(
+        n.skeleton,
+        initial_state=new_root,
+        multicast_groups=tuple((group_map[g], p) for g, p in sorted(n.groups.items())),
     )
-    nd = Diagram(remapped)
-    number, target = _number_states(od, nd, spares, spare, old.state_width, plan)
-    renum = _renumber(remapped, number)
-    plan.doc = renum
-    _differences(old, renum, od, nd, target, spare, plan)
-    switching = renum.initial_state != old.initial_state
-    plan.root = renum.initial_state if switching else None
-    plan.spare = od.root if switching else (spare[1] if spare else None)
+    plan.held = StateIndex(skeleton, held_nodes, shared, lines=held_lines)
     return plan
 
 
-def _number_groups(od: Diagram, new: EntriesDoc, plan: UpdatePlan) -> dict[int, int]:
+class _Renumber:
+    """The new rule set's entries in the switch's numbering of states and groups (a state's
+    entries in their entries.json form: :meth:`node` need not make :class:`Entry` objects)."""
+
+    def __init__(self, n: StateIndex, number: dict[Node, int], group_map: dict[int, int]):
+        self.n, self.number, self.group_map = n, number, group_map
+
+    def state(self, k: int, s: int) -> int:
+        return s if s == DEAD else self.number[(k, s)]
+
+    def entry(self, e: Entry) -> Entry:
+        """Entry ``e`` of a table keyed by no state, its multicast group renumbered."""
+        if e.action != GROUP_ACTION[0]:
+            return e
+        group = self.group_map[e.params[GROUP_ACTION[1]]]
+        return Entry(e.match, e.priority, e.action, {**e.params, GROUP_ACTION[1]: group})
+
+    def node(self, node: Node) -> dict[str, list[dict]]:
+        """Table -> entries (JSON) of the new rule set's ``node``, renumbered."""
+        k = node[0]
+        out = {}
+        for t, es in self.n.raw(node).items():
+            i = self.n.state_at[t]
+            assert i is not None
+            res = []
+            for e in es:
+                match = list(e["match"])
+                match[i] = {"exact": self.state(k, match[i]["exact"])}
+                params = e["params"]
+                if "next_state" in params:
+                    params = {**params, "next_state": self.state(k + 1, params["next_state"])}
+                if e["action"] == GROUP_ACTION[0]:
+                    params = {**params, GROUP_ACTION[1]: self.group_map[params[GROUP_ACTION[1]]]}
+                res.append({**e, "match": match, "params": params})
+            out[t] = res
+        return out
+
+
+def _key(index: StateIndex, table: str, e: Entry) -> tuple:
+    """The canonical match (and priority) of entry ``e`` of ``table``: equal for equal matches."""
+    return tuple(canonical_match(m, b) for m, b in zip(e.match, index.tables[table].bits)), e.priority
+
+
+def _raw_key(index: StateIndex, table: str, e: dict) -> tuple:
+    """:func:`_key` of an entry in its JSON form (exact matches read as they are)."""
+    if index.exact_only[table]:
+        return tuple(m["exact"] for m in e["match"]), e.get("priority")
+    return _key(index, table, Entry.from_json(e))
+
+
+def _check_kept(o: StateIndex, n: StateIndex, node: Node, mine: Node, number: dict[Node, int]) -> None:
+    """SubcError unless the switch's node ``mine``, kept for the new ``node`` of equal signature,
+    leads where the new numbering puts ``node``'s children (it does unless the switch holds two
+    states of one signature)."""
+    k = node[0]
+    want = sorted(c if c == DEAD else number[(k + 1, c)] for c in n.nodes[node].children)
+    if sorted(o.nodes[mine].children) != want:
+        raise SubcError(
+            f"state {mine[1]} of stage {k} on the switch leads to states {sorted(set(o.nodes[mine].children))} "
+            f"where the update would lead to {sorted(set(want))} (the switch holds two states of one "
+            "signature): that cannot be switched atomically; reload the switch (subc load --config)"
+        )
+
+
+def _rewrite_spare(o: StateIndex, target: Node, ents: dict[str, list[dict]], plan: UpdatePlan) -> None:
+    """The writes that turn the spare root's entries into the new root's ``ents`` (JSON): DELETE
+    what it has and the new root lacks (before the inserts), INSERT what is new, MODIFY what
+    changed."""
+    have = {(t, _raw_key(o, t, e)): e for t, es in o.raw(target).items() for e in es}
+    seen = set()
+    for t, es in ents.items():
+        for e in es:
+            key = (t, _raw_key(o, t, e))
+            seen.add(key)
+            old = have.get(key)
+            if old is None:
+                plan.inserts.append((t, Entry.from_json(e)))
+            elif (old["action"], old["params"]) != (e["action"], e["params"]):
+                plan.modifies.append((t, Entry.from_json(e)))
+    plan.spare_deletes += [(t, Entry.from_json(e)) for (t, k), e in have.items() if (t, k) not in seen]
+
+
+def _shared_differences(o: StateIndex, shared: dict[str, tuple[Entry, ...]], plan: UpdatePlan) -> None:
+    """Entries of the tables keyed by no state: the new ones inserted, the gone ones deleted;
+    SubcError for one whose action changes (both rule sets use it: it cannot be switched)."""
+    for t in sorted(set(shared) | set(o.shared)):
+        have = {_key(o, t, e): e for e in o.shared.get(t, ())}
+        want = {_key(o, t, e): e for e in shared.get(t, ())}
+        for key, e in want.items():
+            old = have.get(key)
+            if old is None:
+                plan.inserts.append((t, e))
+            elif (old.action, old.params) != (e.action, e.params):
+                raise SubcError(
+                    f"table {t} is shared by both rule sets and the update changes its entry {list(key[0])} "
+                    f"from {old.action}{dict(old.params)} to {e.action}{dict(e.params)}: that cannot be "
+                    "switched atomically; reload the switch (subc load --config)"
+                )
+        plan.deletes += [(t, e) for key, e in have.items() if key not in want]
+
+
+def _number_groups(o: StateIndex, n: StateIndex, plan: UpdatePlan) -> dict[int, int]:
     """New group id -> the id on the switch: the loaded id of a port set the switch has, a free
     id for the others (inserted); the loaded groups no port set keeps are deleted."""
-    old_ids = {ports: gid for gid, ports in od.groups.items()}
-    used_ids = set(od.groups)
+    old_ids = {ports: gid for gid, ports in o.groups.items()}
+    used_ids = set(o.groups)
     group_map: dict[int, int] = {}
     next_id = 1
-    for gid, ports in sorted(new.groups.items()):
+    for gid, ports in sorted(n.groups.items()):
         if ports in old_ids:
             group_map[gid] = old_ids[ports]
             continue
@@ -181,100 +332,63 @@ def _number_groups(od: Diagram, new: EntriesDoc, plan: UpdatePlan) -> dict[int, 
         used_ids.add(next_id)
         plan.group_inserts.append((next_id, ports))
     kept_groups = set(group_map.values())
-    plan.group_deletes = sorted(g for g in od.groups if g not in kept_groups)
+    plan.group_deletes = sorted(g for g in o.groups if g not in kept_groups)
     return group_map
 
 
 def _number_states(
-    od: Diagram, nd: Diagram, spares: list[Node], spare: Node | None, width: int, plan: UpdatePlan
+    o: StateIndex, n: StateIndex, spares: list[Node], spare: Node | None, plan: UpdatePlan
 ) -> tuple[dict[Node, int], Node | None]:
     """(new node -> state number on the switch, the spare when the new root is written into it):
     kept where the switch holds the node's signature, the spare for a new root, else a number no
-    loaded state of its stage uses (SubcError when the ``width``-bit state field has none left)."""
-    every = od.reachable() | od.states()
-    by_sig = {(n[0], od.signature(n)): n[1] for n in sorted(every - set(spares))}
+    loaded state of its stage uses (SubcError when the state field has none left)."""
+    width = o.skeleton.state_width
+    every = o.reachable() | set(o.nodes) | {(0, o.root)}
+    skip = set(spares)
+    by_sig = {(x[0], o.signature(x)): x[1] for x in sorted(every - skip)}
     number: dict[Node, int] = {}
     taken: dict[int, set[int]] = {}
     for k, s in every:
         taken.setdefault(k, set()).add(s)
     free: dict[int, Iterator[int]] = {}
     target: Node | None = None
-    for node in sorted(nd.reachable() | nd.states()):
+    for node in sorted(n.reachable() | set(n.nodes)):
         k, s = node
         if s == DEAD:
             continue
-        sig = (k, nd.signature(node))
+        sig = (k, n.signature(node))
         if sig in by_sig:
             number[node] = by_sig[sig]
             plan.kept_states += 1
             continue
-        if node == (0, nd.root) and spare is not None:
+        if node == (0, n.root) and spare is not None:
             number[node], target = spare[1], spare
             plan.new_states += 1
             continue
         if k not in free:
             used = taken.get(k, set())
-            free[k] = (n for n in range(1, 1 << width) if n not in used)
-        n = next(free[k], None)
-        if n is None:
+            free[k] = (x for x in range(1, 1 << width) if x not in used)
+        x = next(free[k], None)
+        if x is None:
             raise SubcError(
                 f"the new rule set needs more states at stage {k} than the loaded program's {width}-bit "
                 f"state field holds beside the {len(taken.get(k, ()))} loaded ones: reload the switch "
                 "with the new program (subc load --config)"
             )
-        number[node] = n
+        number[node] = x
         plan.new_states += 1
     return number, target
-
-
-def _differences(
-    old: EntriesDoc,
-    renum: EntriesDoc,
-    od: Diagram,
-    nd: Diagram,
-    target: Node | None,
-    spare: Node | None,
-    plan: UpdatePlan,
-) -> None:
-    """The entries to insert, modify (the spare's, when the new root is written into it) and
-    delete, table by table.  SubcError when an entry both rule sets hold changes its action
-    elsewhere (that cannot be switched atomically)."""
-    old_rows = {(r.table, r.key): r for r in rows(old)}
-    new_rows = {(r.table, r.key): r for r in rows(renum)}
-    switching = renum.initial_state != old.initial_state
-    old_root = (0, od.root)
-    for k, r in new_rows.items():
-        o = old_rows.get(k)
-        if o is None:
-            plan.inserts.append((r.table, r.entry(nd.tables[r.table].keys)))
-        elif (o.action, o.params) != (r.action, r.params):
-            if target is not None and od.node_of(o) == target:
-                plan.modifies.append((r.table, r.entry(nd.tables[r.table].keys)))
-                continue
-            kind = "is keyed by state" if od.state_at.get(r.table) is not None else "is shared by both rule sets"
-            raise SubcError(
-                f"table {r.table} {kind} and the update changes its entry {list(o.key[0])} "
-                f"from {o.action}{dict(o.params)} to {r.action}{dict(r.params)}: that cannot be switched "
-                "atomically; reload the switch (subc load --config)"
-            )
-    for k, r in old_rows.items():
-        if k in new_rows:
-            continue
-        owner = od.node_of(r)
-        if owner is not None and owner == target:
-            plan.spare_deletes.append((r.table, r.entry(od.tables[r.table].keys)))
-        elif owner is not None and (owner == old_root if switching else owner == spare):
-            continue  # the next spare
-        else:
-            plan.deletes.append((r.table, r.entry(od.tables[r.table].keys)))
 
 
 def with_spare_root(doc: EntriesDoc) -> EntriesDoc:
     """``doc`` with a copy of the root's entries under the smallest state number the
     first stage does not use: the spare root a first update writes its root into by difference
     (see the module docstring).  No packet reaches it."""
-    d = Diagram(doc)
-    used = {n[1] for n in d.states() if n[0] == 0}
+    used = {doc.initial_state}
+    for t in doc.tables:
+        i = state_key_index(t)
+        if i is not None and stage_of(doc, t) == 0:
+            used.update(e.match[i].a for e in t.entries)
     spare = next(n for n in range(1, 1 << doc.state_width) if n not in used)
     tables = []
     for t in doc.tables:
@@ -283,38 +397,7 @@ def with_spare_root(doc: EntriesDoc) -> EntriesDoc:
         if i is not None and stage_of(doc, t) == 0:
             for e in t.entries:
                 m = e.match[i]
-                if m.kind == "exact" and m.a == d.root:
+                if m.kind == "exact" and m.a == doc.initial_state:
                     extra.append(replace(e, match=e.match[:i] + (Match("exact", spare),) + e.match[i + 1 :]))
         tables.append(replace(t, entries=t.entries + tuple(extra)))
     return replace(doc, tables=tuple(tables))
-
-
-def _map_groups(e: Entry, group_map: dict[int, int]) -> Entry:
-    if e.action != GROUP_ACTION[0]:
-        return e
-    p = dict(e.params)
-    p[GROUP_ACTION[1]] = group_map[p[GROUP_ACTION[1]]]
-    return replace(e, params=p)
-
-
-def _renumber(doc: EntriesDoc, number: dict[Node, int]) -> EntriesDoc:
-    """``doc`` with every state (state keys, next_state parameters, the root) renumbered by
-    ``number`` ((stage, state) -> state; the dead state stays)."""
-
-    def num(k: int, s: int) -> int:
-        return s if s == DEAD else number[(k, s)]
-
-    tables = []
-    for t in doc.tables:
-        i, k = state_key_index(t), stage_of(doc, t)
-        entries = []
-        for e in t.entries:
-            e2 = e
-            if i is not None:
-                m = Match("exact", num(k, e.match[i].a))
-                e2 = replace(e2, match=e.match[:i] + (m,) + e.match[i + 1 :])
-            if "next_state" in e.params:
-                e2 = replace(e2, params={**e.params, "next_state": num(k + 1, e.params["next_state"])})
-            entries.append(e2)
-        tables.append(replace(t, entries=tuple(entries)))
-    return replace(doc, initial_state=num(0, doc.initial_state), tables=tuple(tables))

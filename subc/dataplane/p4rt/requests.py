@@ -94,56 +94,64 @@ def read_p4info(text: str):
     return text_format.Parse(text, p4info_pb2.P4Info())
 
 
-def _field_match(fid: int, kind: str, bits: int, m: Match):
-    """The FieldMatch of match element ``m``, or None when it matches everything."""
-    from p4.v1 import p4runtime_pb2 as pr
-
-    fm = pr.FieldMatch(field_id=fid)
+def _field_match(te, fid: int, kind: str, bits: int, m: Match) -> None:
+    """Add the FieldMatch of match element ``m`` to TableEntry ``te``; nothing when it matches
+    everything (P4Runtime leaves such a field out, section 9.1.1)."""
     top = (1 << bits) - 1
+
+    def add():
+        if m.kind != kind:
+            raise SubcError(f"field {fid} is {kind} in the P4Info, the entry gives {m.kind}")
+        return te.match.add(field_id=fid)
+
     if m.kind == "exact":
-        fm.exact.value = encode_value(m.a, bits)
+        add().exact.value = encode_value(m.a, bits)
     elif m.kind == "range":
         lo, hi = m.a, m.b
         if (lo, hi) == (0, top):
-            return None
+            return
         if lo > hi:
             raise SubcError(f"range {lo}..{hi} is empty")
-        fm.range.low, fm.range.high = encode_value(lo, bits), encode_value(hi, bits)
+        r = add().range
+        r.low, r.high = encode_value(lo, bits), encode_value(hi, bits)
     elif m.kind == "lpm":
         value, plen = m.a, m.b
         if not 0 <= plen <= bits:
             raise SubcError(f"prefix length {plen} of a {bits}-bit field")
         if plen == 0:
-            return None
-        fm.lpm.value = encode_value(value & (top ^ ((1 << (bits - plen)) - 1)), bits)
-        fm.lpm.prefix_len = plen
+            return
+        lpm = add().lpm
+        lpm.value = encode_value(value & (top ^ ((1 << (bits - plen)) - 1)), bits)
+        lpm.prefix_len = plen
     elif m.kind == "ternary":
         value, mask = m.a, m.b
         if mask == 0:
-            return None
-        fm.ternary.value, fm.ternary.mask = encode_value(value & mask, bits), encode_value(mask, bits)
+            return
+        t = add().ternary
+        t.value, t.mask = encode_value(value & mask, bits), encode_value(mask, bits)
     else:
         raise SubcError(f"unknown match element {m}")
-    if kind != m.kind:
-        raise SubcError(f"field {fid} is {kind} in the P4Info, the entry gives {m.kind}")
-    return fm
 
 
-def table_entry(index: P4InfoIndex, table: str, entry: Entry):
-    """The ``p4.v1.TableEntry`` of one ``entry`` of ``table``."""
+def table_entry(index: P4InfoIndex, table: str, entry: Entry, into=None, action: bool = True):
+    """The ``p4.v1.TableEntry`` of one ``entry`` of ``table``, written into ``into`` (a TableEntry
+    inside the message that will carry it: pure-Python protobuf copies a message given to a
+    constructor) or a new one; without ``action`` (a DELETE names none).  SubcError for a field,
+    action or parameter the P4Info lacks."""
     from p4.v1 import p4runtime_pb2 as pr
 
     ti = index.table(table)
     if len(entry.match) != len(ti.fields):
         raise SubcError(f"{table}: the entry has {len(entry.match)} match fields, the P4Info {len(ti.fields)}")
-    te = pr.TableEntry(table_id=ti.id)
+    te = pr.TableEntry() if into is None else into
+    te.table_id = ti.id
     for (fid, _, bits, kind), m in zip(ti.fields, entry.match):
-        fm = _field_match(fid, kind, bits, m)
-        if fm is not None:
-            te.match.append(fm)
+        _field_match(te, fid, kind, bits, m)
     if entry.priority is not None and any(k in PRIORITY_KINDS for *_, k in ti.fields):
         te.priority = entry.priority
     _, ai = index.action(table, entry.action)
+    if not action:
+        return te
     te.action.action.action_id = ai.id
     for pname, value in entry.params.items():
         if pname not in ai.params:
@@ -153,11 +161,22 @@ def table_entry(index: P4InfoIndex, table: str, entry: Entry):
     return te
 
 
-def multicast_entry(group: int, ports: Sequence[int]):
-    """The ``PacketReplicationEngineEntry`` of multicast group ``group`` (one replica per port)."""
+def entry_update(index: P4InfoIndex, kind: int, table: str, entry: Entry, action: bool = True):
+    """The ``p4.v1.Update`` of type ``kind`` (``Update.INSERT``, ``MODIFY``, ``DELETE``) of
+    ``entry`` of ``table`` (built in place: no message copied); ``action`` as :func:`table_entry`."""
     from p4.v1 import p4runtime_pb2 as pr
 
-    pre = pr.PacketReplicationEngineEntry()
+    u = pr.Update(type=kind)
+    table_entry(index, table, entry, into=u.entity.table_entry, action=action)
+    return u
+
+
+def multicast_entry(group: int, ports: Sequence[int], into=None):
+    """The ``PacketReplicationEngineEntry`` of multicast group ``group`` (one replica per port),
+    written into ``into`` or a new one."""
+    from p4.v1 import p4runtime_pb2 as pr
+
+    pre = pr.PacketReplicationEngineEntry() if into is None else into
     mg = pre.multicast_group_entry
     mg.multicast_group_id = group
     for p in ports:
@@ -165,24 +184,22 @@ def multicast_entry(group: int, ports: Sequence[int]):
     return pre
 
 
-def generation_entities(doc: EntriesDoc, index: P4InfoIndex) -> list:
-    """Every ``p4.v1.Entity`` of ``doc``: table entries in the order of its tables,
-    then the multicast groups."""
+def group_update(kind: int, group: int, ports: Sequence[int] = ()):
+    """The ``p4.v1.Update`` of type ``kind`` of multicast group ``group`` with ``ports``."""
     from p4.v1 import p4runtime_pb2 as pr
 
-    out = []
+    u = pr.Update(type=kind)
+    multicast_entry(group, ports, into=u.entity.packet_replication_engine_entry)
+    return u
+
+
+def insert_updates(doc: EntriesDoc, index: P4InfoIndex) -> list:
+    """``Update`` messages inserting every entry of ``doc``: its multicast groups first (entries
+    refer to them), then its table entries in the order of its tables."""
+    from p4.v1 import p4runtime_pb2 as pr
+
+    ins = pr.Update.INSERT
+    out = [group_update(ins, g, ports) for g, ports in doc.multicast_groups]
     for t in doc.tables:
-        for e in t.entries:
-            out.append(pr.Entity(table_entry=table_entry(index, t.name, e)))
-    for g, ports in doc.multicast_groups:
-        out.append(pr.Entity(packet_replication_engine_entry=multicast_entry(g, ports)))
+        out += [entry_update(index, ins, t.name, e) for e in t.entries]
     return out
-
-
-def insert_updates(entities: list) -> list:
-    """``Update`` messages inserting ``entities``: multicast groups first (entries refer to them)."""
-    from p4.v1 import p4runtime_pb2 as pr
-
-    groups = [e for e in entities if e.HasField("packet_replication_engine_entry")]
-    rest = [e for e in entities if not e.HasField("packet_replication_engine_entry")]
-    return [pr.Update(type=pr.Update.INSERT, entity=e) for e in groups + rest]

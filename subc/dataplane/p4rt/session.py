@@ -1,6 +1,8 @@
-"""A P4Runtime session with one switch, through ``p4runtime-shell`` (``p4runtime_sh.shell``).
+"""A P4Runtime session with one switch, through ``p4runtime-shell``'s client
+(``p4runtime_sh.p4runtime.P4RuntimeClient``; not its interactive shell, whose IPython import
+alone takes longer than an update).
 
-:class:`Session` opens the shell's client (arbitration on the stream channel with an election
+:class:`Session` opens the client (arbitration on the stream channel with an election
 id, P4Runtime specification v1.3 section 5), optionally sets the forwarding pipeline (P4Info and
 the target's device config, ``VERIFY_AND_COMMIT``), and keeps the switch's P4Info.  Writes go in
 ``WriteRequest`` batches of :data:`BATCH` updates; the updates of one request may be applied in
@@ -15,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+from typing import Any
 
 from ...errors import SubcError
 from .requests import P4InfoIndex
@@ -58,6 +61,19 @@ class WriteRejected(SubcError):
         self.applied = applied
 
 
+def length_delimited(field: int, payload: bytes) -> bytes:
+    """``payload`` as protobuf field ``field`` of wire type 2 (length-delimited): the key
+    ``field << 3 | 2`` and the length, each a base-128 varint, then the bytes (protobuf
+    encoding guide, "Length-Delimited Records")."""
+    out = bytearray()
+    for n in ((field << 3) | 2, len(payload)):
+        while n > 0x7F:
+            out.append((n & 0x7F) | 0x80)
+            n >>= 7
+        out.append(n)
+    return bytes(out) + payload
+
+
 def _update_statuses(err) -> list | None:
     """The per-update ``p4.v1.Error`` list of a rejected WriteRequest's gRPC error ``err`` (from
     its ``grpc-status-details-bin`` trailer), or None when it carries none."""
@@ -95,44 +111,49 @@ class Session:
         config: tuple[str, str] | None = None,
         read_only: bool = False,
     ):
-        import p4runtime_sh.shell as sh
+        from p4runtime_sh.p4runtime import P4RuntimeClient
 
-        self.sh, self.addr, self.device_id = sh, addr, device_id
+        self.addr, self.device_id = addr, device_id
         self.channel = None
+        self.client = None
+        self._write: Any = None  # the Write method, its requests serialized here (:meth:`write`)
+        self._head = b""
         if read_only and not config:
             self._open_reader()
             return
-        cfg = sh.FwdPipeConfig(config[0], config[1]) if config else None
         with _quiet() as out:
             try:
-                sh.setup(device_id=device_id, grpc_addr=addr, election_id=election_id, config=cfg, verbose=False)
+                self.client = P4RuntimeClient(device_id, addr, election_id)
+                if config:
+                    self.client.set_fwd_pipe_config(config[0], config[1])
+                self.p4info = self.client.get_p4info()
             except SystemExit:
                 said = out.getvalue().strip()
-                if sh.client is not None:
-                    with contextlib.suppress(Exception):
-                        sh.teardown()
+                self.close()
+                raise SubcError(
+                    f"{addr}: no P4Runtime session with device {device_id}: the server did not answer "
+                    f"the arbitration; {CONNECT_HINT}"
+                ) from None
+            except Exception as e:  # noqa: BLE001 - grpc and protobuf errors alike
+                said = out.getvalue().strip()
+                self.close()
                 if config:
                     raise SubcError(
                         f"{addr}: could not set the forwarding pipeline (device {device_id}) from "
-                        f"{config[0]} and {config[1]}{': ' + said if said else ''}; {CONNECT_HINT}"
+                        f"{config[0]} and {config[1]}: {e}{'; ' + said if said else ''}; {CONNECT_HINT}"
                     ) from None
-                raise SubcError(
-                    f"{addr}: no P4Runtime session with device {device_id}: the server did not answer "
-                    f"the arbitration or has no pipeline; {CONNECT_HINT}"
-                ) from None
-            except Exception as e:  # noqa: BLE001 - grpc and protobuf errors alike
-                with contextlib.suppress(Exception):
-                    sh.teardown()
-                raise SubcError(f"{addr}: P4Runtime setup failed: {e}") from None
+                raise SubcError(f"{addr}: P4Runtime setup failed: {e}; {CONNECT_HINT}") from None
         if "not the primary" in out.getvalue() and not read_only:
             self.close()
             raise SubcError(
                 f"{addr}: another controller is primary for device {device_id} (a higher election id "
                 f"than {election_id[0]},{election_id[1]}): pass a higher --election-id"
             )
-        self.p4info = sh.context.p4info
+        if not self.p4info.tables:
+            self.close()
+            raise SubcError(f"{addr}: device {device_id} has no forwarding pipeline (set one with subc load --config)")
         self.index = P4InfoIndex(self.p4info)
-        self.stub = sh.client.stub
+        self.stub = self.client.stub
 
     def _open_reader(self) -> None:
         """A gRPC channel and the P4Info of the device's pipeline, no arbitration."""
@@ -167,9 +188,10 @@ class Session:
             self.channel.close()
             self.channel = None
             return
-        if self.sh.client is not None:
+        if self.client is not None:
             with _quiet(), contextlib.suppress(Exception):
-                self.sh.teardown()
+                self.client.tear_down()
+            self.client = None
 
     def __enter__(self) -> "Session":
         return self
@@ -184,23 +206,36 @@ class Session:
         indexes in ``updates`` the switch did apply), SubcError for a lost primary role or a
         broken connection (what was applied is then unknown).
 
-        The request goes to the gRPC stub, and a rejection's per-update statuses (section 12.3:
-        ``google.rpc.Status`` details of one ``p4.v1.Error`` per update, in order, OK for the
+        A request is sent as the serialization of its other fields followed by each update's,
+        framed as the ``updates`` field (protobuf encoding: a message's fields may come in any
+        order and a repeated field's elements one by one), which spares pure-Python protobuf
+        (p4runtime-shell pins protobuf below 3.21, without a C implementation for Python 3.11)
+        a deep copy of every update into the request.  A rejection's per-update statuses (section
+        12.3: ``google.rpc.Status`` details of one ``p4.v1.Error`` per update, in order, OK for the
         applied ones) are read here: p4runtime-shell 0.0.6's parser loops forever on a status
         list that holds an OK before an error, as BMv2 returns for a partly applied request."""
         import grpc
         from p4.v1 import p4runtime_pb2 as pr
 
-        client = self.sh.client
+        client = self.client
+        assert client is not None, "a read-only session does not write"
+        if self._write is None:
+            method = pr.DESCRIPTOR.services_by_name["P4Runtime"].methods_by_name["Write"]
+            self._write = client.channel.unary_unary(
+                f"/{method.containing_service.full_name}/{method.name}",
+                response_deserializer=pr.WriteResponse.FromString,
+            )
+            head = pr.WriteRequest(device_id=self.device_id)
+            head.election_id.high, head.election_id.low = client.election_id
+            if client.role_name is not None:
+                head.role = client.role_name
+            self._head = head.SerializeToString()
+        field = pr.WriteRequest.DESCRIPTOR.fields_by_name["updates"].number
         for i in range(0, len(updates), BATCH):
             batch = updates[i : i + BATCH]
-            req = pr.WriteRequest(device_id=self.device_id)
-            req.election_id.high, req.election_id.low = client.election_id
-            if client.role_name is not None:
-                req.role = client.role_name
-            req.updates.extend(batch)
+            body = b"".join(length_delimited(field, u.SerializeToString()) for u in batch)
             try:
-                client.stub.Write(req)
+                self._write(self._head + body)
             except grpc.RpcError as e:
                 statuses = _update_statuses(e) if e.code() == grpc.StatusCode.UNKNOWN else None
                 if statuses is None:
