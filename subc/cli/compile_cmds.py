@@ -90,6 +90,10 @@ def compile_cmd(
                 state_bits,
             )
             files, phases = target_files(res, rules, dot, max_messages, overflow_port, stream=True)
+            summary = compile_summary(res, files, target, spec_path, out_dir)
+            # the outputs left to write need no rule: the rules and their text are freed before
+            # (a million rules: 250 MB), by reference counting while the collector is paused
+            res.rules = []
             progress.next()
             t = time.perf_counter()
             write_directory(out_dir, files)
@@ -97,7 +101,6 @@ def compile_cmd(
             if timings:
                 phases = {**phases, "write": time.perf_counter() - t}
                 write_text(timings, json.dumps({k: round(v, 6) for k, v in phases.items()}, indent=1) + "\n")
-            summary = compile_summary(res, files, target, spec_path, out_dir)
             # freed by reference counting while the collector is still paused: once it is back, it
             # would first traverse every object of the compile (0.2 s for 100K rules)
             del res, files
