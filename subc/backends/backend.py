@@ -15,17 +15,21 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..compiler.driver import CompileResult
+from .output import TextStream
 
 
 @dataclass(frozen=True)
 class OutputOptions:
     """What a compile asks of every backend: the rules file's name (quoted in the generated
     code's comments), the multi-message P4 program's slots (``max_messages``) and the port of the
-    datagrams it cannot classify whole (``overflow_port``, None: dropped)."""
+    datagrams it cannot classify whole (``overflow_port``, None: dropped); with ``stream``, the
+    large text outputs may be :class:`~.output.TextStream` objects, produced while they are
+    written (:func:`~.output.write_directory`), instead of strings."""
 
     rules_path: str
     max_messages: int
     overflow_port: int | None = None
+    stream: bool = False
 
 
 class Backend(Protocol):
@@ -35,7 +39,8 @@ class Backend(Protocol):
         """Raise SubcError when ``res`` cannot run on the target (before anything is generated)."""
         ...
 
-    def outputs(self, res: CompileResult, options: OutputOptions) -> tuple[dict[str, str], dict[str, Any]]:
-        """(file name -> text, the ``report.json`` document) of ``res``.  Raises SubcError when
-        the rules or the spec cannot be expressed on the target."""
+    def outputs(self, res: CompileResult, options: OutputOptions) -> tuple[dict[str, str | TextStream], dict[str, Any]]:
+        """(file name -> text, the ``report.json`` document) of ``res``; texts are strings unless
+        ``options.stream``.  Raises SubcError when the rules or the spec cannot be expressed on
+        the target."""
         ...

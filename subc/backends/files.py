@@ -8,12 +8,13 @@ caller can write them atomically (:mod:`.output`).
 from __future__ import annotations
 
 import time
+from typing import Any, Literal, overload
 
 from ..errors import SubcError
 from ..ir.bdd import to_dot
 from ..compiler.driver import CompileResult
 from .backend import Backend, OutputOptions
-from .ebpf.backend import EbpfBackend
+from .output import TextStream
 from .p4.backend import P4Backend
 from .p4.entries import dumps
 from .p4.slots import DEFAULT_MAX_MESSAGES, check_options
@@ -24,8 +25,35 @@ STATEFUL_TARGETS: tuple[Target, ...] = (Target.EBPF, Target.BMV2, Target.TOFINO)
 
 
 def backend_of(target: Target | str) -> Backend:
-    """The backend of ``target`` (``bmv2``, ``tofino``: P4; ``ebpf``)."""
-    return EbpfBackend() if target == Target.EBPF else P4Backend()
+    """The backend of ``target`` (``bmv2``, ``tofino``: P4; ``ebpf``).  The eBPF backend is
+    imported on first use (about 0.1 s a P4 compile does not spend)."""
+    if target == Target.EBPF:
+        from .ebpf.backend import EbpfBackend
+
+        return EbpfBackend()
+    return P4Backend()
+
+
+@overload
+def target_files(
+    res: CompileResult,
+    rules_path: str,
+    dot: bool = ...,
+    max_messages: int = ...,
+    overflow_port: int | None = ...,
+    stream: Literal[False] = ...,
+) -> tuple[dict[str, str], dict[str, float]]: ...
+
+
+@overload
+def target_files(
+    res: CompileResult,
+    rules_path: str,
+    dot: bool = ...,
+    max_messages: int = ...,
+    overflow_port: int | None = ...,
+    stream: bool = ...,
+) -> tuple[dict[str, str | TextStream], dict[str, float]]: ...
 
 
 def target_files(
@@ -34,14 +62,18 @@ def target_files(
     dot: bool = False,
     max_messages: int = DEFAULT_MAX_MESSAGES,
     overflow_port: int | None = None,
-) -> tuple[dict[str, str], dict[str, float]]:
+    stream: bool = False,
+) -> tuple[dict[str, Any], dict[str, float]]:
     """(file name -> text, phase times in s) of the outputs of ``res`` for its target: its
     backend's (:func:`backend_of`: :class:`~.p4.backend.P4Backend`,
     :class:`~.ebpf.backend.EbpfBackend`), ``bdd.dot`` with ``dot``, and ``report.json``.
 
     ``max_messages`` and ``overflow_port``: the multi-message P4 program's slots and overflow
-    port (:mod:`.p4.slots`; bad values raise SubcError for every target).  Raises SubcError when
-    the rules or the spec cannot be expressed on the target.
+    port (:mod:`.p4.slots`; bad values raise SubcError for every target).  With ``stream``, the
+    large texts may be :class:`~.output.TextStream` objects, produced when
+    :func:`~.output.write_directory` writes them (an error in them is then raised there);
+    otherwise every text is a string.  Raises SubcError when the rules or the spec cannot be
+    expressed on the target.
     """
     check_options(max_messages, overflow_port)
     if res.ir.state is not None and res.target not in STATEFUL_TARGETS:
@@ -50,7 +82,7 @@ def target_files(
             f"(supported: {', '.join(STATEFUL_TARGETS) or 'none'}; `subc simulate` runs them on the tables)"
         )
     backend = backend_of(res.target)
-    options = OutputOptions(rules_path, max_messages, overflow_port)
+    options = OutputOptions(rules_path, max_messages, overflow_port, stream)
     backend.check(res, options)
     t0 = time.perf_counter()
     files, report = backend.outputs(res, options)

@@ -53,9 +53,51 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
-def write_directory(dest: str | Path, files: Mapping[str, str | bytes]) -> Path:
-    """Replace directory ``dest`` by one holding ``files`` (name -> text, or bytes for a binary
-    file).
+class TextStream:
+    """A file's text written in pieces as it is produced, so that the whole text (tens of MB for
+    a large rule set's entries) is never held in memory: ``writer(emit)`` calls ``emit(piece)``
+    for each piece of text, in order.  ``str()`` joins the pieces (the text as a string); every
+    use runs ``writer`` again, so it must not consume anything."""
+
+    __slots__ = ("writer",)
+
+    def __init__(self, writer: Callable[[Callable[[str], object]], object]):
+        self.writer = writer
+
+    def __str__(self) -> str:
+        pieces: list[str] = []
+        self.writer(pieces.append)
+        return "".join(pieces)
+
+
+def counted(stream: TextStream) -> tuple[TextStream, Callable[[], int]]:
+    """``stream`` with the size in bytes (UTF-8) of its text counted as it is written, and a
+    function that gives that size (of the last writing; before any, the text is produced once
+    to count it)."""
+    sizes: list[int] = []
+
+    def write(emit: Callable[[str], object]) -> None:
+        n = 0
+
+        def out(piece: str) -> None:
+            nonlocal n
+            n += len(piece) if piece.isascii() else len(piece.encode())
+            emit(piece)
+
+        stream.writer(out)
+        sizes.append(n)
+
+    def size() -> int:
+        if not sizes:
+            sizes.append(len(str(stream).encode()))
+        return sizes[-1]
+
+    return TextStream(write), size
+
+
+def write_directory(dest: str | Path, files: Mapping[str, str | bytes | TextStream]) -> Path:
+    """Replace directory ``dest`` by one holding ``files`` (name -> text, bytes for a binary
+    file, or a :class:`TextStream`, produced while it is written).
 
     Raises :class:`SubcError` if ``dest`` exists and is not a directory, or on an OS error
     (the destination is then unchanged).
@@ -71,6 +113,9 @@ def write_directory(dest: str | Path, files: Mapping[str, str | bytes]) -> Path:
         for name, text in files.items():
             if isinstance(text, bytes):
                 (tmp / name).write_bytes(text)
+            elif isinstance(text, TextStream):
+                with (tmp / name).open("w") as f:
+                    text.writer(f.write)
             else:
                 (tmp / name).write_text(text)
         os.chmod(tmp, 0o755)

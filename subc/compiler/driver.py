@@ -164,7 +164,7 @@ def compile_rules(
     ``limits`` allow (a candidate over the limit is skipped when another fits).
     """
     target = target_of(target)
-    rules = list(rules)
+    rules = rules if isinstance(rules, list) else list(rules)  # (a million rules: 8 MB a copy)
     sliced_rules, plan, fields = plan_state(rules, spec)
     used = [f for f in fields_used(sliced_rules) if not is_state_field(f)]
     after: list[str] = []  # the state values' stages come after every header field's

@@ -37,12 +37,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import product
+from operator import attrgetter
 from typing import Sequence
 
 from ..errors import Location
 from .decisions import COUNT_ATOM, UPDATE_ATOM
 from ..lang.ast import COUNTER, And, Action, Aggregate, Expr, Not, Operand, Or, Pred, Rule, StatePred, state_predicates
 from ..spec.model import QueryField, Spec
+
+_atom_set = attrgetter("atom_set")
 
 #: The pseudo-header instance of the state values.
 STATE_HEADER = "subc_state"
@@ -223,10 +226,13 @@ def plan_state(rules: Sequence[Rule], spec: Spec) -> tuple[list[Rule], StatePlan
     values, then one update rule per instance, indexed after them; the plan without its
     ``boundary`` and ``updates``, which :func:`boundary_updates` fills in, or None when no rule
     compares state; the query fields with the state values' pseudo-fields added).  Rules without
-    state are returned as they are."""
-    count_atoms = {a: None for r in rules for a in r.atoms() if a[0] == COUNT_ATOM}
+    state are returned as they are (``rules`` itself when it is a list and no rule compares
+    state)."""
+    # the distinct atom sets first (rules share them): the same atoms in the same order
+    atom_sets = dict.fromkeys(map(_atom_set, rules))
+    count_atoms = {a: None for atoms in atom_sets for a in atoms if a[0] == COUNT_ATOM}
     if not count_atoms and not any(state_predicates(r.core) for r in rules if r.shape is None):
-        return list(rules), None, spec.query_fields
+        return (rules if isinstance(rules, list) else list(rules)), None, spec.query_fields
     keyed, per_rule = _group_instances(rules, spec, count_atoms)
     compared = {p.agg.name for _, preds, _ in per_rule for p in preds if p.agg.kind == COUNTER}
     instances, values, fields, value_of = _number_instances(keyed, compared, spec)

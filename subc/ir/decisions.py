@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Iterable
+from typing import Collection, Iterable
 
 from ..errors import SubcError
 
@@ -90,6 +90,15 @@ def conflicting_pair(atoms: Iterable[tuple]) -> tuple[tuple, tuple] | None:
     if ports:
         return min(ports), others[0]
     return others[0], others[1]
+
+
+def forwarding_ports(atoms: Collection[tuple]) -> tuple[int, ...] | None:
+    """The sorted ports of ``atoms`` (distinct atoms) when there is one and every one is a
+    ``fwd`` atom, else None: then ``decide(atoms, d) == Decision(ports)`` and no pair of them
+    conflicts (one pass over the atoms, where :func:`decide` makes a set of them)."""
+    if atoms and _ONLY_FWD.issuperset(map(_name, atoms)):
+        return tuple(sorted(map(_port, atoms)))
+    return None
 
 
 def decide(atoms: Iterable[tuple], default: Decision) -> Decision:

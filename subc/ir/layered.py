@@ -142,7 +142,8 @@ def _root_items(by_core: dict[int, tuple], domains: list, interned: list[dict], 
     i + 1), interned per level in ``interned``/``keys``; ranges are numbered per field.  Returns
     (the root state's items as a trie: root[range id of field 0][range id of field 1] = items of
     level 2 (n >= 2), or root[range id of field 0] = leaf items (n == 1), root[None] = leaf items
-    (n == 0), each a sorted tuple without repeats; ranges_of[i][range id])."""
+    (n == 0), each a sorted tuple without repeats; ranges_of[i][range id]).  The lists of leaves of
+    ``by_core`` may be extended in place: the caller drops it."""
     n = len(domains)
     range_ids: list[dict] = [{None: 0} for _ in range(n)]
     ranges_of: list[list] = [[None] for _ in range(n)]  # range id 0: any value
@@ -217,7 +218,9 @@ def _root_items(by_core: dict[int, tuple], domains: list, interned: list[dict], 
                 g = root[ids[0]] = {}
             s1 = g.get(ids[1])
             if s1 is None:
-                g[ids[1]] = list(items)
+                # a one-cube core's own list of leaves (the caller drops by_core: 8 MB less for a
+                # million rules), else a copy (its cells are extended apart)
+                g[ids[1]] = items if items is leaves and len(cube_list) == 1 else list(items)
             else:
                 s1.extend(items)
     # the trie's item lists as sorted tuples without repeats (a set per entry: far more memory)
@@ -240,16 +243,17 @@ def _sweep_layers(
     order: Sequence[str],
     max_work: int | None,
     limits: Limits,
-) -> tuple[list[list], list[list], dict[int, frozenset], int]:
+) -> tuple[list[list], list[list], dict[int, tuple], int]:
     """Pass 3: the layers, top down: (layer_states[i] = the states before field i (item tuples;
     the root, and the states after field 0 when they come straight from the root's trie, as
-    groups), layer_runs[i] = runs per state, the atoms of the states after the last field where a
-    sweep gave them, the item visits).  Raises SliceBudgetExceeded and StateLimitExceeded (see
+    groups; after the last field, a state's item count where the sweep gave its atoms instead),
+    layer_runs[i] = runs per state, the atoms of the states after the last field where a sweep
+    gave them, the item visits).  Raises SliceBudgetExceeded and StateLimitExceeded (see
     :func:`slice_rules`)."""
     n = len(domains)
     work = n_states = items_total = 0
     layer_runs: list[list[list[tuple[int, int, int]]]] = []
-    leaf_atoms_of: dict[int, frozenset] = {}  # state after the last field -> atoms, where a sweep gave them
+    leaf_atoms_of: dict[int, tuple] = {}  # state after the last field -> atoms, where a sweep gave them
     if n == 0:
         layer_states: list[list] = [[root[None]] if root else []]
     elif not root:
@@ -294,7 +298,8 @@ def _sweep_layers(
                 before = len(nxt_states)
                 runs_i.append(sweep(groups, dom.k, zob, index, nxt_states, last))
                 for j in range(before, len(nxt_states)):
-                    items_total += len(nxt_states[j])
+                    st = nxt_states[j]
+                    items_total += st if type(st) is int else len(st)  # (an int: a leaf's item count)
                 _check_limits(n_states + len(nxt_states), items_total, limits, dom, order)
         layer_runs.append(runs_i)
         layer_states.append(nxt_states)
@@ -303,12 +308,12 @@ def _sweep_layers(
 
 
 def _minimise(
-    layer_states: list[list], layer_runs: list[list], leaf_atoms_of: dict[int, frozenset], leaf_keys: list
-) -> tuple[list[frozenset], int | None, list[list[tuple]]]:
-    """Pass 4: minimisation, bottom up: (the leaf classes' atoms, the root's class (None when the
+    layer_states: list[list], layer_runs: list[list], leaf_atoms_of: dict[int, tuple], leaf_keys: list
+) -> tuple[list[tuple], int | None, list[list[tuple]]]:
+    """Pass 4: minimisation, bottom up: (the leaf classes' atoms (tuples), the root's class (None when the
     root has no state), sigs[i][class] = runs of stage i with next states as classes)."""
     n = len(layer_runs)
-    leaf_atoms: list[frozenset] = []
+    leaf_atoms: list[tuple] = []  # (tuples: compact, see Leaf)
     leaf_class: dict[frozenset, int] = {}
     cls_below: list[int] = []
     c: int | None  # a class (None: not numbered yet)
@@ -318,14 +323,15 @@ def _minimise(
     for j, s in enumerate(layer_states[n]):
         atoms = leaf_atoms_of.get(j)
         if atoms is None:
-            atoms = frozenset(set(chain.from_iterable(map(atoms_of, s))))  # (from a set: sized to fit, half the memory)
+            atoms = tuple(set(chain.from_iterable(map(atoms_of, s))))
         if singletons:
             c = len(leaf_atoms)
             leaf_atoms.append(atoms)
         else:
-            c = leaf_class.get(atoms)
+            key = frozenset(atoms)
+            c = leaf_class.get(key)
             if c is None:
-                c = leaf_class[atoms] = len(leaf_atoms)
+                c = leaf_class[key] = len(leaf_atoms)
                 leaf_atoms.append(atoms)
         cls_below.append(c)
     sigs: list[list[tuple]] = [[] for _ in range(n)]
@@ -351,7 +357,7 @@ def _minimise(
 
 
 def _number(
-    domains: list, sigs: list[list[tuple]], root_class: int | None, leaf_atoms: list[frozenset], has_root: bool
+    domains: list, sigs: list[list[tuple]], root_class: int | None, leaf_atoms: list[tuple], has_root: bool
 ) -> tuple[list[Stage], list[Leaf], int]:
     """Pass 5: numbering, top down: (the stages with their states numbered densely from 1 in
     order of first reach, the leaves, the root state (0: no rule can match))."""

@@ -30,7 +30,16 @@ from ..errors import SubcError
 from . import lowering
 from .aggregates import StatePlan, boundary_updates, is_state_field, leaf_count_masks
 from ..lang.ast import Rule, evaluate
-from .decisions import FWD, STATE_ATOMS, Decision, conflict_message, conflicting_pair, decide, default_decision_of
+from .decisions import (
+    FWD,
+    STATE_ATOMS,
+    Decision,
+    conflict_message,
+    conflicting_pair,
+    decide,
+    default_decision_of,
+    forwarding_ports,
+)
 from .slicing import Sliced
 from ..spec.model import QueryField, Spec
 
@@ -113,13 +122,24 @@ def is_dead_state(state: int) -> bool:
 
 @dataclass(frozen=True)
 class LeafDecision:
-    """A final state: its ``decision``, the ``atoms`` of the rules that reach it, and
-    ``example``, one packet ({field: value}) that reaches it."""
+    """A final state: its ``decision``, the :attr:`atoms` of the rules that reach it, and
+    ``example``, one packet ({field: value}) that reaches it.
+
+    ``other_atoms`` holds the atoms when they are not those of the decision's ports, None when
+    they are (``('fwd', port)`` per port: a forwarding leaf keeps its sorted ports only, where a
+    frozenset of its atoms would take 4 KB for a hundred ports)."""
 
     state: int
     decision: Decision
-    atoms: frozenset
+    other_atoms: tuple | None
     example: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def atoms(self) -> frozenset:
+        """The atoms of the rules that reach this leaf (built on each call)."""
+        if self.other_atoms is None:
+            return frozenset((FWD, p) for p in self.decision.ports)
+        return frozenset(self.other_atoms)
 
 
 @dataclass(frozen=True)
@@ -218,14 +238,20 @@ def build_ir(sliced: Sliced, rules: Sequence[Rule], spec: Spec, plan: StatePlan 
     leaves = []
     used: dict[str, ActionSignature] = {}
     for leaf in sliced.leaves:
-        atoms = leaf.atoms if plan is None else frozenset(a for a in leaf.atoms if a[0] not in STATE_ATOMS)
-        pair = conflicting_pair(atoms)
-        if pair is not None:
-            raise _conflict_error(pair, leaf.example, rules)
-        d = decide(atoms, default)
-        leaves.append(LeafDecision(leaf.state, d, atoms, leaf.example))
+        atoms = leaf.atom_items if plan is None else tuple(a for a in leaf.atom_items if a[0] not in STATE_ATOMS)
+        ports = forwarding_ports(atoms)  # (most leaves: no conflict, the decision is the ports)
+        if ports is not None:
+            d = Decision(ports, None)
+        else:
+            pair = conflicting_pair(atoms)
+            if pair is not None:
+                raise _conflict_error(pair, leaf.example, rules)
+            d = decide(atoms, default)
+        # a forwarding leaf's atoms are its ports' (decide: no other atom goes with a fwd)
+        leaves.append(LeafDecision(leaf.state, d, None if d.ports else atoms, leaf.example))
         if d.ports:
-            used.setdefault(FWD, ActionSignature(FWD, (("port", PORT_WIDTH),)))
+            if FWD not in used:
+                used[FWD] = ActionSignature(FWD, (("port", PORT_WIDTH),))
             continue
         assert d.action is not None  # decide(): a decision that forwards nowhere has its action
         if d.action[0] in spec.actions:

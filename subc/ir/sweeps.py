@@ -33,16 +33,18 @@ def sweep(
     k: int,
     zob: list[int],
     index: dict[int, int],
-    states: list[tuple[int, ...]],
+    states: list[tuple[int, ...] | int],
     leaf_atoms: tuple | None = None,
 ) -> list[tuple[int, int, int]]:
     """Runs ``(first, last, next state)`` of one state over the index range [0, k).
 
     The state is given as ``groups``: index ranges (or None: every index) -> the distinct next
     items whose ranges they are.  Next states are found in / added to ``index`` (Zobrist hash ->
-    state number) and ``states`` (state number -> item tuple).  :data:`DEAD`: no item.  ``leaf_atoms``,
-    when the items are leaf items: (item -> its atoms, dict state number -> the atoms of its
-    items) to fill where that comes cheap (see :func:`_sweep_suffixes`).
+    state number) and ``states`` (state number -> item tuple).  :data:`DEAD`: no item.
+    ``leaf_atoms``, when the items are leaf items: (item -> its atoms, dict state number -> the
+    atoms of its items, a tuple without repeats) to fill where that comes cheap (see
+    :func:`_sweep_suffixes`); a state whose atoms are filled there is kept in ``states`` as its
+    item count (an int) instead of its items, which no later pass reads (a leaf is its atoms).
     """
     if all(r is None or (len(r) == 1 and r[0][1] == k - 1) for r in groups):
         return _sweep_suffixes(groups, k, zob, index, states, leaf_atoms)
@@ -110,7 +112,7 @@ def _sweep_suffixes(
     k: int,
     zob: list[int],
     index: dict[int, int],
-    states: list[tuple[int, ...]],
+    states: list[tuple[int, ...] | int],
     leaf_atoms: tuple | None = None,
 ) -> list[tuple[int, int, int]]:
     """:func:`sweep` when every group's ranges are one interval up to the last index (``field >
@@ -133,9 +135,11 @@ def _sweep_suffixes(
                 tgt = index.get(h)
                 if tgt is None:
                     tgt = index[h] = len(states)
-                    states.append(tuple(active))  # (any order: a state is a set)
                     if atoms_out is not None:
-                        atoms_out[tgt] = frozenset(acc)  # (copied with the stored hashes)
+                        states.append(len(active))  # (its size: a leaf is its atoms)
+                        atoms_out[tgt] = tuple(acc)  # (a leaf's atoms, compact: see Leaf)
+                    else:
+                        states.append(tuple(active))  # (any order: a state is a set)
             if runs and runs[-1][2] == tgt:
                 runs[-1] = (runs[-1][0], p - 1, tgt)
             else:

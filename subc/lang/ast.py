@@ -23,6 +23,10 @@ class Shape(Protocol):
         """(condition, actions, location, text) of the rule whose piece starts at ``start``."""
         ...
 
+    def offset_of(self, index: int) -> int:
+        """The start offset of the piece of the rule numbered ``index``."""
+        ...
+
 
 #: Operators of a predicate.  'in' holds several operands; a prefix operand is (value, prefix_len).
 OPS = ("==", "!=", "<", "<=", ">", ">=", "in", "not in")
@@ -226,20 +230,21 @@ class Rule:
         self._parts: object = (condition, actions, location, text)
 
     @classmethod
-    def deferred(cls, index: int, core: "Expr", atoms: frozenset, shape: "Shape", start: int) -> "Rule":
+    def deferred(cls, index: int, core: "Expr", atoms: frozenset, shape: "Shape", start: int | None) -> "Rule":
         """A rule whose condition, actions, location and text ``shape.materialize(start)`` gives
-        as a tuple on first use (``start``: the offset of its piece); ``core`` and ``atoms`` mean
-        what those would give."""
+        as a tuple on first use (``start``: the offset of its piece; None: the one
+        ``shape.offset_of(index)`` gives); ``core`` and ``atoms`` mean what those would give."""
         r = cls.__new__(cls)
         r.index, r.core, r.atom_set, r.shape, r._parts = index, core, atoms, shape, start
         return r
 
     def _full(self) -> tuple:
         parts = self._parts
-        if type(parts) is int:  # deferred: the offset of the rule's piece
+        if type(parts) is not tuple:  # deferred: the offset of the rule's piece, or None (its shape has it)
             assert self.shape is not None  # a deferred rule has its shape
-            parts = self._parts = self.shape.materialize(parts)
-        return parts  # type: ignore[return-value]
+            start = parts if type(parts) is int else self.shape.offset_of(self.index)
+            parts = self._parts = self.shape.materialize(start)
+        return parts
 
     @property
     def condition(self) -> "Expr":

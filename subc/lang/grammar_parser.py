@@ -103,8 +103,11 @@ def rule_parser() -> Lark:
     """The Lark LALR parser of the rule language, built once per process (positions propagated:
     every tree has ``meta.start_pos``/``end_pos``, every token ``start_pos``, 0-based offsets
     into the parsed text).  ``parse(text)`` returns a ``start`` tree with one ``rule`` child per
-    rule and raises ``lark.exceptions.UnexpectedInput`` on a syntax error."""
-    return Lark(GRAMMAR.read_text(), parser="lalr", propagate_positions=True, maybe_placeholders=False)
+    rule and raises ``lark.exceptions.UnexpectedInput`` on a syntax error.  The grammar's analysis
+    is kept in Lark's cache (a file under the temporary directory keyed by the grammar, the
+    options and Lark's version: built again when one changes), which saves building the LALR
+    tables in every process."""
+    return Lark(GRAMMAR.read_text(), parser="lalr", propagate_positions=True, maybe_placeholders=False, cache=True)
 
 
 def syntax_error(e: UnexpectedInput, path: str, text: str, line_offset: int = 0) -> SubcError:

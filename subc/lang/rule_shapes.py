@@ -38,6 +38,7 @@ result equals :func:`~.rules.parse_rules_lark` rule for rule (``tests/test_rule_
 from __future__ import annotations
 
 import re
+from array import array
 from itertools import accumulate
 
 from lark import Tree
@@ -106,6 +107,16 @@ class Shape:
         self.act_groups: tuple[int, ...] = ()
         self.conditions: dict = {}  # condition literal texts -> core condition
         self.atom_sets: dict = {}  # action literal texts -> atoms
+        #: the start offsets of the pieces of one parse, by rule index from ``first_index`` (its
+        #: deferred rules keep no offset of their own: 28 bytes a rule)
+        self.offsets: array | None = None
+        self.first_index = 0
+
+    def offset_of(self, index: int) -> int:
+        """The start offset of the piece of rule ``index`` of the parse that made this shape's
+        rules (:attr:`offsets`)."""
+        assert self.offsets is not None  # set by the parser for the shapes of its rules
+        return self.offsets[index - self.first_index]
 
     def resolve(self, m: re.Match, ck, ak) -> tuple:
         """(core condition, atoms) of the piece matched by ``m`` with condition and action literal
@@ -204,6 +215,7 @@ class ShapeParser:
         self.operands: dict[tuple, object] = {}  # (field, kind, text) -> Operand
         self.action_values: dict[tuple, tuple] = {}  # (name, kinds, texts) -> (name, args)
         self.index = first_index
+        self.offsets = array("q")  # the start offset of each rule's piece, by index from first_index
         self.error: SubcError | None = None  # the first semantic error; then only checking
 
     def parse(self) -> list[Rule]:
@@ -222,6 +234,9 @@ class ShapeParser:
             return self._reference()
         if self.cache is not None:
             self.cache.parsed(self.index - self.first_index)
+        else:  # the literal texts seen are not needed any more (a million rules: 20 MB of keys)
+            for shape in self.shapes.values():
+                shape.conditions, shape.atom_sets = {}, {}
         if self.error is not None:
             raise self.error
         return rules
@@ -265,7 +280,7 @@ class ShapeParser:
         if self.error is None:
             cg, ag = shape.cond_groups, shape.act_groups
             conds, atom_sets = shape.conditions, shape.atom_sets
-            new, append = object.__new__, rules.append
+            new, append, offset = object.__new__, rules.append, self.offsets.append
             while True:
                 m = match(text, pos)
                 if m is None:
@@ -285,10 +300,11 @@ class ShapeParser:
                         index += 1
                         pos = end
                         break
-                # Rule.deferred(index, cond, atoms, shape, pos), inlined: this loop runs per rule
+                # Rule.deferred(index, cond, atoms, shape, None), inlined: this loop runs per rule
                 r = new(Rule)
-                r.index, r.core, r.atom_set, r.shape, r._parts = index, cond, atoms, shape, pos
+                r.index, r.core, r.atom_set, r.shape, r._parts = index, cond, atoms, shape, None
                 append(r)
+                offset(pos)
                 index += 1
                 pos = end
         if self.error is not None:
@@ -299,6 +315,7 @@ class ShapeParser:
                 end = m.end()
                 if end - pos > max_chars:
                     raise _Anomaly
+                self.offsets.append(pos)
                 index += 1
                 pos = end
         self.index = index
@@ -330,10 +347,12 @@ class ShapeParser:
             shape = self.cache.get(key, self.source, self.resolver)
             if shape is not None:
                 self.shapes[key] = shape
+                shape.offsets, shape.first_index = self.offsets, self.first_index
         first = shape is None
         if shape is None:
             tree = self._lark(piece)
             shape = self.shapes[key] = Shape(self.source, self.resolver)
+            shape.offsets, shape.first_index = self.offsets, self.first_index
             if self._safe(tree, parts):
                 shape.pattern = re.compile(
                     "".join(re.escape(p) if i % 2 == 0 else _GROUP[_kind(p)] for i, p in enumerate(parts))
@@ -357,6 +376,7 @@ class ShapeParser:
                     self._template(shape, tree, parts, pos)
                     if self.cache is not None:
                         self.cache.put(key, shape)
+        self.offsets.append(pos)
         self.index += 1
         if shape.pattern is not None:
             self._recent(shape)

@@ -7,6 +7,7 @@ from typing import Any
 
 from ...compiler.driver import CompileResult
 from ..backend import OutputOptions
+from ..output import TextStream
 from ..p4.entries import dumps
 from .program import render_filter
 from .target import build_maps, ebpf_plan, report
@@ -20,11 +21,11 @@ class EbpfBackend:
         """Nothing to check before generating: :meth:`outputs` raises SubcError for a field or
         action the program cannot handle."""
 
-    def outputs(self, res: CompileResult, options: OutputOptions) -> tuple[dict[str, str], dict[str, Any]]:
+    def outputs(self, res: CompileResult, options: OutputOptions) -> tuple[dict[str, str | TextStream], dict[str, Any]]:
         """(file name -> text, ``report.json`` document); SubcError for an unsupported field,
         parser or action (:func:`.target.ebpf_plan`, :func:`.target.build_maps`)."""
         parse_plan = ebpf_plan(res)
         maps_doc = build_maps(res, parse_plan)
-        files = render_filter(res, parse_plan, maps_doc, options.rules_path)
+        files: dict[str, str | TextStream] = {**render_filter(res, parse_plan, maps_doc, options.rules_path)}
         files["maps.json"] = dumps(maps_doc.to_json())
         return files, report(res, maps_doc)

@@ -12,7 +12,8 @@ from ...compiler.driver import CompileResult
 from ...compiler.target import Target
 from ...errors import SubcError
 from ..backend import OutputOptions
-from .entries import bfrt_setup, bmv2_commands, dumps, entries_doc, report_json
+from ..output import TextStream, counted
+from .entries import bfrt_setup_stream, bmv2_commands_stream, dumps_stream, entries_doc, report_json
 from .p4info import p4info_text
 from .program import render_program
 from .slots import slot_plan
@@ -51,20 +52,27 @@ class P4Backend:
         if res.ir.state is not None and res.target == Target.TOFINO:
             check_tofino_state(res, options.max_messages, options.overflow_port)
 
-    def outputs(self, res: CompileResult, options: OutputOptions) -> tuple[dict[str, str], dict[str, Any]]:
-        """(file name -> text, ``report.json`` document) of ``res`` (see the class docstring)."""
+    def outputs(self, res: CompileResult, options: OutputOptions) -> tuple[dict[str, str | TextStream], dict[str, Any]]:
+        """(file name -> text, ``report.json`` document) of ``res`` (see the class docstring);
+        with ``options.stream``, ``entries.json``, ``states.jsonl`` and the control-plane script
+        are :class:`~..output.TextStream` objects, written one after the other (a large rule
+        set's texts are never all in memory at once; ``states.jsonl`` records the size of
+        ``entries.json``, counted as it is written)."""
         planned = slot_plan(res, options.max_messages, options.overflow_port) if res.spec.whole_program else None
         plan, reason = planned if planned is not None else (None, None)
         name, src = render_program(res, options.rules_path, options.max_messages, options.overflow_port, planned)
-        files = {name: src}
-        doc = entries_doc(res.pipeline, res.target, plan)
-        files["entries.json"] = dumps(doc.to_json())
+        files: dict[str, str | TextStream] = {name: src}
+        pipe = res.pipeline
+        doc = entries_doc(pipe, res.target, plan)
+        entries, entries_size = counted(dumps_stream(doc.to_json))
+        files["entries.json"] = entries if options.stream else str(entries)
         if res.spec.whole_program:
             files["p4info.txtpb"], shape = p4info_text(res, plan)
             # the entries by state, for subc update --p4runtime (it reads the states it writes)
-            files[STATES_FILE] = states_file(doc, len(files["entries.json"].encode()), shape).decode()
-        if res.target == Target.BMV2:
-            files["commands.txt"] = bmv2_commands(res.pipeline, plan)
-        else:
-            files["bfrt_setup.py"] = bfrt_setup(res.pipeline, plan=plan)
+            states = TextStream(lambda emit: emit(states_file(doc, entries_size(), shape).decode()))
+            files[STATES_FILE] = states if options.stream else str(states)
+        script = bmv2_commands_stream(pipe, plan) if res.target == Target.BMV2 else bfrt_setup_stream(pipe, plan=plan)
+        files["commands.txt" if res.target == Target.BMV2 else "bfrt_setup.py"] = (
+            script if options.stream else str(script)
+        )
         return files, report_json(res, plan, reason)

@@ -34,12 +34,14 @@ them inverted.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import replace
 
 from ...ir.aggregates import UPDATE_ATOM
 from ...ir.decisions import COUNT_ATOM
 from ...compiler.driver import CompileResult
 from .tables import COUNT_TABLE, UPDATE_TABLE, Pipeline, Table, field_key_name
+from ..output import TextStream
 from ..safety import check_pipeline, identifier
 from ...compiler.target import P4_TARGETS, Target
 from .entries_doc import (
@@ -106,7 +108,7 @@ def entries_doc(pipe: Pipeline, target: str, plan=None) -> EntriesDoc:
         pipeline=tuple(
             Step(f"{CONTROL}.{s.table}", f"{CONTROL}.{s.on_miss}" if s.on_miss else None) for s in pipe.steps
         ),
-        tables=tuple(_table_doc(t) for t in pipe.tables),
+        tables=tuple(_table_doc(t) for t in pipe.tables) if plan is None else (),  # (a plan's: below)
         multicast_groups=tuple((g, tuple(p)) for g, p in sorted(pipe.mcast_groups.items())),
         state=state_doc(pipe) if pipe.state is not None else None,
     )
@@ -262,25 +264,35 @@ def bmv2_commands(pipe: Pipeline, plan=None) -> str:
     the multi-message program's: each entry once per message slot, the delivery tables).
 
     Multicast node handles are assumed to be allocated from 0 in order, as on a freshly started
-    ``simple_switch``.
+    ``simple_switch``.  Raises SubcError as :func:`~..safety.check_pipeline` does.
     """
+    return str(bmv2_commands_stream(pipe, plan))
+
+
+def bmv2_commands_stream(pipe: Pipeline, plan=None) -> TextStream:
+    """:func:`bmv2_commands` as a :class:`~..output.TextStream` (written one table at a time;
+    the pipeline is checked now)."""
     check_pipeline(pipe)
-    top = _max_priority(pipe) + 1
-    lines = ["// subc: simple_switch_CLI commands (run on a freshly started switch)"]
-    for t, names in _installed(pipe, plan, "bmv2"):
-        tails = []  # what follows the table name, the same in every slot's copy
-        for e in t.entries:
-            keys = [_format_match(BMV2_MATCH, k.match_kind, m) for k, m in zip(t.keys, e.match)]
-            params = " ".join(str(v) for _, v in e.params)
-            prio = f" {top - e.priority}" if e.priority is not None else ""
-            tails.append(f" {e.action} {' '.join(keys)} => {params}{prio}".rstrip())
-        for name in names:
-            lines.extend(f"table_add {name}{tail}" for tail in tails)
-    for handle, (gid, ports) in enumerate(_groups(pipe, plan)):
-        lines.append(f"mc_mgrp_create {gid}")
-        lines.append(f"mc_node_create {gid} {' '.join(str(p) for p in ports)}")
-        lines.append(f"mc_node_associate {gid} {handle}")
-    return "\n".join(lines) + "\n"
+
+    def write(emit: Callable[[str], object]) -> None:
+        top = _max_priority(pipe) + 1
+        emit("// subc: simple_switch_CLI commands (run on a freshly started switch)\n")
+        for t, names in _installed(pipe, plan, "bmv2"):
+            tails = []  # what follows the table name, the same in every slot's copy
+            kinds = [k.match_kind for k in t.keys]
+            for e in t.entries:
+                keys = [_format_match(BMV2_MATCH, kind, m) for kind, m in zip(kinds, e.match)]
+                params = " ".join(str(v) for _, v in e.params)
+                prio = f" {top - e.priority}" if e.priority is not None else ""
+                tails.append(f" {e.action} {' '.join(keys)} => {params}{prio}".rstrip())
+            for name in names:
+                emit("".join([f"table_add {name}{tail}\n" for tail in tails]))
+        for handle, (gid, ports) in enumerate(_groups(pipe, plan)):
+            emit(f"mc_mgrp_create {gid}\n")
+            emit(f"mc_node_create {gid} {' '.join(str(p) for p in ports)}\n")
+            emit(f"mc_node_associate {gid} {handle}\n")
+
+    return TextStream(write)
 
 
 def bfrt_key_name(key_name: str) -> str:
@@ -290,40 +302,49 @@ def bfrt_key_name(key_name: str) -> str:
 
 def bfrt_setup(pipe: Pipeline, program: str = "subc", plan=None) -> str:
     """A ``bfrt_python`` script (``bfshell -b bfrt_setup.py``) installing entries and PRE groups
-    (with ``plan``, the multi-message program's: each entry once per message slot)."""
+    (with ``plan``, the multi-message program's: each entry once per message slot).  Raises
+    SubcError as :func:`~..safety.check_pipeline` does, or for a bad program name."""
+    return str(bfrt_setup_stream(pipe, program, plan))
+
+
+def bfrt_setup_stream(pipe: Pipeline, program: str = "subc", plan=None) -> TextStream:
+    """:func:`bfrt_setup` as a :class:`~..output.TextStream` (written one table copy at a time;
+    the pipeline and the program name are checked now)."""
     check_pipeline(pipe)
     identifier(program, "program name")
-    top = _max_priority(pipe) + 1
-    out = [
-        "# subc: bfrt_python script; run with `bfshell -b bfrt_setup.py` after loading the program.",
-        f"p4 = bfrt.{program}.pipe",
-        "",
-    ]
-    for t, names in _installed(pipe, plan, "tofino"):
-        for i, name in enumerate(names):
-            keys = [
-                bfrt_key_name(
-                    slot_key(k.name, i, plan, pipe) if plan and t.role not in ("deliver", "egress") else k.name
-                )
-                for k in t.keys
-            ]
-            for e in t.entries:
-                kw = [_format_match(BFRT_MATCH, k.match_kind, m, kn) for k, m, kn in zip(t.keys, e.match, keys)]
-                if e.priority is not None:
-                    kw.append(f"MATCH_PRIORITY={top - e.priority}")
-                kw.extend(f"{p}={v}" for p, v in e.params)
-                out.append(f"p4.{name}.add_with_{e.action}({', '.join(kw)})")
-    for gid, ports in _groups(pipe, plan):
-        out.append(
-            f"bfrt.pre.node.add(MULTICAST_NODE_ID={gid}, MULTICAST_RID={gid}, "
-            f"MULTICAST_LAG_ID=[], DEV_PORT={list(ports)})"
-        )
-        out.append(
-            f"bfrt.pre.mgid.add(MGID={gid}, MULTICAST_NODE_ID=[{gid}], "
-            "MULTICAST_NODE_L1_XID_VALID=[False], MULTICAST_NODE_L1_XID=[0])"
-        )
-    out.append("bfrt.complete_operations()")
-    return "\n".join(out) + "\n"
+
+    def write(emit: Callable[[str], object]) -> None:
+        top = _max_priority(pipe) + 1
+        emit("# subc: bfrt_python script; run with `bfshell -b bfrt_setup.py` after loading the program.\n")
+        emit(f"p4 = bfrt.{program}.pipe\n\n")
+        for t, names in _installed(pipe, plan, "tofino"):
+            for i, name in enumerate(names):
+                keys = [
+                    bfrt_key_name(
+                        slot_key(k.name, i, plan, pipe) if plan and t.role not in ("deliver", "egress") else k.name
+                    )
+                    for k in t.keys
+                ]
+                lines = []
+                for e in t.entries:
+                    kw = [_format_match(BFRT_MATCH, k.match_kind, m, kn) for k, m, kn in zip(t.keys, e.match, keys)]
+                    if e.priority is not None:
+                        kw.append(f"MATCH_PRIORITY={top - e.priority}")
+                    kw.extend(f"{p}={v}" for p, v in e.params)
+                    lines.append(f"p4.{name}.add_with_{e.action}({', '.join(kw)})\n")
+                emit("".join(lines))
+        for gid, ports in _groups(pipe, plan):
+            emit(
+                f"bfrt.pre.node.add(MULTICAST_NODE_ID={gid}, MULTICAST_RID={gid}, "
+                f"MULTICAST_LAG_ID=[], DEV_PORT={list(ports)})\n"
+            )
+            emit(
+                f"bfrt.pre.mgid.add(MGID={gid}, MULTICAST_NODE_ID=[{gid}], "
+                "MULTICAST_NODE_L1_XID_VALID=[False], MULTICAST_NODE_L1_XID=[0])\n"
+            )
+        emit("bfrt.complete_operations()\n")
+
+    return TextStream(write)
 
 
 def report_json(res: CompileResult, plan=None, single_reason: str | None = None) -> dict:
@@ -400,37 +421,48 @@ def dumps(doc: dict) -> str:
     compact line per value, lists of scalars on one line (the C encoder: 100K-rule entries in 0.2 s
     instead of 3 s)."""
     out: list[str] = []
-    _pretty(doc, 0, out, {})
+    _pretty(doc, 0, out.append, {})
     out.append("\n")
     return "".join(out)
 
 
-def _pretty(v, depth: int, out: list[str], memo: dict) -> None:
+def dumps_stream(make_doc: Callable[[], dict]) -> TextStream:
+    """:func:`dumps` of the document ``make_doc()`` as a :class:`~..output.TextStream`: the
+    document is built when the text is written, and its text goes out in pieces."""
+
+    def write(emit: Callable[[str], object]) -> None:
+        _pretty(make_doc(), 0, emit, {})
+        emit("\n")
+
+    return TextStream(write)
+
+
+def _pretty(v, depth: int, emit: Callable[[str], object], memo: dict) -> None:
     if (
         depth >= PRETTY_DEPTH
         or not isinstance(v, (dict, list))
         or not v
         or (isinstance(v, list) and not isinstance(v[0], (dict, list)))
     ):
-        out.append(json.dumps(v))  # a scalar, or a list of scalars (ports, field names), on one line
+        emit(json.dumps(v))  # a scalar, or a list of scalars (ports, field names), on one line
         return
     pad = "\n" + " " * (depth + 1)
     if isinstance(v, dict):
-        out.append("{")
+        emit("{")
         for i, (k, x) in enumerate(v.items()):
-            out.append(("," if i else "") + pad + json.dumps(k) + ": ")
-            _pretty(x, depth + 1, out, memo)
-        out.append("\n" + " " * depth + "}")
-    else:
-        # a list met again at the same depth (the entries the message slots share) is the same text
-        hit = memo.get((id(v), depth))
-        if hit is not None:
-            out.append(hit)
-            return
-        mine: list[str] = ["["]
+            emit(("," if i else "") + pad + json.dumps(k) + ": ")
+            _pretty(x, depth + 1, emit, memo)
+        emit("\n" + " " * depth + "}")
+    elif depth + 1 < PRETTY_DEPTH:  # a list of indented values (the tables): their text goes out as it comes
+        emit("[")
         for i, x in enumerate(v):
-            mine.append(("," if i else "") + pad)
-            _pretty(x, depth + 1, mine, memo)
-        mine.append("\n" + " " * depth + "]")
-        text = memo[(id(v), depth)] = "".join(mine)
-        out.append(text)
+            emit(("," if i else "") + pad)
+            _pretty(x, depth + 1, emit, memo)
+        emit("\n" + " " * depth + "]")
+    else:
+        # a list of one-line values met again at the same depth (the entries the message slots
+        # share) is the same text
+        hit = memo.get((id(v), depth))
+        if hit is None:  # each value on its own line, as _pretty at depth + 1 writes it
+            hit = memo[(id(v), depth)] = "[" + pad + ("," + pad).join(map(json.dumps, v)) + "\n" + " " * depth + "]"
+        emit(hit)

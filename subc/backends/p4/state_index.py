@@ -140,11 +140,21 @@ class StateIndex:
             self._parsed[node] = got
         return got
 
-    def line(self, node: Node) -> bytes:
-        """The serialized entries of ``node`` (one JSON object, table -> entries)."""
+    def line(self, node: Node, memo: dict | None = None) -> bytes:
+        """The serialized entries of ``node`` (one JSON object, table -> entries).  ``memo`` (kept
+        by the caller across nodes) holds the text of each list of entries written, by the ids of
+        its entries: a multi-message program's slots hold the same entries, each written once."""
         raw = self._lines.get(node)
         if raw is None:
-            raw = json_line({t: [e.to_json() for e in es] for t, es in self.entries(node).items()})
+            memo = {} if memo is None else memo
+            fields = []
+            for t, es in self.entries(node).items():
+                key = tuple(map(id, es))
+                text = memo.get(key)
+                if text is None:  # (the entries stay alive with the index: their ids stay theirs)
+                    text = memo[key] = json_line([e.to_json() for e in es])
+                fields.append(json_line(t) + b":" + text)
+            raw = b"{" + b",".join(fields) + b"}"  # = json_line of the dict, table -> entries
             self._lines[node] = raw
         return raw
 
@@ -222,20 +232,28 @@ class StateIndex:
         parts = []
         k = node[0]
         groups = self.groups
+        # an entry's part but its table, by entry: the slots of a multi-message program hold the
+        # same entries (repr((table, *rest)) is "(" + repr(table) + ", " + repr(rest)[1:])
+        rests: dict[tuple, str] = {}
         for table, es in self.entries(node).items():
             i = self.state_at[table]
             bits = self.tables[table].bits
+            head = "(" + repr(table) + ", "
             for e in es:
-                params: list[tuple[str, object]] = []
-                for p, v in sorted(e.params.items()):
-                    val: object = v
-                    if p == "next_state":
-                        val = self.signature((k + 1, v))
-                    elif (e.action, p) == GROUP_ACTION:
-                        val = groups.get(v, ("missing group", v))
-                    params.append((p, val))
-                match = tuple(canonical_match(m, b) for j, (m, b) in enumerate(zip(e.match, bits)) if j != i)
-                parts.append(repr((table, match, e.priority, e.action, tuple(params))))
+                key = (id(e), i, bits)
+                rest = rests.get(key)
+                if rest is None:
+                    params: list[tuple[str, object]] = []
+                    for p, v in sorted(e.params.items()):
+                        val: object = v
+                        if p == "next_state":
+                            val = self.signature((k + 1, v))
+                        elif (e.action, p) == GROUP_ACTION:
+                            val = groups.get(v, ("missing group", v))
+                        params.append((p, val))
+                    match = tuple(canonical_match(m, b) for j, (m, b) in enumerate(zip(e.match, bits)) if j != i)
+                    rest = rests[key] = repr((match, e.priority, e.action, tuple(params)))[1:]
+                parts.append(head + rest)
         parts.sort()
         return hashlib.blake2b("\n".join(parts).encode(), digest_size=16).digest()
 
@@ -269,7 +287,8 @@ class StateIndex:
                 for i in (self.nodes[n],)
             ],
         }
-        return b"\n".join([json_line(header), *(self.line(n) for n in order)]) + b"\n"
+        memo: dict = {}
+        return b"\n".join([json_line(header), *(self.line(n, memo) for n in order)]) + b"\n"
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> tuple[StateIndex, dict]:

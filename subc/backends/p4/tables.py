@@ -35,7 +35,7 @@ from dataclasses import dataclass, field as dc_field
 from ...ir.aggregates import UPDATE_ATOM, StatePlan, is_state_field
 from ...ir.decisions import COUNT_ATOM
 from ...ir.intervals import prefix_cover_count
-from ...ir.stages import FieldStage, SubscriptionIR, fallback_target
+from ...ir.stages import FieldStage, LeafDecision, SubscriptionIR, fallback_target
 from ...spec.model import Spec
 from ...compiler.target import Target
 
@@ -128,11 +128,17 @@ class Pipeline:
     match_forms: dict[str, str]
     headers: list[str]
     default_action: tuple[str, tuple[tuple[str, int], ...]]
-    leaf_atoms: dict[int, frozenset]
     meta: str = "meta"
     hdr: str = "hdr"
     #: the registers and state values of comparisons on state (the IR's), or None
     state: StatePlan | None = None
+    #: the IR's leaves (:attr:`leaf_atoms`)
+    leaves: tuple[LeafDecision, ...] = dc_field(default=(), repr=False)
+
+    @property
+    def leaf_atoms(self) -> dict[int, frozenset]:
+        """Leaf state -> the atoms of the rules that reach it (built on each call)."""
+        return {leaf.state: leaf.atoms for leaf in self.leaves}
 
     def table(self, name: str) -> Table:
         for t in self.tables:
@@ -334,7 +340,7 @@ def build_pipeline(
         match_forms=forms,
         headers=list(ir.headers),
         default_action=default_action,
-        leaf_atoms={leaf.state: leaf.atoms for leaf in ir.leaves},
+        leaves=ir.leaves,
         meta=meta,
         hdr=hdr,
         state=ir.state,
