@@ -43,6 +43,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..compiler.driver import CompileResult
+from ..compiler.gcpause import paused_gc
 from ..backends.p4.entries import entries_doc
 from ..errors import SubcError
 from ..wire.decoder import MessageDecoder
@@ -175,12 +176,11 @@ def analyze(
     tmp, parts, staging = _temporary_output(out_dir, bundle.stateful)
     n_splits = len(bundle.splits)
     say(f"analyze: {len(traces)} trace file(s) in {n_splits} split(s), {len(res.rules)} rules")
-    ids = spark.range(0, n_splits, 1, numPartitions=max(1, n_splits))
     try:
         # 1. read, decode, evaluate the tables, write messages.parquet; partial counts per split, summed by Spark
         t = time.perf_counter()
         parts_dir = str(staging if bundle.stateful else parts)
-        agg = _read_and_evaluate(ids, bc, parts_dir, [d.ports for d in bundle.tables.decisions])
+        agg = _read_and_evaluate(sc, n_splits, bc, parts_dir, [d.ports for d in bundle.tables.decisions])
         timings["read_and_tables"] = time.perf_counter() - t
         # 2. reference semantics on one representative per class key, or the stateful pass
         checked = _check_decisions(spark, res, bundle, traces, tmp, staging, parts, agg, say, timings)
@@ -214,27 +214,47 @@ def _temporary_output(out_dir: Path, stateful: bool) -> tuple[Path, Path, Path]:
     return tmp, parts, staging
 
 
-def _read_and_evaluate(ids, bc, parts_dir: str, ports: list):
-    """Step 1: one task per split id of ``ids`` (a Spark DataFrame) runs
+def _read_and_evaluate(sc, n_splits: int, bc, parts_dir: str, ports: list):
+    """Step 1: one task per split (a Spark RDD of split ids, ``sc``: the SparkContext) runs
     :func:`~.evaluate.process_split` on the broadcast bundle ``bc``, writing its messages' part
-    into ``parts_dir``; returns the tasks' counts summed per (class key, decision, type, second),
-    as a pandas DataFrame."""
-    from pyspark.sql import functions as F
+    into ``parts_dir``; returns the tasks' counts summed per (class key, decision, type, second)
+    (null keys grouped as one), as a pandas DataFrame (:func:`sum_counts`).
 
-    def run(batches):
-        b = bc.value
-        for batch in batches:
-            for i in batch.column(0).to_pylist():
-                yield process_split(b, i, parts_dir, ports)
+    The counts come back as pickled Arrow batches and are summed on the driver with Arrow: no
+    Spark SQL plan (its code generation and Arrow conversions cost more CPU than the sums)."""
 
-    with warnings.catch_warnings():  # a task's error is re-raised below; Arrow's warning repeats it
+    def run(i: int) -> pa.RecordBatch:
+        return process_split(bc.value, i, parts_dir, ports)
+
+    with warnings.catch_warnings():  # a task's error is re-raised by the caller
         warnings.simplefilter("ignore", UserWarning)
-        return (
-            ids.mapInArrow(run, AGGREGATE_SCHEMA)
-            .groupBy("class_key", "decision", "type", "second")
-            .agg(*(F.sum(c).alias(c) for c in ("messages", "bytes", "zero_length")))
-            .toPandas()
-        )
+        batches = sc.parallelize(range(n_splits), max(1, n_splits)).map(run).collect()
+    return sum_counts(batches)
+
+
+def sum_counts(batches: list[pa.RecordBatch]):
+    """The counts of :data:`~.evaluate.AGGREGATE_SCHEMA` batches summed per (class key, decision,
+    type, second), null keys grouped as one, as a pandas DataFrame (integer columns with nulls as
+    float64, except the class key: exact, a nullable Int64)."""
+    import pandas as pd
+
+    keys = ["class_key", "decision", "type", "second"]
+    sums = ["messages", "bytes", "zero_length"]
+    table = pa.Table.from_batches(batches) if batches else pa.Table.from_batches([], schema=_aggregate_schema())
+    out = table.group_by(keys, use_threads=False).aggregate([(c, "sum") for c in sums])
+    df = (
+        out.rename_columns([c[: -len("_sum")] if c.endswith("_sum") else c for c in out.column_names])
+        .select(keys + sums)
+        .to_pandas()
+    )
+    df["class_key"] = out.column("class_key").to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+    return df
+
+
+def _aggregate_schema() -> pa.Schema:
+    """:data:`~.evaluate.AGGREGATE_SCHEMA` as an Arrow schema."""
+    types = {"long": pa.int64(), "int": pa.int32()}
+    return pa.schema([(n, types[t]) for n, t in (c.split() for c in AGGREGATE_SCHEMA.split(", "))])
 
 
 class _Checked(NamedTuple):
@@ -380,12 +400,14 @@ def _write_tables_and_plots(res: CompileResult, tmp: Path, per_port: dict, copie
         ),
         tmp / "subscribers.parquet",
     )
+    with paused_gc():  # without materialising deferred rules' conditions
+        sources = [r.source() for r in res.rules]
     pq.write_table(
         pa.table(
             {
                 "rule": pa.array([r.index for r in res.rules], pa.int32()),
-                "line": pa.array([r.location.line for r in res.rules], pa.int32()),
-                "text": pa.array([r.text for r in res.rules], pa.string()),
+                "line": pa.array([loc.line for loc, _ in sources], pa.int32()),
+                "text": pa.array([text for _, text in sources], pa.string()),
                 "hits": pa.array(rule_hits, pa.int64()),
             }
         ),
