@@ -277,7 +277,7 @@ def _check_decisions(spark, res: CompileResult, bundle: Bundle, traces, tmp, sta
     time goes into ``timings``.  Returns a :class:`_Checked`."""
     t = time.perf_counter()
     if bundle.stateful:
-        agg, outcome = _stateful_pass(res, bundle, traces, staging, parts, agg, say, t)
+        agg, outcome = _stateful_pass(spark, res, bundle, traces, staging, parts, agg, say, t)
         timings["stateful_pass"] = time.perf_counter() - t
         return _Checked(
             agg,
@@ -317,6 +317,8 @@ def _write_outputs(res, traces, bundle: Bundle, tmp: Path, out_dir: Path, checke
             summary["stateful"] = {
                 "reference_one_by_one": outcome.one_by_one,
                 "tables": "one by one (named counters)" if outcome.tables_one_by_one else "vectorised per split",
+                "tables_one_by_one": outcome.simulated,
+                "tasks": outcome.tasks,
             }
         summary["capture"] = capture_summary(tmp, bundle)
         copies = outcome.copies if outcome is not None else copies_summary(tmp)
@@ -340,7 +342,7 @@ def _write_outputs(res, traces, bundle: Bundle, tmp: Path, out_dir: Path, checke
     return summary
 
 
-def _stateful_pass(res: CompileResult, bundle, traces: list[str], staging: Path, parts: Path, agg, say, t: float):
+def _stateful_pass(spark, res: CompileResult, bundle, traces: list[str], staging: Path, parts: Path, agg, say, t):
     """Step 2 with comparisons on state: every split in trace order on the driver
     (:class:`~.stateful_pass.StatefulPass`), its parts moved from ``staging`` to ``parts``.
     Returns (the aggregate counts with the classified messages', the pass's outcome)."""
@@ -349,14 +351,20 @@ def _stateful_pass(res: CompileResult, bundle, traces: list[str], staging: Path,
     from .stateful_pass import StatefulPass
 
     n_splits = len(bundle.splits)
-    spass = StatefulPass(res, bundle, traces)
+    sc = spark.sparkContext
+
+    def runner(fn, tasks: list) -> list:
+        return sc.parallelize(tasks, len(tasks)).map(fn).collect()
+
+    spass = StatefulPass(res, bundle, traces, runner, sc.defaultParallelism)
     say(f"analyze: comparisons on state: {n_splits} split(s) in trace order on the driver")
     for i in range(n_splits):
         spass.split(i, staging / f"part-{i:05d}.parquet", parts / f"part-{i:05d}.parquet")
         if n_splits > 1:
             say(f"analyze: state: split {i + 1} of {n_splits} ({time.perf_counter() - t:.1f} s)")
-    staging.rmdir()
     outcome = spass.finish()
+    staging.rmdir()
+    say(f"analyze: state: {outcome.tasks} task(s) one message at a time ({time.perf_counter() - t:.1f} s)")
     classified = (
         pa.Table.from_batches(outcome.counts, schema=outcome.counts[0].schema).to_pandas()
         if outcome.counts
