@@ -180,10 +180,10 @@ def analyze(
         # 1. read, decode, evaluate the tables, write messages.parquet; partial counts per split, summed by Spark
         t = time.perf_counter()
         parts_dir = str(staging if bundle.stateful else parts)
-        agg = _read_and_evaluate(sc, n_splits, bc, parts_dir, [d.ports for d in bundle.tables.decisions])
+        batches = _read_and_evaluate(sc, n_splits, bc, parts_dir, [d.ports for d in bundle.tables.decisions])
         timings["read_and_tables"] = time.perf_counter() - t
         # 2. reference semantics on one representative per class key, or the stateful pass
-        checked = _check_decisions(spark, res, bundle, traces, tmp, staging, parts, agg, say, timings)
+        checked = _check_decisions(spark, res, bundle, traces, tmp, staging, parts, batches, say, timings)
         # 3. the other outputs, then the temporary directory is renamed
         summary = _write_outputs(res, traces, bundle, tmp, out_dir, checked, timings, t0, t_work)
     except SubcError:
@@ -217,19 +217,18 @@ def _temporary_output(out_dir: Path, stateful: bool) -> tuple[Path, Path, Path]:
 def _read_and_evaluate(sc, n_splits: int, bc, parts_dir: str, ports: list):
     """Step 1: one task per split (a Spark RDD of split ids, ``sc``: the SparkContext) runs
     :func:`~.evaluate.process_split` on the broadcast bundle ``bc``, writing its messages' part
-    into ``parts_dir``; returns the tasks' counts summed per (class key, decision, type, second)
-    (null keys grouped as one), as a pandas DataFrame (:func:`sum_counts`).
+    into ``parts_dir``; returns the tasks' counts (:data:`~.evaluate.AGGREGATE_SCHEMA` batches).
 
-    The counts come back as pickled Arrow batches and are summed on the driver with Arrow: no
-    Spark SQL plan (its code generation and Arrow conversions cost more CPU than the sums)."""
+    The counts come back as pickled Arrow batches, summed on the driver with Arrow
+    (:func:`sum_counts`): no Spark SQL plan (its code generation and Arrow conversions cost more
+    CPU than the sums)."""
 
     def run(i: int) -> pa.RecordBatch:
         return process_split(bc.value, i, parts_dir, ports)
 
     with warnings.catch_warnings():  # a task's error is re-raised by the caller
         warnings.simplefilter("ignore", UserWarning)
-        batches = sc.parallelize(range(n_splits), max(1, n_splits)).map(run).collect()
-    return sum_counts(batches)
+        return sc.parallelize(range(n_splits), max(1, n_splits)).map(run).collect()
 
 
 def sum_counts(batches: list[pa.RecordBatch]):
@@ -271,13 +270,13 @@ class _Checked(NamedTuple):
     n_keys: int
 
 
-def _check_decisions(spark, res: CompileResult, bundle: Bundle, traces, tmp, staging, parts, agg, say, timings):
+def _check_decisions(spark, res: CompileResult, bundle: Bundle, traces, tmp, staging, parts, batches, say, timings):
     """Step 2: the stateful pass (:func:`_stateful_pass`) with comparisons on state, else the
     reference semantics on one representative per class key (:func:`_reference_pass`); its
     time goes into ``timings``.  Returns a :class:`_Checked`."""
     t = time.perf_counter()
     if bundle.stateful:
-        agg, outcome = _stateful_pass(spark, res, bundle, traces, staging, parts, agg, say, t)
+        agg, outcome = _stateful_pass(spark, res, bundle, traces, staging, parts, batches, say, t)
         timings["stateful_pass"] = time.perf_counter() - t
         return _Checked(
             agg,
@@ -289,6 +288,7 @@ def _check_decisions(spark, res: CompileResult, bundle: Bundle, traces, tmp, sta
             outcome.value_classes,
         )
     tables = bundle.tables
+    agg = sum_counts(batches)
     ref, keys, counts, bad, disagreements = _reference_pass(res, bundle, agg, tables)
     timings["reference"] = time.perf_counter() - t
     examples = _class_examples(spark, tmp, bad, keys, ref, tables, traces) if disagreements else []
@@ -342,12 +342,11 @@ def _write_outputs(res, traces, bundle: Bundle, tmp: Path, out_dir: Path, checke
     return summary
 
 
-def _stateful_pass(spark, res: CompileResult, bundle, traces: list[str], staging: Path, parts: Path, agg, say, t):
+def _stateful_pass(spark, res: CompileResult, bundle, traces: list[str], staging: Path, parts: Path, batches, say, t):
     """Step 2 with comparisons on state: every split in trace order on the driver
     (:class:`~.stateful_pass.StatefulPass`), its parts moved from ``staging`` to ``parts``.
-    Returns (the aggregate counts with the classified messages', the pass's outcome)."""
-    import pandas as pd
-
+    Returns (the counts of the tasks' ``batches`` and of the classified messages summed by
+    :func:`sum_counts`, the pass's outcome)."""
     from .stateful_pass import StatefulPass
 
     n_splits = len(bundle.splits)
@@ -365,12 +364,7 @@ def _stateful_pass(spark, res: CompileResult, bundle, traces: list[str], staging
     outcome = spass.finish()
     staging.rmdir()
     say(f"analyze: state: {outcome.tasks} task(s) one message at a time ({time.perf_counter() - t:.1f} s)")
-    classified = (
-        pa.Table.from_batches(outcome.counts, schema=outcome.counts[0].schema).to_pandas()
-        if outcome.counts
-        else agg.iloc[0:0]
-    )
-    return pd.concat([agg, classified], ignore_index=True), outcome
+    return sum_counts([*batches, *outcome.counts]), outcome
 
 
 def _reference_pass(res: CompileResult, bundle, agg, tables):
