@@ -7,10 +7,11 @@ Steps (each Spark step runs on every core in local mode, or on a cluster under `
    broadcast once.
 2. One task per split reads and decodes every message with the spec (:mod:`.gather`: the spec's
    parser over the whole split in NumPy) and evaluates the compiled tables on every *classified*
-   message, one that carries every header the rules test (:func:`.evaluate.evaluate_split`,
-   ``mapInArrow``).  Messages whose length differs from their type's length in the spec, or that the
-   parser rejects, are counted, never decoded.
-3. The messages are grouped by (value-class key, table decision).  The driver evaluates the rules
+   message, one that carries every header the rules test (:func:`.evaluate.evaluate_split`, an RDD
+   of split ids; the tasks' counts come back as Arrow batches, summed on the driver).  Messages
+   whose length differs from their type's length in the spec, or that the parser rejects, are
+   counted, never decoded.
+3. The messages are counted by (value-class key, table decision).  The driver evaluates the rules
    directly on one representative per class key (:mod:`.reference_np`); a message whose table
    decision differs from its class's reference decision is a disagreement.  Rule hits come from
    the same evaluation, weighted by the messages per key.

@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..lang.ast import COUNTER, predicates, state_predicates
+from ..lang.ast import COUNTER, And, Pred, predicates, state_predicates
 from ..ir.decisions import COUNT_ATOM
 from ..errors import SubcError
 from ..semantics.reference import default_decision
@@ -141,6 +141,7 @@ class StatefulPass:
         touching = {r.index for r in self.state_rules}
         self.other_rules = [r for r in res.rules if r.index not in touching]
         self.reference = StatefulReference(self.state_rules, res.spec)
+        self.gates = [_equality_gate(r.condition) for r in self.state_rules]
         self.default = default_decision(res.spec)
         #: class key -> (the state rules whose stateless part its messages match, as positions in
         #: state_rules, in rule order: the message is evaluated one by one when there are any; the
@@ -176,12 +177,18 @@ class StatefulPass:
             return
         reps = representatives(self.bundle.classes, new)
         ref = evaluate_rules(self.other_rules, self.res.spec, reps, np.ones(len(new), np.int64))
+        packets = [{f: int(v[t]) for f, v in reps.items()} for t in range(len(new))]
+        relevant: list[list[int]] = [[] for _ in new]
+        for j, r in enumerate(self.state_rules):
+            gate = self.gates[j]  # a top-level `field == c`: the other keys cannot match the rule
+            keys_in = np.flatnonzero(reps[gate[0]] == np.uint64(gate[1])) if gate is not None else range(len(new))
+            for t in keys_in:
+                if self.reference.relevant(r, packets[t]):
+                    relevant[t].append(j)
         for t, k in enumerate(new):
-            packet = {f: int(v[t]) for f, v in reps.items()}
-            relevant = tuple(j for j, r in enumerate(self.state_rules) if self.reference.relevant(r, packet))
             atoms = ref.atoms(t)
             self.keys[int(k)] = (
-                relevant,
+                tuple(relevant[t]),
                 self.tables.code_of(ref.decisions[t]),
                 self._atom_ids.setdefault(atoms, len(self._atom_ids)),
                 int(ref.matched_rules[t]),
@@ -462,3 +469,13 @@ def _uses_counter(rule, name: str) -> bool:
     return any(p.agg.kind == COUNTER and p.agg.name == name for p in state_predicates(rule.condition)) or any(
         a[0] == COUNT_ATOM and a[1] == name for a in rule.atoms()
     )
+
+
+def _equality_gate(cond) -> tuple[str, int] | None:
+    """(field, value) of a top-level conjunct ``field == value`` of ``cond``, if any: a message
+    whose field holds another value matches the condition for no truth values of its comparisons
+    on state."""
+    for e in cond.items if isinstance(cond, And) else (cond,):
+        if isinstance(e, Pred) and e.op == "==" and len(e.operands) == 1 and e.operands[0].prefix_len is None:
+            return e.field, e.operands[0].value
+    return None

@@ -5,7 +5,8 @@ The shared object is built with the system's C compiler (``cc``, else ``gcc`` or
 else ``~/.cache/subc``), named by the hash of the source, written to a temporary file and
 renamed, so concurrent first uses do not collide.  :func:`feed_walk` returns None when no
 compiler is found or the build fails: the feed then takes its Python path for every record
-(correct, slower; ``subc stats`` says which path ran).
+(correct, slower; ``subc stats`` says which path ran).  :func:`build` builds any such C file the
+same way (``subc analyze``'s BinaryFILE frame walk, :func:`subc.analysis.splits.frame_walk`).
 """
 
 from __future__ import annotations
