@@ -19,8 +19,11 @@ With ``--stateful M`` the rule set also has M rules that compare an aggregate, `
 avg(price, window=1000000) > P : fwd(H)`` (S, P and H from the generated rules), and with
 ``--counters C`` C rate limits ``stock == S and seen < 100 : fwd(H), inc(seen)`` over one named
 counter (1 s windows); the spec gets ``query_time(add_order.timestamp, ns)``.  Then only ``spark``
-is measured (the per-split work and the stateful pass, :mod:`subc.analysis.stateful_pass`), with
-the pass's own time in its steps.
+is measured (the per-split work and the stateful pass, :mod:`subc.analysis.stateful_pass`, whose
+one-message-at-a-time groups run as Spark tasks), with the pass's own time in its steps and its
+``stateful`` summary (messages through the reference and the table simulator one by one, tasks).
+
+The machine's load changes wall times a lot on a small VM: note it (``uptime``) with the figures.
 
 Prints a table and writes JSON (--json).  Run it alone: ``python3 bench/analyze_bench.py``.
 """
@@ -90,7 +93,8 @@ def numpy_run(res, trace: Path, out: Path) -> dict:
     pairs = agg[agg["class_key"].notna()].groupby("class_key")["messages"].sum()
     ref = evaluate_rules(res.rules, res.spec, representatives(bundle.classes, pairs.index.to_numpy(np.int64)),
                          pairs.to_numpy(np.int64))
-    return {"seconds": time.perf_counter() - t0, "messages": int(agg["messages"].sum()), "hits": int(ref.rule_hits.sum())}
+    messages = int(agg.loc[agg["class_key"].isna(), "messages"].sum())  # the class rows count classified ones again
+    return {"seconds": time.perf_counter() - t0, "messages": messages, "hits": int(ref.rule_hits.sum())}
 
 
 def numpy_read(trace: Path, spec) -> dict:

@@ -18,7 +18,7 @@ import struct
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from subc.lang.ast import state_predicates
@@ -58,25 +58,33 @@ def with_stateless_rules(draw, stateful):
     return "\n".join(draw(st.permutations(lines))) + "\n"
 
 
-def run_job(res, traces: list[str], split_bytes: int, work) -> tuple[list[list[int]], object]:
-    """Every classified message's ports (in trace order) from the job's tasks and stateful pass."""
+def run_job(res, traces: list[str], split_bytes: int, work, tasks: int = 3, runner=None) -> tuple[list[list[int]], object]:
+    """Every classified message's ports (in trace order) from the job's tasks and stateful pass,
+    whose one-at-a-time work runs as up to ``tasks`` groups (``runner``: how they run; by default
+    one after another, last group first)."""
     bundle = make_bundle(res, traces, split_bytes)
     stage, final = work / "stage", work / "final"
     stage.mkdir()
     final.mkdir()
     ports = [d.ports for d in bundle.tables.decisions]
-    spass = StatefulPass(res, bundle, traces)
+    spass = StatefulPass(res, bundle, traces, runner or reversed_runner, tasks)
     for i in range(len(bundle.splits)):
         process_split(bundle, i, str(stage), ports)
     for i in range(len(bundle.splits)):
         spass.split(i, stage / f"part-{i:05d}.parquet", final / f"part-{i:05d}.parquet")
+    outcome = spass.finish()
     assert not list(stage.iterdir())
     rows = []
     for i in range(len(bundle.splits)):
         t = pq.read_table(final / f"part-{i:05d}.parquet")
         assert not [c for c in t.column_names if c.startswith("subc:")]
         rows += [sorted(p) for p in t.column("subscribers").to_pylist()]
-    return rows, spass.finish()
+    return rows, outcome
+
+
+def reversed_runner(fn, tasks):
+    """The tasks run last first (each task in its own order): groups must not depend on each other."""
+    return [fn(t) for t in tasks[::-1]][::-1]
 
 
 def binaryfile(msgs: list[bytes]) -> bytes:
@@ -339,3 +347,131 @@ def test_aggregate_values_are_exact(tmp_path_factory, kind, field, window, skip,
     want = [sorted(want_ref.decide(m, t).ports) for t, m in messages]
     got, _ = run_job(res, [str(tmp / "t.bin")], data.draw(st.sampled_from([0, 1, 60, 200]), label="split"), tmp)
     assert got == want, rules_text
+
+
+def outcome_doc(outcome) -> dict:
+    """What a stateful pass found, comparable between runs (counts as sorted rows)."""
+    import pyarrow as pa
+
+    counts = pa.Table.from_batches(outcome.counts).to_pylist() if outcome.counts else []
+    return {
+        "counts": sorted(counts, key=repr),
+        "disagreements": outcome.disagreements,
+        "examples": outcome.examples,
+        "rule_hits": outcome.rule_hits.tolist(),
+        "no_match": outcome.no_match,
+        "value_classes": outcome.value_classes,
+        "one_by_one": outcome.one_by_one,
+        "simulated": outcome.simulated,
+        "copies": dict(outcome.copies),
+    }
+
+
+@SETTINGS
+@given(rules_text=with_stateless_rules(st.one_of(
+    st.tuples(itch_stateful_rules(), itch_stateful_rules(), itch_counter_rules()).map("".join),
+    st.tuples(itch_stateful_rules(), itch_stateful_rules()).map("".join))), data=st.data())
+def test_groups_run_in_parallel_decide_as_the_sequential_pass(tmp_path_factory, rules_text, data):
+    """The one-at-a-time work cut into groups that share no state (aggregates by rule, named
+    counters, the tables' register footprints), run as up to 6 tasks in a shuffled order, gives
+    exactly what one task in trace order gives (decisions, counts, hits, copies) and what the
+    reference decides; with named counters only the messages whose footprint is not empty run
+    through the table simulator."""
+    tmp = tmp_path_factory.mktemp("par")
+    spec_text = COUNTER_SPEC if "seen" in rules_text or "volume" in rules_text else TIMED_SPEC
+    spec, rules, res = compiled(spec_text, rules_text, tmp)
+    msgs = drawn_messages(data, 80)
+    (tmp / "t.bin").write_bytes(binaryfile([m for m, _ in msgs]))
+    traces = [str(tmp / "t.bin")]
+    split_bytes = data.draw(st.sampled_from([0, 200, 600]), label="split bytes")
+    order = data.draw(st.randoms(use_true_random=False), label="task order")
+
+    def shuffled(fn, tasks):
+        out = [None] * len(tasks)
+        for k in order.sample(range(len(tasks)), len(tasks)):
+            out[k] = fn(tasks[k])
+        return out
+
+    (tmp / "seq").mkdir()
+    (tmp / "par").mkdir()
+    seq_rows, seq = run_job(res, traces, split_bytes, tmp / "seq", tasks=1, runner=lambda fn, ts: [fn(t) for t in ts])
+    par_rows, par = run_job(res, traces, split_bytes, tmp / "par", tasks=data.draw(st.integers(2, 6)), runner=shuffled)
+    assert par_rows == seq_rows == reference_ports(res, spec, msgs)
+    assert outcome_doc(par) == outcome_doc(seq)
+    assert seq.disagreements == 0
+    assert seq.tasks <= 2 and (par.tasks >= seq.tasks)
+    if seq.tables_one_by_one:
+        classified = sum(1 for _, v in msgs if v is not None)
+        assert par.simulated <= classified
+    event(f"tasks: {min(par.tasks, 3)}")
+
+
+@st.composite
+def per_symbol_rules(draw):
+    """Rules that each test one stock, so that messages of different stocks share no aggregate:
+    counts and averages per stock, rate limits sharing the counter ``seen`` and a volume counter
+    summed on some stocks and compared on others (the counters join their stocks' groups)."""
+    stocks = draw(st.lists(st.sampled_from(SYMBOLS), min_size=2, max_size=4, unique=True))
+    lines = []
+    for s in stocks:
+        for _ in range(draw(st.integers(1, 2))):
+            port = draw(st.integers(1, 5))
+            shape = draw(st.sampled_from(["count", "avg", "limit", "sum", "volume"]))
+            if shape == "count":
+                lines.append(f'add_order.stock == "{s}" and count(window=5) > {draw(st.integers(0, 3))} : fwd({port});')
+            elif shape == "avg":
+                x = draw(st.sampled_from(LITERALS["add_order.price"][1:]))
+                lines.append(f'add_order.stock == "{s}" and avg(add_order.price, window=5) > {x} : fwd({port});')
+            elif shape == "limit":
+                lines.append(f'add_order.stock == "{s}" and seen < {draw(st.integers(1, 3))} : fwd({port}), inc(seen);')
+            elif shape == "sum":
+                lines.append(f'add_order.stock == "{s}" : volume <- sum(add_order.shares);')
+            else:
+                v = draw(st.sampled_from([0, 100, 1000]))
+                lines.append(f'add_order.stock == "{s}" and volume > {v} : fwd({port});')
+    return stocks, "\n".join(lines) + "\n"
+
+
+@st.composite
+def dense_messages(draw, stocks):
+    """Add Orders of ``stocks`` (and deletes) with times that mostly stay in one window."""
+    from test_p4_multi_message import _itch_classes
+    from test_stateful_bmv2 import AGG_VALUES
+
+    AddOrder, _, Delete, _ = _itch_classes()
+    t = draw(st.integers(0, 3000))
+    out = []
+    for _ in range(draw(st.integers(1, 80), label="n")):
+        t = max(0, t + draw(st.sampled_from([0, 0, 1, 1, 7, 999, 1000, 5000, -1])))
+        if draw(st.integers(0, 9)) == 0:
+            out.append((bytes(Delete(ref=1, timestamp=t)), None))
+            continue
+        stock = draw(st.sampled_from(stocks)).encode().ljust(8)
+        shares = draw(st.sampled_from(AGG_VALUES["add_order.shares"]))
+        price = draw(st.sampled_from(AGG_VALUES["add_order.price"]))
+        out.append((bytes(AddOrder(type=b"A", timestamp=t, side=b"B", shares=shares, stock=stock, price=price)),
+                    {"add_order.stock": int.from_bytes(stock, "big"), "add_order.shares": shares,
+                     "add_order.price": price, "add_order.buy_sell_indicator": ord("B"), "add_order.timestamp": t}))
+    return out
+
+
+@SETTINGS
+@given(drawn=per_symbol_rules(), data=st.data())
+def test_groups_per_stock_decide_as_the_sequential_pass(tmp_path_factory, drawn, data):
+    """Groups per stock (joined by the counters they share) run as separate tasks, last first:
+    the tables' and the reference's decisions, hits and counts are the sequential pass's."""
+    stocks, rules_text = drawn
+    tmp = tmp_path_factory.mktemp("grp")
+    spec, rules, res = compiled(COUNTER_SPEC, rules_text, tmp)
+    msgs = data.draw(dense_messages(stocks))
+    (tmp / "t.bin").write_bytes(binaryfile([m for m, _ in msgs]))
+    traces = [str(tmp / "t.bin")]
+    split_bytes = data.draw(st.sampled_from([0, 200]), label="split bytes")
+    (tmp / "seq").mkdir()
+    (tmp / "par").mkdir()
+    seq_rows, seq = run_job(res, traces, split_bytes, tmp / "seq", tasks=1, runner=lambda fn, ts: [fn(t) for t in ts])
+    par_rows, par = run_job(res, traces, split_bytes, tmp / "par", tasks=4)
+    assert par_rows == seq_rows == reference_ports(res, spec, msgs)
+    assert outcome_doc(par) == outcome_doc(seq)
+    assert par.disagreements == 0
+    event(f"tasks: {min(par.tasks, 4)}")

@@ -231,3 +231,35 @@ def test_a_frame_inside_a_message_that_ends_at_the_file_end_is_no_split_point(tm
             buf = read_split(sp, TYPES)
             got += [bytes(buf.data[s : s + n]) for s, n in zip(buf.starts, buf.lengths)]
         assert got == [msg], split_bytes
+
+
+def _walk(data: bytes, last: bool, native: bool):
+    """walk_binaryfile's buffer as lists, or its error's text, with or without the C walk."""
+    from subc.analysis import splits
+
+    saved = splits.frame_walk
+    if not native:
+        splits.frame_walk = lambda: None
+    try:
+        buf = walk_binaryfile(data, 100, "t.itch", last, TYPES)
+        return [a.tolist() for a in (buf.starts, buf.lengths, buf.positions, buf.indexes, buf.zero_length)]
+    except SubcError as e:
+        return str(e)
+    finally:
+        splits.frame_walk = saved
+
+
+@settings(max_examples=300, deadline=None)
+@given(frames=st.lists(st.one_of(
+    st.binary(min_size=1, max_size=40).map(lambda m: len(m).to_bytes(2, "big") + m),  # any length
+    st.sampled_from([b"\x00\x00S" + bytes(11), b"\x00\x00A" + bytes(35), b"\x00\x00\x07"]),  # zero-length quirk
+    st.sampled_from([b"\x00\x00", b"\x00", b"\x00\x05ab"])), max_size=30), last=st.booleans())
+def test_the_c_frame_walk_equals_the_python_loop(frames, last):
+    """Frames, zero-length prefixes before known and unknown types, an end-of-session marker, a
+    truncated length, a message running past the end: the C walk and the Python loop give the
+    same messages, or the same error."""
+    from subc.analysis.splits import frame_walk
+
+    assert frame_walk() is not None, "no C compiler: the C walk is not tested"
+    data = b"".join(frames)
+    assert _walk(data, last, True) == _walk(data, last, False)

@@ -7,10 +7,11 @@ Steps (each Spark step runs on every core in local mode, or on a cluster under `
    broadcast once.
 2. One task per split reads and decodes every message with the spec (:mod:`.gather`: the spec's
    parser over the whole split in NumPy) and evaluates the compiled tables on every *classified*
-   message, one that carries every header the rules test (:func:`.evaluate.evaluate_split`,
-   ``mapInArrow``).  Messages whose length differs from their type's length in the spec, or that the
-   parser rejects, are counted, never decoded.
-3. The messages are grouped by (value-class key, table decision).  The driver evaluates the rules
+   message, one that carries every header the rules test (:func:`.evaluate.evaluate_split`, an RDD
+   of split ids; the tasks' counts come back as Arrow batches, summed on the driver).  Messages
+   whose length differs from their type's length in the spec, or that the parser rejects, are
+   counted, never decoded.
+3. The messages are counted by (value-class key, table decision).  The driver evaluates the rules
    directly on one representative per class key (:mod:`.reference_np`); a message whose table
    decision differs from its class's reference decision is a disagreement.  Rule hits come from
    the same evaluation, weighted by the messages per key.
@@ -43,6 +44,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..compiler.driver import CompileResult
+from ..compiler.gcpause import paused_gc
 from ..backends.p4.entries import entries_doc
 from ..errors import SubcError
 from ..wire.decoder import MessageDecoder
@@ -175,15 +177,14 @@ def analyze(
     tmp, parts, staging = _temporary_output(out_dir, bundle.stateful)
     n_splits = len(bundle.splits)
     say(f"analyze: {len(traces)} trace file(s) in {n_splits} split(s), {len(res.rules)} rules")
-    ids = spark.range(0, n_splits, 1, numPartitions=max(1, n_splits))
     try:
         # 1. read, decode, evaluate the tables, write messages.parquet; partial counts per split, summed by Spark
         t = time.perf_counter()
         parts_dir = str(staging if bundle.stateful else parts)
-        agg = _read_and_evaluate(ids, bc, parts_dir, [d.ports for d in bundle.tables.decisions])
+        batches = _read_and_evaluate(sc, n_splits, bc, parts_dir, [d.ports for d in bundle.tables.decisions])
         timings["read_and_tables"] = time.perf_counter() - t
         # 2. reference semantics on one representative per class key, or the stateful pass
-        checked = _check_decisions(spark, res, bundle, traces, tmp, staging, parts, agg, say, timings)
+        checked = _check_decisions(spark, res, bundle, traces, tmp, staging, parts, batches, say, timings)
         # 3. the other outputs, then the temporary directory is renamed
         summary = _write_outputs(res, traces, bundle, tmp, out_dir, checked, timings, t0, t_work)
     except SubcError:
@@ -214,27 +215,46 @@ def _temporary_output(out_dir: Path, stateful: bool) -> tuple[Path, Path, Path]:
     return tmp, parts, staging
 
 
-def _read_and_evaluate(ids, bc, parts_dir: str, ports: list):
-    """Step 1: one task per split id of ``ids`` (a Spark DataFrame) runs
+def _read_and_evaluate(sc, n_splits: int, bc, parts_dir: str, ports: list):
+    """Step 1: one task per split (a Spark RDD of split ids, ``sc``: the SparkContext) runs
     :func:`~.evaluate.process_split` on the broadcast bundle ``bc``, writing its messages' part
-    into ``parts_dir``; returns the tasks' counts summed per (class key, decision, type, second),
-    as a pandas DataFrame."""
-    from pyspark.sql import functions as F
+    into ``parts_dir``; returns the tasks' counts (:data:`~.evaluate.AGGREGATE_SCHEMA` batches).
 
-    def run(batches):
-        b = bc.value
-        for batch in batches:
-            for i in batch.column(0).to_pylist():
-                yield process_split(b, i, parts_dir, ports)
+    The counts come back as pickled Arrow batches, summed on the driver with Arrow
+    (:func:`sum_counts`): no Spark SQL plan (its code generation and Arrow conversions cost more
+    CPU than the sums)."""
 
-    with warnings.catch_warnings():  # a task's error is re-raised below; Arrow's warning repeats it
+    def run(i: int) -> pa.RecordBatch:
+        return process_split(bc.value, i, parts_dir, ports)
+
+    with warnings.catch_warnings():  # a task's error is re-raised by the caller
         warnings.simplefilter("ignore", UserWarning)
-        return (
-            ids.mapInArrow(run, AGGREGATE_SCHEMA)
-            .groupBy("class_key", "decision", "type", "second")
-            .agg(*(F.sum(c).alias(c) for c in ("messages", "bytes", "zero_length")))
-            .toPandas()
-        )
+        return sc.parallelize(range(n_splits), max(1, n_splits)).map(run).collect()
+
+
+def sum_counts(batches: list[pa.RecordBatch]):
+    """The counts of :data:`~.evaluate.AGGREGATE_SCHEMA` batches summed per (class key, decision,
+    type, second), null keys grouped as one, as a pandas DataFrame (integer columns with nulls as
+    float64, except the class key: exact, a nullable Int64)."""
+    import pandas as pd
+
+    keys = ["class_key", "decision", "type", "second"]
+    sums = ["messages", "bytes", "zero_length"]
+    table = pa.Table.from_batches(batches) if batches else pa.Table.from_batches([], schema=_aggregate_schema())
+    out = table.group_by(keys, use_threads=False).aggregate([(c, "sum") for c in sums])
+    df = (
+        out.rename_columns([c[: -len("_sum")] if c.endswith("_sum") else c for c in out.column_names])
+        .select(keys + sums)
+        .to_pandas()
+    )
+    df["class_key"] = out.column("class_key").to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+    return df
+
+
+def _aggregate_schema() -> pa.Schema:
+    """:data:`~.evaluate.AGGREGATE_SCHEMA` as an Arrow schema."""
+    types = {"long": pa.int64(), "int": pa.int32()}
+    return pa.schema([(n, types[t]) for n, t in (c.split() for c in AGGREGATE_SCHEMA.split(", "))])
 
 
 class _Checked(NamedTuple):
@@ -251,13 +271,13 @@ class _Checked(NamedTuple):
     n_keys: int
 
 
-def _check_decisions(spark, res: CompileResult, bundle: Bundle, traces, tmp, staging, parts, agg, say, timings):
+def _check_decisions(spark, res: CompileResult, bundle: Bundle, traces, tmp, staging, parts, batches, say, timings):
     """Step 2: the stateful pass (:func:`_stateful_pass`) with comparisons on state, else the
     reference semantics on one representative per class key (:func:`_reference_pass`); its
     time goes into ``timings``.  Returns a :class:`_Checked`."""
     t = time.perf_counter()
     if bundle.stateful:
-        agg, outcome = _stateful_pass(res, bundle, traces, staging, parts, agg, say, t)
+        agg, outcome = _stateful_pass(spark, res, bundle, traces, staging, parts, batches, say, t)
         timings["stateful_pass"] = time.perf_counter() - t
         return _Checked(
             agg,
@@ -269,6 +289,7 @@ def _check_decisions(spark, res: CompileResult, bundle: Bundle, traces, tmp, sta
             outcome.value_classes,
         )
     tables = bundle.tables
+    agg = sum_counts(batches)
     ref, keys, counts, bad, disagreements = _reference_pass(res, bundle, agg, tables)
     timings["reference"] = time.perf_counter() - t
     examples = _class_examples(spark, tmp, bad, keys, ref, tables, traces) if disagreements else []
@@ -297,6 +318,8 @@ def _write_outputs(res, traces, bundle: Bundle, tmp: Path, out_dir: Path, checke
             summary["stateful"] = {
                 "reference_one_by_one": outcome.one_by_one,
                 "tables": "one by one (named counters)" if outcome.tables_one_by_one else "vectorised per split",
+                "tables_one_by_one": outcome.simulated,
+                "tasks": outcome.tasks,
             }
         summary["capture"] = capture_summary(tmp, bundle)
         copies = outcome.copies if outcome is not None else copies_summary(tmp)
@@ -320,29 +343,29 @@ def _write_outputs(res, traces, bundle: Bundle, tmp: Path, out_dir: Path, checke
     return summary
 
 
-def _stateful_pass(res: CompileResult, bundle, traces: list[str], staging: Path, parts: Path, agg, say, t: float):
+def _stateful_pass(spark, res: CompileResult, bundle, traces: list[str], staging: Path, parts: Path, batches, say, t):
     """Step 2 with comparisons on state: every split in trace order on the driver
     (:class:`~.stateful_pass.StatefulPass`), its parts moved from ``staging`` to ``parts``.
-    Returns (the aggregate counts with the classified messages', the pass's outcome)."""
-    import pandas as pd
-
+    Returns (the counts of the tasks' ``batches`` and of the classified messages summed by
+    :func:`sum_counts`, the pass's outcome)."""
     from .stateful_pass import StatefulPass
 
     n_splits = len(bundle.splits)
-    spass = StatefulPass(res, bundle, traces)
+    sc = spark.sparkContext
+
+    def runner(fn, tasks: list) -> list:
+        return sc.parallelize(tasks, len(tasks)).map(fn).collect()
+
+    spass = StatefulPass(res, bundle, traces, runner, sc.defaultParallelism)
     say(f"analyze: comparisons on state: {n_splits} split(s) in trace order on the driver")
     for i in range(n_splits):
         spass.split(i, staging / f"part-{i:05d}.parquet", parts / f"part-{i:05d}.parquet")
         if n_splits > 1:
             say(f"analyze: state: split {i + 1} of {n_splits} ({time.perf_counter() - t:.1f} s)")
-    staging.rmdir()
     outcome = spass.finish()
-    classified = (
-        pa.Table.from_batches(outcome.counts, schema=outcome.counts[0].schema).to_pandas()
-        if outcome.counts
-        else agg.iloc[0:0]
-    )
-    return pd.concat([agg, classified], ignore_index=True), outcome
+    staging.rmdir()
+    say(f"analyze: state: {outcome.tasks} task(s) one message at a time ({time.perf_counter() - t:.1f} s)")
+    return sum_counts([*batches, *outcome.counts]), outcome
 
 
 def _reference_pass(res: CompileResult, bundle, agg, tables):
@@ -380,12 +403,14 @@ def _write_tables_and_plots(res: CompileResult, tmp: Path, per_port: dict, copie
         ),
         tmp / "subscribers.parquet",
     )
+    with paused_gc():  # without materialising deferred rules' conditions
+        sources = [r.source() for r in res.rules]
     pq.write_table(
         pa.table(
             {
                 "rule": pa.array([r.index for r in res.rules], pa.int32()),
-                "line": pa.array([r.location.line for r in res.rules], pa.int32()),
-                "text": pa.array([r.text for r in res.rules], pa.string()),
+                "line": pa.array([loc.line for loc, _ in sources], pa.int32()),
+                "text": pa.array([text for _, text in sources], pa.string()),
                 "hits": pa.array(rule_hits, pa.int64()),
             }
         ),

@@ -162,10 +162,16 @@ def datagram_copies(positions: np.ndarray, codes: np.ndarray, ports: list[tuple[
     for c, ps in enumerate(ports):
         for p in ps:
             member[c, col[p]] = True
-    pairs = np.unique(np.stack([positions.astype(np.int64), codes.astype(np.int64)], axis=1), axis=0)
-    starts = np.flatnonzero(np.r_[True, pairs[1:, 0] != pairs[:-1, 0]])
-    per_datagram = np.logical_or.reduceat(member[pairs[:, 1]], starts, axis=0)
-    return {str(p): int(n) for p, n in zip(port_list, per_datagram.sum(axis=0)) if n}
+    positions = positions.astype(np.int64)
+    codes = codes.astype(np.int64)
+    if len(positions) < 2 or bool((positions[1:] > positions[:-1]).all()):
+        # one message per datagram (a BinaryFILE): every message's ports get one copy each
+        per_port = np.bincount(codes, minlength=len(ports)) @ member.astype(np.int64)
+    else:  # the distinct (position, code) pairs, then the ports of each datagram's codes
+        pairs = np.unique(np.stack([positions, codes], axis=1), axis=0)
+        starts = np.flatnonzero(np.r_[True, pairs[1:, 0] != pairs[:-1, 0]])
+        per_port = np.logical_or.reduceat(member[pairs[:, 1]], starts, axis=0).sum(axis=0)
+    return {str(p): int(n) for p, n in zip(port_list, per_port) if n}
 
 
 #: Column name prefix of a field's raw value (uint64) in a stateful part (:func:`stateful_columns`).
@@ -292,15 +298,10 @@ def message_rows(bundle: Bundle, ev: Evaluated, file_index: int, ports: list[tup
 
 def subscriber_lists(codes: np.ndarray, ports: list[tuple[int, ...]]) -> pa.ListArray:
     """Per message, the subscribers (ports, int32) of its decision code (``ports[code]``)."""
-    counts = np.array([len(p) for p in ports], dtype=np.int32)
+    counts = np.array([len(p) for p in ports], dtype=np.int64)
     flat = np.array([x for p in ports for x in p], dtype=np.int32)
-    first = np.r_[0, np.cumsum(counts)[:-1]].astype(np.int64)
-    per = counts[codes] if len(counts) else np.zeros(len(codes), np.int32)
-    offsets = np.r_[0, np.cumsum(per)].astype(np.int32)
-    take = (
-        np.repeat(first[codes] - offsets[:-1], per) + np.arange(offsets[-1]) if len(counts) else np.zeros(0, np.int64)
-    )
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat[take] if len(flat) else np.zeros(0, np.int32)))
+    table = pa.ListArray.from_arrays(pa.array(np.r_[0, np.cumsum(counts)].astype(np.int32)), pa.array(flat, pa.int32()))
+    return table.take(pa.array(np.asarray(codes, dtype=np.int64)))
 
 
 def representatives(classes: ValueClasses, keys: np.ndarray) -> dict[str, np.ndarray]:

@@ -33,6 +33,7 @@ import numpy as np
 from ..lang.ast import And, Not, Pred, Rule, predicates
 from ..ir.decisions import Decision, decide
 from ..spec.model import Spec
+from ..compiler.gcpause import paused_gc
 from ..errors import SubcError
 from ..semantics.reference import default_decision
 
@@ -51,8 +52,13 @@ class ValueClasses:
 
     def __init__(self, rules: list[Rule]):
         points: dict[str, set[int]] = {}
+        seen: set[int] = set()  # ids of the core conditions already taken (rules share them)
         for r in rules:
-            for p in predicates(r.condition):
+            core = r.core
+            if id(core) in seen:
+                continue
+            seen.add(id(core))
+            for p in predicates(core):
                 if p.width > 64:
                     raise SubcError(
                         f"field {p.field} is {p.width} bits wide; the data pipeline evaluates fields up to 64 bits"
@@ -97,6 +103,42 @@ def _constants(e, out: list[int]) -> None:
     else:
         for i in e.items:
             _constants(i, out)
+
+
+def shape_groups(rules: list[Rule]) -> list[tuple[tuple, list[int], np.ndarray]]:
+    """The rules grouped by shape (same tree, operators, fields and prefix lengths): per group
+    (shape, the rules' positions in ``rules``, their constants as a uint64 matrix, one row per rule,
+    columns in depth-first order).  Read from each rule's shared ``core`` condition (equal in
+    meaning to its condition, see :class:`~subc.lang.ast.Rule`); the rules of one parser shape
+    (:attr:`~subc.lang.ast.Rule.shape`) have one shape here, and rules that share a core share
+    their constants, so each is computed once."""
+    groups: dict[tuple, list[int]] = {}
+    rows: list[list[int]] = []
+    by_parser_shape: dict[int, tuple] = {}
+    by_core: dict[int, list[int]] = {}
+    with paused_gc():  # many small lists that live on: the collector would rescan them
+        for i, r in enumerate(rules):
+            _group_rule(i, r, groups, rows, by_parser_shape, by_core)
+    return [
+        (shape, idx, np.array([rows[i] for i in idx], dtype=np.uint64).reshape(len(idx), -1))
+        for shape, idx in groups.items()
+    ]
+
+
+def _group_rule(i: int, r: Rule, groups: dict, rows: list, by_parser_shape: dict, by_core: dict) -> None:
+    """Rule ``i`` (``r``) into :func:`shape_groups`' ``groups`` and ``rows``, with its caches."""
+    core = r.core
+    shape = by_parser_shape.get(id(r.shape)) if r.shape is not None else None
+    if shape is None:
+        shape = _shape(core)
+        if r.shape is not None:
+            by_parser_shape[id(r.shape)] = shape
+    row = by_core.get(id(core))
+    if row is None:
+        row = by_core[id(core)] = []
+        _constants(core, row)
+    groups.setdefault(shape, []).append(i)
+    rows.append(row)
 
 
 def _eval_shape(shape: tuple, C: np.ndarray, reps: dict[str, np.ndarray], j: int) -> tuple[np.ndarray, int]:
@@ -211,16 +253,7 @@ def evaluate_rules(rules: list[Rule], spec: Spec, reps: dict[str, np.ndarray], c
                 matched[cols] += M.sum(axis=0)
                 acc[np.ix_(sorted_ids[starts], cols)] |= hit_sets
 
-    groups: dict[tuple, list[int]] = {}
-    for i, r in enumerate(rules):
-        groups.setdefault(_shape(r.condition), []).append(i)
-    for shape, idx in groups.items():
-        consts = []
-        for i in idx:
-            row: list[int] = []
-            _constants(rules[i].condition, row)
-            consts.append(row)
-        C = np.array(consts, dtype=np.uint64).reshape(len(idx), -1)
+    for shape, idx, C in shape_groups(rules):
         idx_arr = np.array(idx, dtype=np.int64)
         index = _index_column(shape)
         if index is None or T == 0:

@@ -29,13 +29,17 @@ pcap: 1-based frame number and message index in the packet).
 
 from __future__ import annotations
 
+import ctypes as ct
 import os
 from array import array
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
 from ..errors import SubcError
+from ..recovery.native import build
 from ..wire.capture import CaptureStats, detect_feed_ports, iter_moldudp64, read_datagrams
 from ..wire.pcap_records import PCAP_MAGICS, PCAPNG_MAGIC
 from ..wire.decoder import TypeTable
@@ -239,8 +243,19 @@ def walk_binaryfile(data: bytes, base: int, path: str, last: bool, types: TypeTa
     last_pos = n - 1
     end = n
     d = np.frombuffer(data, dtype=np.uint8)
+    fast = frame_walk()
+    runs: list[np.ndarray] = []  # the starts found by the C walk, and by this loop before each run
     while pos < last_pos:  # the hot loop: one length prefix per message, checks vectorised below
         length = (data[pos] << 8) | data[pos + 1]
+        if length and fast is not None:  # a run of non-zero lengths in C, then this loop again
+            runs.append(_array(starts))
+            starts = array("q")
+            append = starts.append
+            out = np.empty((n - pos) // 3 + 1, dtype=np.int64)  # a frame takes 3 bytes or more
+            count = ct.c_int64(0)
+            pos = int(fast(d.ctypes.data, n, pos, out.ctypes.data, len(out), ct.byref(count)))
+            runs.append(out[: count.value].copy())
+            continue
         if not length:
             body = pos + 2
             if body >= n and last:
@@ -248,14 +263,15 @@ def walk_binaryfile(data: bytes, base: int, path: str, last: bool, types: TypeTa
                 break
             length = length_of(data, body) or 0 if body < n else 0
             if not length:
-                _check_lengths(d, _array(starts), pos, base, path, types)  # an earlier bad length explains it
+                st = np.concatenate([*runs, _array(starts)])
+                _check_lengths(d, st, pos, base, path, types)  # an earlier bad length explains it
                 raise SubcError(
                     f"{path}: zero length prefix followed by a message type the spec gives no length for "
                     f"({data[body : body + 1]!r}) at byte offset {base + pos}"
                 )
         append(pos + 2)
         pos += 2 + length
-    st = _array(starts)
+    st = np.concatenate([*runs, _array(starts)]) if runs else _array(starts)
     if pos == last_pos and end == n:
         _check_lengths(d, st, pos, base, path, types)
         raise SubcError(f"{path}: truncated length prefix at byte offset {base + pos}")
@@ -275,6 +291,20 @@ def walk_binaryfile(data: bytes, base: int, path: str, last: bool, types: TypeTa
     lengths = (np.r_[st[1:] - 2, min(pos, end)] - st).astype(np.int32) if len(st) else np.zeros(0, np.int32)
     zero = (d[st - 2] == 0) & (d[st - 1] == 0) if len(st) else np.zeros(0, dtype=bool)
     return MessageBuffer(d, st, lengths, st - 2 + base, np.zeros(len(st), np.int32), zero)
+
+
+@lru_cache(maxsize=1)
+def frame_walk():
+    """The C walk of :func:`walk_binaryfile`'s hot loop (``frame_walk.c``, built at first use by
+    :func:`subc.recovery.native.build`) as a ctypes function, or None when it cannot be built
+    here: the loop then runs in Python (the same frames, slower)."""
+    lib = build(Path(__file__).with_name("frame_walk.c"))
+    if lib is None:
+        return None
+    fn = lib.subc_frame_walk
+    fn.restype = ct.c_int64
+    fn.argtypes = [ct.c_void_p, ct.c_int64, ct.c_int64, ct.c_void_p, ct.c_int64, ct.POINTER(ct.c_int64)]
+    return fn
 
 
 def _array(starts: array) -> np.ndarray:

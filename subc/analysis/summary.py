@@ -81,9 +81,9 @@ def summarize(res, traces, bundle, agg, tables, no_match, disagreements, example
     deliveries = unicast = multicast = 0
     actions: dict[str, int] = {}
     filtered = 0
-    for code, row in per_dec.iterrows():
+    for code, n, wire in zip(per_dec.index, per_dec["n"].tolist(), per_dec["wire"].tolist()):
         d = tables.decisions[int(code)]
-        n, wire = int(row["n"]), int(row["wire"])
+        n, wire = int(n), int(wire)
         if d.ports:
             for p in d.ports:
                 per_port.setdefault(p, [0, 0])

@@ -188,6 +188,13 @@ class PipelineEvaluator:
             self.decisions.append(d)
         return c
 
+    def actions(self, name: str) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
+        """Table ``name``'s actions as :meth:`run` applies them: per entry its kind (int8: 0
+        set_state, 1 set_code, 2 decision, 3 nothing, 4 update mask) and value (int64: the next
+        state, the code, the decision code, 0, the index into :attr:`masks`), and the default
+        action's (kind, value)."""
+        return self._acts[name]
+
     def _decision(self, action: str, params: dict) -> Decision:
         return leaf_decision(action, params, self.groups)
 

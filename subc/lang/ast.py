@@ -27,6 +27,10 @@ class Shape(Protocol):
         """The start offset of the piece of the rule numbered ``index``."""
         ...
 
+    def span(self, start: int) -> tuple:
+        """(location, text) of the rule whose piece starts at ``start``."""
+        ...
+
 
 #: Operators of a predicate.  'in' holds several operands; a prefix operand is (value, prefix_len).
 OPS = ("==", "!=", "<", "<=", ">", ">=", "in", "not in")
@@ -261,6 +265,15 @@ class Rule:
     @property
     def text(self) -> str:
         return self._full()[3]
+
+    def source(self) -> tuple[Location, str]:
+        """(``location``, ``text``); a deferred rule that has not been materialised gives them
+        without building its condition and actions (``shape.span(start)``), and stays deferred."""
+        parts = self._parts
+        if type(parts) is not tuple:  # deferred: the offset of its piece, or None (its shape has it)
+            assert self.shape is not None  # a deferred rule has its shape
+            return self.shape.span(parts if type(parts) is int else self.shape.offset_of(self.index))
+        return parts[2], parts[3]
 
     def atoms(self) -> frozenset:
         """The rule's action atoms (see :meth:`Action.atoms`): ``atom_set``."""

@@ -141,6 +141,17 @@ class Shape:
         s.conditions, s.atom_sets = self.conditions, self.atom_sets
         return s
 
+    def span(self, start: int) -> tuple:
+        """(location, text) of the deferred rule whose piece starts at ``start``, as
+        :meth:`materialize` gives them, without building its condition and actions."""
+        tpl, pattern = self.template, self.pattern
+        assert tpl is not None and pattern is not None  # deferred rules are made of template shapes only
+        m = pattern.match(self.source.text, start)
+        if m is None:  # pragma: no cover - the piece matched when it was parsed
+            raise RuntimeError(f"rule at offset {start} no longer matches its shape")
+        s, e = tpl.start(m), tpl.end(m)
+        return self.source.location(s), self.source.text[s:e]
+
     def materialize(self, start: int) -> tuple:
         """(condition, actions, location, text) of the deferred rule whose piece starts at ``start``,
         with every predicate and action located, as the resolver builds them."""

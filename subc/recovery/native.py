@@ -5,7 +5,8 @@ The shared object is built with the system's C compiler (``cc``, else ``gcc`` or
 else ``~/.cache/subc``), named by the hash of the source, written to a temporary file and
 renamed, so concurrent first uses do not collide.  :func:`feed_walk` returns None when no
 compiler is found or the build fails: the feed then takes its Python path for every record
-(correct, slower; ``subc stats`` says which path ran).
+(correct, slower; ``subc stats`` says which path ran).  :func:`build` builds any such C file the
+same way (``subc analyze``'s BinaryFILE frame walk, :func:`subc.analysis.splits.frame_walk`).
 """
 
 from __future__ import annotations
@@ -64,11 +65,13 @@ def _compiler() -> str | None:
     return None
 
 
-@lru_cache(maxsize=1)
-def _library() -> ct.CDLL | None:
-    """feed_walk.c built and loaded, or None when it cannot be built here."""
-    src = SOURCE.read_bytes()
-    out = cache_dir() / f"feed_walk-{hashlib.sha256(src).hexdigest()[:16]}.so"
+@lru_cache(maxsize=None)
+def build(source: Path) -> ct.CDLL | None:
+    """The C file ``source`` built as a shared object in :func:`cache_dir` (named by the hash of
+    its text, built once: to a temporary file, then renamed) and loaded, or None when no
+    compiler is found or the build or the load fails."""
+    src = source.read_bytes()
+    out = cache_dir() / f"{source.stem}-{hashlib.sha256(src).hexdigest()[:16]}.so"
     if not out.is_file():
         cc = _compiler()
         if cc is None:
@@ -77,7 +80,7 @@ def _library() -> ct.CDLL | None:
             out.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".so")
             os.close(fd)
-            r = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", tmp, str(SOURCE)], capture_output=True, text=True)
+            r = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", tmp, str(source)], capture_output=True, text=True)
             if r.returncode:
                 os.unlink(tmp)
                 return None
@@ -88,6 +91,11 @@ def _library() -> ct.CDLL | None:
         return ct.CDLL(str(out))
     except OSError:
         return None
+
+
+def _library() -> ct.CDLL | None:
+    """feed_walk.c built and loaded, or None when it cannot be built here."""
+    return build(SOURCE)
 
 
 def _function(name: str, argtypes: list):
