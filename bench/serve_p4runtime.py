@@ -58,50 +58,22 @@ METRICS = "127.0.0.1:9400"
 
 
 def metrics() -> dict[str, float]:
-    """The daemon's counters of changes and switch updates (Prometheus text from --metrics)."""
+    """The daemon's counters of changes, switch updates and WriteRequests (Prometheus text from
+    --metrics), by short name."""
     import urllib.request
 
+    names = {
+        "subc_serve_changes_total": "changes",
+        "subc_serve_switch_updates": "switch_updates",
+        "subc_serve_switch_write_requests": "write_requests",
+    }
     text = urllib.request.urlopen(f"http://{METRICS}/metrics", timeout=10).read().decode()
     out = {}
     for line in text.splitlines():
-        for name in ("subc_serve_changes_total", "subc_serve_switch_updates", "subc_serve_switch_write_requests"):
-            if line.startswith(name + " "):
-                out[name] = float(line.split()[1])
+        name, _, value = line.partition(" ")
+        if name in names:
+            out[names[name]] = float(value)
     return out
-
-
-def client(levels: list[int], c: "Client", samples: int, burst: int) -> None:
-    """bench/serve_subscribe.py's levels, with the daemon's changes and switch updates per burst."""
-    for level in levels:
-        fill = level - len(c.live)
-        t_fill = c.pipelined(fill) if fill > 0 else None
-        print(f"level {level}: filled, measuring latency", file=sys.stderr, flush=True)
-        lat = sorted(c.latency(samples))
-        print(f"level {level}: measuring throughput", file=sys.stderr, flush=True)
-        before = metrics()
-        rate = c.pipelined(burst)
-        after = metrics()
-        c.unsubscribe(burst)
-        changes = after["subc_serve_changes_total"] - before["subc_serve_changes_total"]
-        updates = after["subc_serve_switch_updates"] - before["subc_serve_switch_updates"]
-        writes = after["subc_serve_switch_write_requests"] - before["subc_serve_switch_write_requests"]
-        print(
-            json.dumps(
-                {
-                    "live_subscriptions": level,
-                    "fill_requests_per_s": t_fill and round(t_fill),
-                    "suback_p50_ms": round(lat[len(lat) // 2] * 1e3, 3),
-                    "suback_p99_ms": round(lat[int(len(lat) * 0.99)] * 1e3, 3),
-                    "subscribe_requests_per_s": round(rate),
-                    "burst": burst,
-                    "changes": int(changes),
-                    "switch_updates": int(updates),
-                    "write_requests": int(writes),
-                    "updates_per_s": round(updates * rate / burst),
-                }
-            ),
-            flush=True,
-        )
 
 
 def bare_writer(prog: Path, updates: int, requests: int) -> dict:
@@ -166,6 +138,13 @@ class Client(serve_subscribe.Client):
         return f'SUBSCRIBE add_order.stock == "{sym}" and add_order.price > {price}'
 
 
+def in_namespace(*args: str) -> subprocess.CompletedProcess:
+    """This script with ``args``, run in the namespace (its standard output captured)."""
+    return subprocess.run(
+        ["ip", "netns", "exec", NS, sys.executable, __file__, *args], stdout=subprocess.PIPE, text=True
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--levels", default="100,1000,10000")
@@ -178,7 +157,7 @@ def main() -> None:
     a = ap.parse_args()
     levels = [int(x) for x in a.levels.split(",")]
     if a.client:
-        client(levels, Client(), a.samples, a.burst)
+        serve_subscribe.client(levels, Client(), a.samples, a.burst, counters=metrics)
         return
     if a.bare:
         prog, updates, requests = a.bare.split(",")
@@ -266,25 +245,7 @@ def main() -> None:
         if a.daemon_log:  # drained into the file (a full pipe would stall the daemon)
             log = open(a.daemon_log, "w")  # noqa: SIM115 - closed when the daemon's stderr ends
             threading.Thread(target=lambda: (shutil.copyfileobj(daemon.stderr, log), log.close()), daemon=True).start()
-        r = subprocess.run(
-            [
-                "ip",
-                "netns",
-                "exec",
-                NS,
-                sys.executable,
-                __file__,
-                "--client",
-                "--levels",
-                a.levels,
-                "--samples",
-                str(a.samples),
-                "--burst",
-                str(a.burst),
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        r = in_namespace("--client", "--levels", a.levels, "--samples", str(a.samples), "--burst", str(a.burst))
         sys.stdout.write(r.stdout)
         if r.returncode:
             raise SystemExit(r.returncode)
@@ -294,20 +255,7 @@ def main() -> None:
         worst = max(
             (json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")), key=lambda d: d["switch_updates"]
         )
-        r = subprocess.run(
-            [
-                "ip",
-                "netns",
-                "exec",
-                NS,
-                sys.executable,
-                __file__,
-                "--bare",
-                f"{prog},{worst['switch_updates']},{worst['write_requests']}",
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        r = in_namespace("--bare", f"{prog},{worst['switch_updates']},{worst['write_requests']}")
         bare = json.loads(r.stdout)
         bare["requests_per_s_at_bare_rate"] = round(
             bare["bare_updates_per_s"] * worst["burst"] / worst["switch_updates"]

@@ -85,8 +85,10 @@ class Client:
 
     def line(self) -> str:
         sym = self.rng.choice(self.syms)
-        return (f'SUBSCRIBE add_order.stock == "{sym}" and add_order.price > {self.rng.randint(1, 500)} '
-                f"TO {CLIENT}:{10000 + self.rng.randrange(256)}")
+        return (
+            f'SUBSCRIBE add_order.stock == "{sym}" and add_order.price > {self.rng.randint(1, 500)} '
+            f"TO {CLIENT}:{10000 + self.rng.randrange(256)}"
+        )
 
     def send(self, line: str) -> None:
         data = f"{line} COOKIE {self.cookie}" if self.cookie else line.ljust(24)
@@ -159,9 +161,11 @@ class Client:
                     raise SystemExit(f"unexpected reply: {r}")
 
 
-def client(levels: list[int], c: Client | None = None, samples: int = 1000, burst: int = 5000) -> None:
+def client(levels: list[int], c: Client | None = None, samples: int = 1000, burst: int = 5000, counters=None) -> None:
     """At each level: fill ``c`` up to it, ``samples`` latencies, a ``burst`` of pipelined
-    SUBSCRIBEs (then removed); one JSON line per level on standard output."""
+    SUBSCRIBEs (then removed); one JSON line per level on standard output.  ``counters``: a
+    function giving the daemon's counters (name -> value), read around the burst: each one's
+    increase and its rate over the burst are added to the line."""
     c = c or Client()
     for level in levels:
         fill = level - len(c.live)
@@ -169,12 +173,22 @@ def client(levels: list[int], c: Client | None = None, samples: int = 1000, burs
         print(f"level {level}: filled, measuring latency", file=sys.stderr, flush=True)
         lat = sorted(c.latency(samples))
         print(f"level {level}: measuring throughput", file=sys.stderr, flush=True)
+        before = counters() if counters else {}
         rate = c.pipelined(burst)
+        after = counters() if counters else {}
         c.unsubscribe(burst)
-        print(json.dumps({"live_subscriptions": level, "fill_requests_per_s": t_fill and round(t_fill),
-                          "suback_p50_ms": round(lat[len(lat) // 2] * 1e3, 3),
-                          "suback_p99_ms": round(lat[int(len(lat) * 0.99)] * 1e3, 3),
-                          "subscribe_requests_per_s": round(rate)}), flush=True)
+        out = {
+            "live_subscriptions": level,
+            "fill_requests_per_s": t_fill and round(t_fill),
+            "suback_p50_ms": round(lat[len(lat) // 2] * 1e3, 3),
+            "suback_p99_ms": round(lat[int(len(lat) * 0.99)] * 1e3, 3),
+            "subscribe_requests_per_s": round(rate),
+            "burst": burst,
+        }
+        for name, v in after.items():
+            out[name] = int(v - before[name])
+            out[f"{name}_per_s"] = round((v - before[name]) * rate / burst)
+        print(json.dumps(out), flush=True)
 
 
 def main() -> None:
@@ -192,17 +206,37 @@ def main() -> None:
     acl = tmp / "acl.toml"  # one client makes every request: lift the per-source limits
     acl.write_text("[limits]\nsubscriptions_per_source = 10000000\nrequests_per_second = 10000000\n")
     try:
-        daemon = subprocess.Popen(["nsenter", f"--net=/run/netns/{BRK}", *SUBC, "serve", "--spec", str(SPEC),
-                                   "--acl", str(acl), "--state", str(tmp / "state"),
-                                   "--iface", "sbb0", "--listen", f"{DAEMON}:{PORT}", "--capacity",
-                                   str(max(levels) + 10_000), "--log-level", "warning"],
-                                  stderr=subprocess.PIPE, text=True)
+        daemon = subprocess.Popen(
+            [
+                "nsenter",
+                f"--net=/run/netns/{BRK}",
+                *SUBC,
+                "serve",
+                "--spec",
+                str(SPEC),
+                "--acl",
+                str(acl),
+                "--state",
+                str(tmp / "state"),
+                "--iface",
+                "sbb0",
+                "--listen",
+                f"{DAEMON}:{PORT}",
+                "--capacity",
+                str(max(levels) + 10_000),
+                "--log-level",
+                "warning",
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         while not (line := daemon.stderr.readline()).startswith("serving on"):
             sys.stderr.write(line)
             if not line:
                 raise SystemExit(f"subc serve exited ({daemon.wait()})")
-        r = subprocess.run(["nsenter", f"--net=/run/netns/{CLI}", sys.executable, __file__, "--client",
-                            "--levels", a.levels])
+        r = subprocess.run(
+            ["nsenter", f"--net=/run/netns/{CLI}", sys.executable, __file__, "--client", "--levels", a.levels]
+        )
         if r.returncode:
             raise SystemExit(r.returncode)
     finally:
