@@ -265,6 +265,13 @@ def test_recovery_over_a_lossy_link(topo, tmp_path):
             stdout, stderr = p.communicate(timeout=HANG_GUARD)
             assert p.returncode == 0, stderr
             results[ep] = json.loads(stdout)
+        # journal.json is rewritten every second: wait for the snapshot that counts the answers the
+        # listeners' recoveries prove were sent (a busy machine may not have written it yet)
+        def rr() -> dict:
+            return (broker_stats(topo)["journal"]["service"] or {}).get("rerequest") or {}
+
+        wait_until(lambda: rr().get("served", 0) > 0 and rr().get("cookie_sent", 0) > 0,
+                   "the broker's status to count the re-requests it served")
         status = broker_stats(topo)["journal"]["service"]
         metrics = call_in_netns(topo.brk, lambda: urllib.request.urlopen("http://127.0.0.1:9300/metrics", timeout=30)
                                 .read().decode())
