@@ -83,6 +83,15 @@ records per row each BPF program's runs and ns per run (``kernel.bpf_stats_enabl
 makes the broker input's NAPI thread real-time, so that the data path never waits for a process
 (what the journal then costs is the kernel's share; the service gets what is left).
 
+``--competitor`` runs a CPU-bound process pinned to CPU 1 while each broker is measured (a busy
+host: both brokers then share their core with it under the scheduler's fair share; the eBPF
+broker's work is all in the NAPI thread, the user-space broker's in the NAPI thread and its own
+process, so a fair scheduler gives the latter two shares of three and the former one of two).
+``--minimal`` adds the minimal XDP fan-out of ``bench/copy_ceiling.py`` (every datagram cloned to
+every subscriber, nothing classified or rewritten) as a third broker: its peak copies/s is what
+the veths carry on this machine, and the summary gives the eBPF broker's peak copies/s as a share
+of it.
+
     sudo python3 bench/broker_throughput.py --subscribers 1,8,32 --repeat 3 --json out.json
 """
 
@@ -106,6 +115,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from copy_ceiling import MinimalFanout, netns  # noqa: E402
 from udp_tables import build_udp_broker, payloads_file, tables_text  # noqa: E402
 
 from subc.lang.rules import parse_rules  # noqa: E402
@@ -123,7 +133,6 @@ SPEC = ROOT / "examples/itch/spec.p4"
 SAMPLE = ROOT.parent / "shared/data/itch/ex20101224.TEST_ITCH_50"
 SUBC = [sys.executable, "-m", "subc.cli"]
 SESSION = "BENCH00001"
-CLONE_NEWNET = 0x40000000
 
 # The sinks: count copies, messages and out-of-order copies per veth, then drop.
 SINK_PROG = r"""
@@ -168,6 +177,10 @@ def in_ns(ns: str, *args: str) -> list[str]:
     return ["nsenter", f"--net=/run/netns/{ns}", *args]
 
 
+def ifindex_of(ns: str, dev: str) -> int:
+    return json.loads(sh("ip", "-n", ns, "-j", "link", "show", dev))[0]["ifindex"]
+
+
 def mac_of(ns: str, dev: str) -> str:
     return json.loads(sh("ip", "-n", ns, "-j", "link", "show", dev))[0]["address"]
 
@@ -194,21 +207,9 @@ class Sinks:
         bcc = import_bcc()
         self.bpf = bcc.BPF(text=SINK_PROG)
         fn = self.bpf.load_func("sink", bcc.BPF.XDP)
-        libc = ct.CDLL(None, use_errno=True)
-        own = os.open("/proc/self/ns/net", os.O_RDONLY)
-        target = os.open(f"/run/netns/{SNK}", os.O_RDONLY)
-        try:
-            if libc.setns(target, CLONE_NEWNET):
-                raise SystemExit(f"setns into {SNK}: {os.strerror(ct.get_errno())}")
-            try:
-                for dev in devices:
-                    bcc.BPF.attach_xdp(dev, fn, 0)
-            finally:
-                if libc.setns(own, CLONE_NEWNET):
-                    raise SystemExit("setns back failed")
-        finally:
-            os.close(own)
-            os.close(target)
+        with netns(SNK):
+            for dev in devices:
+                bcc.BPF.attach_xdp(dev, fn, 0)
 
     def counts(self) -> tuple[int, int, int]:
         t = self.bpf["sink_cnt"]
@@ -386,8 +387,11 @@ def measure(kind: str, n: int, topo: Topology, binary: Path, work: Path, seconds
     """Broker ``kind`` ('ebpf' or 'user') with ``n`` subscribers at each offered rate, from
     ``publisher``: one row per rate, and the broker's own counters over all of them.  With
     ``fanout_daemon``, the eBPF broker's ``subc fanout`` control loop runs on the broker's CPU."""
-    broker = daemon = service = None
-    if kind == "journal":  # subc load --journal: the recovery service runs in the foreground, on the broker's CPU
+    broker = daemon = service = minimal = None
+    hog = subprocess.Popen(["taskset", "-c", "1", sys.executable, "-c", "while True: pass"]) if COMPETITOR else None
+    if kind == "minimal":  # veth's own ceiling: every datagram cloned to every subscriber (copy_ceiling.py)
+        minimal = MinimalFanout(BRK, "tb0", [ifindex_of(BRK, topo.dev[k]) for k in range(1, n + 1)], PORT)
+    elif kind == "journal":  # subc load --journal: the recovery service runs in the foreground, on the broker's CPU
         service = subprocess.Popen(in_ns(BRK, "taskset", "-c", str(JOURNAL_CPU), *SUBC, "load", str(work / f"out{n}"),
                                          "--iface",
                                          "tb0", "--subscribers", str(work / f"subs{n}.toml"), *load_args.split(),
@@ -411,7 +415,7 @@ def measure(kind: str, n: int, topo: Topology, binary: Path, work: Path, seconds
         if fanout_daemon and "XDP fan-out: on" in said:  # subc load says whether the fan-out is on
             daemon = subprocess.Popen(in_ns(BRK, "taskset", "-c", "1", *SUBC, "fanout", "--iface", "tb0"),
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    else:
+    elif kind == "user":
         broker = subprocess.Popen(in_ns(BRK, "taskset", "-c", "1", str(binary), "broker", str(work / f"tables{n}"),
                                         "10.20.0.2", str(PORT), "0", "64"), stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)
@@ -436,6 +440,7 @@ def measure(kind: str, n: int, topo: Topology, binary: Path, work: Path, seconds
                 journal = {"copies_not_journaled": j1["lost_copies"] - j0["lost_copies"],
                            "messages_not_journaled": j1["lost_messages"] - j0["lost_messages"]}
             rows.append({"broker": kind, "subscribers": n, "publisher": publisher, "offered_rate": rate,
+                         "competitor": COMPETITOR,
                          "published_datagrams": pub["sent"],
                          "published_messages": pub["messages"], "seconds": pub["seconds"],
                          "publisher_msgs_per_s": pub["messages"] / pub["seconds"],
@@ -462,10 +467,17 @@ def measure(kind: str, n: int, topo: Topology, binary: Path, work: Path, seconds
                                                                             stats["subscribers"].items() if k.isdigit()),
                                                "journal_next_seq_total": sum(x["next_seq"] - 1 for x in
                                                                              svc.get("subscribers", {}).values())}
+        elif kind == "minimal":
+            counters = minimal.counts()
         else:
             broker.terminate()
             counters = json.loads(broker.communicate(timeout=10)[0])
     finally:
+        if hog is not None:
+            hog.kill()
+            hog.wait()
+        if minimal is not None:
+            minimal.close()
         if daemon is not None:
             daemon.terminate()
             daemon.wait(timeout=10)
@@ -474,7 +486,7 @@ def measure(kind: str, n: int, topo: Topology, binary: Path, work: Path, seconds
             service.communicate()
         if kind in ("ebpf", "journal"):
             sh(*in_ns(BRK, *SUBC, "unload", "--iface", "tb0"), check=False)
-        elif broker.poll() is None:
+        elif broker is not None and broker.poll() is None:
             broker.kill()
     return rows, counters
 
@@ -482,6 +494,7 @@ def measure(kind: str, n: int, topo: Topology, binary: Path, work: Path, seconds
 JOURNAL_PAGES = 16384  # the journal's ring buffer: 64 MiB (--journal-pages)
 JOURNAL_CPU = 1  # the recovery service's CPU: the broker's (--journal-cpu)
 PROFILE = False  # --profile
+COMPETITOR = False  # --competitor
 NAPI_FIFO = False  # --napi-fifo
 
 
@@ -528,6 +541,12 @@ def journal_counts() -> dict:
             "lost_messages": sum((stats.get("journal") or {}).get("lost_messages", {}).values())}
 
 
+def brokers_of(args) -> list[str]:
+    """The brokers measured, in order."""
+    return (["ebpf"] + (["journal"] if args.journal else []) + ([] if args.no_user else ["user"])
+            + (["minimal"] if args.minimal else []))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--subscribers", default="1,8,32")
@@ -546,6 +565,11 @@ def main() -> None:
                     help="also measure the eBPF broker with its journal (subc load --journal: the recovery service "
                          "on the broker's CPU), side by side, and its cost")
     ap.add_argument("--no-user", action="store_true", help="skip the user-space broker")
+    ap.add_argument("--minimal", action="store_true",
+                    help="also the minimal XDP fan-out (bench/copy_ceiling.py): every datagram cloned to every "
+                         "subscriber, nothing classified or rewritten; its copies/s are what the veths carry")
+    ap.add_argument("--competitor", action="store_true",
+                    help="run a CPU-bound process pinned to the broker's CPU (1) while each broker is measured")
     ap.add_argument("--journal-cpu", type=int, default=1,
                     help="the recovery service's CPU (1: the broker's, the fair setting; 0: the publisher's, "
                          "which shows what the kernel's side of the journal costs alone)")
@@ -571,8 +595,9 @@ def main() -> None:
         raise SystemExit("needs root (network namespaces, XDP, TC)")
     if (os.cpu_count() or 1) < 2:
         raise SystemExit("needs two CPUs (publisher on CPU 0, broker on CPU 1)")
-    global JOURNAL_CPU, PROFILE, JOURNAL_PAGES, NAPI_FIFO
+    global JOURNAL_CPU, PROFILE, JOURNAL_PAGES, NAPI_FIFO, COMPETITOR
     JOURNAL_CPU, PROFILE, JOURNAL_PAGES, NAPI_FIFO = args.journal_cpu, args.profile, args.journal_pages, args.napi_fifo
+    COMPETITOR = args.competitor
     if PROFILE:
         Path("/proc/sys/kernel/bpf_stats_enabled").write_text("1\n")
         atexit.register(Path("/proc/sys/kernel/bpf_stats_enabled").write_text, "0\n")
@@ -611,7 +636,7 @@ def main() -> None:
                 for rep in range(args.repeat):
                     for n in sizes:
                         before = loadavg()
-                        kinds = ["ebpf"] + (["journal"] if args.journal else []) + ([] if args.no_user else ["user"])
+                        kinds = brokers_of(args)
                         for kind in kinds:
                             rows, c = measure(kind, n, topo, binary, work, args.seconds, rates, args.load_args,
                                               args.publisher, not args.no_fanout_daemon)
@@ -642,7 +667,7 @@ def main() -> None:
             finally:
                 topo.remove()
     summary = []
-    kinds = ["ebpf"] + (["journal"] if args.journal else []) + ([] if args.no_user else ["user"])
+    kinds = [k for k in brokers_of(args) if k != "minimal"]  # (the minimal one's messages are not a broker's)
     print(f"\npeak delivered msg/s over the offered rates, per repeat; median [min, max] over {args.repeat} repeats")
     print(f"{'topology':>15} {'subs':>5} " + " ".join(f"{k:>32}" for k in kinds)
           + (f" {'eBPF/user':>20}" if "user" in kinds else "")
@@ -666,6 +691,14 @@ def main() -> None:
                 ratio = [a / b for a, b in zip(peaks["ebpf"], peaks["user"])]
                 row.update(ratio=[round(x, 2) for x in ratio], ratio_median=round(statistics.median(ratio), 2))
                 line += f" {statistics.median(ratio):>6.2f} [{min(ratio):.2f}, {max(ratio):.2f}]"
+            if args.minimal:
+                copies = {k: [max(r["copies_per_s"] for r in rows_of(k, rep)) for rep in range(args.repeat)]
+                          for k in ("ebpf", "minimal")}
+                use = [a / b for a, b in zip(copies["ebpf"], copies["minimal"])]
+                row.update(ebpf_peak_copies_per_s=copies["ebpf"], minimal_peak_copies_per_s=copies["minimal"],
+                           ebpf_share_of_ceiling=[round(x, 3) for x in use])
+                line += f"  copies/s eBPF {statistics.median(copies['ebpf']):,.0f} of veth ceiling " \
+                        f"{statistics.median(copies['minimal']):,.0f} ({statistics.median(use):.2f})"
             if "journal" in kinds:
                 cost = [1 - j / e for j, e in zip(peaks["journal"], peaks["ebpf"])]
                 complete = [max([r["msgs_per_s"] for r in rows_of("journal", rep)

@@ -16,6 +16,22 @@ shares uniform) through
 each ``--repeat`` times and print the mean ns per datagram and per message (kernel-measured
 duration of BPF_PROG_TEST_RUN).
 
+``--in-turn R`` adds the full and parse-only programs run on the frames in turn, one run each, R
+rounds: the predictors and caches then cannot learn one frame, as on a feed where every datagram
+differs (each run's time also holds the kernel's timing of one run, tens of ns per datagram).
+
+``--breakdown`` adds, per row, where the nanoseconds go, from programs built with the benchmark's
+macros (subc_defs.h) and the same maps: ``parse_no_note`` (parse, each message's state recorded
+without its leaf: ``SUBC_PARSE_ONLY`` + ``SUBC_BENCH_NO_NOTE``), ``stages_J`` (the first J field
+stages, states recorded without their leaves: ``SUBC_BENCH_STAGES=J`` + ``SUBC_BENCH_NO_NOTE``) and
+the full program; each stage's cost is the difference of consecutive rows and the leaf's (its
+subscribers' union and intersection, the one-recipient tests, its counters) the full program's
+minus ``stages_S``.  The lookups per message of each stage come from the compiled maps: an exact
+stage one hash lookup (and the state's default on a miss), a range stage its state's info entry,
+then ceil(log2(runs)) binary-search steps and the final bound (mean over the states, weighted by
+the messages of the run that reach them is not known here: unweighted).  A stage's marginal cost
+also moves register pressure and the verifier's paths, so the rows are attributions, not a sum.
+
 ``--stateful M,...`` adds, for each M, a run of the same rule set plus M rules of the paper's
 stateful shape ``add_order.stock == S and avg(add_order.price, window=1000) > X : fwd(H)``
 (docs/state.md "Stateful subscriptions": M aggregate instances, each under its own bpf_spin_lock, time
@@ -33,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import statistics
 import sys
@@ -103,7 +120,67 @@ def frames(per_datagram: int = 1, n: int = 64, seed: int = 2) -> list[bytes]:
 
 
 def mean_ns(prog_fd: int, pkts: list[bytes], repeat: int) -> float:
+    """Mean ns per run of ``prog_fd`` over ``pkts``, each run ``repeat`` times in a row (the
+    kernel's measure: the branch predictors and caches learn the one frame)."""
     return statistics.fmean(test_run(prog_fd, p, repeat)[2] for p in pkts)
+
+
+def in_turn_ns(prog_fd: int, pkts: list[bytes], rounds: int) -> float:
+    """Mean ns per run of ``prog_fd`` with ``pkts`` taken in turn, one run each, ``rounds`` times:
+    consecutive runs see different frames, as a broker does on a feed (each run's time includes
+    the kernel's timing of one run, some tens of ns, in both programs compared)."""
+    return statistics.fmean(test_run(prog_fd, p, 1)[2] for _ in range(rounds) for p in pkts)
+
+
+def stage_lookups(doc: MapsDoc) -> list[str]:
+    """Per field stage of ``doc``: what one message's walk through it looks up (see the module
+    docstring)."""
+    out = []
+    for st in doc.stages:
+        if st.kind == "range":
+            info = doc.by_name[st.maps[0]]
+            counts = [e.count for e in info.entries if e.count]
+            steps = statistics.fmean(math.ceil(math.log2(c)) if c > 1 else 0 for c in counts) if counts else 0
+            out.append(f"1 info + {steps:.1f} steps + 1 bound")
+        elif st.kind == "exact":
+            out.append("1 hash (+1 info on a miss)")
+        else:
+            out.append("1 LPM trie")
+    return out
+
+
+def breakdown(doc: MapsDoc, src: str, pkts: list[bytes], repeat: int, full_ns: float) -> list[dict]:
+    """Rows of ``--breakdown`` for the program ``src`` with ``doc``'s maps: ns per message of the
+    parse, of each stage and of the leaf (differences of the variants' means over ``pkts``)."""
+    from subc.dataplane.ebpf.bpf import prog_info
+
+    variants = [("parse_no_note", "#define SUBC_PARSE_ONLY 1\n#define SUBC_BENCH_NO_NOTE 1\n")]
+    variants += [(f"stages_{j}", f"#define SUBC_BENCH_STAGES {j}\n#define SUBC_BENCH_NO_NOTE 1\n")
+                 for j in range(1, len(doc.stages) + 1)]
+    means = []
+    for name, defines in variants:
+        lf = LoadedFilter.build(doc, defines + src, None)
+        try:
+            fd = lf.program.xdp.fd
+            means.append((name, mean_ns(fd, pkts, repeat), prog_info(fd)["verified_insns"]))
+        finally:
+            lf.close()
+    per = messages_per_frame(pkts)
+    lookups = stage_lookups(doc)
+    rows = [{"part": "parse (no leaf)", "ns_per_msg": round(means[0][1] / per, 1), "lookups": "-",
+             "verified_insns": means[0][2]}]
+    for j, st in enumerate(doc.stages):
+        rows.append({"part": f"stage {j}: {st.field} ({st.kind})",
+                     "ns_per_msg": round((means[j + 1][1] - means[j][1]) / per, 1), "lookups": lookups[j],
+                     "verified_insns": means[j + 1][2]})
+    rows.append({"part": "leaf (subscribers, counters)", "ns_per_msg": round((full_ns - means[-1][1]) / per, 1),
+                 "lookups": "1 leaf + 1 per-CPU counter", "verified_insns": None})
+    return rows
+
+
+def messages_per_frame(pkts: list[bytes]) -> int:
+    """The MoldUDP64 message count of the first frame (every frame of a run holds as many)."""
+    return int.from_bytes(pkts[0][14 + 20 + 8 + 18 : 14 + 20 + 8 + 20], "big") or 1
 
 
 def main() -> None:
@@ -113,6 +190,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=100_000)
     ap.add_argument("--stateful", default="", help="also with M paper-shaped stateful rules added, for each M")
     ap.add_argument("--counters", default="", help="also with M rate-limit rules over M named counters, for each M")
+    ap.add_argument("--breakdown", action="store_true", help="also the per-stage and leaf costs (see above)")
+    ap.add_argument("--in-turn", type=int, default=0, metavar="ROUNDS",
+                    help="also run the frames in turn, one run each, ROUNDS times (see above)")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     spec_path = ROOT / "examples/itch/spec.p4"
@@ -151,14 +231,25 @@ def main() -> None:
                 "messages_per_datagram": k,
                 "xdp_ns": round(mean_ns(lf.program.xdp.fd, pkts, args.repeat), 1),
                 "xdp_parse_only_ns": round(mean_ns(base.xdp.fd, pkts, args.repeat), 1),
+                "xdp_in_turn_ns": round(in_turn_ns(lf.program.xdp.fd, pkts, args.in_turn), 1) if args.in_turn else None,
+                "xdp_parse_only_in_turn_ns": round(in_turn_ns(base.xdp.fd, pkts, args.in_turn), 1)
+                if args.in_turn else None,
                 "xdp_insns": prog_info(lf.program.xdp.fd)["xlated_insns"],
                 "xdp_verified_insns": prog_info(lf.program.xdp.fd)["verified_insns"],
                 "repeat": args.repeat,
                 "frames": len(pkts),
             }
+            if args.breakdown:
+                row["breakdown"] = breakdown(doc, src, pkts, args.repeat, row["xdp_ns"])
             results.append(row)
             print(f"{n:>8} {m:>8} {c:>8} {row['entries']:>8} {k:>5} {row['xdp_ns']:>13} {row['xdp_ns'] / k:>7.1f} "
                   f"{row['xdp_parse_only_ns']:>20} {row['xdp_parse_only_ns'] / k:>7.1f} {row['xdp_verified_insns']:>15}", flush=True)
+            if args.in_turn:
+                print(f"{'':>8}   frames in turn (one run each): XDP {row['xdp_in_turn_ns'] / k:.1f} ns/msg, parse-only "
+                      f"{row['xdp_parse_only_in_turn_ns'] / k:.1f} ns/msg", flush=True)
+            for part in row.get("breakdown", []):
+                print(f"{'':>8}   {part['part']:<44} {part['ns_per_msg']:>7.1f} ns/msg  {part['lookups']:<28} "
+                      f"verified insns {part['verified_insns']}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
 

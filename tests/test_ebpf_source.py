@@ -114,6 +114,7 @@ def test_outputs_build_with_clang_as_bpf_objects(tmp_path, name):
     secs = sections(obj)
     assert {"xdp", "xdp/devmap", "tc", ".maps", "license"} <= secs, secs
     build_object(files, tmp_path, ["SUBC_PARSE_ONLY"])  # the benchmark's baseline builds too
+    build_object(files, tmp_path, ["SUBC_BENCH_STAGES=1", "SUBC_BENCH_NO_NOTE"])  # and its breakdown's variants
     obj = build_object(files, tmp_path, ["SUBC_JOURNAL=1", "SUBC_JOURNAL_PAGES=16"])  # subc load --journal
     p = subprocess.run([shutil.which("llvm-objdump") or "llvm-objdump-14", "-t", str(obj)], capture_output=True, text=True)
     assert ("subc_jnl" in p.stdout) == ('"moldudp64": true' in files["maps.json"]), "the journal's ring: MoldUDP64 only"

@@ -38,6 +38,12 @@
 #define SUBC_JOURNAL_PAGES 4096 /* the journal ring buffer's 4 KiB pages (a power of 2) */
 #endif
 #define SUBC_JREC_INLINE 248 /* journal record: payload bytes held in the record (a 256-byte record) */
+/* Benchmark builds only (bench/ebpf_bench.py --breakdown): classify with the first SUBC_BENCH_STAGES
+ * field stages (a message then ends at an inner state, which no subscriber has); with
+ * SUBC_BENCH_NO_NOTE, record each message's state without its leaf's subscribers and counters. */
+#ifndef SUBC_BENCH_STAGES
+#define SUBC_BENCH_STAGES 0x7fffffff
+#endif
 #ifndef SUBC_NCPU
 #define SUBC_NCPU 1
 #endif
