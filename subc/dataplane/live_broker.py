@@ -16,7 +16,11 @@ batch of subscription additions and removals):
    becomes free again.
 
 Step 5 runs in :meth:`LiveBroker.reclaim` (the daemon's grace thread), off the path of a
-request: a change waits only when every slot is still in its grace period.
+request: a change waits only when every slot is still in its grace period.  A grace period is
+either a wait for every program run that started before it (the BPF maps: one wait covers every
+slot retired before it) or, where the data plane gives no such signal (a P4Runtime switch), a
+time (``grace_s``): then each slot has its own, from the moment it was switched away from, and
+comes back as soon as its own time has passed, not after the others retired with it.
 
 A change may instead take effect at a feed position (a broker of a cluster, with a
 :class:`Schedule`: ``subc_sched``, :mod:`.ebpf.schedule`): step 4 then schedules the switch to the
@@ -58,12 +62,24 @@ class Schedule(Protocol):
 
 class LiveBroker:
     """The live diagram of a loaded data path (see the module docstring).  ``grace``: a function
-    that returns once every program run that started before the call has ended."""
+    that returns once every program run that started before the call has ended; ``grace_s``
+    instead, for a data plane that gives no such signal: seconds after a root switch until no
+    packet can still be classified with the old root (each retired slot then waits out its own
+    time; ``grace`` still serves callers of :meth:`grace` from outside).  ``clock`` (seconds) and
+    ``sleep`` measure and wait out that time."""
 
     def __init__(
-        self, diagram: LiveDiagram, writer: LiveWriter, grace: Callable[[], None], schedule: Schedule | None = None
+        self,
+        diagram: LiveDiagram,
+        writer: LiveWriter,
+        grace: Callable[[], None],
+        schedule: Schedule | None = None,
+        grace_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ):
         self.diagram, self.writer, self.grace, self.schedule = diagram, writer, grace, schedule
+        self.grace_s, self.clock, self.sleep = grace_s, clock, sleep
         self.scheduled: list[tuple] = []  # (position, slot, root, superseded) switches not yet reached, in order
         self.forced = 0  # scheduled switches made before the feed reached them (the schedule was full)
         self.lock = threading.Condition()
@@ -71,7 +87,7 @@ class LiveBroker:
         self.dirty: dict[int, list[tuple[int, int]] | None] = {s: None for s in self.free_slots}  # None: whole
         self.live_slot = 0
         self.live_root: Node | None = None
-        self.retired: list[tuple[int, Node | None]] = []
+        self.retired: list[tuple[int, Node | None, float]] = []  # (slot, root, monotonic s switched away)
         self.changes = 0
         self._inherited: Callable[[], None] | None = None
         self._unowned = False  # the live slot holds a root no slot owns (published by force)
@@ -156,7 +172,7 @@ class LiveBroker:
             raise
         self.dirty[slot] = []
         if self.live_root is not None or self._inherited is not None or self._unowned:
-            self.retired.append((self.live_slot, self.live_root))
+            self.retired.append((self.live_slot, self.live_root, self.clock()))
             self.lock.notify_all()
         self.live_slot, self.live_root = slot, (ch.root if owned else None)
         self._unowned = not owned
@@ -199,9 +215,10 @@ class LiveBroker:
         self.writer.switch(slot)  # the schedule still holds it (or its successor): no datagram sees an older root
         self._write_schedule(rest)
         self.scheduled = rest
+        now = self.clock()
         if self.live_root is not None or self._inherited is not None or self._unowned:
-            self.retired.append((self.live_slot, self.live_root))
-        self.retired += [(s, r) for _, s, r, _ in passed[:-1]]
+            self.retired.append((self.live_slot, self.live_root, now))
+        self.retired += [(s, r, now) for _, s, r, _ in passed[:-1]]
         self.live_slot, self.live_root = slot, root
         self._unowned = root is None
         self.lock.notify_all()
@@ -209,14 +226,20 @@ class LiveBroker:
 
     def reclaim(self) -> int:
         """Step 5 for every slot retired before the call: wait for a grace period, then free
-        what only those slots reached.  Returns the nodes freed."""
+        what only those slots reached, oldest first (with ``grace_s``: each slot once its own
+        time since it was switched away from has passed).  Returns the nodes freed."""
         with self.lock:
             batch, self.retired = self.retired, []
         if not batch:
             return 0
-        self.grace()
+        if self.grace_s is None:
+            self.grace()  # covers every slot of the batch: each was retired before the call
         freed_n = 0
-        for slot, root in batch:  # oldest first; the lock is let go between roots for changes
+        for slot, root, retired_at in batch:  # oldest first; the lock is let go between roots for changes
+            if self.grace_s is not None:
+                left = retired_at + self.grace_s - self.clock()
+                if left > 0:
+                    self.sleep(left)
             with self.lock:
                 if root is None:  # the slot a previous writer left live, or a root published by force
                     if self._inherited is not None and slot == self._inherited_slot:

@@ -154,7 +154,7 @@ class Daemon:
         session = self.sw.session
         self.metrics.switch_updates.set_function(lambda: writer.writes)
         self.metrics.switch_requests.set_function(lambda: session.write_requests)
-        self.broker = LiveBroker(self.diagram, self.writer, self.sw.grace)
+        self.broker = LiveBroker(self.diagram, self.writer, self.sw.grace, grace_s=self.sw.grace_s)
         self.endpoints = PortEndpoints(port_map)
         self.adopted = self.sw.adopted
         self._held: list[int] = []

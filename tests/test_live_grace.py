@@ -1,0 +1,122 @@
+"""Grace periods of live updates (subc/dataplane/live_broker.py): a root slot is rewritten only
+after a grace period has passed since the data plane was switched away from it; with a time-based
+grace (a P4Runtime switch), each retired slot waits out its own time from its own switch, not the
+time of slots retired after it.  A fake clock: the verdicts do not depend on the machine's speed."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from subc.dataplane.live_broker import LiveBroker
+from subc.ir.incremental import LiveDiagram
+from subc.lang.rules import parse_rules
+from subc.spec.front_end import load_spec
+
+from conftest import EXAMPLE
+
+SPEC = load_spec(EXAMPLE / "spec.p4")
+ORDER = ["add_order.stock", "add_order.price"]
+
+
+class Clock:
+    """Seconds that move only when told to (``advance``) or slept through."""
+
+    def __init__(self):
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        assert s > 0
+        self.sleeps.append(s)
+        self.now += s
+
+
+class Writer:
+    """Records when each root slot was written and when the data plane switched to each."""
+
+    def __init__(self, clock: Clock, root_slots: int):
+        self.clock, self.root_slots = clock, root_slots
+        self.base = 0
+        self.switched_away: dict[int, float] = {}  # slot -> when the data plane last left it
+        self.rewrites: list[tuple[int, float, float | None]] = []  # (slot, when, when it was left)
+        self.cleared = 0
+
+    def write(self, node):
+        pass
+
+    def clear(self, node):
+        self.cleared += 1
+
+    def flush(self):
+        pass
+
+    def write_root(self, slot, root, spans):
+        self.rewrites.append((slot, self.clock(), self.switched_away.get(slot)))
+
+    def switch(self, slot):
+        self.switched_away[self.base] = self.clock()
+        self.base = slot
+
+
+def broker(root_slots: int, grace_s: float | None, clock: Clock, graces: list[float]):
+    diagram = LiveDiagram([SPEC.query_fields[f] for f in ORDER], [4000, 4000])
+    w = Writer(clock, root_slots)
+    b = LiveBroker(diagram, w, lambda: graces.append(clock()), grace_s=grace_s, clock=clock, sleep=clock.sleep)
+    cond = parse_rules('add_order.stock == "AAPL" : fwd(0);', SPEC, "t")[0].condition
+    return b, w, diagram.region(cond)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(0, 0.08), st.booleans()), min_size=1, max_size=30),
+    st.integers(2, 4),
+    st.sampled_from([0.01, 0.05]),
+)
+def test_a_slot_is_rewritten_only_after_its_own_grace(steps, root_slots, grace_s):
+    clock, graces = Clock(), []
+    b, w, region = broker(root_slots, grace_s, clock, graces)
+    live = False
+    for gap, reclaim in steps:
+        clock.now += gap
+        if not b.free_slots:  # every slot in its grace period: the reclaimer frees the oldest
+            b.reclaim()
+        b.apply([(region, 0, -1 if live else +1)])
+        live = not live
+        if reclaim:
+            b.reclaim()
+    for slot, when, left in w.rewrites:
+        if left is not None:  # a slot the data plane used before: its grace period has passed
+            assert when - left >= grace_s - 1e-9, (slot, when, left)
+    assert graces == []  # a time-based grace never needed the signal
+
+
+def test_each_slot_waits_for_its_own_time_not_the_batch_s():
+    clock, graces = Clock(), []
+    b, w, region = broker(4, 0.05, clock, graces)
+    b.apply([(region, 0, +1)])  # slot 1 live
+    clock.now = 1.0
+    b.apply([(region, 0, -1)])  # slot 2 live, slot 1 retired at 1.0
+    clock.now = 1.04
+    b.apply([(region, 0, +1)])  # slot 3 live, slot 2 retired at 1.04
+    clock.now = 1.045
+    assert len(b.retired) == 2
+    b.reclaim()
+    # the first slot was freed at 1.05 (after 5 ms), the second at 1.09: one sleep each, to its own deadline
+    assert [round(s, 6) for s in clock.sleeps] == [0.005, 0.04]
+    assert sorted(b.free_slots) == [1, 2, 4]
+
+
+def test_a_signalled_grace_covers_the_batch_once():
+    clock, graces = Clock(), []
+    b, w, region = broker(4, None, clock, graces)
+    for k in range(4):
+        clock.now += 0.01
+        b.apply([(region, 0, +1 if k % 2 == 0 else -1)])
+    assert len(b.retired) == 3
+    b.reclaim()
+    assert len(graces) == 1 and clock.sleeps == []  # one wait for the three slots, no sleeping
+    assert len(b.free_slots) == 3
