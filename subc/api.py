@@ -153,13 +153,23 @@ def check(
     load_ebpf: bool = False,
     max_messages: int = 8,
     limits: Limits = DEFAULT_LIMITS,
+    include_dirs: Sequence[str] = (),
+    defines: Sequence[str] = (),
 ):
     """Check rule files as ``subc check`` does: returns the
     :class:`~subc.checker.run.CheckReport` (``diagnostics``, each with code, severity, file, line
     and column; ``exit_status(strict)``).  ``load_ebpf`` (root, bcc) also loads the eBPF program to
-    count its instructions.  Raises SubcError when the spec or a file cannot be read."""
+    count its instructions; ``include_dirs`` and ``defines`` are the spec's ``-I`` and ``-D``
+    (:func:`load_spec`).  Raises SubcError when the spec or a file cannot be read."""
     from .checker.run import check as run_check
 
     return run_check(
-        [str(p) for p in paths], str(spec_path), target, limits, load_ebpf=load_ebpf, max_messages=max_messages
+        [str(p) for p in paths],
+        str(spec_path),
+        target,
+        limits,
+        load_ebpf=load_ebpf,
+        max_messages=max_messages,
+        include_dirs=include_dirs,
+        defines=defines,
     )

@@ -15,12 +15,18 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Location:
-    """A position in a source file: 1-based line and column, and the text of that line."""
+    """A position in a source file: 1-based line and column, and the text of that line.
+
+    A location in a spec may also carry ``included_from``, the ``#include`` directives that led
+    to its file as (path, line), innermost first, and ``macro``, the macro whose expansion holds
+    the position (the location is then that of the macro's invocation)."""
 
     path: str
     line: int
     column: int
     source_line: str = ""
+    included_from: tuple[tuple[str, int], ...] = ()
+    macro: str | None = None
 
     @staticmethod
     def from_offset(path: str, text: str, offset: int) -> "Location":
@@ -61,11 +67,21 @@ class SubcError(Exception):
         return f"{loc.path}:{loc.line}:{loc.column}: error: {self.message}"
 
     def render(self) -> str:
-        """The full diagnostic: headline, source line, caret, and any notes."""
-        out = [str(self)]
-        if self.location is not None and self.location.source_line:
-            src = self.location.source_line.expandtabs(1)
+        """The full diagnostic: ``In file included from`` lines (when the location is in an
+        included file), headline, source line, caret, the macro expansion, and any notes."""
+        out = []
+        loc = self.location
+        if loc is not None and loc.included_from:
+            first, *rest = loc.included_from
+            out.append(f"In file included from {first[0]}:{first[1]}" + ("," if rest else ":"))
+            for k, (path, line) in enumerate(rest):
+                out.append(f"                 from {path}:{line}" + ("," if k < len(rest) - 1 else ":"))
+        out.append(str(self))
+        if loc is not None and loc.source_line:
+            src = loc.source_line.expandtabs(1)
             out.append("    " + src)
-            out.append("    " + " " * (self.location.column - 1) + "^")
+            out.append("    " + " " * (loc.column - 1) + "^")
+        if loc is not None and loc.macro is not None:
+            out.append(f"note: in expansion of macro '{loc.macro}'")
         out.extend(f"note: {n}" for n in self.notes)
         return "\n".join(out)

@@ -83,8 +83,11 @@ def check(
     limits: Limits = DEFAULT_LIMITS,
     load_ebpf: bool = True,
     max_messages: int = 8,
+    include_dirs: Sequence[str] = (),
+    defines: Sequence[str] = (),
 ) -> CheckReport:
-    """Check the rule files ``paths`` against the spec at ``spec_path`` for ``target``.
+    """Check the rule files ``paths`` against the spec at ``spec_path`` (preprocessed with the
+    ``-I`` folders ``include_dirs`` and the ``-D`` macros ``defines``) for ``target``.
 
     Raises :class:`SubcError` when the spec or a rule file cannot be read or the spec does not
     parse (exit status 2); everything else is a diagnostic of the report.
@@ -92,7 +95,7 @@ def check(
     from ..compiler.driver import compile_rules
     from . import fit
 
-    spec = load_spec(spec_path)
+    spec = load_spec(spec_path, include_dirs, defines)
     rep = CheckReport(target, list(paths))
     with paused_gc():
         rules, rep.diagnostics = parse_all(paths, spec, limits)

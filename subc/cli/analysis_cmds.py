@@ -8,10 +8,11 @@ import sys
 import click
 
 from ..errors import SubcError
-from .app import compile_paths, fail, main
+from .app import compile_paths, fail, main, open_spec, spec_options
 
 
 @main.command("analyze")
+@spec_options
 @click.argument("rules", type=click.Path(dir_okay=False))
 @click.argument("more_traces", nargs=-1, type=click.Path(dir_okay=False))
 @click.option("--spec", "spec_path", required=True, type=click.Path(dir_okay=False))
@@ -110,6 +111,7 @@ def analyze_cmd(
 
 
 @main.command("validate")
+@spec_options
 @click.argument("rules", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--spec", "spec_path", required=True, type=click.Path(dir_okay=False))
 @click.option("--master", help="Spark master (default: local[*]; under spark-submit: what it set)")
@@ -120,11 +122,10 @@ def analyze_cmd(
 def validate_cmd(rules: tuple, spec_path: str, master: str | None, piece_chars: int, as_json: bool) -> None:
     """Parse and check RULES files in parallel: every error with its line, and statistics
     (exit 2 when any rule is bad)."""
-    from ..spec.front_end import load_spec
     from ..analysis.validate import validate
 
     try:
-        spec = load_spec(spec_path)
+        spec = open_spec(spec_path)
         doc = validate(list(rules), spec, master=master, piece_chars=piece_chars)
     except SubcError as e:
         fail(e)

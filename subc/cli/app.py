@@ -50,6 +50,53 @@ def limit_options(f):
     )(f)
 
 
+_SPEC_OPTIONS = "subc.spec_options"
+
+
+def spec_options(f):
+    """The C preprocessor's options for ``--spec`` (:mod:`subc.spec.preprocessor`): ``-I DIR``
+    and ``-D NAME[=VALUE]``, repeatable, kept in the click context for :func:`open_spec`."""
+
+    def keep(ctx, param, value):
+        ctx.meta.setdefault(_SPEC_OPTIONS, {})[param.name] = tuple(value)
+
+    f = click.option(
+        "-D",
+        "--define",
+        "spec_defines",
+        multiple=True,
+        expose_value=False,
+        callback=keep,
+        help="define a macro for the spec's preprocessor: NAME (as 1) or NAME=VALUE (repeatable)",
+    )(f)
+    return click.option(
+        "-I",
+        "--include-dir",
+        "spec_include_dirs",
+        multiple=True,
+        expose_value=False,
+        callback=keep,
+        type=click.Path(file_okay=False, exists=True),
+        help="folder the spec's #include files are searched in and may be read from (repeatable)",
+    )(f)
+
+
+def spec_preprocessing() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The ``-I`` folders and ``-D`` macros of the running command (empty outside one)."""
+    ctx = click.get_current_context(silent=True)
+    opts = ctx.meta.get(_SPEC_OPTIONS, {}) if ctx is not None else {}
+    return opts.get("spec_include_dirs", ()), opts.get("spec_defines", ())
+
+
+def open_spec(spec_path: str):
+    """The spec at ``spec_path``, preprocessed with the command's ``-I`` and ``-D`` options
+    (:func:`~subc.spec.front_end.load_spec`; raises SubcError as it does)."""
+    from ..spec.front_end import load_spec
+
+    include_dirs, defines = spec_preprocessing()
+    return load_spec(spec_path, include_dirs, defines)
+
+
 def compile_paths(
     rules_path: str,
     spec_path: str,
@@ -60,18 +107,18 @@ def compile_paths(
     capacity_factor: float = 2.0,
     state_bits: int = 0,
 ):
-    """Load the spec and the rules at their paths and compile them (``field_order``: comma-separated
-    names, or None to search); the result's ``phases`` gain the parse time (s).  ``progress``
+    """Load the spec (with the command's ``-I``/``-D``) and the rules at their paths and compile
+    them (``field_order``: comma-separated names, or None to search); the result's ``phases``
+    gain the parse time (s).  ``progress``
     (a :class:`~subc.progress.PhaseProgress`) advances after parsing and after compiling.
     Raises SubcError as :func:`~subc.compiler.driver.compile_rules` and the front end do."""
     from ..compiler.driver import compile_rules
     from ..lang.limits import DEFAULT_LIMITS
     from ..lang.rules import load_rules
-    from ..spec.front_end import load_spec
 
     limits = limits or DEFAULT_LIMITS
     t0 = time.perf_counter()
-    spec = load_spec(spec_path)
+    spec = open_spec(spec_path)
     rules = load_rules(rules_path, spec, limits)
     t_parse = time.perf_counter() - t0
     if progress:

@@ -10,11 +10,12 @@ import time
 import click
 
 from ..errors import SubcError
-from .app import compile_paths, fail, limit_options, limits_of, main, write_text
+from .app import compile_paths, fail, limit_options, limits_of, main, spec_options, spec_preprocessing, write_text
 from ..compiler.target import Target
 
 
 @main.command("compile")
+@spec_options
 @click.argument("rules", type=click.Path(dir_okay=False))
 @click.option("--spec", "spec_path", required=True, type=click.Path(dir_okay=False), help="message-format spec (P4_16)")
 @click.option("--target", type=click.Choice(["bmv2", "tofino", "ebpf"]), default="bmv2", show_default=True)
@@ -154,6 +155,7 @@ def compile_summary(
 
 
 @main.command("check")
+@spec_options
 @click.argument("rules", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--spec", "spec_path", required=True, type=click.Path(dir_okay=False), help="message-format spec (P4_16)")
 @click.option("--target", type=click.Choice(["bmv2", "tofino", "ebpf"]), default="bmv2", show_default=True)
@@ -185,6 +187,7 @@ def check_cmd(
     from ..checker.diagnostics import render_github, render_text
     from ..checker.run import check, report_json, summary_line
 
+    include_dirs, defines = spec_preprocessing()
     try:
         rep = check(
             list(rules),
@@ -193,6 +196,8 @@ def check_cmd(
             limits_of(max_rules, max_states),
             load_ebpf=not no_load,
             max_messages=max_messages,
+            include_dirs=include_dirs,
+            defines=defines,
         )
     except SubcError as e:
         if fmt == "github":
@@ -211,6 +216,7 @@ def check_cmd(
 
 
 @main.command("simulate")
+@spec_options
 @click.argument("rules", type=click.Path(dir_okay=False))
 @click.option("--spec", "spec_path", required=True, type=click.Path(dir_okay=False))
 @click.option(

@@ -9,10 +9,11 @@ import sys
 import click
 
 from ..errors import SubcError
-from .app import fail, ip_port, limit_options, limits_of, main, one_of, p4runtime_options
+from .app import fail, ip_port, limit_options, limits_of, main, one_of, open_spec, p4runtime_options, spec_options
 
 
 @main.command("serve-program")
+@spec_options
 @click.option(
     "--spec",
     "spec_path",
@@ -46,14 +47,13 @@ def serve_program_cmd(
     """Write the P4 program that subc serve --p4runtime fills with live subscriptions: a table
     per query field of the field order, every port of --ports, tables sized for --capacity
     (docs/p4runtime.md, "Live subscriptions on a switch").  Compile subc.p4 with the target's compiler."""
-    from ..spec.front_end import load_spec
     from ..backends.output import write_directory
     from ..backends.p4.serve_program import serve_program
     from ..serve.dataplane import default_field_order
 
     try:
         port_list = parse_ports(ports)
-        spec = load_spec(spec_path)
+        spec = open_spec(spec_path)
         order = [f.strip() for f in field_order.split(",") if f.strip()] if field_order else default_field_order(spec)
         files = serve_program(spec, order, port_list, capacity, target, max_messages)
         write_directory(out_dir, files)
@@ -81,6 +81,7 @@ def parse_ports(text: str) -> list[int]:
 
 
 @main.command("serve")
+@spec_options
 @click.option(
     "--spec",
     "spec_path",
@@ -257,8 +258,6 @@ def serve_cmd(
     serve-program (docs/p4runtime.md, "Live subscriptions on a switch")."""
     import logging
     import signal
-
-    from ..spec.front_end import load_spec
     from ..dataplane.ebpf.bpf import require_root
     from ..serve.acl import load_acl
     from ..serve.config import ClusterOptions
@@ -279,7 +278,7 @@ def serve_cmd(
     try:
         if not p4rt:
             require_root("subc serve")
-        spec = load_spec(spec_path)
+        spec = open_spec(spec_path)
         if field_order:
             order = [f.strip() for f in field_order.split(",") if f.strip()]
         elif program:
@@ -369,6 +368,7 @@ def field_values(spec, items: tuple[str, ...]) -> dict[str, int]:
 
 
 @main.command("publish")
+@spec_options
 @click.argument("topic")
 @click.argument("payload", required=False)
 @click.option(
@@ -397,11 +397,10 @@ def publish_cmd(
     messages of TOPIC: the spec's topic header with the level labels, then the topic name and the
     payload (docs/serve.md, "Live subscriptions"); then UNREGISTER unless --keep."""
     from ..spec.parse_graph import ParseGraph, spec_start
-    from ..spec.front_end import load_spec
     from ..traffic.topic_client import Publisher
 
     try:
-        spec = load_spec(spec_path)
+        spec = open_spec(spec_path)
         b = ip_port(broker)
         if feed:
             dest = ip_port(feed)
@@ -434,6 +433,7 @@ def publish_cmd(
 
 
 @main.command("subscribe")
+@spec_options
 @click.argument("topic_filter")
 @click.option(
     "--spec",
@@ -458,12 +458,11 @@ def subscribe_cmd(
 ) -> None:
     """SUB TOPIC_FILTER (MQTT wildcards + and #) and print each message received as
     'TOPIC<TAB>PAYLOAD' (the payload as UTF-8, undecodable bytes escaped); unsubscribes at the end."""
-    from ..spec.front_end import load_spec
     from ..traffic.topic_client import Subscriber
 
     try:
         sub = Subscriber(
-            load_spec(spec_path), ip_port(broker), ip_port(bind) if bind != "0.0.0.0:0" else ("0.0.0.0", 0)
+            open_spec(spec_path), ip_port(broker), ip_port(bind) if bind != "0.0.0.0:0" else ("0.0.0.0", 0)
         )
         sid = sub.sub(topic_filter, where)
     except SubcError as e:

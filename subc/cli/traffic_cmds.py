@@ -8,10 +8,11 @@ import sys
 import click
 
 from ..errors import SubcError
-from .app import fail, ip_port, main
+from .app import fail, ip_port, main, open_spec, spec_options
 
 
 @main.command("replay")
+@spec_options
 @click.argument("trace", type=click.Path(dir_okay=False, exists=True))
 @click.option("--to", "dest", required=True, help="IP:PORT to send to")
 @click.option(
@@ -87,10 +88,9 @@ def replay_cmd(
             speed = 1.0
         decoder = None
         if spec_path:
-            from ..spec.front_end import load_spec
             from ..wire.decoder import MessageDecoder
 
-            decoder = MessageDecoder(load_spec(spec_path))
+            decoder = MessageDecoder(open_spec(spec_path))
         st = replay(
             trace,
             ip_port(dest),
@@ -131,6 +131,7 @@ def replay_cmd(
 
 
 @main.command("listen")
+@spec_options
 @click.argument("bind")
 @click.option("--count", type=click.IntRange(1), help="stop after this many datagrams")
 @click.option("--timeout", type=float, help="stop after this many idle seconds")
@@ -172,10 +173,9 @@ def listen_cmd(
     try:
         decoder = None
         if spec_path:
-            from ..spec.front_end import load_spec
             from ..wire.decoder import MessageDecoder
 
-            decoder = MessageDecoder(load_spec(spec_path))
+            decoder = MessageDecoder(open_spec(spec_path))
         st = listen(
             endpoint,
             count=count,

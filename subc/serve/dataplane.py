@@ -87,7 +87,7 @@ def open_dataplane(
     order: unload first) or the program cannot be loaded."""
     from ..backends.ebpf.program import live_program
 
-    spec_hash = hashlib.sha256(Path(spec.path).read_bytes()).hexdigest()
+    spec_hash = hashlib.sha256(spec.preprocessed.encode()).hexdigest()  # its includes and -D count
     home = broker_home(iface, mount=True)
     with home_lock(home):  # one load or unload of this home at a time
         state = None

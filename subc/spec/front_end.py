@@ -31,18 +31,28 @@ are query fields, the labels exact or range fields.
 the generated ingress control.  Controls, externs and the package instantiation are ignored.
 A spec with only pragma lines (each with a width) is accepted: then only a control block and
 entries can be generated.  Sources: Camus (Jepsen et al., HotNets 2018) spec files; P4_16
-Language Specification v1.2.4 (sections 7 headers/structs, 12 parsers).
+Language Specification v1.2.4 (sections 7 headers/structs, 8 expressions, 12 parsers).
+
+The spec goes through the C preprocessor first (:mod:`.preprocessor`: ``#include``, macros,
+conditionals, ``-I``/``-D``), and every constant P4 allows (widths, ``const`` initialisers,
+keysets, P4_14 widths and case values, pragma arguments) is a constant expression
+(:mod:`.const_expr`).  Errors are located in the file and at the line and column where the text
+was written (:mod:`.source_map`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import Location, SubcError
+from .const_expr import ConstExpr, ConstExprError, Value, evaluate_text
 from .p4_14 import P414Declarations
 from .pragmas import PragmaRules
-from .p4lexer import Token, parse_p4_int
+from .p4lexer import Token
+from .preprocessor import preprocess
+from .source_map import SpecSource
 from .token_cursor import TokenCursor
 from .model import (
     MAX_TYPE_WIDTH,
@@ -56,9 +66,9 @@ from .model import (
 
 
 class _SpecParser(TokenCursor, P414Declarations, PragmaRules):
-    def __init__(self, path: str, text: str):
-        super().__init__(path, text)
-        self.spec = Spec(path, text)
+    def __init__(self, source: SpecSource):
+        super().__init__(source)
+        self.spec = Spec(source.path, source.main_text, source=source)
         # P4_14: header instances (type, instance), stacks, parser functions; first P4_16 keyword
         self.p414_instances: list[tuple[str, str]] = []
         self.p414_stacks: set[str] = set()
@@ -73,10 +83,12 @@ class _SpecParser(TokenCursor, P414Declarations, PragmaRules):
         tok = self.expect("id")
         if tok.text in ("bit", "int", "varbit"):
             self.expect("<")
-            wtok = self.next()
-            width = self.const_value(wtok)
+            wtok = self.peek()
+            width = self.expression(self.constants()).value
             if width > MAX_TYPE_WIDTH:
                 raise self.error(f"type width exceeds the limit of {MAX_TYPE_WIDTH} bits", wtok)
+            if width < 0:
+                raise self.error(f"negative type width {width}", wtok)
             self.expect(">")
             return (None if tok.text == "varbit" else width), f"{tok.text}<{width}>"
         if tok.text == "bool":
@@ -85,26 +97,23 @@ class _SpecParser(TokenCursor, P414Declarations, PragmaRules):
             return self.spec.typedefs[tok.text], tok.text
         return None, tok.text
 
-    def const_value(self, tok: Token) -> int:
-        if tok.kind == "int":
-            v = parse_p4_int(tok.text)
-            if v is not None:
-                return v
-        if tok.kind == "id":
-            if tok.text in self.spec.consts:
-                return self.spec.consts[tok.text]
-            if tok.text in self.defines:
-                v = parse_p4_int(self.defines[tok.text])
-                if v is not None:
-                    return v
-        raise self.error(f"expected an integer constant, found {tok.text!r}", tok)
+    def constants(self) -> ConstExpr:
+        """A reader of constant expressions over the tokens, with the constants and typedefs
+        declared so far."""
+        return ConstExpr(self.toks, self.spec.consts, self.spec.const_types, self.spec.typedefs)
+
+    def const_value(self) -> int:
+        """Consume the constant expression at the current token; its value (SubcError at the
+        token at fault when it is not a constant)."""
+        return self.expression(self.constants()).value
 
     # -- declarations ----------------------------------------------------------------------
     def parse(self) -> Spec:
-        for name, val in self.defines.items():
-            v = parse_p4_int(val)
-            if v is not None:
-                self.spec.consts.setdefault(name, v)
+        for name, body in self.source.macros.items():  # #define NAME VALUE: a constant too (P4_14)
+            try:
+                self.spec.consts.setdefault(name, evaluate_text(body, self.spec.consts))
+            except ConstExprError:
+                pass
         while self.peek() is not None:
             self.skip_annotations()
             tok = self.peek()
@@ -188,15 +197,31 @@ class _SpecParser(TokenCursor, P414Declarations, PragmaRules):
 
     def parse_const(self) -> None:
         start = self.next()
-        self.parse_type()
+        width, tname = self.parse_type()
         name = self.expect("id")
         self.expect("=")
-        vtok = self.next()
-        end = self.expect(";")
-        value = parse_p4_int(vtok.text) if vtok.kind == "int" else self.spec.consts.get(vtok.text)
+        value = self.initialiser()
+        end = self.scan_until(";")
         if value is not None:
+            if width is not None:  # the constant has its declared type (a bit<W> wraps modulo 2^W)
+                signed = tname.startswith("int<")
+                self.spec.const_types[name.text] = (width, signed)
+                value = Value(value).typed(width, signed).value
             self.spec.consts[name.text] = value
         self.spec.decls.append(("const", name.text, self.raw(start, end)))
+
+    def initialiser(self) -> int | None:
+        """The value of the ``const`` initialiser at the current token when it is a constant
+        expression followed by ``;`` (consumed); else None, consuming nothing (a struct or
+        boolean initialiser, which the spec's messages do not need)."""
+        try:
+            v, j = self.constants().read(self.i)
+        except ConstExprError:
+            return None
+        if j < len(self.toks) and self.toks[j].kind == ";":
+            self.i = j
+            return v.value
+        return None
 
     def parse_typedef(self) -> None:
         start = self.next()
@@ -349,7 +374,7 @@ class _SpecParser(TokenCursor, P414Declarations, PragmaRules):
             lp = self.toks[j]  # the '(' skip_balanced consumed
             sel = self.clean[lp.start + 1 : rp.end - 1].strip()
             self.expect("{")
-            cases = []
+            cases, where = [], []
             while not self.accept("}"):
                 j = self.i
                 t = self.scan_until(":")
@@ -358,7 +383,8 @@ class _SpecParser(TokenCursor, P414Declarations, PragmaRules):
                 target = self.expect("id").text
                 self.expect(";")
                 cases.append((keyset, target))
-            return Transition(sel, cases, select_fields(sel, self.hdr_name), loc)
+                where.append(self.loc(first.start))
+            return Transition(sel, cases, select_fields(sel, self.hdr_name), loc, where)
         target = self.expect("id").text
         self.expect(";")
         return Transition(None, [("", target)], None, loc)
@@ -376,14 +402,19 @@ def select_fields(select_text: str, hdr: str) -> list[str] | None:
     return out
 
 
-def parse_spec(text: str, path: str = "<spec>") -> Spec:
-    """Parse a message-format spec from ``text``.
+def parse_spec(text: str, path: str = "<spec>", include_dirs: Sequence[str] = (), defines: Sequence[str] = ()) -> Spec:
+    """Parse a message-format spec from ``text``, read from ``path`` (its folder is where its
+    ``#include`` files are found; the working folder for a name that is no file), after the C
+    preprocessor (:func:`~.preprocessor.preprocess`, with the ``-I`` folders ``include_dirs`` and
+    the ``-D`` macros ``defines``, ``NAME[=VALUE]``).
 
-    Raises :class:`SubcError` with the location of the first problem (unknown field or
-    instance, width mismatch, a query field of 0 or more than :data:`MAX_FIELD_WIDTH` bits, a type
-    wider than :data:`MAX_TYPE_WIDTH`, a scale outside 0..18, malformed pragma or declaration).
+    Raises :class:`SubcError` with the location of the first problem, in the file where it is
+    written (unknown field or instance, width mismatch, a query field of 0 or more than
+    :data:`MAX_FIELD_WIDTH` bits, a type wider than :data:`MAX_TYPE_WIDTH`, a scale outside
+    0..18, malformed pragma or declaration, an expression that is not a constant, a preprocessor
+    error or refusal).
     """
-    spec = _SpecParser(path, text).parse()
+    spec = _SpecParser(preprocess(path, text, include_dirs, defines)).parse()
     if not spec.query_fields:
         raise SubcError(
             "the spec declares no query fields (@pragma query_field...)", Location(path, 1, 1, text.split("\n")[0])
@@ -391,9 +422,10 @@ def parse_spec(text: str, path: str = "<spec>") -> Spec:
     return spec
 
 
-def load_spec(path: str | Path) -> Spec:
-    """Read and parse the spec file at ``path`` (errors as :func:`parse_spec`; unreadable: SubcError;
-    not UTF-8: SubcError at the first bad byte)."""
+def load_spec(path: str | Path, include_dirs: Sequence[str] = (), defines: Sequence[str] = ()) -> Spec:
+    """Read and parse the spec file at ``path`` with the ``-I`` folders ``include_dirs`` and the
+    ``-D`` macros ``defines`` (errors as :func:`parse_spec`; unreadable: SubcError; not UTF-8:
+    SubcError at the first bad byte)."""
     try:
         data = Path(path).read_bytes()
     except OSError as e:
@@ -406,4 +438,4 @@ def load_spec(path: str | Path) -> Spec:
         raise SubcError(
             f"the spec is not UTF-8 text: byte {data[e.start]:#04x} at byte offset {e.start}", loc
         ) from None
-    return parse_spec(text, str(path))
+    return parse_spec(text, str(path), include_dirs, defines)

@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import Location, SubcError
+from .const_expr import evaluate_text
+from .source_map import SpecSource
 
 MAX_FIELD_WIDTH = 128
 #: Largest width of a ``bit<W>`` type (a C int, as p4c keeps widths; p4c itself stops at 2048):
@@ -97,13 +99,15 @@ class Transition:
     ``select_text`` and the keysets are P4_16 text (a P4_14 spec's are translated).  ``fields``
     names the selected fields in order as ``instance.field`` (the key is their concatenation), or
     is None when the select expression is not a list of header fields (the decoder then reports it).
-    ``location`` is where the transition is written.
+    ``location`` is where the transition is written, ``case_locations`` where each case's keyset
+    is (when known).
     """
 
     select_text: str | None
     cases: list[tuple[str, str]]
     fields: list[str] | None = None
     location: Location | None = None
+    case_locations: list[Location] = field(default_factory=list)
 
 
 @dataclass
@@ -144,12 +148,16 @@ class TopicFields:
 
 @dataclass
 class Spec:
-    """A parsed message-format spec (see the module docstring)."""
+    """A parsed message-format spec (see the module docstring): ``path`` and ``text`` are the
+    main file's as given and as written; ``source`` is the spec as the C preprocessor produced it
+    (what was parsed, with the map back to every file it read; None for a spec built by hand)."""
 
     path: str
     text: str
     decls: list[tuple[str, str, str]] = field(default_factory=list)  # (kind, name, raw text)
     consts: dict[str, int] = field(default_factory=dict)
+    #: the declared type of a ``const`` of type ``bit<W>``/``int<W>``: (W, signed)
+    const_types: dict[str, tuple[int, bool]] = field(default_factory=dict)
     typedefs: dict[str, int] = field(default_factory=dict)
     headers: dict[str, HeaderType] = field(default_factory=dict)
     structs: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)  # name -> (type, member, raw)
@@ -174,6 +182,17 @@ class Spec:
     time_field: str | None = None
     #: ns per unit of :attr:`time_field`
     time_unit_ns: int = 1
+    source: SpecSource | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def preprocessed(self) -> str:
+        """The spec's text as the front end read it (after the C preprocessor)."""
+        return self.source.text if self.source is not None else self.text
+
+    def constant(self, text: str) -> int:
+        """The value of the constant expression ``text`` with the spec's constants (a keyset, a
+        mask; :mod:`.const_expr`).  Raises :class:`~.const_expr.ConstExprError`."""
+        return evaluate_text(text, self.consts, self.const_types, self.typedefs)
 
     @property
     def infers_actions(self) -> bool:

@@ -38,8 +38,8 @@ P4_14_ACCEPT = ("ingress", "egress")
 class P414Declarations:
     """The P4_14 declarations of :class:`subc.spec.front_end._SpecParser` (a mixin: it uses the
     parser's token helpers ``next``, ``expect``, ``accept``, ``peek``, ``peek_is``, ``error``, ``loc``,
-    ``const_value``, ``skip_balanced``, ``scan_until``, its tokens ``toks`` and ``i``, its ``spec`` and
-    the P4_14 declarations seen so far)."""
+    ``const_value`` (a constant expression), ``skip_balanced``, ``scan_until``, its tokens ``toks``
+    and ``i``, its ``spec`` and the P4_14 declarations seen so far)."""
 
     # -- what the host parser provides (declared for the type checker) -----------------------
     spec: Spec
@@ -66,7 +66,7 @@ class P414Declarations:
         def accept(self, kind: str, text: str | None = None) -> Token | None: ...
         def skip_balanced(self, open_: str, close: str) -> Token: ...
         def scan_until(self, kind: str) -> Token: ...
-        def const_value(self, tok: Token) -> int: ...
+        def const_value(self) -> int: ...
 
     # -- header types and instances ---------------------------------------------------------
     def parse_header_type(self) -> None:
@@ -84,11 +84,12 @@ class P414Declarations:
                 while not self.accept("}"):
                     fname = self.expect("id")
                     self.expect(":")
-                    wtok = self.next()
-                    if wtok.kind == "*" or wtok.text == "*":
+                    wtok = self.peek()
+                    if wtok is not None and wtok.kind == "*":
+                        self.next()
                         width = None
                     else:
-                        width = self.const_value(wtok)
+                        width = self.const_value()
                         if width <= 0:
                             raise self.error(
                                 f"field '{fname.text}' of header type '{name.text}' has width {width}", wtok
@@ -186,19 +187,19 @@ class P414Declarations:
             raise self.error("select of no field", tok)
         self.expect("{")
         cases: list[tuple[str, str]] = []
+        where: list[Location] = []
         while not self.accept("}"):
             j = self.i
             values: list[tuple[int, int | None]] = []
             default = False
             while True:
-                vt = self.next()
-                if vt.text == "default":
+                if self.accept("id", "default"):
                     default = True
                 else:
-                    v = self.const_value(vt)
+                    v = self.const_value()
                     mask = None
                     if self.accept("id", "mask"):
-                        mask = self.const_value(self.next())
+                        mask = self.const_value()
                     values.append((v, mask))
                 if not self.accept(","):
                     break
@@ -208,12 +209,14 @@ class P414Declarations:
             self.expect(";")
             if default:
                 cases.append(("default", target))
+                where.append(self.loc(first.start))
             else:
                 for v, mask in values:  # a case of several values is one case per value
                     cases.append((self.p414_keyset(fields, v, mask, first), target))
+                    where.append(self.loc(first.start))
         hdr = "hdr"
         sel = ", ".join(f"{hdr}.{f}" for f in fields)
-        return Transition(sel, cases, fields, loc)
+        return Transition(sel, cases, fields, loc, where)
 
     def p414_keyset(self, fields: list[str], value: int, mask: int | None, tok: Token) -> str:
         """The P4_16 keyset text of a P4_14 case ``value [mask m]`` over the concatenation of ``fields``."""

@@ -1,17 +1,22 @@
 """A tokenizer for the P4_16 subset that message-format specs use.
 
-Comments are blanked (offsets are kept), ``#define NAME VALUE`` lines are collected, other
-preprocessor lines are ignored, and whole-line ``@pragma`` directives (Camus style) are
-collected and removed, so that the declarations that remain can be parsed token by token.
+It reads the spec as the C preprocessor (:mod:`.preprocessor`) produced it: comments are blanked
+(offsets are kept), and whole-line ``@pragma`` directives (Camus style) are collected and
+removed, so that the declarations that remain can be parsed token by token.  Errors are located
+by the caller's ``locate`` (an offset of the text -> a :class:`~subc.errors.Location`).
 Source: P4_16 Language Specification v1.2.4, section 6 (lexical constructs).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import Location, SubcError
+
+#: An offset of the preprocessed text -> its location in the spec's files.
+Locate = Callable[[int], Location]
 
 
 @dataclass(frozen=True)
@@ -94,15 +99,15 @@ def _split_args(s: str, base: int) -> tuple[tuple[str, ...], tuple[int, ...]]:
     return tuple(args), tuple(offs)
 
 
-def preprocess(path: str, text: str) -> tuple[str, dict[str, str], list[Pragma]]:
-    """Blank comments, collect ``#define`` and whole-line ``@pragma`` directives.
+def collect_pragmas(text: str, locate: Locate) -> tuple[str, list[Pragma]]:
+    """Blank comments and collect the whole-line ``@pragma`` directives of ``text`` (a
+    preprocessed spec; any line left that starts with ``#`` is blanked too).
 
-    Returns the cleaned text (same length and line structure as ``text``), the defines
-    (name -> replacement text) and the pragmas in source order.
+    Returns the cleaned text (same length and line structure as ``text``) and the pragmas in
+    order; a malformed ``@pragma`` line is a SubcError at ``locate(offset)``.
     """
     clean = blank_comments(text)
     lines = clean.split("\n")
-    defines: dict[str, str] = {}
     pragmas: list[Pragma] = []
     offset = 0
     out_lines = []
@@ -110,14 +115,11 @@ def preprocess(path: str, text: str) -> tuple[str, dict[str, str], list[Pragma]]
         stripped = line.lstrip()
         indent = len(line) - len(stripped)
         if stripped.startswith("#"):
-            m = re.match(r"#\s*define\s+([A-Za-z_]\w*)\s+(.+?)\s*$", stripped)
-            if m:
-                defines[m.group(1)] = m.group(2)
             out_lines.append(" " * len(line))
         elif stripped.startswith("@pragma"):
             m = _PRAGMA_RE.match(stripped)
             if not m:
-                raise SubcError("malformed @pragma line", Location.from_offset(path, text, offset + indent))
+                raise SubcError("malformed @pragma line", locate(offset + indent))
             base = offset + indent + (m.start(2) if m.group(2) is not None else 0)
             args, offs = _split_args(m.group(2) or "", base)
             pragmas.append(Pragma(m.group(1), args, offs, offset + indent))
@@ -125,17 +127,18 @@ def preprocess(path: str, text: str) -> tuple[str, dict[str, str], list[Pragma]]
         else:
             out_lines.append(line)
         offset += len(line) + 1
-    return "\n".join(out_lines), defines, pragmas
+    return "\n".join(out_lines), pragmas
 
 
-def tokenize(path: str, text: str, clean: str) -> list[Token]:
-    """Tokens of ``clean`` (see :func:`preprocess`); errors point into the original ``text``."""
+def tokenize(clean: str, locate: Locate) -> list[Token]:
+    """Tokens of ``clean`` (see :func:`collect_pragmas`); an unexpected character is a SubcError
+    at ``locate(offset)``."""
     toks: list[Token] = []
     pos, n = 0, len(clean)
     while pos < n:
         m = _TOKEN_RE.match(clean, pos)
         if not m:
-            raise SubcError(f"unexpected character {clean[pos]!r}", Location.from_offset(path, text, pos))
+            raise SubcError(f"unexpected character {clean[pos]!r}", locate(pos))
         kind = m.lastgroup
         assert kind is not None  # every alternative of _TOKEN_RE is a named group
         if kind != "ws":
@@ -143,6 +146,15 @@ def tokenize(path: str, text: str, clean: str) -> list[Token]:
             toks.append(Token(tk if kind == "punct" else kind, tk, m.start(), m.end()))
         pos = m.end()
     return toks
+
+
+def tokenize_text(text: str) -> list[Token]:
+    """Tokens of a short piece of spec text (a keyset, a pragma argument); ValueError for a
+    character that starts no token."""
+    try:
+        return tokenize(text, lambda off: Location("<text>", 1, off + 1, text))
+    except SubcError as e:
+        raise ValueError(e.message) from None
 
 
 def parse_p4_int(text: str) -> int | None:

@@ -177,10 +177,14 @@ class ParseGraph:
             widths = [f.width for f in key]
             if sum(widths) > 128:
                 raise _error(where, self.spec, f"state '{name}': select key of {sum(widths)} bits (at most 128)")
-            try:
-                cases = tuple((parse_keyset(ks, widths, self.spec.consts), t) for ks, t in tr.cases)
-            except KeysetError as e:
-                raise _error(where, self.spec, f"state '{name}': {e}") from None
+            parsed = []
+            for k, (ks, t) in enumerate(tr.cases):
+                try:
+                    parsed.append((parse_keyset(ks, widths, self.spec.constant), t))
+                except KeysetError as e:
+                    at = tr.case_locations[k] if k < len(tr.case_locations) else where
+                    raise _error(at, self.spec, f"state '{name}': {e}") from None
+            cases = tuple(parsed)
             gs = GraphState(name, tuple(st.extracts), tuple(key), cases, st.location)
         self.states[name] = gs
         return gs

@@ -3,16 +3,17 @@ keysets and the resolved states.
 
 A select case's keyset (P4_16 Language Specification v1.2.4, section 12: select expressions) is
 ``value``, ``value &&& mask``, ``lo .. hi``, a tuple of these and ``_``, or ``default``; its values
-are integer literals or the spec's constants.  :func:`parse_keyset` reads one from its P4 text for
-a key of given field widths.
+are constant expressions (:mod:`.const_expr`: literals, the spec's constants, arithmetic,
+casts).  :func:`parse_keyset` reads one from its P4 text for a key of given field widths.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import Location
-from .p4lexer import parse_p4_int
+from .const_expr import ConstExprError
 
 
 @dataclass(frozen=True)
@@ -69,10 +70,11 @@ class KeysetError(ValueError):
     """A keyset the parse graph cannot read (the message names it; the caller locates it)."""
 
 
-def parse_keyset(text: str, widths: list[int], consts: dict[str, int]) -> Keyset:
+def parse_keyset(text: str, widths: list[int], consts: Callable[[str], int]) -> Keyset:
     """The :class:`Keyset` written ``text`` for a select key of fields of ``widths`` bits
-    (concatenated), with the spec's constants ``consts``.  Raises KeysetError for a tuple of the
-    wrong arity, an element that is not a constant, or a range inside a tuple."""
+    (concatenated); ``consts`` evaluates a constant expression (``Spec.constant``: raises
+    ConstExprError).  Raises KeysetError for a tuple of the wrong arity, an element that is not a
+    constant, or a range inside a tuple."""
     t = text.strip()
     if t in ("default", "_"):
         return Keyset(default=True)
@@ -102,14 +104,12 @@ def parse_keyset(text: str, widths: list[int], consts: dict[str, int]) -> Keyset
     return Keyset(value=value, mask=mask)
 
 
-def _const(text: str, consts: dict[str, int]) -> int:
+def _const(text: str, consts: Callable[[str], int]) -> int:
     t = text.strip()
-    if t in consts:
-        return consts[t]
-    v = parse_p4_int(t)
-    if v is None:
-        raise KeysetError(f"keyset '{t}' is not a constant")
-    return v
+    try:
+        return consts(t)
+    except ConstExprError as e:
+        raise KeysetError(f"keyset '{t}' is not a constant ({e})") from None
 
 
 def _split_top(s: str) -> list[str]:

@@ -2,14 +2,16 @@
 to the :class:`~.model.Spec` the front end has parsed: query fields and their match kinds, widths,
 scales and alphabets, the default action, payload headers, topic fields, counters, windows and the
 time field.  A mixin of the front end's parser (:class:`PragmaRules`), which gives it ``spec``,
-``pragmas`` and the error helpers.  Every misuse raises SubcError at the pragma."""
+``pragmas`` and the error helpers.  Numeric arguments are constant expressions
+(:mod:`.const_expr`).  Every misuse raises SubcError at the pragma."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from ..errors import Location, SubcError
-from .p4lexer import Pragma, parse_p4_int
+from .const_expr import ConstExprError
+from .p4lexer import Pragma
 from .model import (
     COUNTER_RESERVED,
     IDENT_RE,
@@ -105,7 +107,7 @@ class PragmaRules:
                     raise SubcError(f"alpha field {q.name} must be a whole number of bytes wide", self.loc(p.offset))
                 q.alpha = True
             else:
-                digits = parse_p4_int(p.args[1])
+                digits = self.pragma_int(p.args[1])
                 if digits is None or not 0 <= digits <= 18:
                     raise SubcError("scale must be a number of decimal digits from 0 to 18", self.loc(p.arg_offsets[1]))
                 q.scale = digits
@@ -125,9 +127,17 @@ class PragmaRules:
                 spec.default_action_location or self.loc(0),
             )
 
+    def pragma_int(self, text: str) -> int | None:
+        """The value of a pragma's numeric argument ``text`` (a constant expression: a literal,
+        a constant, arithmetic a macro produced), or None when it is not one."""
+        try:
+            return self.spec.constant(text)
+        except ConstExprError:
+            return None
+
     def window_arg(self, p: Pragma, i: int) -> int:
         """Argument ``i`` of ``p`` as a window length in us, returned in ns (0: never ends)."""
-        us = parse_p4_int(p.args[i])
+        us = self.pragma_int(p.args[i])
         if us is None or not 0 <= us < 1 << 40:
             raise SubcError(
                 f"bad window '{p.args[i]}' (a whole number of us, 0 for a window that never ends)",
@@ -236,7 +246,7 @@ class PragmaRules:
             raise SubcError(f"expected a field 'header.field', found '{fname}'", floc)
         width = None
         if len(p.args) == 2:
-            width = parse_p4_int(p.args[1])
+            width = self.pragma_int(p.args[1])
             if width is None or not 0 < width <= MAX_TYPE_WIDTH:
                 raise SubcError(f"bad width '{p.args[1]}'", self.loc(p.arg_offsets[1]))
         declared = None

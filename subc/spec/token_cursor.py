@@ -10,24 +10,35 @@ give back the source text between two tokens (comments removed).
 from __future__ import annotations
 
 from ..errors import Location, SubcError
-from .p4lexer import Token, preprocess, tokenize
+from .const_expr import ConstExpr, ConstExprError, Value
+from .p4lexer import Token, collect_pragmas, tokenize
+from .source_map import SpecSource
 
 
 class TokenCursor:
-    """The tokens of the spec ``text`` read from ``path`` and the index ``i`` of the current one;
-    ``clean`` is the text with comments and preprocessor lines blanked, ``defines`` its
-    ``#define`` values and ``pragmas`` its ``@pragma`` lines, in source order.  Raises SubcError
-    (located) for text the lexer cannot read."""
+    """The tokens of the preprocessed spec ``source`` and the index ``i`` of the current one;
+    ``text`` is the preprocessed text, ``clean`` the same with comments blanked and ``pragmas``
+    its ``@pragma`` lines, in order.  Raises SubcError (located) for text the lexer cannot read."""
 
-    def __init__(self, path: str, text: str):
-        self.path, self.text = path, text
-        self.clean, self.defines, self.pragmas = preprocess(path, text)
-        self.toks = tokenize(path, text, self.clean)
+    def __init__(self, source: SpecSource):
+        self.source = source
+        self.path, self.text = source.path, source.text
+        self.clean, self.pragmas = collect_pragmas(self.text, source.location)
+        self.toks = tokenize(self.clean, source.location)
         self.i = 0
 
     def loc(self, offset: int) -> Location:
-        """The location of character ``offset`` of the text."""
-        return Location.from_offset(self.path, self.text, offset)
+        """The location in the spec's files of character ``offset`` of the preprocessed text."""
+        return self.source.location(offset)
+
+    def expression(self, reader: ConstExpr) -> Value:
+        """Consume the constant expression at the current token (read by ``reader``, over
+        :attr:`toks`) and return its value; SubcError at the token at fault."""
+        try:
+            v, self.i = reader.read(self.i)
+        except ConstExprError as e:
+            raise self.error(str(e), e.tok) from None
+        return v
 
     def error(self, msg: str, tok: Token | None = None) -> SubcError:
         """A SubcError ``msg`` at ``tok`` (default: the current token, or the end of the file)."""

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 
 from ...errors import Location, SubcError
-from ...spec.p4lexer import parse_p4_int
+from ...spec.const_expr import ConstExprError
 from ...spec.parse_graph import ParseGraph
 from ...spec.model import ParserState, Spec
 
@@ -123,12 +123,10 @@ def _keyset(spec: Spec, text: str, where: Location | None = None) -> int | None:
     t = text.strip()
     if t in ("default", "_"):
         return None
-    if t in spec.consts:
-        return spec.consts[t]
-    v = parse_p4_int(t)
-    if v is None:
-        raise _error(spec, f"unsupported select keyset '{t}' (constants and 'default' only)", where)
-    return v
+    try:
+        return spec.constant(t)
+    except ConstExprError:
+        raise _error(spec, f"unsupported select keyset '{t}' (constants and 'default' only)", where) from None
 
 
 def _select_field(spec: Spec, st: ParserState, layouts) -> FieldLayout | None:
