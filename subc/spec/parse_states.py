@@ -78,7 +78,7 @@ def parse_keyset(text: str, widths: list[int], consts: Callable[[str], int]) -> 
     t = text.strip()
     if t in ("default", "_"):
         return Keyset(default=True)
-    if t.startswith("(") and t.endswith(")"):
+    if t.startswith("(") and _closing(t) == len(t) - 1:
         parts = _split_top(t[1:-1])
     else:
         parts = [t]
@@ -110,6 +110,16 @@ def _const(text: str, consts: Callable[[str], int]) -> int:
         return consts(t)
     except ConstExprError as e:
         raise KeysetError(f"keyset '{t}' is not a constant ({e})") from None
+
+
+def _closing(s: str) -> int:
+    """The index of the parenthesis that closes the one ``s`` starts with (-1: none)."""
+    depth = 0
+    for i, c in enumerate(s):
+        depth += (c == "(") - (c == ")")
+        if depth == 0:
+            return i
+    return -1
 
 
 def _split_top(s: str) -> list[str]:
