@@ -42,8 +42,8 @@ MAX_INCLUDE_DEPTH = 32
 #: Largest file an ``#include`` (or the spec) may be.
 MAX_FILE_BYTES = 16 << 20
 #: Tokens that macro expansion may produce in all (counted at every level of nesting), against
-#: macros that expand exponentially.
-MAX_EXPANSION_TOKENS = 2_000_000
+#: macros that expand exponentially (the limit is reached in about a second).
+MAX_EXPANSION_TOKENS = 250_000
 #: Largest preprocessed text.
 MAX_OUTPUT_CHARS = 32 << 20
 
@@ -247,12 +247,13 @@ class _SpecPreprocessor(Preprocessor):
             out = super().expand_macros(tokens, expanding_from or [])
         finally:
             self.expanding -= 1
-        self.work += len(out)
+        if self.expanding:  # a macro's expansion (not the text it stands in)
+            self.work += len(out)
         if self.work > MAX_EXPANSION_TOKENS:
-            first = tokens[0] if tokens else None
+            at = getattr(self.linemacro, "at", None)  # the outermost invocation (a _Stamp)
             raise SubcError(
                 f"macro expansion exceeds the limit of {MAX_EXPANSION_TOKENS} tokens",
-                self.location(first.source, first.lexpos) if first is not None and first.source in self.files else None,
+                self.location(*at) if at is not None and at[0] in self.files else None,
             )
         return out
 
