@@ -74,9 +74,27 @@ class _Stamp(int):
     at: tuple[str, int]
 
 
+#: Characters Python's ``str.splitlines`` (and so pcpp) takes for line ends but P4 (and subc's
+#: locations) do not: they go through pcpp as private-use characters and come back after.
+_BREAKS = "\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+_HIDE = str.maketrans({c: chr(0xF0000 + ord(c)) for c in _BREAKS + "\r"})
+_SHOW = str.maketrans({chr(0xF0000 + ord(c)): c for c in _BREAKS + "\r"})
+_LONE_CR = re.compile(r"\r(?!\n)")
+
+
+def _hidden(text: str) -> str:
+    """``text`` with the line ends of :data:`_BREAKS` and lone carriage returns hidden from pcpp
+    (one character each, so offsets are kept)."""
+    return _LONE_CR.sub(chr(0xF000D), text).translate(_HIDE) if _BREAKS_RE.search(text) else text
+
+
+_BREAKS_RE = re.compile(f"[{_BREAKS}]|\r(?!\n)")
+
+
 def _lexed(text: str) -> str:
-    """``text`` as pcpp lexes it: trigraphs replaced, trailing blanks of each line removed."""
-    return "\n".join(x.rstrip() for x in trigraph(text).splitlines())
+    """``text`` (hidden, see :func:`_hidden`) as pcpp lexes it, shown again: trigraphs replaced,
+    trailing blanks of each line removed."""
+    return "\n".join(x.rstrip() for x in trigraph(text).splitlines()).translate(_SHOW)
 
 
 def _blank(text: str) -> str:
@@ -173,6 +191,7 @@ class _SpecPreprocessor(Preprocessor):
         including = self.files[hash_tok.source]
         self.stack.append(including.presumed(including.line_col(hash_tok.lexpos)[0]))
         self.chain = tuple(reversed(self.stack))
+        text = _hidden(text)
         if key not in self.files:
             self.files[key] = SourceFile(shown, _lexed(text))
         try:
@@ -269,9 +288,10 @@ class _SpecPreprocessor(Preprocessor):
 
     def run(self, text: str, shown: str) -> Iterator[tuple[str, Origin]]:
         """Preprocess the main file ``text`` (shown as ``shown``): (token text, origin) pairs."""
+        text = _hidden(text)
         self.files[self.main_key] = SourceFile(shown, _lexed(text))
         for tok in self.parsegen(text, shown, self.main_key):
-            yield str(tok.value), self.origin(tok)
+            yield str(tok.value).translate(_SHOW), self.origin(tok)
 
 
 def parse_define(text: str) -> tuple[str, str]:

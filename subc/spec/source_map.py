@@ -103,10 +103,10 @@ class SpecSource:
 
     def location(self, offset: int) -> Location:
         """The location in the original files of character ``offset`` of :attr:`text` (see the
-        module docstring for what is exact).  Offsets past the end give the last token's place."""
+        module docstring for what is exact).  The end of the text is the end of the main file."""
         o = self.origin(offset)
-        if o is None:
-            return Location.from_offset(self.path, self.main_text, 0)
+        if o is None or offset >= len(self.text):
+            return Location.from_offset(self.path, self.main_text, len(self.main_text) if o is not None else 0)
         i = bisect.bisect_right(self.starts, max(0, offset)) - 1
         delta = offset - self.starts[i] if o.exact else 0
         return self.location_of(o, delta)
@@ -116,7 +116,8 @@ class SpecSource:
         f = self.files[o.file]
         line, col = f.line_col(o.pos)
         shown_file, shown_line = f.presumed(line)
-        return Location(shown_file, shown_line, col + delta, f.line_text(line), o.chain, o.macro)
+        text = f.line_text(line)
+        return Location(shown_file, shown_line, min(col + delta, len(text) + 1), text, o.chain, o.macro)
 
     @property
     def included(self) -> list[str]:
