@@ -438,3 +438,14 @@ def test_cli_takes_I_and_D_and_writes_nothing_on_error(tmp_path, capsys):
     cli_main(args + ["-I", str(tmp_path / "include"), "-D", "WITH_EXECUTED"], standalone_mode=False)
     assert (out / "subc.p4").exists()
     assert "header executed_t { bit<(2) * 8> locate;" in (out / "subc.p4").read_text()
+
+
+def test_date_and_time_come_from_source_date_epoch(monkeypatch, tmp_path):
+    """__DATE__/__TIME__ never make outputs depend on when they were made (reproducible builds)."""
+    from subc.spec.preprocessor import preprocess
+
+    spec = tmp_path / "s.p4"
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    assert preprocess(str(spec), "__DATE__ __TIME__\n").text.split() == ['"Jan', "1", '1970"', '"00:00:00"']
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")  # 2023-11-14 22:13:20 UTC
+    assert preprocess(str(spec), "__DATE__ __TIME__\n").text.split() == ['"Nov', "14", '2023"', '"22:13:20"']

@@ -18,7 +18,9 @@ A spec is a P4 program written for the C preprocessor (ISO C99 section 6.10): ``
 * **comments** become blanks of their own length (newlines kept), so text that no directive or
   macro touched keeps its columns, and declarations copied into generated programs keep their
   layout;
-* ``-D NAME`` defines ``NAME`` as ``1``, ``-D NAME=VALUE`` as ``VALUE`` (as ``cpp -D``).
+* ``-D NAME`` defines ``NAME`` as ``1``, ``-D NAME=VALUE`` as ``VALUE`` (as ``cpp -D``);
+* ``__DATE__`` and ``__TIME__`` are the time ``SOURCE_DATE_EPOCH`` gives (UTC; 0, 1 January 1970,
+  when unset), as reproducible builds define them, so outputs never depend on when they were made.
 
 The result is a :class:`~.source_map.SpecSource`: the text and, for every token, where it came
 from (file, line, column, include chain, macro), which locates every error of the front end.
@@ -29,6 +31,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import time
 from collections.abc import Iterator, Sequence
 
 from pcpp import Preprocessor
@@ -106,6 +109,11 @@ class _SpecPreprocessor(Preprocessor):
 
     def __init__(self, main_key: str, spec_dir: str, spec_dir_shown: str, include_dirs: Sequence[str]):
         super().__init__()
+        # __DATE__ and __TIME__ from SOURCE_DATE_EPOCH (0 when unset), as reproducible builds do:
+        # the same spec and rules give the same outputs on every run
+        tm = time.gmtime(int(os.environ.get("SOURCE_DATE_EPOCH", "0") or 0))
+        self.define(f'__DATE__ "{time.strftime("%b", tm)} {tm.tm_mday:2d} {tm.tm_year}"')
+        self.define(f'__TIME__ "{time.strftime("%H:%M:%S", tm)}"')
         self.line_directive = None
         self.rewrite_paths: list[tuple[str, str]] = []  # token sources stay file keys
         self.files: dict[str, SourceFile] = {}
