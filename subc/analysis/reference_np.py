@@ -26,6 +26,7 @@ by about the number of distinct equality constants when rules have one.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import cast
 
 import numpy as np
@@ -50,7 +51,7 @@ class ValueClasses:
     (mixed radix over the fields).  Raises :class:`SubcError` for a field wider than 64 bits or
     when the number of class combinations does not fit in 63 bits."""
 
-    def __init__(self, rules: list[Rule]):
+    def __init__(self, rules: Sequence[Rule]):
         points: dict[str, set[int]] = {}
         seen: set[int] = set()  # ids of the core conditions already taken (rules share them)
         for r in rules:
@@ -105,7 +106,7 @@ def _constants(e, out: list[int]) -> None:
             _constants(i, out)
 
 
-def shape_groups(rules: list[Rule]) -> list[tuple[tuple, list[int], np.ndarray]]:
+def shape_groups(rules: Sequence[Rule]) -> list[tuple[tuple, list[int], np.ndarray]]:
     """The rules grouped by shape (same tree, operators, fields and prefix lengths): per group
     (shape, the rules' positions in ``rules``, their constants as a uint64 matrix, one row per rule,
     columns in depth-first order).  Read from each rule's shared ``core`` condition (equal in
@@ -214,7 +215,9 @@ def _count_constants(shape: tuple) -> int:
     return sum(_count_constants(s) for s in shape[1])
 
 
-def evaluate_rules(rules: list[Rule], spec: Spec, reps: dict[str, np.ndarray], counts: np.ndarray) -> ReferenceResult:
+def evaluate_rules(
+    rules: Sequence[Rule], spec: Spec, reps: dict[str, np.ndarray], counts: np.ndarray
+) -> ReferenceResult:
     """Evaluate ``rules`` on T representatives (``reps``: 'header.field' -> uint64 array of T; every
     field the rules use) weighted by ``counts`` (int64, messages per representative).
 

@@ -106,20 +106,23 @@ def compile_paths(
     limits=None,
     capacity_factor: float = 2.0,
     state_bits: int = 0,
+    columns: bool = False,
 ):
     """Load the spec (with the command's ``-I``/``-D``) and the rules at their paths and compile
     them (``field_order``: comma-separated names, or None to search); the result's ``phases``
-    gain the parse time (s).  ``progress``
-    (a :class:`~subc.progress.PhaseProgress`) advances after parsing and after compiling.
+    gain the parse time (s).  ``progress`` (a :class:`~subc.progress.PhaseProgress`) advances
+    after parsing and after compiling.  With ``columns`` the result's rules are a
+    :class:`~subc.lang.rule_store.RuleStore` (for a caller that needs the outputs only: each
+    access to a rule builds it anew), else a list.
     Raises SubcError as :func:`~subc.compiler.driver.compile_rules` and the front end do."""
     from ..compiler.driver import compile_rules
     from ..lang.limits import DEFAULT_LIMITS
-    from ..lang.rules import load_rules
+    from ..lang.rules import load_rule_store, load_rules
 
     limits = limits or DEFAULT_LIMITS
     t0 = time.perf_counter()
     spec = open_spec(spec_path)
-    rules = load_rules(rules_path, spec, limits)
+    rules = (load_rule_store if columns else load_rules)(rules_path, spec, limits)
     t_parse = time.perf_counter() - t0
     if progress:
         progress.next()

@@ -89,6 +89,7 @@ def compile_cmd(
                 limits_of(max_rules, max_states),
                 capacity_factor,
                 state_bits,
+                columns=True,
             )
             files, phases = target_files(res, rules, dot, max_messages, overflow_port, stream=True)
             summary = compile_summary(res, files, target, spec_path, out_dir)

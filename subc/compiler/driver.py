@@ -23,6 +23,7 @@ from .gcpause import paused_gc
 from ..ir.stages import SubscriptionIR, build_ir
 from ..ir.layered import SliceBudgetExceeded, StateLimitExceeded, slice_rules
 from ..lang.limits import DEFAULT_LIMITS, Limits
+from ..lang.rule_store import RuleStore
 from ..spec.parse_graph import check_parsed
 from ..spec.model import QueryField, Spec
 from ..backends.p4.tables import Pipeline, build_pipeline
@@ -42,7 +43,7 @@ class CompileResult:
     with phase timings (s)."""
 
     ir: SubscriptionIR
-    rules: list[Rule]
+    rules: Sequence[Rule]
     spec: Spec
     target: str
     phases: dict[str, float] = field(default_factory=dict)
@@ -54,7 +55,7 @@ class CompileResult:
     state_bits: int = 0
     #: the rules as sliced (comparisons on state rewritten, update rules added:
     #: :func:`~.aggregates.plan_state`) and the fields they test, when the rules compare state
-    sliced_rules: list[Rule] | None = None
+    sliced_rules: Sequence[Rule] | None = None
     fields: dict[str, QueryField] | None = None
     #: the pipeline the field-order search built for the IR it kept (:attr:`pipeline`)
     searched_pipeline: Pipeline | None = field(default=None, repr=False, compare=False)
@@ -164,7 +165,8 @@ def compile_rules(
     ``limits`` allow (a candidate over the limit is skipped when another fits).
     """
     target = target_of(target)
-    rules = rules if isinstance(rules, list) else list(rules)  # (a million rules: 8 MB a copy)
+    if not isinstance(rules, (list, RuleStore)):
+        rules = list(rules)  # (a million rules: 8 MB a copy; a store answers from its columns)
     sliced_rules, plan, fields = plan_state(rules, spec)
     used = [f for f in fields_used(sliced_rules) if not is_state_field(f)]
     after: list[str] = []  # the state values' stages come after every header field's

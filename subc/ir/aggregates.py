@@ -37,15 +37,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import product
-from operator import attrgetter
 from typing import Sequence
 
 from ..errors import Location
 from .decisions import COUNT_ATOM, UPDATE_ATOM
 from ..lang.ast import COUNTER, And, Action, Aggregate, Expr, Not, Operand, Or, Pred, Rule, StatePred, state_predicates
+from ..lang.rule_store import RuleStore, distinct_atom_sets, unshaped_rules
 from ..spec.model import QueryField, Spec
 
-_atom_set = attrgetter("atom_set")
 
 #: The pseudo-header instance of the state values.
 STATE_HEADER = "subc_state"
@@ -219,20 +218,20 @@ def _encoded(p: StatePred, q: QueryField) -> Expr:
     return And((_values_pred(q, "!=", [0], at), _values_pred(q, op, shifted, at)))
 
 
-def plan_state(rules: Sequence[Rule], spec: Spec) -> tuple[list[Rule], StatePlan | None, dict[str, QueryField]]:
+def plan_state(rules: Sequence[Rule], spec: Spec) -> tuple[Sequence[Rule], StatePlan | None, dict[str, QueryField]]:
     """The stateful pass (see the module docstring) over ``rules``.
 
     Returns (the rules to slice: each rule with its comparisons on state rewritten onto state
     values, then one update rule per instance, indexed after them; the plan without its
     ``boundary`` and ``updates``, which :func:`boundary_updates` fills in, or None when no rule
     compares state; the query fields with the state values' pseudo-fields added).  Rules without
-    state are returned as they are (``rules`` itself when it is a list and no rule compares
-    state)."""
+    state are returned as they are (``rules`` itself when it is a list or a
+    :class:`~subc.lang.rule_store.RuleStore` and no rule compares state)."""
     # the distinct atom sets first (rules share them): the same atoms in the same order
-    atom_sets = dict.fromkeys(map(_atom_set, rules))
+    atom_sets = distinct_atom_sets(rules)
     count_atoms = {a: None for atoms in atom_sets for a in atoms if a[0] == COUNT_ATOM}
-    if not count_atoms and not any(state_predicates(r.core) for r in rules if r.shape is None):
-        return (rules if isinstance(rules, list) else list(rules)), None, spec.query_fields
+    if not count_atoms and not any(state_predicates(r.core) for r in unshaped_rules(rules)):
+        return (rules if isinstance(rules, (list, RuleStore)) else list(rules)), None, spec.query_fields
     keyed, per_rule = _group_instances(rules, spec, count_atoms)
     compared = {p.agg.name for _, preds, _ in per_rule for p in preds if p.agg.kind == COUNTER}
     instances, values, fields, value_of = _number_instances(keyed, compared, spec)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Sequence
 
 
 from ..lang.ast import And, Expr, Not, Or, Pred, Rule, predicates
+from ..lang.rule_store import shape_cores
 from .intervals import IntervalSet, elementary_cuts, interval_index
 from ..spec.model import QueryField
 
@@ -156,14 +157,8 @@ def fields_used(rules: Sequence[Rule]) -> list[str]:
     ``shape`` (deferred rules of one shape test the same fields in the same order: see
     :class:`~.ast.Rule`) only the first is looked at."""
     seen: dict[str, None] = {}
-    shapes: set = set()
-    for r in rules:
-        sh = r.shape
-        if sh is not None:
-            if sh in shapes:
-                continue
-            shapes.add(sh)
-        for p in core_predicates((r.core,)):
+    for core, _ in shape_cores(rules):
+        for p in core_predicates((core,)):
             seen.setdefault(p.field, None)
     return list(seen)
 

@@ -41,10 +41,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from itertools import chain
-from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from ..lang.ast import And, Pred, Rule
+from ..lang.rule_store import rules_by_core
 from .bdd import FieldDomain, core_predicates, predicate_domains
 from ..lang.limits import DEFAULT_LIMITS, LimitError, Limits
 from .slicing import Leaf, Sliced, Stage, StageState
@@ -54,8 +54,6 @@ from ..spec.model import QueryField
 
 if TYPE_CHECKING:  # dd.cudd is imported where a BDD is built: importing it costs a compile 0.1 s (networkx)
     pass
-
-_core_and_atoms = attrgetter("core", "atom_set")
 
 
 def _check_limits(states: int, items: int, limits: Limits, dom: FieldDomain, order: Sequence[str]) -> None:
@@ -97,7 +95,8 @@ def slice_rules(
     more than ``limits.max_states`` states in all, or their item sets hold more than
     ``limits.max_layer_items`` items in all (before minimisation).
 
-    Five passes: the rules grouped by core condition (:func:`_group_by_core`), the items of every
+    Five passes: the rules grouped by core condition (:func:`~subc.lang.rule_store.rules_by_core`:
+    a :class:`~subc.lang.rule_store.RuleStore` has them from its parse), the items of every
     level and the root's trie (:func:`_root_items`), the layers swept top down
     (:func:`_sweep_layers`), minimised bottom up (:func:`_minimise`) and numbered top down
     (:func:`_number`).
@@ -105,7 +104,7 @@ def slice_rules(
     n = len(order)
     interned: list[dict] = [{} for _ in range(n + 1)]
     keys: list[list] = [[] for _ in range(n + 1)]
-    by_core = _group_by_core(rules, interned[n], keys[n])
+    by_core = rules_by_core(rules, interned[n], keys[n])
     domains = predicate_domains(core_predicates([c for c, _ in by_core.values()]), fields, order)
     root, ranges_of = _root_items(by_core, domains, interned, keys)
     del by_core
@@ -117,33 +116,14 @@ def slice_rules(
     return Sliced(stages, leaves, root_state, work)
 
 
-def _group_by_core(rules: Sequence[Rule], leaf_ids: dict, leaf_keys: list) -> dict[int, tuple]:
-    """Pass 1: the rules grouped by core condition (rules of one shape with the same literals share
-    it), each with the level-n items (atom sets, interned in ``leaf_ids``/``leaf_keys``) of its
-    rules: ``{id(core): (core, [item, ...])}``."""
-    by_core: dict[int, tuple] = {}
-    for core, atoms in map(_core_and_atoms, rules):
-        leaf = None
-        if atoms:
-            leaf = leaf_ids.get(atoms)
-            if leaf is None:
-                leaf = leaf_ids[atoms] = len(leaf_keys)
-                leaf_keys.append(atoms)
-        g = by_core.get(id(core))
-        if g is None:
-            g = by_core[id(core)] = (core, [])  # (keeps the core alive: its id stays its own)
-        if leaf is not None:
-            g[1].append(leaf)  # (a list: a million rules' sets would take 80 MB more)
-    return by_core
-
-
 def _root_items(by_core: dict[int, tuple], domains: list, interned: list[dict], keys: list[list]) -> tuple[dict, list]:
     """Pass 2: items, per level: level n is the atom set, level i (ranges of field i, item of level
     i + 1), interned per level in ``interned``/``keys``; ranges are numbered per field.  Returns
     (the root state's items as a trie: root[range id of field 0][range id of field 1] = items of
     level 2 (n >= 2), or root[range id of field 0] = leaf items (n == 1), root[None] = leaf items
     (n == 0), each a sorted tuple without repeats; ranges_of[i][range id]).  The lists of leaves of
-    ``by_core`` may be extended in place: the caller drops it."""
+    ``by_core`` are not changed (a :class:`~subc.lang.rule_store.RuleStore`'s own): a trie cell
+    holds one of them until a second core's items join it, then a copy."""
     n = len(domains)
     range_ids: list[dict] = [{None: 0} for _ in range(n)]
     ranges_of: list[list] = [[None] for _ in range(n)]  # range id 0: any value
@@ -159,6 +139,7 @@ def _root_items(by_core: dict[int, tuple], domains: list, interned: list[dict], 
             ranges_of[i].append(ranges)
         return x
 
+    borrowed: set[int] = set()  # ids of the leaf lists of by_core held by a trie cell as they are
     by_pred: dict[int, tuple] = {}  # id(pred) -> (pred, field position, range id or -1: no value)
     for core, leaves in by_core.values():
         if not leaves:
@@ -218,9 +199,16 @@ def _root_items(by_core: dict[int, tuple], domains: list, interned: list[dict], 
                 g = root[ids[0]] = {}
             s1 = g.get(ids[1])
             if s1 is None:
-                # a one-cube core's own list of leaves (the caller drops by_core: 8 MB less for a
-                # million rules), else a copy (its cells are extended apart)
-                g[ids[1]] = items if items is leaves and len(cube_list) == 1 else list(items)
+                # a one-cube core's own list of leaves, borrowed until extended (a million rules:
+                # 8 MB less), else a copy (its cells are extended apart)
+                if items is leaves and len(cube_list) == 1:
+                    g[ids[1]] = items
+                    borrowed.add(id(items))
+                else:
+                    g[ids[1]] = list(items)
+            elif id(s1) in borrowed:
+                g[ids[1]] = s1 + items  # (a new list: the borrowed one stays as it is)
+                borrowed.discard(id(s1))
             else:
                 s1.extend(items)
     # the trie's item lists as sorted tuples without repeats (a set per entry: far more memory)

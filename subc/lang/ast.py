@@ -17,7 +17,7 @@ from ..ir.intervals import IntervalSet
 
 
 class Shape(Protocol):
-    """What a deferred :class:`Rule` needs of its shape (:class:`subc.lang.rule_shapes.Shape`)."""
+    """What a deferred :class:`Rule` needs of its shape (:class:`subc.lang.shapes.Shape`)."""
 
     def materialize(self, start: int) -> tuple:
         """(condition, actions, location, text) of the rule whose piece starts at ``start``."""

@@ -16,11 +16,13 @@ text plus the literals' kinds is the piece's *shape*.
   exactly when it splits into that shape.  The following pieces are matched with the patterns
   of the shapes seen last, one C-level match each; a piece that matches none is split and looked
   up (or is a new shape).
-* A templated piece becomes a *deferred* :class:`~.ast.Rule`: its index, its start offset, its
-  shape, and a *core* condition and atom set shared by every rule of the shape with the same
-  literal texts (literal values are converted by the resolver's own code, once per field and
-  text).  Its located condition, actions, location and text are built from the template when first
-  asked for (:meth:`Shape.materialize`), by matching the pattern at its offset again.
+* A templated piece becomes a *deferred* rule of the :class:`~.rule_store.RuleStore` the parse
+  fills: its start offset, and the numbers of its group (a *core* condition shared by every rule
+  of the shape with the same condition literal texts) and of its atom set (literal values are
+  converted by the resolver's own code, once per field and text).  The store builds it as a
+  deferred :class:`~.ast.Rule` when asked; its located condition, actions, location and text are
+  built from the template when first asked for (:meth:`Shape.materialize`), by matching the
+  pattern at its offset again.
 
 A shape is a template only when Lark's tokens for its first piece are exactly the literals and
 text the splitter saw (no IPv4/IPv6/MAC literals or prefixes, one rule).
@@ -45,7 +47,6 @@ from lark import Tree
 from lark.exceptions import UnexpectedInput
 
 from ..errors import SubcError
-from .ast import Rule
 from ..compiler.gcpause import paused_gc
 from .grammar_parser import (
     SourceText,
@@ -57,7 +58,9 @@ from .grammar_parser import (
     tree_tokens,
 )
 from .limits import DEFAULT_LIMITS, Limits, check_rule_text
-from .shape_templates import Template, build_template
+from .rule_store import RuleStore
+from .shape_templates import build_template
+from .shapes import Shape, ShapeCache
 
 #: Rule ends: a ';' outside strings and comments (strings and comments are matched to skip them).
 _ENDS = re.compile(r'"(?:[^"\\\n]|\\.)*"|#[^\n]*|//[^\n]*|;')
@@ -66,9 +69,16 @@ _ENDS = re.compile(r'"(?:[^"\\\n]|\\.)*"|#[^\n]*|//[^\n]*|;')
 _SPLIT = re.compile(r'("(?:[^"\\\n]|\\.)*"|(?<![A-Za-z0-9_.])(?:\d+\.\d+|0[xX][0-9A-Fa-f]+|\d+)(?![A-Za-z0-9_]))')
 _COMMENT_OR_SPACE = re.compile(r"(?:\s+|#[^\n]*|//[^\n]*)*\Z")
 _LITERAL_TYPES = ("INT", "HEX", "DECIMAL", "STRING")
-#: A literal of each kind in a shape's pattern (the alternatives of _SPLIT, one group each).  The
-#: text around a literal is fixed by the shape, so it splits there exactly as the first piece did.
-_GROUP = {"STRING": r'("(?:[^"\\\n]|\\.)*")', "DECIMAL": r"(\d+\.\d+)", "HEX": r"(0[xX][0-9A-Fa-f]+)", "INT": r"(\d+)"}
+#: A literal of each kind in a shape's pattern (the alternatives of _SPLIT, one group each; a
+#: string's ``(?:[^"\\\n]|\\.)*`` unrolled as ``[^"\\\n]*(?:\\.[^"\\\n]*)*``, the same strings matched
+#: faster).  The text around a literal is fixed by the shape, so it splits there exactly as the
+#: first piece did.
+_GROUP = {
+    "STRING": r'("[^"\\\n]*(?:\\.[^"\\\n]*)*")',
+    "DECIMAL": r"(\d+\.\d+)",
+    "HEX": r"(0[xX][0-9A-Fa-f]+)",
+    "INT": r"(\d+)",
+}
 #: How many shapes' patterns are tried on a piece before it is split and looked up.
 _RECENT = 4
 
@@ -92,120 +102,14 @@ class _Anomaly(Exception):
     """The text needs the reference path: a limit exceeded, a syntax error, an incomplete rule."""
 
 
-class Shape:
-    """A rule shape (see the module docstring): ``pattern`` is None when its pieces are parsed by
-    Lark one by one; otherwise it matches exactly its pieces, and once the first piece has been
-    resolved without error, ``template`` builds the others (:meth:`resolve`, :meth:`materialize`)
-    of ``source``, with ``resolver`` (a :class:`~.rules.RuleResolver` over ``source``) for the
-    literals and their errors."""
-
-    def __init__(self, source: SourceText, resolver):
-        self.source, self.resolver = source, resolver
-        self.template: Template | None = None
-        self.pattern: re.Pattern | None = None
-        self.cond_groups: tuple[int, ...] = ()
-        self.act_groups: tuple[int, ...] = ()
-        self.conditions: dict = {}  # condition literal texts -> core condition
-        self.atom_sets: dict = {}  # action literal texts -> atoms
-        #: the start offsets of the pieces of one parse, by rule index from ``first_index`` (its
-        #: deferred rules keep no offset of their own: 28 bytes a rule)
-        self.offsets: array | None = None
-        self.first_index = 0
-
-    def offset_of(self, index: int) -> int:
-        """The start offset of the piece of rule ``index`` of the parse that made this shape's
-        rules (:attr:`offsets`)."""
-        assert self.offsets is not None  # set by the parser for the shapes of its rules
-        return self.offsets[index - self.first_index]
-
-    def resolve(self, m: re.Match, ck, ak) -> tuple:
-        """(core condition, atoms) of the piece matched by ``m`` with condition and action literal
-        texts ``ck`` and ``ak``, cached; raises SubcError as the resolver would on that piece."""
-        tpl = self.template
-        assert tpl is not None  # only a template shape's pieces are matched and resolved
-        cond = self.conditions.get(ck)
-        r = self.resolver
-        if cond is None:
-            cond = self.conditions[ck] = tpl.cond(m, None, r)
-        atoms = self.atom_sets.get(ak)
-        if atoms is None:
-            atoms = self.atom_sets[ak] = frozenset(a for f in tpl.actions for a in f(m, None, r).atoms())
-        return cond, atoms
-
-    def rebound(self, source: SourceText, resolver) -> "Shape":
-        """This template shape for the pieces of another text (``source``, ``resolver``): the
-        pattern, template and caches are shared."""
-        s = Shape(source, resolver)
-        s.template, s.pattern = self.template, self.pattern
-        s.cond_groups, s.act_groups = self.cond_groups, self.act_groups
-        s.conditions, s.atom_sets = self.conditions, self.atom_sets
-        return s
-
-    def span(self, start: int) -> tuple:
-        """(location, text) of the deferred rule whose piece starts at ``start``, as
-        :meth:`materialize` gives them, without building its condition and actions."""
-        tpl, pattern = self.template, self.pattern
-        assert tpl is not None and pattern is not None  # deferred rules are made of template shapes only
-        m = pattern.match(self.source.text, start)
-        if m is None:  # pragma: no cover - the piece matched when it was parsed
-            raise RuntimeError(f"rule at offset {start} no longer matches its shape")
-        s, e = tpl.start(m), tpl.end(m)
-        return self.source.location(s), self.source.text[s:e]
-
-    def materialize(self, start: int) -> tuple:
-        """(condition, actions, location, text) of the deferred rule whose piece starts at ``start``,
-        with every predicate and action located, as the resolver builds them."""
-        tpl, pattern = self.template, self.pattern
-        assert tpl is not None and pattern is not None  # deferred rules are made of template shapes only
-        m = pattern.match(self.source.text, start)
-        if m is None:  # pragma: no cover - the piece matched when it was parsed
-            raise RuntimeError(f"rule at offset {start} no longer matches its shape")
-        loc, r = self.source.location, self.resolver
-        s, e = tpl.start(m), tpl.end(m)
-        return tpl.cond(m, loc, r), tuple(f(m, loc, r) for f in tpl.actions), loc(s), self.source.text[s:e]
-
-
-class ShapeCache:
-    """Template shapes kept from one parse to the next, for a program that parses many small texts
-    of few shapes one at a time (``subc serve`` parses each request's condition alone): a text's
-    pieces of a known shape are then matched without Lark.  For one ``spec`` and ``limits``.
-
-    Shapes hold caches of the literal texts they have seen (conditions, operands), so the cache is
-    bounded: it forgets everything after ``max_rules`` rules parsed through it, or when a new shape
-    would make more than ``max_shapes``.  Not thread-safe (one parsing thread)."""
-
-    def __init__(self, spec, limits: Limits = DEFAULT_LIMITS, max_shapes: int = 256, max_rules: int = 200_000):
-        self.spec, self.limits = spec, limits
-        self.max_shapes, self.max_rules = max_shapes, max_rules
-        self.shapes: dict[tuple, Shape] = {}
-        self.rules = 0  # parsed since the cache was last emptied
-
-    def get(self, key: tuple, source: SourceText, resolver) -> Shape | None:
-        """The shape of ``key`` for the pieces of ``source`` (None: not known)."""
-        shape = self.shapes.get(key)
-        return None if shape is None else shape.rebound(source, resolver)
-
-    def put(self, key: tuple, shape: Shape) -> None:
-        """Keep template shape ``shape``."""
-        if len(self.shapes) >= self.max_shapes:
-            self.shapes.clear()
-        self.shapes[key] = shape
-
-    def parsed(self, n: int) -> None:
-        """Note ``n`` rules parsed with the cache."""
-        self.rules += n
-        if self.rules > self.max_rules:
-            self.shapes.clear()
-            self.rules = 0
-
-
 class ShapeParser:
     """Parse the rule text of ``source`` shape by shape (see the module docstring).
 
     ``resolver`` is a :class:`~.rules.RuleResolver` over ``source``; rules are numbered from
     ``first_index``; ``limits`` are those of :func:`~.limits.check_rule_text`; ``cache``: shapes
     known from earlier parses (:class:`ShapeCache`, of the same spec and limits, else ValueError).
-    :meth:`parse` returns the rules in text order or raises what the reference path raises."""
+    :meth:`parse` returns the rules in text order (a :class:`~.rule_store.RuleStore`) or raises
+    what the reference path raises."""
 
     def __init__(
         self,
@@ -227,15 +131,19 @@ class ShapeParser:
         self.action_values: dict[tuple, tuple] = {}  # (name, kinds, texts) -> (name, args)
         self.index = first_index
         self.offsets = array("q")  # the start offset of each rule's piece, by index from first_index
+        self.store = RuleStore(first_index, self.offsets)
+        #: per shape, this parse's group numbers by condition literal texts and leaf numbers by
+        #: action literal texts (the store's numbers: the shape's own caches outlive a parse)
+        self.numbers: dict[Shape, tuple[dict, dict]] = {}
         self.error: SubcError | None = None  # the first semantic error; then only checking
 
-    def parse(self) -> list[Rule]:
+    def parse(self) -> RuleStore:
         """The rules of the text (see the class docstring); the cycle collector is paused meanwhile
         (parsing allocates nothing cyclic)."""
         declared = dict(self.spec.actions)
         with paused_gc():
             try:
-                rules = self._scan()
+                rules: RuleStore | None = self._scan()
             except _Anomaly:
                 rules = None
         if rules is None:
@@ -248,11 +156,12 @@ class ShapeParser:
         else:  # the literal texts seen are not needed any more (a million rules: 20 MB of keys)
             for shape in self.shapes.values():
                 shape.conditions, shape.atom_sets = {}, {}
+        self.numbers = {}
         if self.error is not None:
             raise self.error
         return rules
 
-    def _reference(self) -> list[Rule]:
+    def _reference(self) -> RuleStore:
         """Limits on the whole text, then Lark on all of it (:func:`~.rules.parse_rules_lark`)."""
         src = self.source
         check_rule_text(src.text, src.path, rule_ends(src.text), src.line_offset, self.limits)
@@ -260,13 +169,15 @@ class ShapeParser:
             tree = rule_parser().parse(src.text)
         except UnexpectedInput as e:
             raise syntax_error(e, src.path, src.text, src.line_offset) from None
-        return [self.resolver.rule(r, self.first_index + i) for i, r in enumerate(tree.children)]
+        return RuleStore.of(
+            (self.resolver.rule(r, self.first_index + i) for i, r in enumerate(tree.children)), self.first_index
+        )
 
     # -- the scan ------------------------------------------------------------------------------
-    def _scan(self) -> list[Rule]:
+    def _scan(self) -> RuleStore:
         text = self.source.text
         n = len(text)
-        rules: list[Rule] = []
+        rules = self.store
         pos = 0
         while pos < n:
             for shape in self.recent:
@@ -279,7 +190,7 @@ class ShapeParser:
                 pos = self._piece(pos, rules)
         return rules
 
-    def _run(self, shape: Shape, pos: int, rules: list[Rule]) -> int:
+    def _run(self, shape: Shape, pos: int, rules: RuleStore) -> int:
         """Consume the consecutive pieces from ``pos`` that match ``shape``'s pattern; returns the
         offset after them (``pos`` when the first does not match).  _Anomaly when a piece is too
         long or the rules are too many."""
@@ -287,37 +198,9 @@ class ShapeParser:
         assert shape.pattern is not None  # only shapes with a pattern are run
         match = shape.pattern.match
         max_chars = self.limits.max_rule_chars
-        index = self.index
         if self.error is None:
-            cg, ag = shape.cond_groups, shape.act_groups
-            conds, atom_sets = shape.conditions, shape.atom_sets
-            new, append, offset = object.__new__, rules.append, self.offsets.append
-            while True:
-                m = match(text, pos)
-                if m is None:
-                    break
-                end = m.end()
-                if end - pos > max_chars:
-                    raise _Anomaly
-                ck = m.group(*cg) if cg else None
-                ak = m.group(*ag) if ag else None
-                cond = conds.get(ck)
-                atoms = atom_sets.get(ak)
-                if cond is None or atoms is None:
-                    try:
-                        cond, atoms = shape.resolve(m, ck, ak)
-                    except SubcError as e:
-                        self.error = e
-                        index += 1
-                        pos = end
-                        break
-                # Rule.deferred(index, cond, atoms, shape, None), inlined: this loop runs per rule
-                r = new(Rule)
-                r.index, r.core, r.atom_set, r.shape, r._parts = index, cond, atoms, shape, None
-                append(r)
-                offset(pos)
-                index += 1
-                pos = end
+            pos = self._deferred(shape, pos, rules)
+        index = self.index
         if self.error is not None:
             while True:  # checking only
                 m = match(text, pos)
@@ -334,7 +217,66 @@ class ShapeParser:
             raise _Anomaly
         return pos
 
-    def _piece(self, pos: int, rules: list[Rule]) -> int:
+    def _deferred(self, shape: Shape, pos: int, rules: RuleStore) -> int:
+        """Add the pieces from ``pos`` that match template ``shape``'s pattern to ``rules`` as
+        deferred rules (their groups and leaves: :meth:`_number`) until one does not match or has a
+        semantic error (kept in :attr:`error`, its piece consumed); returns the offset after them.
+        _Anomaly when a piece is too long."""
+        text = self.source.text
+        pattern = shape.pattern
+        assert pattern is not None  # only shapes with a pattern are run
+        match, max_chars = pattern.match, self.limits.max_rule_chars
+        cg, ag = shape.cond_groups, shape.act_groups
+        groups, leaves = self.numbers.get(shape) or self.numbers.setdefault(shape, ({}, {}))
+        group_leaves = rules.leaves
+        group_of, leaf_of, offset = rules.group_of.append, rules.leaf_of.append, self.offsets.append
+        index = self.index
+        while True:
+            m = match(text, pos)
+            if m is None:
+                self.index = index
+                return pos
+            end = m.end()
+            if end - pos > max_chars:
+                raise _Anomaly
+            ck = m.group(*cg) if cg else None
+            ak = m.group(*ag) if ag else None
+            g = groups.get(ck)
+            leaf = leaves.get(ak)
+            if g is None or leaf is None:
+                numbered = self._number(shape, m, ck, ak)
+                if numbered is None:
+                    self.index = index + 1
+                    return end
+                g, leaf = numbered
+            # rules.add(g, leaf), inlined: this loop runs per rule
+            group_of(g)
+            leaf_of(leaf)
+            if leaf >= 0:
+                group_leaves[g].append(leaf)
+            offset(pos)
+            index += 1
+            pos = end
+
+    def _number(self, shape: Shape, m: re.Match, ck, ak) -> tuple[int, int] | None:
+        """(group, leaf) numbers in :attr:`store` of the piece matched by ``m`` of template
+        ``shape`` (condition literal texts ``ck``, action literal texts ``ak``), new ones for texts
+        this parse has not seen; None after a semantic error (kept in :attr:`error`)."""
+        groups, leaves = self.numbers[shape]
+        try:
+            cond, atoms = shape.resolve(m, ck, ak)
+        except SubcError as e:
+            self.error = e
+            return None
+        g = groups.get(ck)
+        if g is None:
+            g = groups[ck] = self.store.new_group(cond, shape)
+        leaf = leaves.get(ak)
+        if leaf is None:
+            leaf = leaves[ak] = self.store.leaf(atoms)
+        return g, leaf
+
+    def _piece(self, pos: int, rules: RuleStore) -> int:
         """Handle the piece at ``pos`` that no recent pattern matched; returns the offset after it
         (after the pieces that follow it with the same pattern, for a known shape)."""
         text = self.source.text
@@ -379,7 +321,7 @@ class ShapeParser:
         # the first piece of a shape, or a piece of a shape that has no pattern: the resolver
         if self.error is None:
             try:
-                rules.append(self.resolver.at(pos).rule(tree.children[0], self.index))
+                rules.add_rule(self.resolver.at(pos).rule(tree.children[0], self.index))
             except SubcError as e:
                 self.error = e
             else:

@@ -41,7 +41,9 @@ from .grammar_parser import (
 )
 from .limits import DEFAULT_LIMITS, Limits
 from .literals import arg_value, literal_value
-from .rule_shapes import ShapeCache, ShapeParser
+from .rule_shapes import ShapeParser
+from .shapes import ShapeCache
+from .rule_store import RuleStore
 from ..spec.model import QueryField, Spec
 
 #: Widest field each aggregate takes (bits): a sum is kept in 64 bits, an average's excess over a
@@ -370,9 +372,24 @@ def parse_rules(
     string on a numeric field, ...), exactly as :func:`parse_rules_lark` after
     :func:`~.limits.check_rule_text`.  Each distinct rule shape is parsed by Lark once
     (:mod:`subc.lang.rule_shapes`), or never when ``shapes`` (a
-    :class:`~.rule_shapes.ShapeCache` of ``spec`` and ``limits``) knows it from an earlier text;
+    :class:`~.shapes.ShapeCache` of ``spec`` and ``limits``) knows it from an earlier text;
     the result equals :func:`parse_rules_lark`'s.
     """
+    return list(parse_rule_store(text, spec, path, line_offset, first_index, limits, shapes))
+
+
+def parse_rule_store(
+    text: str,
+    spec: Spec,
+    path: str = "<rules>",
+    line_offset: int = 0,
+    first_index: int = 0,
+    limits: Limits = DEFAULT_LIMITS,
+    shapes: ShapeCache | None = None,
+) -> RuleStore:
+    """The rules :func:`parse_rules` gives (same arguments, same errors), held in columns (a
+    :class:`~.rule_store.RuleStore`: rules built on demand, grouped by core condition for the
+    compiler)."""
     source = SourceText(path, text, line_offset)
     return ShapeParser(source, spec, RuleResolver(spec, source), first_index, limits, shapes).parse()
 
@@ -399,8 +416,13 @@ def parse_rules_lark(
 def load_rules(path: str | Path, spec: Spec, limits: Limits = DEFAULT_LIMITS) -> list[Rule]:
     """Read and parse the rule file at ``path`` (see :func:`parse_rules`).  Raises
     :class:`SubcError` when it cannot be read (or is not UTF-8)."""
+    return list(load_rule_store(path, spec, limits))
+
+
+def load_rule_store(path: str | Path, spec: Spec, limits: Limits = DEFAULT_LIMITS) -> RuleStore:
+    """The rules :func:`load_rules` gives (same errors), held in columns (:func:`parse_rule_store`)."""
     try:
         text = Path(path).read_text()
     except (OSError, UnicodeDecodeError) as e:
         raise SubcError(f"cannot read rules {path}: {e}") from e
-    return parse_rules(text, spec, str(path), limits=limits)
+    return parse_rule_store(text, spec, str(path), limits=limits)

@@ -7,7 +7,7 @@ piece becomes a function of a match (:func:`_offset_fn`: the same offset from th
 the part around it), every literal the text of its group, converted by the resolver once per
 field, kind and text (shared by all shapes of a parse), so that a rule of the shape is built from
 a match as the resolver would build it from Lark's tree of its piece: with locations
-(:meth:`.rule_shapes.Shape.materialize`) or without (the core condition and atoms a deferred rule
+(:meth:`.shapes.Shape.materialize`) or without (the core condition and atoms a deferred rule
 is made of).
 """
 

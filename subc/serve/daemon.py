@@ -44,7 +44,7 @@ from ..dataplane.ebpf.schedule import FeedSchedule
 from ..dataplane.live_broker import LiveBroker
 from ..errors import SubcError
 from ..ir.incremental import CapacityError, LiveDiagram
-from ..lang.rule_shapes import ShapeCache
+from ..lang.shapes import ShapeCache
 from ..lang.rules import parse_rules
 from ..recovery.metrics import RecoveryCollector
 from ..recovery.service import RecoveryService

@@ -3,7 +3,7 @@
 per source per second, over UDP only to a source that proved its address), UDP requests from
 sources that have not proven their address answered with a cookie and dropped (:mod:`.proof`: no
 reflection, no amplification), conditions parsed (with the shapes of earlier ones,
-:class:`~subc.lang.rule_shapes.ShapeCache`) and their regions built
+:class:`~subc.lang.shapes.ShapeCache`) and their regions built
 (:meth:`~subc.ir.incremental.LiveDiagram.region`, in a universe of their own: safe beside the
 updater), then queued as :class:`Pending` for the updater (:mod:`.updater`)."""
 
@@ -21,7 +21,7 @@ from typing import Callable, cast
 
 from ..errors import SubcError
 from ..ir.incremental import LiveDiagram, Node
-from ..lang.rule_shapes import ShapeCache
+from ..lang.shapes import ShapeCache
 from ..recovery.cookies import Cookies
 from ..ratelimit import RateLimiter
 from .config import ServeConfig

@@ -36,7 +36,7 @@ import re
 from dataclasses import dataclass
 
 from ..lang.limits import DEFAULT_LIMITS, Limits
-from ..lang.rule_shapes import ShapeCache
+from ..lang.shapes import ShapeCache
 from ..lang.ast import Expr, state_predicates
 from ..lang.rules import parse_rules
 from ..spec.model import Spec
@@ -204,7 +204,7 @@ def parse_request(
 ) -> Request:
     """The request of one line ``raw`` (without its newline); ``depth``: the levels a topic may
     have (the spec's label fields), None when the spec has no topic fields; ``shapes``: condition
-    shapes kept between requests (:class:`~subc.lang.rule_shapes.ShapeCache` of ``spec`` and
+    shapes kept between requests (:class:`~subc.lang.shapes.ShapeCache` of ``spec`` and
     ``limits``: a condition of a known shape is parsed without Lark).  A final ``COOKIE <hex>`` is
     taken off into :attr:`Request.cookie`.  Raises :class:`ProtocolError`."""
     if len(raw) > MAX_LINE:
