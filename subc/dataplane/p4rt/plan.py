@@ -201,8 +201,8 @@ def plan_update(old: EntriesDoc | StateIndex, new: EntriesDoc | StateIndex) -> U
     for node in sorted(o.nodes):
         if node not in keep:
             plan.deletes += [(t, e) for t, es in o.entries(node).items() for e in es]
-    if plan.spare is not None and (0, plan.spare) not in held_nodes:
-        sp = (0, plan.spare)
+    sp = (0, plan.spare)
+    if sp not in held_nodes and sp in o.nodes:  # (a root without entries, the dead state, has none to keep)
         held_nodes[sp] = replace(o.nodes[sp], sig=None)
         held_lines[sp] = o.line(sp)
     skeleton = replace(
