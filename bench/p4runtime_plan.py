@@ -22,9 +22,10 @@ With ``--cli`` it also starts ``tests/p4rt_fake.py``'s P4Runtime server (grpcio,
 process), loads A on it (``subc.dataplane.p4rt.control.load``), and runs ``python3 -m subc.cli
 update B`` then ``update A`` ``--repeat`` times: ``first_write_ms`` from the process's start to
 the server receiving its first WriteRequest, ``process_ms`` to its exit, ``live_ms`` as it prints
-it (from :func:`update`'s start), beside ``python_ms``, a bare ``python3 -c pass``.  The server is
-Python (pure-Python protobuf): its answers are slower than BMv2's, so ``process_ms`` is not
-BMv2's, but the time to the first write is the client's alone.
+it (from :func:`update`'s start), beside ``python_ms``, a bare ``python3 -c pass``, and the
+imports alone (:data:`IMPORTS`); with Python's bytecode cached.  The server is Python
+(pure-Python protobuf): its answers are slower than BMv2's (the session's setup, the root read and
+the writes wait for them), so neither ``live_ms`` nor ``process_ms`` is BMv2's.
 
 ``python3 bench/p4runtime_plan.py [--rules 100000] [--repeat 7] [--cli] [--work DIR]`` prints
 one JSON object of medians (``--work`` keeps the compiled outputs there, reused by a run of the
@@ -138,27 +139,49 @@ class _TimedRequests(list):
         super().append(item)
 
 
+#: what the update's process imports: subc's command line and control plane; the session's
+#: third-party modules (grpc, pure-Python protobuf, p4runtime-shell's client)
+IMPORTS = {
+    "subc_imports_ms": "import subc.cli.dataplane_cmds, subc.dataplane.p4rt.control",
+    "third_party_imports_ms": "import grpc; from p4.v1 import p4runtime_pb2; import p4runtime_sh.p4runtime",
+}
+
+
 def cli(w: Path, repeat: int) -> dict:
     """``subc update`` processes against the tests' P4Runtime server loaded with A (see the
-    module docstring): medians in ms."""
+    module docstring), with Python's bytecode cached as an installed subc has it (the runs may
+    write ``__pycache__``: PYTHONDONTWRITEBYTECODE is unset for them): medians in ms, beside
+    those of a bare interpreter and of its imports alone (each in a process of its own, minus the
+    bare interpreter)."""
     sys.path.insert(0, str(ROOT / "tests"))
     from p4rt_fake import FakeSwitch
 
     from subc.dataplane.p4rt.control import load
 
     env = dict(os.environ, SUBC_STATE_DIR=str(w / "cli-state"))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    subprocess.run([sys.executable, "-c", ";".join(IMPORTS.values())], env=env, check=True)  # caches written
     (w / "prog.json").write_text("{}")
     sw = FakeSwitch()
     out: dict = {}
+
+    def process(*args: str) -> float:
+        t = time.perf_counter()
+        subprocess.run([sys.executable, *args], env=env, check=True)
+        return _ms(time.perf_counter() - t)
+
     try:
         t = time.perf_counter()
         load(str(w / "a"), sw.addr, config=str(w / "prog.json"), record_dir=str(w / "cli-state" / "p4runtime"))
         out["fake_load_s"] = round(time.perf_counter() - t, 1)
-        got: dict[str, list[float]] = {"python_ms": [], "first_write_ms": [], "live_ms": [], "process_ms": []}
+        got: dict[str, list[float]] = {
+            k: [] for k in ("python_ms", *IMPORTS, "first_write_ms", "live_ms", "process_ms")
+        }
         for _ in range(repeat):
-            t = time.perf_counter()
-            subprocess.run([sys.executable, "-c", "pass"], check=True)
-            got["python_ms"].append(_ms(time.perf_counter() - t))
+            bare = process("-c", "pass")
+            got["python_ms"].append(bare)
+            for k, code in IMPORTS.items():
+                got[k].append(process("-c", code) - bare)
             for name in ("b", "a"):
                 sw.requests = _TimedRequests()
                 t = time.perf_counter()

@@ -10,7 +10,7 @@
   old root have left the ingress pipeline: microseconds on BMv2 and on an ASIC; the default
   leaves a wide margin).
 * :func:`verify`: read every entry back and compare with ``entries.json`` (up to the numbering
-  of states and groups an update chose: :func:`~.plan.compare`).
+  of states and groups an update chose: :func:`~.diagram.compare`).
 * :func:`stats`: entries per table and the counters' cells.
 
 All raise :class:`~subc.errors.SubcError` with what failed (see :mod:`.session`).
@@ -25,8 +25,8 @@ from pathlib import Path
 
 from ...backends.p4.entries_doc import EntriesDoc, Entry
 from ...backends.p4.p4info_shape import program_shape, shape_digest
+from ...compiler.gcpause import paused_gc
 from ...errors import SubcError
-from .diagram import compare
 from .plan import UpdatePlan, plan_update, with_spare_root
 from .readback import decode_action, switch_document
 from .record import (
@@ -256,7 +256,19 @@ def update(
     planned again from what was read (the record may have been wrong: another controller wrote);
     a rejection of an update planned from the switch is raised (:class:`~.session.WriteRejected`)
     after the record is rewritten from the switch.  ``out_dir``'s state index
-    (``states.jsonl``, :func:`read_compiled`) is read instead of its entries.json when present."""
+    (``states.jsonl``, :func:`read_compiled`) is read instead of its entries.json when present.
+
+    The cycle collector is paused meanwhile (:func:`~subc.compiler.gcpause.paused_gc`): reading
+    the indexes, planning and importing the session's modules (grpc, pure-Python protobuf)
+    allocate objects that live until the update ends, enough to run it ~170 times (40 ms of a
+    ``subc update`` process)."""
+    with paused_gc():
+        return _update(out_dir, addr, device_id, election_id, grace, record_dir)
+
+
+def _update(
+    out_dir: str, addr: str, device_id: int, election_id: tuple[int, int], grace: float, record_dir: str | None
+) -> Written:
     start = time.perf_counter()
     new, shape = read_compiled(out_dir)
     doc = new.skeleton
@@ -368,6 +380,8 @@ def verify(
     it classifies every packet as the rule set says), and between it and the writer's record in
     ``record_dir`` when there is one (a record that differs is removed: the next update reads the
     switch).  Reads only (a backup session suffices)."""
+    from .diagram import compare  # (an update need not import it)
+
     doc, info = read_output(out_dir)
     with Session(addr, device_id, election_id, read_only=True) as s:
         diff = program_differences(s.p4info, info)
