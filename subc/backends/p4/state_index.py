@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -209,6 +209,12 @@ class StateIndex:
             got = {t: tuple(self.entry(t, s, r) for r in rs) for t, rs in self.rows(node).items()}
             self._parsed[node] = got
         return got
+
+    def read_heads(self, nodes: Iterable[Node]) -> dict[Node, Line]:
+        """The serialized heads of those of ``nodes`` read with the index (unchanged since), by
+        node: what another index holding the same nodes may write without serializing them."""
+        heads = self._heads
+        return {n: heads[n] for n in nodes if n in heads}
 
     def head(self, node: Node) -> Line:
         """The serialized head of ``node`` (see the module docstring)."""

@@ -185,7 +185,7 @@ def plan_update(old: EntriesDoc | StateIndex, new: EntriesDoc | StateIndex) -> U
         _check_kept(o, n, node, mine, number)
     held_nodes = {mine: old_nodes[mine] for _, mine in nb.kept}
     held_lines = {mine: o.line(mine) for _, mine in nb.kept}
-    held_heads = {mine: o.head(mine) for _, mine in nb.kept}
+    held_heads = o.read_heads(held_nodes)
     held_rows: dict[Node, dict[str, list[Row]]] = {}
     for node in nb.written:
         info = new_nodes[node]
