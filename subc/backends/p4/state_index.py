@@ -10,13 +10,14 @@ entries of the tables keyed by no state (``shared``) and the document without it
 (``skeleton``: tables, keys, field order, root, multicast groups).
 
 Serialized (:meth:`StateIndex.to_bytes`) as lines: a JSON header (the skeleton, the shared
-entries, the number of nodes), then one line per node: its *head* ``[stage, state, signature,
-next states, {table: entries}]`` (JSON), a tab and its entries (JSON), so that a reader parses the
-heads and only the entries of the nodes it needs (:meth:`StateIndex.rows`,
-:meth:`StateIndex.entries`), and a writer copies the lines of the nodes it keeps: an update writes
-the entries of the states the switch lacks and deletes those of the states it no longer needs,
-and reads nothing else.  The writer's record of a switch (:mod:`.record`) is a StateIndex of what
-the switch holds.
+entries, the number of nodes, the bytes of the heads and of each node's entries), then each node's
+*head* ``[stage, state, signature, next states, {table: entries}]`` (JSON, one a line), then each
+node's entries (JSON, one a line, in the heads' order), so that a reader parses the heads and
+only the entries of the nodes it needs (:meth:`StateIndex.rows`, :meth:`StateIndex.entries`),
+and a writer copies the heads and entries of the nodes it keeps: an update writes the entries of
+the states the switch lacks and deletes those of the states it no longer needs, and reads
+nothing else.  The writer's record of a switch (:mod:`.record`) is a StateIndex of what the
+switch holds.
 
 A node's entries are ``{table: [row, ...]}``, one *row* per entry: ``[match, priority, action,
 params]`` as in ``entries.json`` but for the match, which leaves out the state key (the node's
@@ -32,6 +33,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Hashable, Iterable
+from itertools import accumulate
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -362,8 +364,11 @@ class StateIndex:
         )
 
     def to_bytes(self, extra: dict | None = None) -> bytes:
-        """The header (with ``extra``'s keys), then one line per node (see the module docstring)."""
+        """The header (with ``extra``'s keys), the heads, the entries (see the module docstring)."""
         order = sorted(self.nodes)
+        memo: dict = {}
+        heads = [self.head(n) for n in order]
+        lines = [self.line(n, memo) for n in order]
         header = {
             "format": FORMAT,
             "version": VERSION,
@@ -371,13 +376,10 @@ class StateIndex:
             "skeleton": self.skeleton.to_json(),
             "shared": {t: [e.to_json() for e in es] for t, es in self.shared.items()},
             "nodes": len(order),
+            "heads_bytes": sum(map(len, heads)) + max(len(heads) - 1, 0),
+            "lines_bytes": [len(x) for x in lines],
         }
-        memo: dict = {}
-        parts: list[Line] = [json_line(header)]
-        for n in order:
-            parts += (b"\n", self.head(n), b"\t", self.line(n, memo))
-        parts.append(b"\n")
-        return b"".join(parts)
+        return b"\n".join([json_line(header), *heads, *lines]) + b"\n"
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> tuple[StateIndex, dict]:
@@ -396,28 +398,23 @@ class StateIndex:
             raise OtherVersion(
                 f"a {FORMAT} version {header.get('version')} document: this subc reads version {VERSION}"
             )
-        count = header["nodes"]
-        view, find, size = memoryview(raw), raw.find, len(raw)
-        spans: list[tuple[int, int, int]] = []  # (start, tab, end) of each node's line
-        for _ in range(count):
-            start = end + 1
-            tab = find(b"\t", start)
-            end = find(b"\n", start)
-            end = size if end < 0 else end
-            if start > size or not start <= tab < end:
-                raise ValueError(f"{count} nodes announced: line {len(spans) + 1} is not a node's")
-            spans.append((start, tab, end))
-        heads = json.loads(b"[" + b",".join(view[a:t] for a, t, _ in spans) + b"]")
-        nodes: dict[Node, NodeInfo] = {}
-        node_lines: dict[Node, Line] = {}
-        node_heads: dict[Node, Line] = {}
-        for (k, s, sig, children, counts), (a, t, z) in zip(heads, spans):
-            nodes[(k, s)] = NodeInfo(sig, tuple(children), counts)
-            node_heads[(k, s)] = view[a:t]
-            node_lines[(k, s)] = view[t + 1 : z]
+        count, sizes = header["nodes"], header["lines_bytes"]
+        start = end + 1 + header["heads_bytes"] + 1  # the first node's entries
+        ends = list(accumulate(sizes, lambda a, b: a + 1 + b, initial=start - 1))[1:]
+        if len(sizes) != count or (ends[-1] + 1 if count else end + 1) != len(raw) or raw[-1:] != b"\n":
+            raise ValueError(f"{count} nodes announced, {len(raw)} bytes: not as the header says")
+        texts = raw[end + 1 : start - 1].split(b"\n") if count else []
+        if len(texts) != count:
+            raise ValueError(f"{count} nodes announced, {len(texts)} heads given")
+        heads = json.loads(b"[" + b",".join(texts) + b"]")
+        keys = [(h[0], h[1]) for h in heads]
+        nodes = {key: NodeInfo(h[2], tuple(h[3]), h[4]) for key, h in zip(keys, heads)}
+        view = memoryview(raw)
+        starts = [e - n for e, n in zip(ends, sizes)]
+        lines: dict[Node, Line] = dict(zip(keys, map(view.__getitem__, map(slice, starts, ends))))
         shared = {t: tuple(Entry.from_json(e) for e in es) for t, es in header["shared"].items()}
         skeleton = EntriesDoc.from_json(header["skeleton"])
-        return cls(skeleton, nodes, shared, node_lines, heads=node_heads), header
+        return cls(skeleton, nodes, shared, lines, heads=dict(zip(keys, texts))), header
 
 
 class OtherVersion(ValueError):
