@@ -7,7 +7,7 @@ Compiles ``subc gen itch --rules N`` (price form) as A and A with one rule more 
 :func:`~subc.dataplane.p4rt.control.loaded_record`: A with the spare root's copy, for a switch
 running A's P4Info), then times, ``--repeat`` times in each direction (A to B from that record,
 B to A from the record A to B leaves), the steps :func:`~subc.dataplane.p4rt.control.update`
-takes between its switch reads and writes, in ms:
+takes between its switch reads and writes (the cycle collector paused, as there), in ms:
 
 * ``read_compiled``: the new rule set's ``states.jsonl`` (header and the root's line);
 * ``read_record``: the P4Info's digest and the record (header and the root's line);
@@ -35,6 +35,7 @@ same ``--rules``, ``--symbols``, ``--ports`` and ``--max-messages``).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import re
@@ -112,13 +113,23 @@ def update_phases(old: Path, new_dir: Path, info, into: Path) -> dict[str, float
 
 
 def phases(w: Path, repeat: int) -> dict:
-    """Medians of :func:`update_phases` A to B and B to A, ``repeat`` times each."""
+    """Medians of :func:`update_phases` A to B and B to A, ``repeat`` times each, each with the
+    cycle collector paused as :func:`~subc.dataplane.p4rt.control.update` pauses it (a full
+    collection before each, untimed)."""
+    from subc.compiler.gcpause import paused_gc
+
     rec = w / "records"
     rec.mkdir(exist_ok=True)
     info = load_record(w / "a", rec / "a.json")
     out = {}
+
+    def once(old: str, new_dir: str, into: str) -> dict[str, float]:
+        gc.collect()
+        with paused_gc():
+            return update_phases(rec / old, w / new_dir, info, rec / into)
+
     for name, old, new_dir, into in (("a_to_b", "a.json", "b", "b.json"), ("b_to_a", "b.json", "a", "a2.json")):
-        runs = [update_phases(rec / old, w / new_dir, info, rec / into) for _ in range(repeat)]
+        runs = [once(old, new_dir, into) for _ in range(repeat)]
         out[name] = {k: round(statistics.median(r[k] for r in runs), 1) for k in runs[0]}
     return out
 

@@ -367,8 +367,9 @@ class StateIndex:
         """The header (with ``extra``'s keys), the heads, the entries (see the module docstring)."""
         order = sorted(self.nodes)
         memo: dict = {}
-        heads = [self.head(n) for n in order]
-        lines = [self.line(n, memo) for n in order]
+        known, serialized = self._heads, self._lines
+        heads = [known.get(n) or self.head(n) for n in order]
+        lines = [serialized.get(n) or self.line(n, memo) for n in order]
         header = {
             "format": FORMAT,
             "version": VERSION,

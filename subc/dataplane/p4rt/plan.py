@@ -183,8 +183,9 @@ def plan_update(old: EntriesDoc | StateIndex, new: EntriesDoc | StateIndex) -> U
     old_nodes, new_nodes = o.nodes, n.nodes
     for node, mine in sorted(x for x in nb.kept if x[1] not in nb.checked):  # (kept: the switch holds their entries)
         _check_kept(o, n, node, mine, number)
-    held_nodes = {mine: old_nodes[mine] for _, mine in nb.kept}
-    held_lines = {mine: o.line(mine) for _, mine in nb.kept}
+    kept = {mine for _, mine in nb.kept}
+    held_nodes = {x: info for x, info in old_nodes.items() if x in kept}  # (in the switch's order)
+    held_lines = {x: o.line(x) for x in held_nodes}
     held_heads = o.read_heads(held_nodes)
     held_rows: dict[Node, dict[str, list[Row]]] = {}
     for node in nb.written:
