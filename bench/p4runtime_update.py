@@ -62,14 +62,18 @@ def on_switch(w: Path, repeat: int) -> dict:
     run("p4c-bm2-ss", "-o", str(w / "a.json"), str(w / "a" / "subc.p4"))
     env = dict(os.environ, SUBC_STATE_DIR=str(w / "state"))
     os.environ["SUBC_STATE_DIR"] = env["SUBC_STATE_DIR"]
-    sw = subprocess.Popen(["simple_switch_grpc", "--no-p4", "--", "--grpc-server-addr", ADDR],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sw = subprocess.Popen(
+        ["simple_switch_grpc", "--no-p4", "--", "--grpc-server-addr", ADDR],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     out: dict = {}
     try:
         time.sleep(2)
         t = time.perf_counter()
-        out["load_output"] = run(*SUBC, "load", str(w / "a"), "--p4runtime", ADDR, "--config",
-                                 str(w / "a.json")).strip()
+        out["load_output"] = run(
+            *SUBC, "load", str(w / "a"), "--p4runtime", ADDR, "--config", str(w / "a.json")
+        ).strip()
         out["load_s"] = round(time.perf_counter() - t, 2)
         cli: dict[str, list] = {"process_ms": [], "live_ms": [], "done_ms": []}
         inproc: dict[str, list] = {"live_ms": [], "done_ms": [], "read_ms": [], "plan_ms": [], "record_ms": []}
@@ -101,6 +105,54 @@ def on_switch(w: Path, repeat: int) -> dict:
     return out
 
 
+EXTRA_RULE = 'add_order.stock == "ZZZZ" and add_order.price > 10 : fwd(1);'
+
+
+def compile_pair(w: Path, rules: int, symbols: int, ports: int, max_messages: int) -> dict:
+    """Generate ``w``/a.sub (``subc gen itch``, price form) and b.sub (the same and
+    :data:`EXTRA_RULE`), compile them into ``w``/a and ``w``/b for bmv2 with one field order, 24
+    state bits and ``--capacity-factor 3``; {"compile_a_s", "compile_b_s"}: seconds."""
+    out = {}
+    run(
+        *SUBC,
+        "gen",
+        "itch",
+        "--rules",
+        str(rules),
+        "--symbols",
+        str(symbols),
+        "--ports",
+        str(ports),
+        "-o",
+        str(w / "a.sub"),
+    )
+    (w / "b.sub").write_text((w / "a.sub").read_text() + "\n" + EXTRA_RULE + "\n")
+    order = None
+    for name in ("a", "b"):
+        t = time.perf_counter()
+        cmd = [
+            *SUBC,
+            "compile",
+            str(w / f"{name}.sub"),
+            "--spec",
+            str(SPEC),
+            "-o",
+            str(w / name),
+            "--max-messages",
+            str(max_messages),
+            "--state-bits",
+            "24",
+            "--capacity-factor",
+            "3",
+        ]
+        if order:
+            cmd += ["--field-order", order]
+        run(*cmd)
+        out[f"compile_{name}_s"] = round(time.perf_counter() - t, 2)
+        order = ",".join(json.loads((w / name / "entries.json").read_text())["field_order"])
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rules", type=int, default=100_000)
@@ -115,31 +167,24 @@ def main() -> None:
     out: dict = {"rules": args.rules, "max_messages": args.max_messages}
     with tempfile.TemporaryDirectory() as d:
         w = Path(d)
-        run(*SUBC, "gen", "itch", "--rules", str(args.rules), "--symbols", str(args.symbols), "--ports",
-            str(args.ports), "-o", str(w / "a.sub"))
-        extra = '\nadd_order.stock == "ZZZZ" and add_order.price > 10 : fwd(1);\n'
-        (w / "b.sub").write_text((w / "a.sub").read_text() + extra)
-        order = None
-        for name in ("a", "b"):
-            t = time.perf_counter()
-            cmd = [*SUBC, "compile", str(w / f"{name}.sub"), "--spec", str(SPEC), "-o", str(w / name),
-                   "--max-messages", str(args.max_messages), "--state-bits", "24", "--capacity-factor", "3"]
-            if order:
-                cmd += ["--field-order", order]
-            run(*cmd)
-            out[f"compile_{name}_s"] = round(time.perf_counter() - t, 2)
-            order = ",".join(json.loads((w / name / "entries.json").read_text())["field_order"])
+        out.update(compile_pair(w, args.rules, args.symbols, args.ports, args.max_messages))
         a = EntriesDoc.from_json(json.loads((w / "a" / "entries.json").read_text()))
         b = EntriesDoc.from_json(json.loads((w / "b" / "entries.json").read_text()))
         out["entries"] = sum(len(t.entries) for t in a.tables)
         t = time.perf_counter()
         plan = plan_update(with_spare_root(a), b)
         out["plan_s"] = round(time.perf_counter() - t, 2)
-        out["plan"] = {"inserts": len(plan.inserts), "modifies": len(plan.modifies),
-                       "spare_deletes": len(plan.spare_deletes), "root": plan.root is not None,
-                       "deletes": len(plan.deletes),
-                       "group_inserts": len(plan.group_inserts), "group_deletes": len(plan.group_deletes),
-                       "kept_states": plan.kept_states, "new_states": plan.new_states}
+        out["plan"] = {
+            "inserts": len(plan.inserts),
+            "modifies": len(plan.modifies),
+            "spare_deletes": len(plan.spare_deletes),
+            "root": plan.root is not None,
+            "deletes": len(plan.deletes),
+            "group_inserts": len(plan.group_inserts),
+            "group_deletes": len(plan.group_deletes),
+            "kept_states": plan.kept_states,
+            "new_states": plan.new_states,
+        }
         if shutil.which("simple_switch_grpc") and shutil.which("p4c-bm2-ss"):
             out.update(on_switch(w, args.repeat))
     print(json.dumps(out))

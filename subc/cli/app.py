@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 
 import click
 
@@ -141,7 +142,26 @@ def terminate(signum, frame):
     raise SystemExit(128 + signum)  # unwinds: temporary outputs are removed (finally blocks run)
 
 
-@click.group()
+class LazyGroup(click.Group):
+    """A command group whose commands are defined by modules imported when one of their commands
+    is named or the commands are listed (``--help``): ``lazy`` maps a command's name to the
+    function that imports its module (which defines it on this group).  ``subc update`` imports
+    the data-plane commands alone."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lazy: dict[str, Callable[[], object]] = {}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(self.commands) | set(self.lazy))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in self.lazy:
+            self.lazy[cmd_name]()
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=LazyGroup)
 @click.version_option(__version__, prog_name="subc")
 def main() -> None:
     """subc: compile packet subscriptions into data-plane pipelines."""

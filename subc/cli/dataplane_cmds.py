@@ -217,6 +217,11 @@ def update_cmd(
     root is switched in one write, then the entries only the old rule set used are deleted."""
     one_of(iface, p4rt)
     if p4rt:
+        import gc
+
+        # a one-shot process: what it allocates lives until it exits.  update() pauses the cycle
+        # collector, which would otherwise scan it all once after (10-30 ms), and free nothing
+        gc.disable()
         from ..dataplane.p4rt.control import update as p4rt_update
 
         t = time.perf_counter()

@@ -9,22 +9,33 @@ its children (the next states its entries set), its entries per table, and besid
 entries of the tables keyed by no state (``shared``) and the document without its entries
 (``skeleton``: tables, keys, field order, root, multicast groups).
 
-Serialized (:meth:`StateIndex.to_bytes`) as JSON lines: a header (the skeleton, the shared
-entries, one ``[stage, state, signature, children, {table: entries}]`` row per node) and one line
-per node with its entries, so that a reader parses only the nodes it needs
-(:meth:`StateIndex.entries`): an update writes the entries of the states the switch lacks and
-deletes those of the states it no longer needs, and reads nothing else.  The writer's record of
-a switch (:mod:`.record`) is a StateIndex of what the switch holds.
+Serialized (:meth:`StateIndex.to_bytes`) as lines: a JSON header (the skeleton, the shared
+entries, the number of nodes, the bytes of the heads and of each node's entries), then each node's
+*head* ``[stage, state, signature, next states, {table: entries}]`` (JSON, one a line), then each
+node's entries (JSON, one a line, in the heads' order), so that a reader parses the heads and
+only the entries of the nodes it needs (:meth:`StateIndex.rows`, :meth:`StateIndex.entries`),
+and a writer copies the heads and entries of the nodes it keeps: an update writes the entries of
+the states the switch lacks and deletes those of the states it no longer needs, and reads
+nothing else.  The writer's record of a switch (:mod:`.record`) is a StateIndex of what the
+switch holds.
+
+A node's entries are ``{table: [row, ...]}``, one *row* per entry: ``[match, priority, action,
+params]`` as in ``entries.json`` but for the match, which leaves out the state key (the node's
+state: equal in every entry of the node) and gives each other element as a number (exact) or a
+pair (range low and high, lpm value and prefix length, ternary value and mask: the key's own
+kind).  Rows are cheap to parse and to compare, and a node's rows do not depend on its number:
+an update renumbers only next states and multicast groups (:mod:`~subc.dataplane.p4rt.plan`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+from collections.abc import Callable, Hashable, Iterable
+from itertools import accumulate
 from dataclasses import dataclass, replace
 from pathlib import Path
-
-import json
 
 from ...errors import SubcError
 from .entries_doc import EntriesDoc, Entry, Match, TableDoc
@@ -73,45 +84,64 @@ def canonical_match(m: Match, bits: int) -> tuple:
 
 
 FORMAT = "subc-state-index"
-VERSION = 1
+VERSION = 2  # 1: lines of entries.json entries (read as no index: entries.json is indexed instead)
 #: the signature of a state without entries (every packet misses)
-EMPTY_SIG = hashlib.blake2b(b"", digest_size=16).digest()
+EMPTY_SIG = hashlib.blake2b(b"", digest_size=16).hexdigest()
+#: a node's entries of one table, as its line holds them: ``[match, priority, action, params]``
+Row = list
+#: a node's serialized entries (a ``memoryview`` into the document it was read from)
+Line = bytes | memoryview
 
 
-@dataclass
+@dataclass(slots=True)
 class NodeInfo:
-    """One node: ``sig`` (16 bytes; None for a spare root, whose children may be gone),
-    ``children`` (the next states its entries set, in entry order, the dead state included) and
-    ``counts`` (entries per table)."""
+    """One node: ``sig`` (its signature: 32 hex digits, a 16-byte hash; None for a spare root,
+    whose children may be gone), ``children`` (the next states its entries set, in entry order,
+    the dead state included) and ``counts`` (entries per table)."""
 
-    sig: bytes | None
+    sig: str | None
     children: tuple[int, ...]
     counts: dict[str, int]
+
+
+def _exact_key(row: Row) -> tuple:
+    """The canonical key of a row of a table whose keys are all exact: its match and priority."""
+    return tuple(row[0]), row[1]
 
 
 class StateIndex:
     """The entries of a rule set by node (see the module docstring): ``skeleton`` (an
     :class:`EntriesDoc` without entries), ``nodes`` (node -> :class:`NodeInfo`), ``shared``
     (table -> entries of the tables keyed by no state); a node's entries come from
-    :meth:`entries`."""
+    :meth:`entries` (:class:`Entry` objects) or :meth:`rows` (as its line holds them)."""
 
     def __init__(
         self,
         skeleton: EntriesDoc,
         nodes: dict[Node, NodeInfo],
         shared: dict[str, tuple[Entry, ...]],
-        lines: dict[Node, bytes] | None = None,
+        lines: dict[Node, Line] | None = None,
         parsed: dict[Node, dict[str, tuple[Entry, ...]]] | None = None,
+        heads: dict[Node, Line] | None = None,
+        rows: dict[Node, dict[str, list[Row]]] | None = None,
     ):
         self.skeleton = skeleton
         self.nodes = nodes
         self.shared = shared
+        # a node's entries: serialized (lines), as rows or as entries; serialized when written
         self._lines = lines or {}
+        self._rows = rows or {}
         self._parsed = parsed or {}
+        self._heads = heads or {}  # node -> its serialized head, as read (its NodeInfo unchanged)
         self.state_at = {t.name: state_key_index(t) for t in skeleton.tables}
         self.tables = {t.name: t for t in skeleton.tables}
-        #: table -> whether every key is exact (its entries' matches are canonical as written)
+        #: table -> whether every key is exact (its rows' matches are canonical as written)
         self.exact_only = {t.name: all(k.match_kind == "exact" for k in t.keys) for t in skeleton.tables}
+        #: table -> (match kind, bits) of each key but the state key, in key order
+        self.row_keys = {
+            t.name: tuple((k.match_kind, k.bitwidth) for j, k in enumerate(t.keys) if j != self.state_at[t.name])
+            for t in skeleton.tables
+        }
 
     @property
     def root(self) -> int:
@@ -123,38 +153,96 @@ class StateIndex:
         """Multicast group id -> ports."""
         return self.skeleton.groups
 
-    def raw(self, node: Node) -> dict[str, list[dict]]:
-        """Table -> entries of ``node`` in their entries.json form (parsed from its line; empty
-        for a node without entries)."""
-        line = self._lines.get(node)
-        if line is not None:
-            return json.loads(line)
-        return {t: [e.to_json() for e in es] for t, es in self.entries(node).items()}
+    def rows(self, node: Node) -> dict[str, list[Row]]:
+        """Table -> rows of ``node`` (see the module docstring; parsed from its line unless given;
+        empty for a node without entries).  Not to be modified."""
+        got = self._rows.get(node)
+        if got is not None:
+            return got
+        line = self.line(node) if node in self.nodes else b"{}"
+        return json.loads(line if isinstance(line, bytes) else bytes(line))
+
+    def row(self, table: str, e: Entry) -> Row:
+        """The row of entry ``e`` of ``table`` (keyed by state).  SubcError for a match element
+        of another kind than its key's."""
+        i = self.state_at[table]
+        match: list = []
+        for j, (m, key) in enumerate(zip(e.match, self.tables[table].keys)):
+            kind = key.match_kind
+            if j == i:
+                continue
+            if m.kind != kind:
+                raise SubcError(f"table {table}: an entry has a {m.kind} match for a {kind} key")
+            match.append(m.a if kind == "exact" else [m.a, m.b])
+        return [match, e.priority, e.action, e.params]
+
+    def entry(self, table: str, state: int, row: Row) -> Entry:
+        """The entry of ``row`` of ``table`` under state ``state``."""
+        match = [
+            Match("exact", v) if k == "exact" else Match(k, v[0], v[1])
+            for (k, _), v in zip(self.row_keys[table], row[0])
+        ]
+        i = self.state_at[table]
+        assert i is not None, f"{table} is keyed by no state"
+        match.insert(i, Match("exact", state))
+        return Entry(tuple(match), row[1], row[2], dict(row[3]))
+
+    def row_key(self, table: str) -> Callable[[Row], Hashable]:
+        """The function of a row of ``table`` to its canonical match and priority (equal for
+        equal matches of one node: :func:`canonical_match`)."""
+        if self.exact_only[table]:
+            return _exact_key
+        keys = self.row_keys[table]
+
+        def key(row: Row) -> tuple:
+            match = tuple(
+                ("exact", v) if k == "exact" else canonical_match(Match(k, v[0], v[1]), bits)
+                for (k, bits), v in zip(keys, row[0])
+            )
+            return match, row[1]
+
+        return key
 
     def entries(self, node: Node) -> dict[str, tuple[Entry, ...]]:
         """Table -> entries of ``node`` (empty for a node without entries)."""
         got = self._parsed.get(node)
         if got is None:
-            raw = self._lines.get(node)
-            got = {} if raw is None else {t: tuple(Entry.from_json(e) for e in es) for t, es in json.loads(raw).items()}
+            s = node[1]
+            got = {t: tuple(self.entry(t, s, r) for r in rs) for t, rs in self.rows(node).items()}
             self._parsed[node] = got
         return got
 
-    def line(self, node: Node, memo: dict | None = None) -> bytes:
-        """The serialized entries of ``node`` (one JSON object, table -> entries).  ``memo`` (kept
-        by the caller across nodes) holds the text of each list of entries written, by the ids of
+    def read_heads(self, nodes: Iterable[Node]) -> dict[Node, Line]:
+        """The serialized heads of those of ``nodes`` read with the index (unchanged since), by
+        node: what another index holding the same nodes may write without serializing them."""
+        heads = self._heads
+        return {n: heads[n] for n in nodes if n in heads}
+
+    def head(self, node: Node) -> Line:
+        """The serialized head of ``node`` (see the module docstring)."""
+        got = self._heads.get(node)
+        if got is None:
+            i = self.nodes[node]
+            got = json_line([node[0], node[1], i.sig, list(i.children), i.counts])
+        return got
+
+    def line(self, node: Node, memo: dict | None = None) -> Line:
+        """The serialized rows of ``node`` (one JSON object, table -> rows).  ``memo`` (kept by
+        the caller across nodes) holds the text of each list of entries written, by the ids of
         its entries: a multi-message program's slots hold the same entries, each written once."""
         raw = self._lines.get(node)
+        if raw is None and node in self._rows:
+            raw = self._lines[node] = json_line(self._rows[node])
         if raw is None:
             memo = {} if memo is None else memo
             fields = []
-            for t, es in self.entries(node).items():
-                key = tuple(map(id, es))
+            for t, es in self._parsed[node].items():
+                key = (tuple(map(id, es)), self.state_at[t], self.row_keys[t])
                 text = memo.get(key)
                 if text is None:  # (the entries stay alive with the index: their ids stay theirs)
-                    text = memo[key] = json_line([e.to_json() for e in es])
+                    text = memo[key] = json_line([self.row(t, e) for e in es])
                 fields.append(json_line(t) + b":" + text)
-            raw = b"{" + b",".join(fields) + b"}"  # = json_line of the dict, table -> entries
+            raw = b"{" + b",".join(fields) + b"}"  # = json_line of the dict, table -> rows
             self._lines[node] = raw
         return raw
 
@@ -170,28 +258,31 @@ class StateIndex:
         """The first stage's nodes with entries other than the root: earlier roots (:mod:`.plan`)."""
         return sorted(n for n in self.nodes if n[0] == 0 and n[1] != self.root)
 
-    def signature(self, node: Node) -> bytes:
+    def signature(self, node: Node) -> str:
         """The signature of ``node`` (:data:`EMPTY_SIG` for a state without entries; the dead
-        state's is ``b"dead"``, a spare root's ``b"spare"``, equal to no other)."""
+        state's is ``"dead"``, a spare root's ``"spare"``, equal to no other)."""
         if node[1] == DEAD:
-            return b"dead"
+            return "dead"
         info = self.nodes.get(node)
         if info is None:
             return EMPTY_SIG
-        return info.sig if info.sig is not None else b"spare"
+        return info.sig if info.sig is not None else "spare"
 
     def reachable(self) -> set[Node]:
-        """The nodes the root leads to, the root included, dead ones not."""
+        """The nodes the root leads to, the root included, dead ones not (stage by stage: a
+        node's children are of the next stage)."""
         seen: set[Node] = set()
-        todo = [(0, self.root)]
-        while todo:
-            n = todo.pop()
-            if n in seen or n[1] == DEAD:
-                continue
-            seen.add(n)
-            info = self.nodes.get(n)
-            if info is not None:
-                todo.extend((n[0] + 1, c) for c in info.children)
+        states = {self.root}
+        k = 0
+        while states:
+            states.discard(DEAD)
+            after: set[int] = set()
+            for s in states:
+                info = self.nodes.get((k, s))
+                if info is not None:
+                    after.update(info.children)
+            seen.update((k, s) for s in states)
+            states, k = after, k + 1
         return seen
 
     @classmethod
@@ -227,7 +318,7 @@ class StateIndex:
                 nodes[n].sig = index._signature(n)
         return index
 
-    def _signature(self, node: Node) -> bytes:
+    def _signature(self, node: Node) -> str:
         """The signature of ``node`` from its entries and its children's signatures."""
         parts = []
         k = node[0]
@@ -255,7 +346,7 @@ class StateIndex:
                     rest = rests[key] = repr((match, e.priority, e.action, tuple(params)))[1:]
                 parts.append(head + rest)
         parts.sort()
-        return hashlib.blake2b("\n".join(parts).encode(), digest_size=16).digest()
+        return hashlib.blake2b("\n".join(parts).encode(), digest_size=16).hexdigest()
 
     def to_doc(self, without: Node | None = None) -> EntriesDoc:
         """The entries.json document (entries in node order, then the shared ones), the entries
@@ -273,44 +364,62 @@ class StateIndex:
         )
 
     def to_bytes(self, extra: dict | None = None) -> bytes:
-        """JSON lines: the header (with ``extra``'s keys), then one line per node."""
+        """The header (with ``extra``'s keys), the heads, the entries (see the module docstring)."""
         order = sorted(self.nodes)
+        memo: dict = {}
+        known, serialized = self._heads, self._lines
+        heads = [known.get(n) or self.head(n) for n in order]
+        lines = [serialized.get(n) or self.line(n, memo) for n in order]
         header = {
             "format": FORMAT,
             "version": VERSION,
             **(extra or {}),
             "skeleton": self.skeleton.to_json(),
             "shared": {t: [e.to_json() for e in es] for t, es in self.shared.items()},
-            "nodes": [
-                [n[0], n[1], None if i.sig is None else i.sig.hex(), list(i.children), i.counts]
-                for n in order
-                for i in (self.nodes[n],)
-            ],
+            "nodes": len(order),
+            "heads_bytes": sum(map(len, heads)) + max(len(heads) - 1, 0),
+            "lines_bytes": [len(x) for x in lines],
         }
-        memo: dict = {}
-        return b"\n".join([json_line(header), *(self.line(n, memo) for n in order)]) + b"\n"
+        return b"\n".join([json_line(header), *heads, *lines]) + b"\n"
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> tuple[StateIndex, dict]:
-        """(index, header) of :meth:`to_bytes`'s output; ValueError when it is not one."""
-        lines = raw.split(b"\n")
+        """(index, header) of :meth:`to_bytes`'s output, the nodes' heads parsed and their entries
+        left unparsed (views of ``raw``); :class:`OtherVersion` for another version's, ValueError
+        when it is not one."""
+        end = raw.find(b"\n")
+        end = len(raw) if end < 0 else end
         try:
-            header = json.loads(lines[0])
+            header = json.loads(raw[:end])
         except json.JSONDecodeError as e:
             raise ValueError(f"not a {FORMAT} document: {e}") from None
-        if not isinstance(header, dict) or header.get("format") != FORMAT or header.get("version") != VERSION:
-            raise ValueError(f"not a {FORMAT} version {VERSION} document")
-        rows = header["nodes"]
-        if len(lines) < len(rows) + 1:
-            raise ValueError(f"{len(rows)} nodes announced, {len(lines) - 1} lines given")
-        skeleton = EntriesDoc.from_json(header["skeleton"])
-        nodes: dict[Node, NodeInfo] = {}
-        node_lines: dict[Node, bytes] = {}
-        for j, (k, s, sig, children, counts) in enumerate(rows):
-            nodes[(k, s)] = NodeInfo(None if sig is None else bytes.fromhex(sig), tuple(children), counts)
-            node_lines[(k, s)] = lines[j + 1]
+        if not isinstance(header, dict) or header.get("format") != FORMAT:
+            raise ValueError(f"not a {FORMAT} document")
+        if header.get("version") != VERSION:
+            raise OtherVersion(
+                f"a {FORMAT} version {header.get('version')} document: this subc reads version {VERSION}"
+            )
+        count, sizes = header["nodes"], header["lines_bytes"]
+        start = end + 1 + header["heads_bytes"] + 1  # the first node's entries
+        ends = list(accumulate(sizes, lambda a, b: a + 1 + b, initial=start - 1))[1:]
+        if len(sizes) != count or (ends[-1] + 1 if count else end + 1) != len(raw) or raw[-1:] != b"\n":
+            raise ValueError(f"{count} nodes announced, {len(raw)} bytes: not as the header says")
+        texts = raw[end + 1 : start - 1].split(b"\n") if count else []
+        if len(texts) != count:
+            raise ValueError(f"{count} nodes announced, {len(texts)} heads given")
+        heads = json.loads(b"[" + b",".join(texts) + b"]")
+        keys = [(h[0], h[1]) for h in heads]
+        nodes = {key: NodeInfo(h[2], tuple(h[3]), h[4]) for key, h in zip(keys, heads)}
+        view = memoryview(raw)
+        starts = [e - n for e, n in zip(ends, sizes)]
+        lines: dict[Node, Line] = dict(zip(keys, map(view.__getitem__, map(slice, starts, ends))))
         shared = {t: tuple(Entry.from_json(e) for e in es) for t, es in header["shared"].items()}
-        return cls(skeleton, nodes, shared, lines=node_lines), header
+        skeleton = EntriesDoc.from_json(header["skeleton"])
+        return cls(skeleton, nodes, shared, lines, heads=dict(zip(keys, texts))), header
+
+
+class OtherVersion(ValueError):
+    """A state index of another version than this subc's (:meth:`StateIndex.from_bytes`)."""
 
 
 STATES_FILE = "states.jsonl"
@@ -327,8 +436,9 @@ def states_file(doc: EntriesDoc, entries_bytes: int, program_shape: str) -> byte
 
 def read_states(out_dir: str | Path) -> tuple[StateIndex, dict] | None:
     """(the :class:`StateIndex` of ``out_dir``'s ``states.jsonl``, its header), or None when there
-    is none or entries.json does not have the size it records (edited since: index entries.json
-    instead).  SubcError naming the file when it is not a state index."""
+    is none, it is of another version (an earlier subc's) or entries.json does not have the size
+    it records (edited since): index entries.json instead.  SubcError naming the file when it is
+    not a state index."""
     d = Path(out_dir)
     try:
         raw = (d / STATES_FILE).read_bytes()
@@ -337,6 +447,8 @@ def read_states(out_dir: str | Path) -> tuple[StateIndex, dict] | None:
         return None
     try:
         index, header = StateIndex.from_bytes(raw)
+    except OtherVersion:
+        return None
     except (KeyError, TypeError, ValueError) as e:
         raise SubcError(f"{d / STATES_FILE}: {e}") from None
     return (index, header) if header.get("entries_json_bytes") == size else None

@@ -10,7 +10,7 @@
   old root have left the ingress pipeline: microseconds on BMv2 and on an ASIC; the default
   leaves a wide margin).
 * :func:`verify`: read every entry back and compare with ``entries.json`` (up to the numbering
-  of states and groups an update chose: :func:`~.plan.compare`).
+  of states and groups an update chose: :func:`~.diagram.compare`).
 * :func:`stats`: entries per table and the counters' cells.
 
 All raise :class:`~subc.errors.SubcError` with what failed (see :mod:`.session`).
@@ -25,8 +25,8 @@ from pathlib import Path
 
 from ...backends.p4.entries_doc import EntriesDoc, Entry
 from ...backends.p4.p4info_shape import program_shape, shape_digest
+from ...compiler.gcpause import paused_gc
 from ...errors import SubcError
-from .diagram import compare
 from .plan import UpdatePlan, plan_update, with_spare_root
 from .readback import decode_action, switch_document
 from .record import (
@@ -178,7 +178,7 @@ def load(
                 f"{addr} already holds {held} entries of this program's tables: use subc update "
                 "--p4runtime, or --config to start from an empty pipeline"
             )
-        spared = _spared(s, doc)
+        spared = spared_doc(s.p4info, doc)
         ups = insert_updates(spared, s.index)
         n_groups = len(doc.multicast_groups)
         path = record_path(addr, device_id, record_dir)
@@ -188,16 +188,28 @@ def load(
         _phase(w, s, "entries", ups[n_groups:])
         _phase(w, s, "root", [root_update(s.index, doc, doc.initial_state)])
         t = time.perf_counter()
-        write_record(path, SwitchRecord(addr, device_id, program_digest(s.p4info), StateIndex.from_doc(spared)))
+        write_record(path, loaded_record(addr, device_id, s.p4info, spared))
         w.seconds["record"] = time.perf_counter() - t
         return w
 
 
-def _spared(s: Session, doc: EntriesDoc) -> EntriesDoc:
-    """``doc`` with the spare root's copy (:func:`~.plan.with_spare_root`) when the switch's tables
-    have room for it (``--capacity-factor`` 2 and more); else ``doc`` (the first update then
-    writes its whole root)."""
-    sizes = {t.preamble.name: t.size for t in s.p4info.tables}
+def loaded_record(addr: str, device_id: int, p4info, spared: EntriesDoc) -> SwitchRecord:
+    """The record :func:`load` writes once the switch holds ``spared`` (:func:`spared_doc`) and
+    runs the program of P4Info ``p4info``."""
+    return SwitchRecord(addr, device_id, program_digest(p4info), StateIndex.from_doc(spared))
+
+
+def table_sizes(p4info) -> dict[str, int]:
+    """Table name -> entries it holds (0: unsized) in P4Info ``p4info``."""
+    return {t.preamble.name: t.size for t in p4info.tables}
+
+
+def spared_doc(p4info, doc: EntriesDoc) -> EntriesDoc:
+    """What :func:`load` writes of ``doc`` on a switch running P4Info ``p4info``: ``doc`` with
+    the spare root's copy (:func:`~.plan.with_spare_root`) when the tables have room for it
+    (``--capacity-factor`` 2 and more); else ``doc`` (the first update then writes its whole
+    root)."""
+    sizes = table_sizes(p4info)
     spared = with_spare_root(doc)
     if all(not sizes.get(t.name) or len(t.entries) <= sizes[t.name] for t in spared.tables):
         return spared
@@ -211,8 +223,9 @@ def read_switch(s: Session, skeleton: EntriesDoc) -> EntriesDoc:
     )
 
 
-def _check_room(s: Session, old: StateIndex, plan: UpdatePlan) -> None:
-    sizes = {t.preamble.name: t.size for t in s.p4info.tables}
+def check_room(sizes: dict[str, int], old: StateIndex, plan: UpdatePlan) -> None:
+    """SubcError when ``plan`` needs more entries side by side than a table holds (``sizes``:
+    :func:`table_sizes`; ``old``: what the switch holds before it)."""
     have = old.table_sizes()
     adds: dict[str, int] = {}
     for t, _ in plan.inserts:
@@ -243,7 +256,19 @@ def update(
     planned again from what was read (the record may have been wrong: another controller wrote);
     a rejection of an update planned from the switch is raised (:class:`~.session.WriteRejected`)
     after the record is rewritten from the switch.  ``out_dir``'s state index
-    (``states.jsonl``, :func:`read_compiled`) is read instead of its entries.json when present."""
+    (``states.jsonl``, :func:`read_compiled`) is read instead of its entries.json when present.
+
+    The cycle collector is paused meanwhile (:func:`~subc.compiler.gcpause.paused_gc`): reading
+    the indexes, planning and importing the session's modules (grpc, pure-Python protobuf)
+    allocate objects that live until the update ends, enough to run it ~170 times (40 ms of a
+    ``subc update`` process)."""
+    with paused_gc():
+        return _update(out_dir, addr, device_id, election_id, grace, record_dir)
+
+
+def _update(
+    out_dir: str, addr: str, device_id: int, election_id: tuple[int, int], grace: float, record_dir: str | None
+) -> Written:
     start = time.perf_counter()
     new, shape = read_compiled(out_dir)
     doc = new.skeleton
@@ -297,53 +322,50 @@ def _held(s: Session, doc: EntriesDoc, path: Path, program: str) -> tuple[StateI
     return _read_index(s, doc), f"the switch ({why})"
 
 
+#: an update's phases, in the order they are written, each acknowledged before the next (the
+#: root switch the fourth; the last two after the grace)
+PHASES = ("groups", "spare_deletes", "inserts", "root", "deletes", "group_deletes")
+
+
+def phase_updates(index: P4InfoIndex, doc: EntriesDoc, plan: UpdatePlan, phase: str) -> list:
+    """The ``p4.v1.Update`` messages of ``phase`` (one of :data:`PHASES`) of ``plan``, for a
+    switch of P4Info ``index`` and the new rule set's skeleton ``doc`` (its root table)."""
+    from p4.v1 import p4runtime_pb2 as pr
+
+    ins, dele, mod = pr.Update.INSERT, pr.Update.DELETE, pr.Update.MODIFY
+    if phase == "groups":
+        return [group_update(ins, g, ports) for g, ports in plan.group_inserts]
+    if phase == "spare_deletes":
+        return [entry_update(index, dele, t, e) for t, e in plan.spare_deletes]
+    if phase == "inserts":
+        ups = ((ins, plan.inserts), (mod, plan.modifies))
+        return [entry_update(index, kind, t, e) for kind, es in ups for t, e in es]
+    if phase == "root":
+        return [] if plan.root is None else [root_update(index, doc, plan.root)]
+    if phase == "deletes":
+        return [entry_update(index, dele, t, e) for t, e in plan.deletes]
+    if phase == "group_deletes":
+        return [group_update(dele, g) for g in plan.group_deletes]
+    raise ValueError(f"no phase {phase}")
+
+
 def _write_update(s: Session, new: StateIndex, old: StateIndex, grace: float, path: Path, start: float) -> Written:
     """Plan the update from ``old`` to ``new`` and write it (the record removed before the first
     write); ``start``: the update's start (``time.perf_counter``) for :attr:`Written.live_s`."""
-    from p4.v1 import p4runtime_pb2 as pr
-
     t = time.perf_counter()
     plan = plan_update(old, new)
     doc = new.skeleton
-    _check_room(s, old, plan)
+    check_room(table_sizes(s.p4info), old, plan)
     w = Written(plan=plan)
     w.seconds["plan"] = time.perf_counter() - t
     forget_record(path)
-    ins = pr.Update.INSERT
-    _phase(
-        w,
-        s,
-        "groups",
-        [group_update(ins, g, ports) for g, ports in plan.group_inserts],
-    )
-    dele, mod = pr.Update.DELETE, pr.Update.MODIFY
-    _phase(
-        w,
-        s,
-        "spare_deletes",
-        [entry_update(s.index, dele, t, e) for t, e in plan.spare_deletes],
-    )
-    _phase(
-        w,
-        s,
-        "inserts",
-        [
-            entry_update(s.index, kind, t, e)
-            for kind, ups in ((ins, plan.inserts), (mod, plan.modifies))
-            for t, e in ups
-        ],
-    )
-    _phase(w, s, "root", [] if plan.root is None else [root_update(s.index, doc, plan.root)])
+    for name in PHASES[:4]:
+        _phase(w, s, name, phase_updates(s.index, doc, plan, name))
     w.live_s = time.perf_counter() - start
     if plan.deletes or plan.group_deletes:
         time.sleep(grace)
-    _phase(
-        w,
-        s,
-        "deletes",
-        [entry_update(s.index, dele, t, e) for t, e in plan.deletes],
-    )
-    _phase(w, s, "group_deletes", [group_update(dele, g) for g in plan.group_deletes])
+    for name in PHASES[4:]:
+        _phase(w, s, name, phase_updates(s.index, doc, plan, name))
     return w
 
 
@@ -358,6 +380,8 @@ def verify(
     it classifies every packet as the rule set says), and between it and the writer's record in
     ``record_dir`` when there is one (a record that differs is removed: the next update reads the
     switch).  Reads only (a backup session suffices)."""
+    from .diagram import compare  # (an update need not import it)
+
     doc, info = read_output(out_dir)
     with Session(addr, device_id, election_id, read_only=True) as s:
         diff = program_differences(s.p4info, info)

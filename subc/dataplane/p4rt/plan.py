@@ -48,18 +48,18 @@ from dataclasses import dataclass, field, replace
 
 
 from ...backends.p4.entries_doc import Entry, EntriesDoc, Match
-from ...errors import SubcError
 from ...backends.p4.state_index import (
     DEAD,
     GROUP_ACTION,
     Node,
     NodeInfo,
+    Row,
     StateIndex,
     canonical_match,
-    json_line,
     stage_of,
     state_key_index,
 )
+from ...errors import SubcError
 
 
 @dataclass
@@ -158,6 +158,10 @@ def plan_update(old: EntriesDoc | StateIndex, new: EntriesDoc | StateIndex) -> U
     """The update from ``old`` (what the switch holds) to ``new`` (as compiled), each an
     entries.json document or its :class:`~.state_index.StateIndex`.
 
+    Reads the entries of the nodes it writes or deletes only (the new root's and the spare's:
+    one entry per value of the first field); the rest is a pass over the two indexes' heads
+    (signatures and next states).
+
     Raises SubcError when ``new`` needs another program (a table, key or default action that
     differs), a change to a table not keyed by state, or more states than the state field of
     the loaded program holds beside the loaded ones."""
@@ -169,60 +173,74 @@ def plan_update(old: EntriesDoc | StateIndex, new: EntriesDoc | StateIndex) -> U
     spare = max(spares, key=lambda x: (sum(o.nodes[x].counts.values()), -x[1]), default=None)
     plan = UpdatePlan()
     group_map = _number_groups(o, n, plan)
-    number, target = _number_states(o, n, spares, spare, plan)
+    nb = _number_states(o, n, spares, spare, plan)
+    number, target = nb.number, nb.target
     new_root = n.root if n.root == DEAD else number[(0, n.root)]
     switching = new_root != o.root
     plan.root = new_root if switching else None
     plan.spare = o.root if switching else (spare[1] if spare else None)
-    renumber = _Renumber(n, number, group_map)
-    held_nodes: dict[Node, NodeInfo] = {}
-    held_lines: dict[Node, bytes] = {}
-    for node, num in number.items():
+    renumber = _Renumber(number, group_map)
+    old_nodes, new_nodes = o.nodes, n.nodes
+    for node, mine in sorted(x for x in nb.kept if x[1] not in nb.checked):  # (kept: the switch holds their entries)
+        _check_kept(o, n, node, mine, number)
+    kept = {mine for _, mine in nb.kept}
+    held_nodes = {x: info for x, info in old_nodes.items() if x in kept}  # (in the switch's order)
+    held_lines = {x: o.line(x) for x in held_nodes}
+    held_heads = o.read_heads(held_nodes)
+    held_rows: dict[Node, dict[str, list[Row]]] = {}
+    for node in nb.written:
+        info = new_nodes[node]
         k = node[0]
-        info = n.nodes.get(node)
-        if info is None:  # a state without entries: nothing to write
-            continue
-        mine = (k, num)
-        if mine in o.nodes and mine != target:  # kept: the switch holds its entries
-            _check_kept(o, n, node, mine, number)
-            held_nodes[mine] = o.nodes[mine]
-            held_lines[mine] = o.line(mine)
-            continue
-        ents = renumber.node(node)
-        held_nodes[mine] = NodeInfo(info.sig, tuple(renumber.state(k + 1, c) for c in info.children), info.counts)
-        held_lines[mine] = json_line(ents)
+        mine = (k, number[node])
         if mine == target:
-            _rewrite_spare(o, target, ents, plan)
+            rows = _rewrite_spare(o, n.rows(node), target, renumber, plan)
         else:
-            plan.inserts += [(t, Entry.from_json(e)) for t, es in ents.items() for e in es]
+            rows = {t: [renumber.row(k, r) for r in rs] for t, rs in n.rows(node).items()}
+            plan.inserts += [(t, o.entry(t, mine[1], r)) for t, rs in rows.items() for r in rs]
+        held_nodes[mine] = NodeInfo(info.sig, tuple(renumber.state(k + 1, c) for c in info.children), info.counts)
+        held_rows[mine] = rows  # (serialized when the record is written, after the writes)
     shared = {t: tuple(renumber.entry(e) for e in es) for t, es in n.shared.items()}
     _shared_differences(o, shared, plan)
-    keep = set(held_nodes) | ({(0, plan.spare)} if plan.spare is not None else set())
-    for node in sorted(o.nodes):
-        if node not in keep:
-            plan.deletes += [(t, e) for t, es in o.entries(node).items() for e in es]
-    if plan.spare is not None and (0, plan.spare) not in held_nodes:
-        sp = (0, plan.spare)
-        held_nodes[sp] = replace(o.nodes[sp], sig=None)
+    keep = held_nodes.keys() | ({(0, plan.spare)} if plan.spare is not None else set())
+    for node in sorted(old_nodes.keys() - keep):
+        plan.deletes += [(t, e) for t, es in o.entries(node).items() for e in es]
+    sp = (0, plan.spare)
+    if sp not in held_nodes and sp in old_nodes:  # (a root without entries, the dead state, has none to keep)
+        held_nodes[sp] = replace(old_nodes[sp], sig=None)
         held_lines[sp] = o.line(sp)
     skeleton = replace(
         n.skeleton,
         initial_state=new_root,
         multicast_groups=tuple((group_map[g], p) for g, p in sorted(n.groups.items())),
     )
-    plan.held = StateIndex(skeleton, held_nodes, shared, lines=held_lines)
+    plan.held = StateIndex(skeleton, held_nodes, shared, lines=held_lines, heads=held_heads, rows=held_rows)
     return plan
 
 
 class _Renumber:
-    """The new rule set's entries in the switch's numbering of states and groups (a state's
-    entries in their entries.json form: :meth:`node` need not make :class:`Entry` objects)."""
+    """The new rule set's next states and multicast groups in the switch's numbering (``number``:
+    new node -> state on the switch; ``group_map``: new group id -> id on the switch)."""
 
-    def __init__(self, n: StateIndex, number: dict[Node, int], group_map: dict[int, int]):
-        self.n, self.number, self.group_map = n, number, group_map
+    def __init__(self, number: dict[Node, int], group_map: dict[int, int]):
+        self.number, self.group_map = number, group_map
 
     def state(self, k: int, s: int) -> int:
+        """State ``s`` of stage ``k`` on the switch."""
         return s if s == DEAD else self.number[(k, s)]
+
+    def params(self, k: int, action: str, params: dict) -> dict:
+        """The parameters of an entry of stage ``k`` (``params`` itself when none is renumbered)."""
+        ns = params.get("next_state")
+        if ns is not None and ns != DEAD:
+            params = {**params, "next_state": self.number[(k + 1, ns)]}
+        if action == GROUP_ACTION[0]:
+            params = {**params, GROUP_ACTION[1]: self.group_map[params[GROUP_ACTION[1]]]}
+        return params
+
+    def row(self, k: int, r: Row) -> Row:
+        """Row ``r`` of a node of stage ``k`` (the state key is not in it: :mod:`.state_index`)."""
+        params = self.params(k, r[2], r[3])
+        return r if params is r[3] else [r[0], r[1], r[2], params]
 
     def entry(self, e: Entry) -> Entry:
         """Entry ``e`` of a table keyed by no state, its multicast group renumbered."""
@@ -231,37 +249,10 @@ class _Renumber:
         group = self.group_map[e.params[GROUP_ACTION[1]]]
         return Entry(e.match, e.priority, e.action, {**e.params, GROUP_ACTION[1]: group})
 
-    def node(self, node: Node) -> dict[str, list[dict]]:
-        """Table -> entries (JSON) of the new rule set's ``node``, renumbered."""
-        k = node[0]
-        out = {}
-        for t, es in self.n.raw(node).items():
-            i = self.n.state_at[t]
-            assert i is not None
-            res = []
-            for e in es:
-                match = list(e["match"])
-                match[i] = {"exact": self.state(k, match[i]["exact"])}
-                params = e["params"]
-                if "next_state" in params:
-                    params = {**params, "next_state": self.state(k + 1, params["next_state"])}
-                if e["action"] == GROUP_ACTION[0]:
-                    params = {**params, GROUP_ACTION[1]: self.group_map[params[GROUP_ACTION[1]]]}
-                res.append({**e, "match": match, "params": params})
-            out[t] = res
-        return out
-
 
 def _key(index: StateIndex, table: str, e: Entry) -> tuple:
     """The canonical match (and priority) of entry ``e`` of ``table``: equal for equal matches."""
     return tuple(canonical_match(m, b) for m, b in zip(e.match, index.tables[table].bits)), e.priority
-
-
-def _raw_key(index: StateIndex, table: str, e: dict) -> tuple:
-    """:func:`_key` of an entry in its JSON form (exact matches read as they are)."""
-    if index.exact_only[table]:
-        return tuple(m["exact"] for m in e["match"]), e.get("priority")
-    return _key(index, table, Entry.from_json(e))
 
 
 def _check_kept(o: StateIndex, n: StateIndex, node: Node, mine: Node, number: dict[Node, int]) -> None:
@@ -278,22 +269,31 @@ def _check_kept(o: StateIndex, n: StateIndex, node: Node, mine: Node, number: di
         )
 
 
-def _rewrite_spare(o: StateIndex, target: Node, ents: dict[str, list[dict]], plan: UpdatePlan) -> None:
-    """The writes that turn the spare root's entries into the new root's ``ents`` (JSON): DELETE
-    what it has and the new root lacks (before the inserts), INSERT what is new, MODIFY what
-    changed."""
-    have = {(t, _raw_key(o, t, e)): e for t, es in o.raw(target).items() for e in es}
-    seen = set()
-    for t, es in ents.items():
-        for e in es:
-            key = (t, _raw_key(o, t, e))
-            seen.add(key)
-            old = have.get(key)
-            if old is None:
-                plan.inserts.append((t, Entry.from_json(e)))
-            elif (old["action"], old["params"]) != (e["action"], e["params"]):
-                plan.modifies.append((t, Entry.from_json(e)))
-    plan.spare_deletes += [(t, Entry.from_json(e)) for (t, k), e in have.items() if (t, k) not in seen]
+def _rewrite_spare(
+    o: StateIndex, new_rows: dict[str, list[Row]], target: Node, renumber: _Renumber, plan: UpdatePlan
+) -> dict[str, list[Row]]:
+    """The writes that turn the spare root ``target``'s entries into the new root's (``new_rows``,
+    the new numbering's): DELETE what it has and the new root lacks (before the inserts), INSERT
+    what is new, MODIFY what changed.  Returns the new root's rows in the switch's numbering (the
+    spare's own rows where they are equal)."""
+    state = target[1]
+    spare = o.rows(target)
+    have = {t: {o.row_key(t)(r): r for r in rs} for t, rs in spare.items()}
+    out = {}
+    for t, rs in new_rows.items():
+        key, left, res = o.row_key(t), have.get(t, {}), []
+        for r in rs:
+            params = renumber.params(0, r[2], r[3])
+            old = left.pop(key(r), None)
+            if old is not None and old[2] == r[2] and old[3] == params:
+                res.append(old)
+                continue
+            mine = r if params is r[3] else [r[0], r[1], r[2], params]
+            res.append(mine)
+            (plan.inserts if old is None else plan.modifies).append((t, o.entry(t, state, mine)))
+        out[t] = res
+    plan.spare_deletes += [(t, o.entry(t, state, r)) for t, left in have.items() for r in left.values()]
+    return out
 
 
 def _shared_differences(o: StateIndex, shared: dict[str, tuple[Entry, ...]], plan: UpdatePlan) -> None:
@@ -336,48 +336,84 @@ def _number_groups(o: StateIndex, n: StateIndex, plan: UpdatePlan) -> dict[int, 
     return group_map
 
 
+@dataclass
+class _Numbering:
+    """The new rule set's states on the switch (:func:`_number_states`): ``number`` (new node ->
+    state on the switch), ``kept`` ((new node, the switch's node of its signature) for the new
+    nodes with entries the switch holds), ``written`` (the other new nodes with entries, sorted),
+    ``target`` (the spare, when the new root is written into it) and ``checked``: the switch's
+    nodes that a new node of equal signature may keep without :func:`_check_kept`."""
+
+    number: dict[Node, int] = field(default_factory=dict)
+    kept: list[tuple[Node, Node]] = field(default_factory=list)
+    written: list[Node] = field(default_factory=list)
+    target: Node | None = None
+    checked: set[Node] = field(default_factory=set)
+
+
 def _number_states(
     o: StateIndex, n: StateIndex, spares: list[Node], spare: Node | None, plan: UpdatePlan
-) -> tuple[dict[Node, int], Node | None]:
-    """(new node -> state number on the switch, the spare when the new root is written into it):
-    kept where the switch holds the node's signature, the spare for a new root, else a number no
-    loaded state of its stage uses (SubcError when the state field has none left)."""
-    width = o.skeleton.state_width
-    every = o.reachable() | set(o.nodes) | {(0, o.root)}
-    skip = set(spares)
-    by_sig = {(x[0], o.signature(x)): x[1] for x in sorted(every - skip)}
-    number: dict[Node, int] = {}
-    taken: dict[int, set[int]] = {}
-    for k, s in every:
-        taken.setdefault(k, set()).add(s)
-    free: dict[int, Iterator[int]] = {}
-    target: Node | None = None
-    for node in sorted(n.reachable() | set(n.nodes)):
-        k, s = node
-        if s == DEAD:
+) -> _Numbering:
+    """The numbering of the new rule set's states: kept where the switch holds the node's
+    signature, the spare for a new root, else a number no loaded state of its stage uses
+    (SubcError when the state field has none left).
+
+    When the switch holds one node per signature and stage (spares aside), a kept node reachable
+    from the switch's root needs no check: its children are reachable too, so each is the one
+    node of its signature, which is where the new numbering puts the new node's children (equal
+    signatures have children of equal signatures).  Otherwise every kept node is checked, and of
+    nodes of equal signature the largest state is kept."""
+    out = _Numbering()
+    reach = o.reachable()
+    every = reach | o.nodes.keys() | {(0, o.root)}
+    signed = every.difference(spares)
+    sig = o.signature
+    by_sig = {(x[0], sig(x)): x[1] for x in signed}
+    if len(by_sig) == len(signed):
+        out.checked = reach
+    else:
+        by_sig = {(x[0], sig(x)): x[1] for x in sorted(signed)}
+    number, has, nsig = out.number, n.nodes, n.signature
+    others = []
+    for node in n.reachable() | has.keys():
+        if node[1] == DEAD:
             continue
-        sig = (k, n.signature(node))
-        if sig in by_sig:
-            number[node] = by_sig[sig]
-            plan.kept_states += 1
-            continue
-        if node == (0, n.root) and spare is not None:
-            number[node], target = spare[1], spare
-            plan.new_states += 1
-            continue
-        if k not in free:
-            used = taken.get(k, set())
-            free[k] = (x for x in range(1, 1 << width) if x not in used)
-        x = next(free[k], None)
+        x = by_sig.get((node[0], nsig(node)))
         if x is None:
-            raise SubcError(
-                f"the new rule set needs more states at stage {k} than the loaded program's {width}-bit "
-                f"state field holds beside the {len(taken.get(k, ()))} loaded ones: reload the switch "
-                "with the new program (subc load --config)"
-            )
+            others.append(node)
+            continue
         number[node] = x
-        plan.new_states += 1
-    return number, target
+        if node in has:
+            out.kept.append((node, (node[0], x)))
+    plan.kept_states += len(number)
+    plan.new_states += len(others)
+    width = o.skeleton.state_width
+    free: dict[int, Iterator[int]] = {}
+    for node in sorted(others):
+        k = node[0]
+        if node == (0, n.root) and spare is not None:
+            number[node], out.target = spare[1], spare
+        else:
+            if k not in free:
+                free[k] = _free_states(every, k, width)
+            x = next(free[k], None)
+            if x is None:
+                used = sum(1 for j, _ in every if j == k)
+                raise SubcError(
+                    f"the new rule set needs more states at stage {k} than the loaded program's {width}-bit "
+                    f"state field holds beside the {used} loaded ones: reload the switch "
+                    "with the new program (subc load --config)"
+                )
+            number[node] = x
+        if node in has:
+            out.written.append(node)
+    return out
+
+
+def _free_states(every: set[Node], k: int, width: int) -> Iterator[int]:
+    """The states of stage ``k`` that no node of ``every`` uses, ascending (the dead state aside)."""
+    used = {s for j, s in every if j == k}
+    return (x for x in range(1, 1 << width) if x not in used)
 
 
 def with_spare_root(doc: EntriesDoc) -> EntriesDoc:

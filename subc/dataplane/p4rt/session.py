@@ -80,6 +80,16 @@ def _update_statuses(err) -> list | None:
     return None
 
 
+def framed_updates(updates: list) -> bytes:
+    """``updates`` (``p4.v1.Update`` messages or their serializations) as the ``updates`` field of
+    a ``WriteRequest``: appended to the serialization of its other fields, the request
+    (:meth:`Session.write`)."""
+    from p4.v1 import p4runtime_pb2 as pr
+
+    field = pr.WriteRequest.DESCRIPTOR.fields_by_name["updates"].number
+    return b"".join(length_delimited(field, u if isinstance(u, bytes) else u.SerializeToString()) for u in updates)
+
+
 class Session:
     """A primary-controller session with the switch at ``addr`` (``HOST:PORT``), device
     ``device_id``, election id ``election_id`` ((high, low)); with ``config`` ((P4Info text
@@ -219,12 +229,9 @@ class Session:
             if client.role_name is not None:
                 head.role = client.role_name
             self._head = head.SerializeToString()
-        field = pr.WriteRequest.DESCRIPTOR.fields_by_name["updates"].number
         for i in range(0, len(updates), BATCH):
             batch = updates[i : i + BATCH]
-            body = b"".join(
-                length_delimited(field, u if isinstance(u, bytes) else u.SerializeToString()) for u in batch
-            )
+            body = framed_updates(batch)
             try:
                 self.write_requests += 1
                 self._write(self._head + body)
