@@ -115,9 +115,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from copy_ceiling import MinimalFanout, netns  # noqa: E402
+from copy_ceiling import MinimalFanout  # noqa: E402
 from udp_tables import build_udp_broker, payloads_file, tables_text  # noqa: E402
 
+from subc.dataplane.ebpf.links import in_netns  # noqa: E402
 from subc.lang.rules import parse_rules  # noqa: E402
 from subc.spec.front_end import load_spec  # noqa: E402
 from subc.backends.ebpf.parse_plan import plan_parser  # noqa: E402
@@ -207,7 +208,7 @@ class Sinks:
         bcc = import_bcc()
         self.bpf = bcc.BPF(text=SINK_PROG)
         fn = self.bpf.load_func("sink", bcc.BPF.XDP)
-        with netns(SNK):
+        with in_netns(f"/run/netns/{SNK}"):
             for dev in devices:
                 bcc.BPF.attach_xdp(dev, fn, 0)
 

@@ -11,18 +11,16 @@ XDP broker can send on these veths; the eBPF broker makes fewer copies per datag
 recipients'), each rewritten, so its copies per second against this ceiling say how much of the
 link it uses.  Other frames pass to the stack.
 
-:func:`netns` runs code inside a network namespace from this process (``setns``), as the sinks
-are attached.
+The program is attached and its device map filled from inside the broker's namespace
+(:func:`subc.dataplane.ebpf.links.in_netns`, setns), as the sinks are attached.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes as ct
-import os
 import subprocess
 
-CLONE_NEWNET = 0x40000000
+from subc.dataplane.ebpf.links import in_netns
 
 MINIMAL_PROG = r"""
 #include <uapi/linux/if_ether.h>
@@ -51,27 +49,6 @@ pass:;
 """
 
 
-@contextlib.contextmanager
-def netns(ns: str):
-    """Run the body with this thread in network namespace ``ns`` (``/run/netns/NS``), entered with
-    setns and left the same way (device indexes then resolve there: XDP attach, device maps).
-    Raises SystemExit when a setns fails."""
-    libc = ct.CDLL(None, use_errno=True)
-    own = os.open("/proc/self/ns/net", os.O_RDONLY)
-    target = os.open(f"/run/netns/{ns}", os.O_RDONLY)
-    try:
-        if libc.setns(target, CLONE_NEWNET):
-            raise SystemExit(f"setns into {ns}: {os.strerror(ct.get_errno())}")
-        try:
-            yield
-        finally:
-            if libc.setns(own, CLONE_NEWNET):
-                raise SystemExit("setns back failed")
-    finally:
-        os.close(own)
-        os.close(target)
-
-
 def detach_xdp_in(ns: str, device: str) -> None:
     """Remove the XDP program of ``device`` in namespace ``ns``."""
     subprocess.run(["ip", "-n", ns, "link", "set", "dev", device, "xdp", "off"], capture_output=True)
@@ -90,7 +67,7 @@ class MinimalFanout:
         self.bpf = bcc.BPF(text=MINIMAL_PROG, cflags=[f"-DNCOPIES={len(targets)}", f"-DFEED_PORT={feed_port}"])
         fn = self.bpf.load_func("minimal_fanout", bcc.BPF.XDP)
         fan = self.bpf["fan"]
-        with netns(ns):  # a device map's entries are device indexes of the updater's namespace
+        with in_netns(f"/run/netns/{ns}"):  # a device map's entries are device indexes of the updater's namespace
             for i, ifindex in enumerate(targets):
                 fan[ct.c_int(i)] = ct.c_int(ifindex)
             bcc.BPF.attach_xdp(input_dev, fn, 0)
