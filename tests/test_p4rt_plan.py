@@ -10,7 +10,7 @@ from __future__ import annotations
 from subc.backends.p4.entries import entries_doc
 from subc.backends.p4.state_index import DEAD, StateIndex
 from subc.compiler.driver import compile_rules
-from subc.dataplane.p4rt.diagram import compare
+from subc.dataplane.p4rt.compare import compare
 from subc.dataplane.p4rt.plan import plan_update, with_spare_root
 from subc.lang.rules import parse_rules
 

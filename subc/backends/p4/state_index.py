@@ -1,7 +1,7 @@
 """A rule set's entries by state, each state with its signature: the form an update is planned in.
 
 The tables of ``entries.json`` are keyed by a *state* and every stage's actions set the next
-state, so the entries form a diagram (:mod:`.diagram`).  A :class:`StateIndex` holds that
+state, so the entries form a diagram (compared by :mod:`subc.dataplane.p4rt.compare`).  A :class:`StateIndex` holds that
 diagram node by node: for each node ((field stage, state number)) its signature (a hash of its
 entries with the next states replaced by their signatures and multicast groups by their port
 sets, bottom-up: nodes of equal signature classify every packet alike, whatever their numbers),
@@ -320,7 +320,16 @@ class StateIndex:
 
     def _signature(self, node: Node) -> str:
         """The signature of ``node`` from its entries and its children's signatures."""
-        parts = []
+        parts = [part for _, part in self.abstract_rows(node)]
+        parts.sort()
+        return hashlib.blake2b("\n".join(parts).encode(), digest_size=16).hexdigest()
+
+    def abstract_rows(self, node: Node) -> list[tuple[str, str]]:
+        """(table, text) of each entry of ``node``, in entry order: the entry with its state key left
+        out, its next state given as that node's signature and its multicast group as its ports
+        (the parts :meth:`signature` hashes, sorted; equal for the entries of nodes that classify
+        alike, whatever their numbers)."""
+        out = []
         k = node[0]
         groups = self.groups
         # an entry's part but its table, by entry: the slots of a multi-message program hold the
@@ -344,9 +353,8 @@ class StateIndex:
                         params.append((p, val))
                     match = tuple(canonical_match(m, b) for j, (m, b) in enumerate(zip(e.match, bits)) if j != i)
                     rest = rests[key] = repr((match, e.priority, e.action, tuple(params)))[1:]
-                parts.append(head + rest)
-        parts.sort()
-        return hashlib.blake2b("\n".join(parts).encode(), digest_size=16).hexdigest()
+                out.append((table, head + rest))
+        return out
 
     def to_doc(self, without: Node | None = None) -> EntriesDoc:
         """The entries.json document (entries in node order, then the shared ones), the entries

@@ -10,7 +10,7 @@
   old root have left the ingress pipeline: microseconds on BMv2 and on an ASIC; the default
   leaves a wide margin).
 * :func:`verify`: read every entry back and compare with ``entries.json`` (up to the numbering
-  of states and groups an update chose: :func:`~.diagram.compare`).
+  of states and groups an update chose: :func:`~.compare.compare`).
 * :func:`stats`: entries per table and the counters' cells.
 
 All raise :class:`~subc.errors.SubcError` with what failed (see :mod:`.session`).
@@ -380,7 +380,7 @@ def verify(
     it classifies every packet as the rule set says), and between it and the writer's record in
     ``record_dir`` when there is one (a record that differs is removed: the next update reads the
     switch).  Reads only (a backup session suffices)."""
-    from .diagram import compare  # (an update need not import it)
+    from .compare import compare  # (an update need not import it)
 
     doc, info = read_output(out_dir)
     with Session(addr, device_id, election_id, read_only=True) as s:

@@ -115,7 +115,7 @@ def forget_record(path: Path) -> None:
 def holding_differences(switch: EntriesDoc, record: EntriesDoc) -> list[str]:
     """How ``record`` differs from what the switch holds (``switch``, read back), exactly (the
     same state and group numbers): one line per table, the groups and the root; empty when equal."""
-    from .diagram import rows  # (verify's: an update need not import it)
+    from .compare import rows  # (verify's: an update need not import it)
 
     out = []
     have: dict[str, set] = {}
