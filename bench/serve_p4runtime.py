@@ -153,6 +153,7 @@ def main() -> None:
     ap.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--bare", help=argparse.SUPPRESS)
     ap.add_argument("--grace", type=float, default=0.05, help="the daemon's --grace (s)")
+    ap.add_argument("--root-slots", type=int, default=4, help="subc serve-program --root-slots")
     ap.add_argument("--daemon-log", help="the daemon's log (debug: every change's times) to this file")
     a = ap.parse_args()
     levels = [int(x) for x in a.levels.split(",")]
@@ -186,6 +187,8 @@ def main() -> None:
             "1-3",
             "--capacity",
             str(max(levels) + a.burst + 1000),
+            "--root-slots",
+            str(a.root_slots),
             "-o",
             str(prog),
         )

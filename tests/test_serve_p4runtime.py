@@ -78,8 +78,9 @@ class Client:
         return reply
 
 
-def _program(tmp, spec, order):
-    files = serve_program(spec, order, [1, 2, 3], 200, max_messages=2)
+def _program(tmp, spec, order, root_slots: int = 4):
+    files = serve_program(spec, order, [1, 2, 3], 200, max_messages=2, root_slots=root_slots)
+    assert json.loads(files["serve.json"])["root_slots"] == root_slots
     d = tmp / "prog"
     d.mkdir(exist_ok=True)
     for name, text in files.items():
@@ -136,7 +137,7 @@ def _session(tmp, spec, order: list[str], steps, data, reject_every: int = 0) ->
     ``reject_every`` k, the switch rejects every k-th table entry INSERT: the request gets an
     error reply and changes nothing, on the switch (its entries, as the daemon counts them) as
     in the daemon."""
-    prog = _program(tmp, spec, order)
+    prog = _program(tmp, spec, order, data.draw(st.sampled_from([2, 3, 4, 9]), label="root slots"))
     skeleton = json.loads((prog / "entries.json").read_text())
     qs = {n: spec.query_fields[n] for n in order}
     sw = FakeSwitch()

@@ -40,9 +40,24 @@ from .app import fail, ip_port, limit_options, limits_of, main, one_of, open_spe
     show_default=True,
     help="MoldUDP64 specs: messages per datagram the program classifies",
 )
+@click.option(
+    "--root-slots",
+    type=click.IntRange(2, 64),
+    default=4,
+    show_default=True,
+    help="versions of the root the switch holds at once: subc serve makes at most one change per "
+    "grace period / root slots (each slot holds a copy of the root's entries in the first table)",
+)
 @click.option("-o", "--output", "out_dir", default="serve-program", show_default=True, type=click.Path(file_okay=False))
 def serve_program_cmd(
-    spec_path: str, ports: str, target: str, field_order: str | None, capacity: int, max_messages: int, out_dir: str
+    spec_path: str,
+    ports: str,
+    target: str,
+    field_order: str | None,
+    capacity: int,
+    max_messages: int,
+    root_slots: int,
+    out_dir: str,
 ) -> None:
     """Write the P4 program that subc serve --p4runtime fills with live subscriptions: a table
     per query field of the field order, every port of --ports, tables sized for --capacity
@@ -55,7 +70,7 @@ def serve_program_cmd(
         port_list = parse_ports(ports)
         spec = open_spec(spec_path)
         order = [f.strip() for f in field_order.split(",") if f.strip()] if field_order else default_field_order(spec)
-        files = serve_program(spec, order, port_list, capacity, target, max_messages)
+        files = serve_program(spec, order, port_list, capacity, target, max_messages, root_slots)
         write_directory(out_dir, files)
     except SubcError as e:
         fail(e)

@@ -25,8 +25,9 @@ from ...spec.model import Spec
 from ...compiler.target import P4_TARGETS
 from .slots import DEFAULT_MAX_MESSAGES
 
-#: Versions of the root (level-0 states 1..ROOT_SLOTS) a switch holds at once: changes in flight
-#: before a grace period ends.  Each holds a copy of the first field's entries.
+#: Versions of the root (level-0 states 1..root slots) a switch holds at once by default: changes
+#: in flight before a grace period ends (``subc serve`` makes at most one change per grace period /
+#: root slots).  Each holds a copy of the root's entries in the first field's table.
 ROOT_SLOTS = 4
 #: Entries per live subscription declared for each stage table (and the first field's table
 #: holds the root slots' copies): a subscription adds a few nodes of a few runs per level.
@@ -47,10 +48,10 @@ def skeleton_rules(spec: Spec, order: Sequence[str], ports: Sequence[int]) -> st
     return "".join(f"{cond} : fwd({p});\n" for p in ports)
 
 
-def state_bits_for(capacity: int) -> int:
+def state_bits_for(capacity: int, root_slots: int = ROOT_SLOTS) -> int:
     """Width in bits of the state field for ``capacity`` live subscriptions: states per level up
     to ENTRIES_PER_SUBSCRIPTION x capacity + 1,024 (and at least the root slots)."""
-    return max(8, math.ceil(math.log2(ENTRIES_PER_SUBSCRIPTION * capacity + 1024 + ROOT_SLOTS + 1)))
+    return max(8, math.ceil(math.log2(ENTRIES_PER_SUBSCRIPTION * capacity + 1024 + root_slots + 1)))
 
 
 def serve_program(
@@ -60,17 +61,22 @@ def serve_program(
     capacity: int,
     target: str = "bmv2",
     max_messages: int = DEFAULT_MAX_MESSAGES,
+    root_slots: int = ROOT_SLOTS,
 ) -> dict[str, str]:
     """Files (name -> text) of the program ``subc serve --p4runtime`` fills: ``subc.p4``,
     ``p4info.txtpb``, ``entries.json`` (the skeleton's; its ``field_order``, tables, root and
     message layout are what the daemon reads), ``serve.json``.  ``ports``: the switch ports
     subscribers may be behind (1..511); ``capacity``: live subscriptions the tables are sized
-    for.  Raises SubcError for an unknown field, bad ports or a spec the target cannot take."""
+    for; ``root_slots``: versions of the root held at once (2..64; the first field's table gets
+    room for a copy of the root's entries per slot).  Raises SubcError for an unknown field, bad
+    ports, a root slot count out of range or a spec the target cannot take."""
     from ...errors import SubcError
     from ..files import target_files
 
     if target not in P4_TARGETS:
         raise SubcError(f"a program for subc serve --p4runtime is for bmv2 or tofino, not {target}")
+    if not 2 <= root_slots <= 64:
+        raise SubcError(f"root slots must be 2..64, not {root_slots}")
     ports = sorted(set(ports))
     if not ports or ports[0] < 0 or ports[-1] > 511:
         raise SubcError("the subscriber ports must be switch ports 0..511 (at least one)")
@@ -86,13 +92,14 @@ def serve_program(
         field_order=list(order),
         range_form="direct",
         capacity_factor=1.0,
-        state_bits=state_bits_for(capacity),
+        state_bits=state_bits_for(capacity, root_slots),
     )
     room = ENTRIES_PER_SUBSCRIPTION * capacity + 1024
     pipe = res.pipeline
     for t in pipe.tables:
         if t.role in ("stage", "miss"):
-            t.min_size = room * (2 if t.field == order[0] else 1)  # the root slots' copies
+            # the root slots' copies: each as large as a quarter of the room (the default's 4 fill one room)
+            t.min_size = room + (room * root_slots + 3) // 4 if t.field == order[0] else room
             if t.field == order[-1]:  # any leaf may come: one port, several, none
                 t.actions = sorted(set(t.actions) | {"subc_fwd", "subc_mcast", pipe.default_action[0]})
     files, _ = target_files(res, "<serve skeleton>", False, max_messages, None)
@@ -103,7 +110,7 @@ def serve_program(
                 "field_order": list(order),
                 "ports": ports,
                 "capacity": capacity,
-                "root_slots": ROOT_SLOTS,
+                "root_slots": root_slots,
                 "state_width": res.pipeline.state_width,
             },
             indent=1,
