@@ -1,7 +1,9 @@
 """Grace periods of live updates (subc/dataplane/live_broker.py): a root slot is rewritten only
 after a grace period has passed since the data plane was switched away from it; with a time-based
 grace (a P4Runtime switch), each retired slot waits out its own time from its own switch, not the
-time of slots retired after it.  A fake clock: the verdicts do not depend on the machine's speed."""
+time of slots retired after it.  The same holds for the refreshes of free root slots ahead of time
+(:meth:`LiveBroker.refresh`), which never touch the live slot.  A fake clock: the verdicts do not
+depend on the machine's speed."""
 
 from __future__ import annotations
 
@@ -44,6 +46,8 @@ class Writer:
         self.switched_away: dict[int, float] = {}  # slot -> when the data plane last left it
         self.rewrites: list[tuple[int, float, float | None]] = []  # (slot, when, when it was left)
         self.cleared = 0
+        self.behind: dict[int, int] = {}  # slot -> writes a refresh still has to make (100 at first)
+        self.refreshes = 0
 
     def write(self, node):
         pass
@@ -56,6 +60,16 @@ class Writer:
 
     def write_root(self, slot, root, spans):
         self.rewrites.append((slot, self.clock(), self.switched_away.get(slot)))
+        self.behind[slot] = 0
+
+    def refresh_root(self, slot, root, limit):
+        assert slot != self.base, "a refresh of the live root slot"
+        n = min(limit, self.behind.setdefault(slot, 100))
+        if n:
+            self.rewrites.append((slot, self.clock(), self.switched_away.get(slot)))
+            self.behind[slot] -= n
+            self.refreshes += 1
+        return n
 
     def switch(self, slot):
         self.switched_away[self.base] = self.clock()
@@ -72,15 +86,15 @@ def broker(root_slots: int, grace_s: float | None, clock: Clock, graces: list[fl
 
 @settings(max_examples=40, deadline=None)
 @given(
-    st.lists(st.tuples(st.floats(0, 0.08), st.booleans()), min_size=1, max_size=30),
-    st.integers(2, 4),
+    st.lists(st.tuples(st.floats(0, 0.08), st.booleans(), st.integers(0, 3)), min_size=1, max_size=30),
+    st.integers(2, 6),
     st.sampled_from([0.01, 0.05]),
 )
 def test_a_slot_is_rewritten_only_after_its_own_grace(steps, root_slots, grace_s):
     clock, graces = Clock(), []
     b, w, region = broker(root_slots, grace_s, clock, graces)
     live = False
-    for gap, reclaim in steps:
+    for gap, reclaim, refreshes in steps:
         clock.now += gap
         if not b.free_slots:  # every slot in its grace period: the reclaimer frees the oldest
             b.reclaim()
@@ -88,6 +102,9 @@ def test_a_slot_is_rewritten_only_after_its_own_grace(steps, root_slots, grace_s
         live = not live
         if reclaim:
             b.reclaim()
+        clock.now += gap / 2
+        for _ in range(refreshes):  # the reclaimer's refreshes of stale free slots, 40 writes each
+            b.refresh(40)
     for slot, when, left in w.rewrites:
         if left is not None:  # a slot the data plane used before: its grace period has passed
             assert when - left >= grace_s - 1e-9, (slot, when, left)
@@ -120,3 +137,26 @@ def test_a_signalled_grace_covers_the_batch_once():
     b.reclaim()
     assert len(graces) == 1 and clock.sleeps == []  # one wait for the three slots, no sleeping
     assert len(b.free_slots) == 3
+
+
+def test_refreshes_bring_every_stale_free_slot_up_to_the_live_root_then_stop():
+    clock, graces = Clock(), []
+    b, w, region = broker(6, 0.05, clock, graces)
+    b.apply([(region, 0, +1)])  # slot 1 live; slots 2..6 never written: stale
+    assert b.refresh(40) == 0  # right after a change: more may follow
+    clock.now += 0.01
+    made = []
+    while n := b.refresh(40):
+        made.append(n)
+    assert made == [40, 40, 20] * 5  # 100 writes each, 40 at a time, the next slot a change takes first
+    assert b.refresh_writes == 500 and all(b.dirty[s] == [] for s in b.free_slots)
+    assert b.refresh(40) == 0
+
+
+def test_a_writer_that_does_not_refresh_is_left_alone():
+    clock, graces = Clock(), []
+    b, w, region = broker(4, 0.05, clock, graces)
+    w.refresh_root = lambda slot, root, limit: None
+    b.apply([(region, 0, +1)])
+    clock.now += 0.01
+    assert b.refresh(40) == 0 and b.refresh_writes == 0

@@ -200,6 +200,8 @@ def _session(tmp, spec, order: list[str], steps, data, reject_every: int = 0) ->
             rules = parse_rules("".join(f"{c} : fwd(1);\n" for c in all_conds), spec, "all.sub") if all_conds else []
             packets = list(boundary_packets(rules, qs, data.draw))[:24]
             _check(sw, spec, skeleton, live, packets)
+            if daemon.broker.refresh_writes:
+                event("free root slots refreshed ahead of time")
             if reject_every:
                 _consistent(sw, daemon)
     finally:

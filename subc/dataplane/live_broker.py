@@ -16,7 +16,10 @@ batch of subscription additions and removals):
    becomes free again.
 
 Step 5 runs in :meth:`LiveBroker.reclaim` (the daemon's grace thread), off the path of a
-request: a change waits only when every slot is still in its grace period.  A grace period is
+request: a change waits only when every slot is still in its grace period.  The same thread
+refreshes free root slots ahead of time where root writes are slow (:meth:`LiveBroker.refresh`,
+a P4Runtime switch): a slot left unused while the diagram grew, then taken when changes come
+faster, would otherwise be rewritten whole on the path of the change that takes it.  A grace period is
 either a wait for every program run that started before it (the BPF maps: one wait covers every
 slot retired before it) or, where the data plane gives no such signal (a P4Runtime switch), a
 time (``grace_s``): then each slot has its own, from the moment it was switched away from, and
@@ -37,10 +40,17 @@ import threading
 import time
 from typing import Callable, Protocol, Sequence
 
+from ..errors import SubcError
 from ..ir.incremental import Change, LiveDiagram, Node, merge_spans
 from .writer import LiveWriter
 
 MAX_DIRTY_SPANS = 512  # beyond, a root slot is rewritten whole
+#: a free root slot more level-0 spans behind the live root than this (or of unknown content) is
+#: refreshed ahead of time by writers that refresh (:meth:`LiveBroker.refresh`)
+REFRESH_SPANS = 32
+#: seconds without a change before free root slots are refreshed (changes in a burst make the
+#: free slots stale again at once: refreshing them then only competes with the changes)
+REFRESH_IDLE_S = 0.004
 FORCE_AFTER_S = 5.0  # a change that finds the schedule full this long switches the oldest entry at once
 
 
@@ -89,6 +99,9 @@ class LiveBroker:
         self.live_root: Node | None = None
         self.retired: list[tuple[int, Node | None, float]] = []  # (slot, root, monotonic s switched away)
         self.changes = 0
+        self.refresh_writes = 0  # writes made by refresh()
+        self.last_change = float("-inf")  # clock() of the last change published
+        self.refresh_failures = 0  # refreshes the data plane refused (the slot is rewritten by its change)
         self._inherited: Callable[[], None] | None = None
         self._unowned = False  # the live slot holds a root no slot owns (published by force)
 
@@ -177,6 +190,7 @@ class LiveBroker:
         self.live_slot, self.live_root = slot, (ch.root if owned else None)
         self._unowned = not owned
         self.changes += 1
+        self.last_change = self.clock()
 
     def _schedule_switch(self, at, slot: int, root: Node | None) -> None:
         """Schedule the switch to ``slot`` (holding ``root``) at position ``at`` (not before the
@@ -257,6 +271,40 @@ class LiveBroker:
                     self.free_slots.append(slot)
                 self.lock.notify_all()
         return freed_n
+
+    def refresh(self, limit: int) -> int:
+        """Bring the stale free root slot that a change takes first (its content unknown, or more
+        than :data:`REFRESH_SPANS` level-0 spans behind the live root) closer to the live root,
+        once no change was published for :data:`REFRESH_IDLE_S`:
+        at most ``limit`` writes, flushed under the lock (a change waits for those at most).  A
+        free slot is not live and no packet reads it (:meth:`reclaim` frees a slot only after its
+        grace period), and the change that takes it rewrites it by difference with what it holds.
+        Returns the writes made: 0 when no slot is stale, the writer does not refresh
+        (:meth:`~.writer.LiveWriter.refresh_root`), or the data plane refused the writes
+        (counted in ``refresh_failures``; the writer then holds what it held)."""
+        with self.lock:
+            root = self.live_root
+            if root is None or self.clock() - self.last_change < REFRESH_IDLE_S:
+                return 0
+            for slot in reversed(self.free_slots):  # the next slot a change takes is the last
+                spans = self.dirty[slot]
+                if spans is not None and len(spans) <= REFRESH_SPANS:
+                    continue
+                n = self.writer.refresh_root(slot, root, limit)
+                if n is None:
+                    return 0
+                if n == 0:
+                    self.dirty[slot] = []
+                    continue
+                try:
+                    self.writer.flush()
+                except SubcError:
+                    self.refresh_failures += 1
+                    return 0
+                self.refresh_writes += n
+                self.dirty[slot] = None if n >= limit else []
+                return n
+        return 0
 
     def free_slot_count(self) -> int:
         """Root slots free for the next changes (a glance without the lock: a hint)."""

@@ -20,8 +20,8 @@ class LiveWriter(Protocol):
     ``root_slots``: the versions of the root (root states 1..root_slots) a change may write into
     while packets read another.  :meth:`write` and :meth:`clear` buffer; :meth:`flush` applies the
     buffer (raising SubcError, with nothing applied or everything undone, when the data plane
-    refuses); :meth:`write_root` makes a root slot encode a root node; :meth:`switch` makes a slot
-    the live root with one atomic write."""
+    refuses); :meth:`write_root` makes a root slot encode a root node (:meth:`refresh_root` part
+    of the way, ahead of time); :meth:`switch` makes a slot the live root with one atomic write."""
 
     root_slots: int
 
@@ -40,6 +40,13 @@ class LiveWriter(Protocol):
     def write_root(self, slot: int, root: Node, spans: list[tuple[int, int]] | None) -> None:
         """Make root slot ``slot`` encode ``root``; ``spans``: the level-0 values whose entries
         may differ from what the slot held (None: anywhere)."""
+        ...
+
+    def refresh_root(self, slot: int, root: Node, limit: int) -> int | None:
+        """Buffer at most ``limit`` of the writes that make free root slot ``slot`` encode
+        ``root`` (the slot is not live: done off the path of changes, so that the change that
+        next takes the slot has little left to write).  Returns the writes buffered (0: the slot
+        encodes ``root``), or None when this writer does not refresh (its root writes are cheap)."""
         ...
 
     def switch(self, slot: int) -> None:

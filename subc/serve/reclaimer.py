@@ -16,6 +16,8 @@ from .store import Store
 RECLAIM_LINGER = 0.02  # seconds retired root slots may wait to be reclaimed together
 ADVANCE_EVERY = 0.005  # seconds between looks at the feed's position while switches are scheduled
 CHECKPOINT_EVERY = 1.0  # seconds between checkpoints of the store's write-ahead log
+REFRESH_WRITES = 32  # writes per refresh of a stale free root slot (a change waits for at most these)
+REFRESH_PAUSE = 0.001  # seconds between refreshes: the lock is free for a change meanwhile
 
 
 def reclaim_forever(
@@ -26,7 +28,9 @@ def reclaim_forever(
     ``work`` is set (a change retired a root slot or drained an endpoint), wait a moment for more
     (:data:`RECLAIM_LINGER`, unless a quarter of the ``root_slots`` or more await reclaiming),
     then one grace period for all of them and free their entries (:meth:`LiveBroker.reclaim`)
-    and the drained endpoints; every :data:`CHECKPOINT_EVERY` s, checkpoint the store."""
+    and the drained endpoints; then, until the next change, refresh stale free root slots
+    (:meth:`LiveBroker.refresh`, :data:`REFRESH_WRITES` writes at a time); every
+    :data:`CHECKPOINT_EVERY` s, checkpoint the store."""
     checkpointed = time.monotonic()
     while not stopping.is_set():
         work.wait(timeout=ADVANCE_EVERY if broker.scheduled else 0.5)
@@ -57,3 +61,5 @@ def reclaim_forever(
             broker.grace()
         if drained:
             endpoints.free_drained(drained)
+        while not stopping.is_set() and not work.is_set() and broker.refresh(REFRESH_WRITES):
+            time.sleep(REFRESH_PAUSE)

@@ -329,6 +329,11 @@ class LiveMaps:
             self.write(root, slot)
         self.slot_node[slot] = root
 
+    def refresh_root(self, slot: int, root: Node, limit: int) -> None:
+        """None: map writes take microseconds, and :meth:`write_root` rewrites only the spans a
+        change touched; a stale slot is rewritten within the change."""
+        return None
+
     def switch(self, slot: int) -> None:
         """Publish root slot ``slot`` (after the buffered writes): one write of ``subc_root``."""
         self.flush()

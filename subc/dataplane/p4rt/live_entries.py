@@ -122,6 +122,7 @@ class LiveEntries:
         self.sizes = {t.preamble.name: t.size for t in session.p4info.tables}
         self.held: Counter = Counter()  # entries per table
         self.slot_entries: dict[int, dict] = {}  # root slot -> {(role, key): action}
+        self.slot_node: dict[int, Node] = {}  # root slot -> the root whose entries it holds (if one does)
         self.groups: dict[tuple[int, ...], int] = {}  # port set -> group id
         self.group_refs: Counter = Counter()
         self.free_groups: list[int] = []
@@ -131,6 +132,7 @@ class LiveEntries:
         self.written: set[tuple[int, int]] = set()  # (level, state) of the nodes below the root on the switch
         self.writes = 0
         self._slots_before: dict[int, dict] = {}  # root slot -> its entries before the buffered writes
+        self._root_memo: tuple[Node, dict] | None = None  # (root, its entries) until a node is written or cleared
 
     # -- actions ------------------------------------------------------------------------------
 
@@ -209,6 +211,7 @@ class LiveEntries:
         """Write every entry of (new) ``node`` under its state (or ``state``: a root slot)."""
         if node.level == self.n:
             return  # a leaf: its delivery is the action of its parents' entries
+        self._root_memo = None
         state = node.state if state is None else state
         for (role, key), a in self.entries_of(node).items():
             self._ops.append(("INSERT", node.level, state, role, key, a, None))
@@ -218,6 +221,7 @@ class LiveEntries:
         were never written (a change that did not fit)."""
         if node.level == self.n:
             return
+        self._root_memo = None
         state = node.state if state is None else state
         if (node.level, state) not in self.written:
             return
@@ -225,11 +229,21 @@ class LiveEntries:
             self._ops.append(("DELETE", node.level, state, role, key, None, a))
 
     def write_root(self, slot: int, root: Node, spans: list[tuple[int, int]] | None) -> None:
-        """Make root slot ``slot`` hold ``root``'s entries: the difference with what it holds
-        (``spans`` unused: the whole root is compared)."""
+        """Make root slot ``slot`` hold ``root``'s entries: the difference with what it holds.
+        ``spans``: the level-0 values whose children may differ from those of the root the slot
+        was last written with (None: anywhere); on an exact first field with an unchanged miss
+        target only those values are compared (the work follows the change, not the root's
+        size), else the whole root."""
         old = self.slot_entries.get(slot, {})
         self._slots_before.setdefault(slot, old)
-        new = self.entries_of(root)
+        prev = self.slot_node.get(slot)
+        if spans is not None and prev is not None and self.levels[0].kind == "exact":
+            miss = exact_miss(root)
+            if exact_miss(prev) is miss:
+                self.slot_entries[slot] = self._write_spans(slot, old, prev, root, miss, spans)
+                self.slot_node[slot] = root
+                return
+        new = self._root_entries(root)
         for k, a in new.items():
             b = old.get(k)
             if b != a:
@@ -238,6 +252,71 @@ class LiveEntries:
             if k not in new:
                 self._ops.append(("DELETE", 0, slot, k[0], k[1], None, b))
         self.slot_entries[slot] = new
+        self.slot_node[slot] = root
+
+    def _write_spans(self, slot: int, old: dict, prev: Node, root: Node, miss: Node, spans) -> dict:
+        """The writes that make exact root slot ``slot``, holding ``old`` (``prev``'s entries),
+        hold ``root``'s within ``spans`` (the same miss target ``miss``); returns what it then
+        holds."""
+        held = dict(old)
+        ops = self._ops
+        for lo, hi in spans:
+            new = {
+                ("stage", ("exact", v)): self._act(0, c)
+                for v, c in lowering.exact_values(root.between(lo, hi), miss, lo, hi)
+            }
+            for v, _ in lowering.exact_values(prev.between(lo, hi), miss, lo, hi):
+                k = ("stage", ("exact", v))
+                if k not in new:
+                    b = held.pop(k, None)
+                    if b is not None:
+                        ops.append(("DELETE", 0, slot, "stage", k[1], None, b))
+            for k, a in new.items():
+                b = held.get(k)
+                if b != a:
+                    ops.append(("INSERT" if b is None else "MODIFY", 0, slot, "stage", k[1], a, b))
+                    held[k] = a
+        return held
+
+    def _root_entries(self, root: Node) -> dict:
+        """:meth:`entries_of` ``root``, kept while no node is written or cleared (the refreshes
+        of free slots between two changes compare with the same root)."""
+        memo = self._root_memo
+        if memo is None or memo[0] is not root:
+            memo = self._root_memo = (root, self.entries_of(root))
+        return memo[1]
+
+    def refresh_root(self, slot: int, root: Node, limit: int) -> int:
+        """Buffer at most ``limit`` of the writes that make root slot ``slot`` (not live) hold
+        ``root``'s entries, the slot then holding what they leave it (:meth:`write_root` compares
+        with that).  Returns the writes buffered (0: it holds ``root``'s entries)."""
+        old = self.slot_entries.get(slot, {})
+        new = self._root_entries(root)
+        ops = []
+        for k, a in new.items():
+            b = old.get(k)
+            if b != a:
+                ops.append(("INSERT" if b is None else "MODIFY", 0, slot, k[0], k[1], a, b))
+                if len(ops) >= limit:
+                    break
+        if len(ops) < limit:
+            for k, b in old.items():
+                if k not in new:
+                    ops.append(("DELETE", 0, slot, k[0], k[1], None, b))
+                    if len(ops) >= limit:
+                        break
+        if ops:
+            self._slots_before.setdefault(slot, old)
+            self.slot_node.pop(slot, None)  # it holds part of the way to root: compared whole next time
+            held = dict(old)
+            for op, _, _, role, key, a, _ in ops:
+                if op == "DELETE":
+                    del held[(role, key)]
+                else:
+                    held[(role, key)] = a
+            self.slot_entries[slot] = held
+            self._ops += ops
+        return len(ops)
 
     # -- writing ------------------------------------------------------------------------------
 
