@@ -29,7 +29,7 @@ class Node:
     ``origin`` is the list of level-0 regions where it holds references of its own (None: all
     of its runs; see :meth:`.incremental.LiveDiagram.release_root`)."""
 
-    __slots__ = ("level", "runs", "ref", "state", "q", "origin", "dead", "false", "_los")
+    __slots__ = ("level", "runs", "ref", "state", "q", "origin", "dead", "false", "_los", "miss")
 
     def __init__(self, level: int, runs: tuple):
         self.level, self.runs = level, runs
@@ -41,6 +41,8 @@ class Node:
         self.origin: tuple[Node, list[tuple[int, int]]] | list[tuple[int, int]] | None = None
         self.dead = False
         self._los: list[int] | None = None
+        #: an exact delivery node's miss target, once asked (:func:`exact_miss`; runs never change)
+        self.miss: Node | None = None
 
     @property
     def los(self) -> list[int]:
@@ -81,8 +83,12 @@ def is_dead(node: Node) -> bool:
 
 
 def exact_miss(node: Node) -> Node:
-    """The miss target of an exact delivery node (:func:`.lowering.exact_miss`)."""
-    return lowering.exact_miss(node.runs, is_dead)
+    """The miss target of an exact delivery node (:func:`.lowering.exact_miss`), computed once
+    per node (a node's runs never change)."""
+    miss = node.miss
+    if miss is None:
+        miss = node.miss = lowering.exact_miss(node.runs, is_dead)
+    return miss
 
 
 def emit_run(out: list, lo: int, hi: int, child) -> None:
