@@ -16,11 +16,13 @@ every batch:
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from strategies import boundary_packets, condition
 from test_differential import FIELDS, SPEC
 
+from subc.ir import lowering
+from subc.ir.live_nodes import exact_miss, is_dead
 from subc.lang.ast import evaluate
 from subc.ir import root_runs
 from subc.ir.incremental import CapacityError, LiveDiagram
@@ -109,6 +111,13 @@ def run_scenario(live, order, subs, steps, parsed, data) -> None:
             assert not any(n.dead for n in reachable(r))
         for n in ch.new:
             assert n.state > 0
+        # the root's miss target (the target of the most values), when derived from the previous
+        # root's over the change's spans, is the one a count over every run gives
+        derived = ch.root.miss is not None
+        fresh = lowering.exact_miss(ch.root.runs, is_dead)
+        assert exact_miss(ch.root) is fresh
+        if ch.changed:
+            event(f"root's miss target derived: {derived}")
         for p in pkts:
             want = tuple(sorted({parsed[i].actions[0].args[0] for i in active if evaluate(parsed[i].condition, p)}))
             assert live.deliver(p) == want, (p, want)

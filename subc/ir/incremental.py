@@ -56,6 +56,7 @@ from .live_nodes import (
     Universe,
     aligned_regions,
     constant_chain,
+    derive_miss,
     merge_spans,
     root_regions,
     run_builder,
@@ -290,6 +291,8 @@ class LiveDiagram:
             q.origin = aligned_regions(base, q, spans)
         else:
             q.origin = None
+        if base is not None and q.miss is None:
+            derive_miss(base, q, spans)
         self.delivery.hold(q, q.origin)
         self._roots.append(q)
         self.root = root

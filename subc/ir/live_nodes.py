@@ -29,7 +29,7 @@ class Node:
     ``origin`` is the list of level-0 regions where it holds references of its own (None: all
     of its runs; see :meth:`.incremental.LiveDiagram.release_root`)."""
 
-    __slots__ = ("level", "runs", "ref", "state", "q", "origin", "dead", "false", "_los", "miss")
+    __slots__ = ("level", "runs", "ref", "state", "q", "origin", "dead", "false", "_los", "miss", "miss_bound")
 
     def __init__(self, level: int, runs: tuple):
         self.level, self.runs = level, runs
@@ -43,6 +43,9 @@ class Node:
         self._los: list[int] | None = None
         #: an exact delivery node's miss target, once asked (:func:`exact_miss`; runs never change)
         self.miss: Node | None = None
+        #: (values the miss target covers, whether it was dead, a bound on any other target's
+        #: values + 1 if dead): what :func:`derive_miss` needs
+        self.miss_bound: tuple[int, bool, int] | None = None
 
     @property
     def los(self) -> list[int]:
@@ -84,11 +87,45 @@ def is_dead(node: Node) -> bool:
 
 def exact_miss(node: Node) -> Node:
     """The miss target of an exact delivery node (:func:`.lowering.exact_miss`), computed once
-    per node (a node's runs never change)."""
+    per node (a node's runs never change), or derived from the root it changes
+    (:func:`derive_miss`)."""
     miss = node.miss
     if miss is None:
+        weights: dict[Node, int] = {}
+        for lo, hi, t in node.runs:
+            weights[t] = weights.get(t, 0) + hi - lo + 1
         miss = node.miss = lowering.exact_miss(node.runs, is_dead)
+        second = max((w + is_dead(t) for t, w in weights.items() if t is not miss), default=0)
+        node.miss_bound = (weights[miss], is_dead(miss), second)
     return miss
+
+
+def _covered(node: Node, lo: int, hi: int, target: Node) -> int:
+    """Values of [lo, hi] whose child in ``node`` is ``target``."""
+    n = 0
+    for rlo, rhi, c in node.between(lo, hi):
+        if c is target:
+            n += min(rhi, hi) - max(rlo, lo) + 1
+    return n
+
+
+def derive_miss(base: Node, root: Node, spans: Sequence[tuple[int, int]]) -> None:
+    """Give delivery root ``root``, whose children are ``base``'s outside the disjoint level-0
+    ``spans``, ``base``'s miss target when that is known and stays the target of the most values
+    by a margin no other target can close within the spans (every other target gains at most the
+    spans' values): its weight is updated over the spans alone, not over the root's thousands of
+    runs.  Otherwise nothing (:func:`exact_miss` computes it when asked)."""
+    m, bound = base.miss, base.miss_bound
+    if m is None or bound is None:
+        return
+    weight, dead, second = bound
+    size = 0
+    for lo, hi in spans:
+        size += hi - lo + 1
+        weight += _covered(root, lo, hi, m) - _covered(base, lo, hi, m)
+    second = max(second, 1) + size  # a target new within the spans: at most their values (+1 if dead)
+    if weight + dead > second:
+        root.miss, root.miss_bound = m, (weight, dead, second)
 
 
 def emit_run(out: list, lo: int, hi: int, child) -> None:
