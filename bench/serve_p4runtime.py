@@ -154,11 +154,13 @@ def main() -> None:
     ap.add_argument("--bare", help=argparse.SUPPRESS)
     ap.add_argument("--grace", type=float, default=0.05, help="the daemon's --grace (s)")
     ap.add_argument("--root-slots", type=int, default=4, help="subc serve-program --root-slots")
+    ap.add_argument("--settle", type=float, default=0.0,
+                    help="seconds without requests between filling a level and measuring latency")
     ap.add_argument("--daemon-log", help="the daemon's log (debug: every change's times) to this file")
     a = ap.parse_args()
     levels = [int(x) for x in a.levels.split(",")]
     if a.client:
-        serve_subscribe.client(levels, Client(), a.samples, a.burst, counters=metrics)
+        serve_subscribe.client(levels, Client(), a.samples, a.burst, counters=metrics, settle=a.settle)
         return
     if a.bare:
         prog, updates, requests = a.bare.split(",")
@@ -248,7 +250,8 @@ def main() -> None:
         if a.daemon_log:  # drained into the file (a full pipe would stall the daemon)
             log = open(a.daemon_log, "w")  # noqa: SIM115 - closed when the daemon's stderr ends
             threading.Thread(target=lambda: (shutil.copyfileobj(daemon.stderr, log), log.close()), daemon=True).start()
-        r = in_namespace("--client", "--levels", a.levels, "--samples", str(a.samples), "--burst", str(a.burst))
+        r = in_namespace("--client", "--levels", a.levels, "--samples", str(a.samples), "--burst", str(a.burst),
+                         "--settle", str(a.settle))
         sys.stdout.write(r.stdout)
         if r.returncode:
             raise SystemExit(r.returncode)

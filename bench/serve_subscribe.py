@@ -161,15 +161,19 @@ class Client:
                     raise SystemExit(f"unexpected reply: {r}")
 
 
-def client(levels: list[int], c: Client | None = None, samples: int = 1000, burst: int = 5000, counters=None) -> None:
+def client(
+    levels: list[int], c: Client | None = None, samples: int = 1000, burst: int = 5000, counters=None, settle: float = 0.0
+) -> None:
     """At each level: fill ``c`` up to it, ``samples`` latencies, a ``burst`` of pipelined
     SUBSCRIBEs (then removed); one JSON line per level on standard output.  ``counters``: a
     function giving the daemon's counters (name -> value), read around the burst: each one's
-    increase and its rate over the burst are added to the line."""
+    increase and its rate over the burst are added to the line.  ``settle``: seconds without
+    requests between the fill and the latencies (a daemon between bursts)."""
     c = c or Client()
     for level in levels:
         fill = level - len(c.live)
         t_fill = c.pipelined(fill) if fill > 0 else None
+        time.sleep(settle)
         print(f"level {level}: filled, measuring latency", file=sys.stderr, flush=True)
         lat = sorted(c.latency(samples))
         print(f"level {level}: measuring throughput", file=sys.stderr, flush=True)
