@@ -43,7 +43,6 @@ import re
 from array import array
 from collections import deque
 from itertools import accumulate
-from operator import sub
 
 from lark import Tree
 from lark.exceptions import UnexpectedInput
@@ -306,42 +305,52 @@ class ShapeParser:
         groups, leaves = self.numbers.get(shape) or self.numbers.setdefault(shape, ({}, {}))
         group_get, leaf_get = groups.get, leaves.get
         group_of, leaf_of, offset = rules.group_of.append, rules.leaf_of.append, self.offsets.append
-        first = len(self.offsets)
+        # a piece whose action span is known has atoms resolved without error (Shape.resolve's
+        # cache): a new condition span is resolved here alone, as Shape.resolve would
+        cg, conditions, resolver = shape.cond_groups, shape.conditions, shape.resolver
+        assert shape.template is not None  # a template shape
+        cond = shape.template.cond
+        cores, shapes, group_leaves = rules.cores, rules.shapes, rules.leaves
+        index = self.index
         while True:
             m = match(text, pos)
             if m is None:
-                break
+                self.index = index
+                return pos
+            end = m.end()
+            if end - pos > max_chars:
+                raise _Anomaly
             ck, ak = m.groups()
             g = group_get(ck)
             leaf = leaf_get(ak)
             if g is None or leaf is None:
-                end = m.end()
-                if end - pos > max_chars:
-                    raise _Anomaly
                 literals = pattern.match(text, pos)
                 assert literals is not None  # the same expression, other groups
-                numbered = self._number(shape, literals, ck, ak)
-                if numbered is None:
-                    self._check_lengths(first, pos)
-                    self.index += len(self.offsets) - first + 1
-                    return end
-                g, leaf = numbered
+                if leaf is not None and cg:  # a new condition only (most new keys): its core
+                    rk = literals.group(*cg)
+                    core = conditions.get(rk)
+                    if core is None:
+                        try:
+                            core = conditions[rk] = cond(literals, None, resolver)
+                        except SubcError as e:
+                            self.error = e
+                            self.index = index + 1
+                            return end
+                    g = groups[ck] = len(cores)  # rules.new_group(core, shape), inlined
+                    cores.append(core)
+                    shapes.append(shape)
+                    group_leaves.append([])
+                else:
+                    numbered = self._number(shape, literals, ck, ak)
+                    if numbered is None:
+                        self.index = index + 1
+                        return end
+                    g, leaf = numbered
             group_of(g)
             leaf_of(leaf)
             offset(pos)
-            pos = m.end()
-        self._check_lengths(first, pos)
-        self.index += len(self.offsets) - first
-        return pos
-
-    def _check_lengths(self, first: int, end: int) -> None:
-        """_Anomaly when a piece from the one of rule ``first`` (by position in :attr:`offsets`) to
-        the last one, which ends at ``end``, is too long (checked after a run: any _Anomaly has
-        the same outcome)."""
-        offsets = self.offsets[first:]
-        offsets.append(end)
-        if len(offsets) > 1 and max(map(sub, offsets[1:], offsets[:-1])) > self.limits.max_rule_chars:
-            raise _Anomaly
+            index += 1
+            pos = end
 
     @staticmethod
     def _group_leaves(rules: RuleStore, start: int) -> None:
