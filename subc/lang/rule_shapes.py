@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import re
 from array import array
-from collections import deque
 from itertools import accumulate
 
 from lark import Tree
@@ -248,13 +247,13 @@ class ShapeParser:
         deferred rules (their groups and leaves: :meth:`_number`) until one does not match or has a
         semantic error (kept in :attr:`error`, its piece consumed); returns the offset after them.
         _Anomaly when a piece is too long.  The rules' leaves join their groups' lists after the
-        loop, in rule order (:meth:`_group_leaves`)."""
+        loop, in rule order (:meth:`RuleStore.join_leaves`)."""
         start = len(rules.group_of)
         if shape.span_pattern is not None:
             pos = self._deferred_spans(shape, pos, rules)
         else:
             pos = self._deferred_groups(shape, pos, rules)
-        self._group_leaves(rules, start)
+        rules.join_leaves(start)
         return pos
 
     def _deferred_groups(self, shape: Shape, pos: int, rules: RuleStore) -> int:
@@ -307,7 +306,8 @@ class ShapeParser:
         group_of, leaf_of, offset = rules.group_of.append, rules.leaf_of.append, self.offsets.append
         # a piece whose action span is known has atoms resolved without error (Shape.resolve's
         # cache): a new condition span is resolved here alone, as Shape.resolve would
-        cg, conditions, resolver = shape.cond_groups, shape.conditions, shape.resolver
+        cg, resolver = shape.cond_groups, shape.resolver
+        conditions = shape.conditions if self.cache is not None else None
         assert shape.template is not None  # a template shape
         cond = shape.template.cond
         cores, shapes, group_leaves = rules.cores, rules.shapes, rules.leaves
@@ -327,15 +327,18 @@ class ShapeParser:
                 literals = pattern.match(text, pos)
                 assert literals is not None  # the same expression, other groups
                 if leaf is not None and cg:  # a new condition only (most new keys): its core
-                    rk = literals.group(*cg)
-                    core = conditions.get(rk)
-                    if core is None:
-                        try:
-                            core = conditions[rk] = cond(literals, None, resolver)
-                        except SubcError as e:
-                            self.error = e
-                            self.index = index + 1
-                            return end
+                    try:
+                        if conditions is None:  # (a shape of this parse: its new span is new to it)
+                            core = cond(literals, None, resolver)
+                        else:
+                            rk = literals.group(*cg)
+                            core = conditions.get(rk)
+                            if core is None:
+                                core = conditions[rk] = cond(literals, None, resolver)
+                    except SubcError as e:
+                        self.error = e
+                        self.index = index + 1
+                        return end
                     g = groups[ck] = len(cores)  # rules.new_group(core, shape), inlined
                     cores.append(core)
                     shapes.append(shape)
@@ -351,19 +354,6 @@ class ShapeParser:
             offset(pos)
             index += 1
             pos = end
-
-    @staticmethod
-    def _group_leaves(rules: RuleStore, start: int) -> None:
-        """Append the leaves of the rules of ``rules`` from position ``start`` on to their groups'
-        lists (:attr:`RuleStore.leaves`), in rule order, but the -1s (no atoms)."""
-        gs, ls = rules.group_of[start:], rules.leaf_of[start:]
-        lists = rules.leaves
-        if -1 in ls:
-            for g, leaf in zip(gs, ls):
-                if leaf >= 0:
-                    lists[g].append(leaf)
-        else:
-            deque(map(list.append, map(lists.__getitem__, gs), ls), maxlen=0)
 
     def _number(self, shape: Shape, m: re.Match, ck, ak) -> tuple[int, int] | None:
         """(group, leaf) numbers in :attr:`store` of the piece matched by ``m`` (``shape``'s
