@@ -127,6 +127,23 @@ def test_the_first_semantic_error_loses_to_later_syntax_and_limit_errors(example
     assert ("unexpected" in got[1]) if later == "syntax" else ("characters long" in got[1]) if later == "limit" else ("port 600" in got[1])
 
 
+@pytest.mark.parametrize("error_at", [None, 5, 30])
+def test_a_long_piece_of_known_literals_is_a_limit_error_before_or_after_a_semantic_error(example_spec, error_at):
+    """Pieces whose condition and action literals were seen before are length-checked after their
+    run (span patterns): a piece made long by a number in its comment still gives the limit error,
+    whether a semantic error comes before or after it in the same run."""
+    good = "# {}\nadd_order.stock == \"AB\" and add_order.shares > {} : fwd({});\n"
+    lines = [good.format(1, i % 5, 1 + i % 3) for i in range(50)]
+    lines[17] = good.format("9" * 1500, 2, 3)  # the literals of line 2 and 2: known keys
+    if error_at is not None:
+        lines[error_at] = good.format(1, 1, 600)
+    text = "".join(lines)
+    limits = Limits(max_rule_chars=1000)
+    got = outcome(lambda t, s, p: parse_rules(t, example_spec, p, limits=limits), text)
+    assert got == outcome_checked(text, example_spec, limits)
+    assert "characters long" in got[1]
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(rule_set(FIELDS, allow_drop=True), st.integers(0, 2), st.sampled_from(["99999999999", "600", "0x1FF", "256"]))
 def test_literal_errors_in_templated_rules_are_located_as_lark_locates_them(fields_text, which, big):

@@ -140,7 +140,9 @@ def _root_items(by_core: dict[int, tuple], domains: list, interned: list[dict], 
         return x
 
     borrowed: set[int] = set()  # ids of the leaf lists of by_core held by a trie cell as they are
-    by_pred: dict[int, tuple] = {}  # id(pred) -> (pred, field position, range id or -1: no value)
+    # id(pred) -> (pred, range id or -1: no value, field position, its bit)
+    by_pred: dict[int, tuple] = {}
+    by_pred_get = by_pred.get
     for core, leaves in by_core.values():
         if not leaves:
             continue
@@ -152,20 +154,20 @@ def _root_items(by_core: dict[int, tuple], domains: list, interned: list[dict], 
             ids = [0] * n
             seen = 0
             for p in core.items if kind is And else (core,):
-                if type(p) is not Pred:
-                    break
-                hit = by_pred.get(id(p))
-                if hit is None:
+                hit = by_pred_get(id(p))
+                if hit is None:  # (a pred seen before is in by_pred, which keeps it: its id is its own)
+                    if type(p) is not Pred:
+                        break
                     _, i, ranges = maker.pred_ranges(p)
-                    hit = by_pred[id(p)] = (p, i, -1 if ranges is EMPTY else range_id(i, ranges))
-                i = hit[1]
-                if seen >> i & 1:
+                    hit = by_pred[id(p)] = (p, -1 if ranges is EMPTY else range_id(i, ranges), i, 1 << i)
+                _, x, i, bit = hit
+                if seen & bit:
                     break
-                seen |= 1 << i
-                if hit[2] < 0:
+                seen |= bit
+                if x < 0:
                     cube_list = []
                     break
-                ids[i] = hit[2]
+                ids[i] = x
             else:
                 cube_list = [ids]
         if cube_list is None:

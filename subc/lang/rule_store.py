@@ -14,6 +14,7 @@ The functions below answer for any sequence of rules, from the columns when it i
 from __future__ import annotations
 
 from array import array
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from operator import attrgetter
 from typing import overload
@@ -67,11 +68,26 @@ class RuleStore(Sequence[Rule]):
         return x
 
     def add(self, group: int, leaf: int) -> None:
-        """Append a rule of ``group`` with ``leaf`` (the parser inlines this per deferred rule)."""
+        """Append a rule of ``group`` with ``leaf`` (the shape parser fills the columns itself, then
+        :meth:`join_leaves`)."""
         self.group_of.append(group)
         self.leaf_of.append(leaf)
         if leaf >= 0:
             self.leaves[group].append(leaf)
+
+    def join_leaves(self, start: int) -> None:
+        """Append the leaves of the rules from position ``start`` on to their groups' lists
+        (:attr:`leaves`), in rule order, but the -1s (no atoms): for rules whose numbers were
+        appended to :attr:`group_of` and :attr:`leaf_of` directly (the shape parser's runs: its loop
+        over a million rules is 15% faster without an append per rule to these lists)."""
+        gs, ls = self.group_of[start:], self.leaf_of[start:]
+        lists = self.leaves
+        if -1 in ls:
+            for g, leaf in zip(gs, ls):
+                if leaf >= 0:
+                    lists[g].append(leaf)
+        else:
+            deque(map(list.append, map(lists.__getitem__, gs), ls), maxlen=0)
 
     def add_rule(self, rule: Rule) -> None:
         """Append ``rule``, kept whole (its own group); its index must be the next one."""

@@ -91,6 +91,9 @@ class _Builder:
                 x = x.children[0]
             fs = tuple([self.expr(x)] + [self.expr(y) for y in reversed(rights)])
             cls = Or if t.data == "or_" else And
+            if len(fs) == 2:  # (most: a rule's conjunction of two tests, built once per condition)
+                f1, f2 = fs
+                return lambda m, loc, r: cls((f1(m, loc, r), f2(m, loc, r)))
             return lambda m, loc, r: cls(tuple([f(m, loc, r) for f in fs]))
         if t.data == "not_":
             f = self.expr(t.children[0])

@@ -26,6 +26,11 @@ class Shape:
         self.pattern: re.Pattern | None = None
         self.cond_groups: tuple[int, ...] = ()
         self.act_groups: tuple[int, ...] = ()
+        #: for a template whose condition literals are consecutive groups, and its action
+        #: literals too: the pattern with two groups only, the text from the first to the last
+        #: condition literal and likewise for the actions (empty when there are none), one
+        #: string each that stands for the literal texts of its part (:mod:`.rule_shapes`)
+        self.span_pattern: re.Pattern | None = None
         self.conditions: dict = {}  # condition literal texts -> core condition
         self.atom_sets: dict = {}  # action literal texts -> atoms
         #: the start offsets of the pieces of one parse, by rule index from ``first_index`` (its
@@ -59,6 +64,7 @@ class Shape:
         s = Shape(source, resolver)
         s.template, s.pattern = self.template, self.pattern
         s.cond_groups, s.act_groups = self.cond_groups, self.act_groups
+        s.span_pattern = self.span_pattern
         s.conditions, s.atom_sets = self.conditions, self.atom_sets
         return s
 
