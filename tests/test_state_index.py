@@ -4,7 +4,8 @@ planner's paths that depend on its form.
 * Written and read back (heads parsed, entries left as lines until asked), an index of a
   hypothesis-drawn rule set (1 to 3 message slots, range, exact and lpm fields) has the same
   nodes, signatures, next states and entries as the index of its entries.json, and writes the
-  same bytes again (lines copied, not rewritten).
+  same bytes again (lines copied, not rewritten); every signature is the hash of the node's
+  abstract rows, sorted.
 * A row's key (:meth:`StateIndex.row_key`) is equal for two entries exactly when their matches
   are equal in canonical form (:func:`canonical_match`: lpm and ternary values masked, a
   whole-field range, lpm /0 and ternary mask 0 all "any") and their priorities are.
@@ -17,6 +18,7 @@ planner's paths that depend on its form.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 
@@ -92,6 +94,10 @@ def test_an_index_read_back_is_the_index_written(rules, slots):
     assert read.nodes == fresh.nodes
     for node in fresh.nodes:
         assert read.entries(node) == fresh.entries(node)
+        # a signature is the hash of the node's abstract rows, sorted, a line each (the slots'
+        # tables that share their entries are sorted once: the same text)
+        texts = sorted(text for _, text in fresh.abstract_rows(node))
+        assert fresh.signature(node) == hashlib.blake2b("\n".join(texts).encode(), digest_size=16).hexdigest()
     assert read.to_doc() == fresh.to_doc() == StateIndex.from_doc(doc).to_doc()
     assert read.to_bytes({k: header[k] for k in ("entries_json_bytes", "program_shape")}) == written
     # an index of a switch (spare roots unsigned) as the writer's record holds it

@@ -319,10 +319,36 @@ class StateIndex:
         return index
 
     def _signature(self, node: Node) -> str:
-        """The signature of ``node`` from its entries and its children's signatures."""
-        parts = [part for _, part in self.abstract_rows(node)]
-        parts.sort()
-        return hashlib.blake2b("\n".join(parts).encode(), digest_size=16).hexdigest()
+        """The signature of ``node`` from its entries and its children's signatures: the hash of
+        its :meth:`abstract_rows`' texts, sorted, a line each.  A text starts with its table's
+        name, quoted, so the sorted texts are the tables in order, each with its own sorted: the
+        tables of a multi-message program's slots that hold the same entries share one sorted
+        list, and each table's texts are joined at once."""
+        k = node[0]
+        rests: dict[tuple, str] = {}
+        lists: dict[tuple, list[str]] = {}
+        blocks = []
+        for table, es in self.entries(node).items():
+            if not es:
+                continue
+            i = self.state_at[table]
+            bits = self.tables[table].bits
+            key = (tuple(map(id, es)), i, bits)
+            got = lists.get(key)
+            if got is None:
+                got = []
+                for e in es:
+                    ek = (id(e), i, bits)
+                    rest = rests.get(ek)
+                    if rest is None:
+                        rest = rests[ek] = self._rest(e, i, bits, k)
+                    got.append(rest)
+                got.sort()
+                lists[key] = got
+            head = "(" + repr(table) + ", "
+            blocks.append((head, head + ("\n" + head).join(got)))
+        blocks.sort()  # by head: one a table
+        return hashlib.blake2b("\n".join(b for _, b in blocks).encode(), digest_size=16).hexdigest()
 
     def abstract_rows(self, node: Node) -> list[tuple[str, str]]:
         """(table, text) of each entry of ``node``, in entry order: the entry with its state key left
@@ -331,7 +357,6 @@ class StateIndex:
         alike, whatever their numbers)."""
         out = []
         k = node[0]
-        groups = self.groups
         # an entry's part but its table, by entry: the slots of a multi-message program hold the
         # same entries (repr((table, *rest)) is "(" + repr(table) + ", " + repr(rest)[1:])
         rests: dict[tuple, str] = {}
@@ -343,18 +368,24 @@ class StateIndex:
                 key = (id(e), i, bits)
                 rest = rests.get(key)
                 if rest is None:
-                    params: list[tuple[str, object]] = []
-                    for p, v in sorted(e.params.items()):
-                        val: object = v
-                        if p == "next_state":
-                            val = self.signature((k + 1, v))
-                        elif (e.action, p) == GROUP_ACTION:
-                            val = groups.get(v, ("missing group", v))
-                        params.append((p, val))
-                    match = tuple(canonical_match(m, b) for j, (m, b) in enumerate(zip(e.match, bits)) if j != i)
-                    rest = rests[key] = repr((match, e.priority, e.action, tuple(params)))[1:]
+                    rest = rests[key] = self._rest(e, i, bits, k)
                 out.append((table, head + rest))
         return out
+
+    def _rest(self, e: Entry, i: int | None, bits: tuple, k: int) -> str:
+        """The text of entry ``e`` of stage ``k`` after its table's name (state key ``i`` left
+        out, key widths ``bits``): match, priority, action, parameters with the next state as its
+        signature and a multicast group as its ports."""
+        params: list[tuple[str, object]] = []
+        for p, v in sorted(e.params.items()):
+            val: object = v
+            if p == "next_state":
+                val = self.signature((k + 1, v))
+            elif (e.action, p) == GROUP_ACTION:
+                val = self.groups.get(v, ("missing group", v))
+            params.append((p, val))
+        match = tuple(canonical_match(m, b) for j, (m, b) in enumerate(zip(e.match, bits)) if j != i)
+        return repr((match, e.priority, e.action, tuple(params)))[1:]
 
     def to_doc(self, without: Node | None = None) -> EntriesDoc:
         """The entries.json document (entries in node order, then the shared ones), the entries
