@@ -100,12 +100,13 @@ class SlotPlan:
         return {}
 
     def bitmap(self, ports) -> int:
-        """The bitmap of ``ports`` (each one of :attr:`ports`; cached per ports object: every entry
-        of a multicast leaf asks for its group's)."""
+        """The bitmap of ``ports`` (distinct, each one of :attr:`ports`: a multicast group's ports,
+        sorted and distinct as a decision's are; cached per ports object: every entry of a
+        multicast leaf asks for its group's)."""
         hit = self._bitmaps.get(id(ports))
         if hit is not None and hit[0] is ports:
             return hit[1]
-        out = sum(map(self._port_bit.__getitem__, set(ports)))  # distinct bits: the sum is the OR
+        out = sum(map(self._port_bit.__getitem__, ports))  # distinct ports, distinct bits: the sum is the OR
         self._bitmaps[id(ports)] = (ports, out)  # (keeps the object: its id stays its own)
         return out
 
