@@ -185,7 +185,9 @@ def analyze(
         batches = _read_and_evaluate(sc, n_splits, bc, parts_dir, [d.ports for d in bundle.tables.decisions])
         timings["read_and_tables"] = time.perf_counter() - t
         # 2. reference semantics on one representative per class key, or the stateful pass
+        t = time.perf_counter()
         groups, sources = prepared.result()
+        timings["prepare_wait"] = time.perf_counter() - t  # what the thread had left after the tasks
         checked = _check_decisions(spark, res, bundle, traces, tmp, staging, parts, batches, say, timings, groups)
         # 3. the other outputs, then the temporary directory is renamed
         summary = _write_outputs(res, traces, bundle, tmp, out_dir, checked, timings, t0, t_work, sources)
