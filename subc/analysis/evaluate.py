@@ -323,28 +323,11 @@ def message_rows(bundle: Bundle, ev: Evaluated, file_index: int, ports: list[tup
 
 
 def subscriber_lists(codes: np.ndarray, ports: list[tuple[int, ...]]) -> pa.ListArray:
-    """Per message, the subscribers (ports, int32) of its decision code (``ports[code]``).
-
-    When the lists are of similar lengths, each message's row of a padded (code x port) table is
-    gathered and the padding dropped (two passes over the values); else each value's place in the
-    flat list of all codes' ports is computed."""
+    """Per message, the subscribers (ports, int32) of its decision code (``ports[code]``)."""
     counts = np.array([len(p) for p in ports], dtype=np.int64)
     flat = np.array([x for p in ports for x in p], dtype=np.int32)
-    first = np.cumsum(counts) - counts  # where each code's ports start in ``flat``
-    codes = np.asarray(codes, dtype=np.int64)
-    lens = counts[codes].astype(np.int32)
-    offsets = np.zeros(len(codes) + 1, dtype=np.int32)  # int32 offsets, as the list type has
-    np.cumsum(lens, out=offsets[1:])
-    width = int(counts.max()) if len(counts) else 0
-    if width and len(codes) * width <= 2 * int(offsets[-1]):
-        grid = np.zeros((len(ports), width), dtype=np.int32)
-        grid[np.repeat(np.arange(len(ports)), counts), np.arange(len(flat)) - np.repeat(first, counts)] = flat
-        values = grid[codes][np.arange(width, dtype=np.int32) < lens[:, None]]
-    else:  # position k of the output is port (k - offsets[row]) of the row's code
-        idx = np.repeat(first[codes].astype(np.int32) - offsets[:-1], lens)
-        idx += np.arange(offsets[-1], dtype=np.int32)
-        values = flat[idx]
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.int32()))
+    table = pa.ListArray.from_arrays(pa.array(np.r_[0, np.cumsum(counts)].astype(np.int32)), pa.array(flat, pa.int32()))
+    return table.take(pa.array(np.asarray(codes, dtype=np.int64)))
 
 
 def representatives(classes: ValueClasses, keys: np.ndarray) -> dict[str, np.ndarray]:
