@@ -44,12 +44,12 @@ import numpy as np
 import pyarrow as pa
 
 from ..compiler.driver import CompileResult
-from ..compiler.gcpause import paused_gc
 from ..backends.p4.entries import entries_doc
 from ..errors import SubcError
 from ..wire.decoder import MessageDecoder
 from .evaluate import AGGREGATE_SCHEMA, TIME, TIME_FIELD_NAMES, Bundle, process_split, representatives
 from .gather import VectorDecoder
+from .prepare import Prepared
 from .reference_np import ValueClasses, evaluate_rules
 from .session import get_session, task_error
 from .splits import DEFAULT_SPLIT_BYTES, file_kind, plan_splits
@@ -174,6 +174,7 @@ def analyze(
     bundle = make_bundle(res, traces, split_bytes, udp_port, strict)
     timings["plan"] = time.perf_counter() - t_work
     bc = sc.broadcast(bundle)
+    prepared = Prepared(res.rules, groups=not bundle.stateful)  # a thread, while the tasks run
     tmp, parts, staging = _temporary_output(out_dir, bundle.stateful)
     n_splits = len(bundle.splits)
     say(f"analyze: {len(traces)} trace file(s) in {n_splits} split(s), {len(res.rules)} rules")
@@ -184,9 +185,12 @@ def analyze(
         batches = _read_and_evaluate(sc, n_splits, bc, parts_dir, [d.ports for d in bundle.tables.decisions])
         timings["read_and_tables"] = time.perf_counter() - t
         # 2. reference semantics on one representative per class key, or the stateful pass
-        checked = _check_decisions(spark, res, bundle, traces, tmp, staging, parts, batches, say, timings)
+        t = time.perf_counter()
+        groups, sources = prepared.result()
+        timings["prepare_wait"] = time.perf_counter() - t  # what the thread had left after the tasks
+        checked = _check_decisions(spark, res, bundle, traces, tmp, staging, parts, batches, say, timings, groups)
         # 3. the other outputs, then the temporary directory is renamed
-        summary = _write_outputs(res, traces, bundle, tmp, out_dir, checked, timings, t0, t_work)
+        summary = _write_outputs(res, traces, bundle, tmp, out_dir, checked, timings, t0, t_work, sources)
     except SubcError:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -271,10 +275,13 @@ class _Checked(NamedTuple):
     n_keys: int
 
 
-def _check_decisions(spark, res: CompileResult, bundle: Bundle, traces, tmp, staging, parts, batches, say, timings):
+def _check_decisions(
+    spark, res: CompileResult, bundle: Bundle, traces, tmp, staging, parts, batches, say, timings, groups
+):
     """Step 2: the stateful pass (:func:`_stateful_pass`) with comparisons on state, else the
-    reference semantics on one representative per class key (:func:`_reference_pass`); its
-    time goes into ``timings``.  Returns a :class:`_Checked`."""
+    reference semantics on one representative per class key (:func:`_reference_pass`, ``groups``:
+    the rules' :func:`~.reference_np.shape_groups`); its time goes into ``timings``.  Returns a
+    :class:`_Checked`."""
     t = time.perf_counter()
     if bundle.stateful:
         agg, outcome = _stateful_pass(spark, res, bundle, traces, staging, parts, batches, say, t)
@@ -290,16 +297,18 @@ def _check_decisions(spark, res: CompileResult, bundle: Bundle, traces, tmp, sta
         )
     tables = bundle.tables
     agg = sum_counts(batches)
-    ref, keys, counts, bad, disagreements = _reference_pass(res, bundle, agg, tables)
+    ref, keys, counts, bad, disagreements = _reference_pass(res, bundle, agg, tables, groups)
     timings["reference"] = time.perf_counter() - t
     examples = _class_examples(spark, tmp, bad, keys, ref, tables, traces) if disagreements else []
     no_match = int(counts[ref.matched_rules == 0].sum())
     return _Checked(agg, None, disagreements, examples, no_match, ref.rule_hits, len(keys))
 
 
-def _write_outputs(res, traces, bundle: Bundle, tmp: Path, out_dir: Path, checked: _Checked, timings, t0, t_work):
+def _write_outputs(
+    res, traces, bundle: Bundle, tmp: Path, out_dir: Path, checked: _Checked, timings, t0, t_work, sources
+):
     """Step 3: ``summary.json`` (returned), the tables and the plots written in ``tmp``, which is
-    then renamed to ``out_dir`` (removed on any error)."""
+    then renamed to ``out_dir`` (removed on any error); ``sources``: per rule (location, text)."""
     t = time.perf_counter()
     agg, outcome, tables = checked.agg, checked.outcome, bundle.tables
     try:
@@ -326,7 +335,7 @@ def _write_outputs(res, traces, bundle: Bundle, tmp: Path, out_dir: Path, checke
         summary["copies_per_port"] = {
             str(p): copies.get(str(p), 0) for p in sorted(set(per_port) | {int(q) for q in copies})
         }
-        _write_tables_and_plots(res, tmp, per_port, copies, checked.rule_hits, per_sec)
+        _write_tables_and_plots(res, tmp, per_port, copies, checked.rule_hits, per_sec, sources)
         timings["write"] = time.perf_counter() - t
         timings["total"] = time.perf_counter() - t0
         work = time.perf_counter() - t_work
@@ -368,16 +377,17 @@ def _stateful_pass(spark, res: CompileResult, bundle, traces: list[str], staging
     return sum_counts([*batches, *outcome.counts]), outcome
 
 
-def _reference_pass(res: CompileResult, bundle, agg, tables):
+def _reference_pass(res: CompileResult, bundle, agg, tables, groups=None):
     """Step 2 without state: the reference semantics on one representative message per class key,
-    compared with the tables' decisions of every (class key, decision) pair.  Returns (the
+    compared with the tables' decisions of every (class key, decision) pair (``groups``: the
+    rules' :func:`~.reference_np.shape_groups`, or None to compute them).  Returns (the
     reference's outcome, the class keys, messages per key, the pairs that disagree, the messages
     that disagree)."""
     pairs = agg[agg["class_key"].notna()]
     per_key = pairs.groupby("class_key")["messages"].sum()
     keys = per_key.index.to_numpy(dtype=np.int64)
     counts = per_key.to_numpy(dtype=np.int64)
-    ref = evaluate_rules(res.rules, res.spec, representatives(bundle.classes, keys), counts)
+    ref = evaluate_rules(res.rules, res.spec, representatives(bundle.classes, keys), counts, groups)
     ref_codes = np.array([tables.code_of(d) for d in ref.decisions], dtype=np.int64)
     pair_keys = pairs["class_key"].to_numpy(dtype=np.int64)
     pair_ref = ref_codes[np.searchsorted(keys, pair_keys)] if len(keys) else np.zeros(0, np.int64)
@@ -385,8 +395,11 @@ def _reference_pass(res: CompileResult, bundle, agg, tables):
     return ref, keys, counts, bad, int(bad["messages"].sum())
 
 
-def _write_tables_and_plots(res: CompileResult, tmp: Path, per_port: dict, copies: dict, rule_hits, per_sec) -> None:
-    """Step 3's files in ``tmp``: ``subscribers.parquet``, ``rules.parquet`` and the two plots."""
+def _write_tables_and_plots(
+    res: CompileResult, tmp: Path, per_port: dict, copies: dict, rule_hits, per_sec, sources: list
+) -> None:
+    """Step 3's files in ``tmp``: ``subscribers.parquet``, ``rules.parquet`` (``sources``: per rule
+    its (location, text)) and the two plots."""
     import pyarrow.parquet as pq
 
     from . import plots
@@ -403,8 +416,6 @@ def _write_tables_and_plots(res: CompileResult, tmp: Path, per_port: dict, copie
         ),
         tmp / "subscribers.parquet",
     )
-    with paused_gc():  # without materialising deferred rules' conditions
-        sources = [r.source() for r in res.rules]
     pq.write_table(
         pa.table(
             {

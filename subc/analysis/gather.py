@@ -54,35 +54,36 @@ class VectorDecoded:
 def gather_bits(data: np.ndarray, bit: np.ndarray, width: int) -> np.ndarray:
     """The unsigned big-endian ``width``-bit integers (1 to 64) at absolute bit offsets ``bit``
     (int64 array) of ``data`` (uint8; 9 bytes are read from each offset's byte, so ``data`` must be
-    padded by 8 bytes past the last field), as uint64."""
-    byte = bit // 8
-    r = (bit % 8).astype(np.int64)
-    if not r.any():  # byte-aligned (the common case): read only the field's bytes
-        nbytes = (width + 7) // 8
-        if width % 8 == 0 and nbytes in (1, 2, 4, 8):
-            rows = data[byte[:, None] + np.arange(nbytes)]
-            return rows.view(f">u{nbytes}").ravel().astype(np.uint64)
-        acc = np.zeros(len(bit), dtype=np.uint64)
-        for k in range(nbytes):
-            acc = (acc << np.uint64(8)) | data[byte + k].astype(np.uint64)
-        return acc >> np.uint64(nbytes * 8 - width)
-    acc = np.zeros(len(bit), dtype=np.uint64)
-    for k in range(8):
-        acc = (acc << np.uint64(8)) | data[byte + k].astype(np.uint64)
-    mask = np.uint64((1 << width) - 1) if width < 64 else np.uint64(2**64 - 1)
-    fits = r + width <= 64
+    padded by 8 bytes past the last field), as uint64.
+
+    One gather of 8 bytes per offset (:func:`byte_words`), shifted and masked; a field that
+    ends in the ninth byte (``width`` above 57 at a bit offset that is not byte-aligned) takes its
+    last bits from that byte."""
+    byte = bit >> 3
+    r = (bit & 7).astype(np.uint64)
+    words = byte_words(data)[byte].astype(np.uint64)
+    mask = np.uint64((1 << width) - 1)
+    if width <= 57:  # r + width <= 64: the field lies in the 8 bytes read
+        return (words >> (np.uint64(64 - width) - r)) & mask
+    fits = r + np.uint64(width) <= np.uint64(64)
     out = np.zeros(len(bit), dtype=np.uint64)
-    if fits.any():  # the field lies in the 8 bytes read
-        shift = (64 - r[fits] - width).astype(np.uint64)
-        out[fits] = (acc[fits] >> shift) & mask
+    if fits.any():
+        out[fits] = (words[fits] >> (np.uint64(64 - width) - r[fits])) & mask
     far = ~fits
     if far.any():  # it ends in the ninth byte: 64 - r bits from the 8, extra = r + width - 64 from the ninth
-        rf = r[far].astype(np.uint64)
-        extra = (r[far] + width - 64).astype(np.uint64)  # 1 to 7
-        head = (acc[far] << rf) >> rf
+        rf = r[far]
+        extra = rf - np.uint64(64 - width)  # 1 to 7
+        head = (words[far] << rf) >> rf
         nine = data[byte[far] + 8].astype(np.uint64)
         out[far] = ((head << extra) | (nine >> (np.uint64(8) - extra))) & mask
     return out
+
+
+def byte_words(data: np.ndarray) -> np.ndarray:
+    """``data`` (uint8, at least 8 bytes) as overlapping big-endian 64-bit words, one per byte
+    offset: word ``i`` holds bytes ``i`` to ``i + 7`` (a view, no copy when ``data`` is contiguous)."""
+    data = np.ascontiguousarray(data, dtype=np.uint8)
+    return np.ndarray((max(len(data) - 7, 0),), dtype=">u8", buffer=data, strides=(1,))
 
 
 @dataclass

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib's ``pyplot`` with the Agg backend (imported at the first call: about 1 s)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -16,7 +17,7 @@ def _pyplot():
 
 def deliveries_per_subscriber(per_port: dict[int, int], path: Path, title: str = "") -> None:
     """Bar chart: messages delivered per subscriber (port) -> ``path`` (PNG)."""
-    plt = _pyplot()
+    plt = pyplot()
     ports = sorted(per_port)
     fig, ax = plt.subplots(figsize=(max(6, min(24, 0.25 * len(ports) + 4)), 4))
     ax.bar([str(p) for p in ports], [per_port[p] for p in ports], color="#3b6ea5")
@@ -32,7 +33,7 @@ def deliveries_per_subscriber(per_port: dict[int, int], path: Path, title: str =
 
 def messages_per_second(seconds: list[int], counts: list[int], path: Path, title: str = "") -> None:
     """Line plot: messages per second against the time of day (``seconds`` since midnight) -> ``path``."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(10, 4))
     ax.plot([s / 3600 for s in seconds], counts, lw=0.6, color="#3b6ea5")
     ax.set_xlabel("time of day (hours since midnight)")

@@ -216,10 +216,11 @@ def _count_constants(shape: tuple) -> int:
 
 
 def evaluate_rules(
-    rules: Sequence[Rule], spec: Spec, reps: dict[str, np.ndarray], counts: np.ndarray
+    rules: Sequence[Rule], spec: Spec, reps: dict[str, np.ndarray], counts: np.ndarray, groups: list | None = None
 ) -> ReferenceResult:
     """Evaluate ``rules`` on T representatives (``reps``: 'header.field' -> uint64 array of T; every
-    field the rules use) weighted by ``counts`` (int64, messages per representative).
+    field the rules use) weighted by ``counts`` (int64, messages per representative); ``groups``:
+    :func:`shape_groups` of ``rules`` when already computed.
 
     Rules whose condition has a top-level conjunct ``field == c`` are evaluated only on the
     representatives whose value of that field is ``c`` (on the others the conjunct, hence the
@@ -256,7 +257,7 @@ def evaluate_rules(
                 matched[cols] += M.sum(axis=0)
                 acc[np.ix_(sorted_ids[starts], cols)] |= hit_sets
 
-    for shape, idx, C in shape_groups(rules):
+    for shape, idx, C in shape_groups(rules) if groups is None else groups:
         idx_arr = np.array(idx, dtype=np.int64)
         index = _index_column(shape)
         if index is None or T == 0:

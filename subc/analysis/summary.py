@@ -61,10 +61,13 @@ def summarize(res, traces, bundle, agg, tables, no_match, disagreements, example
     :func:`.analyze.analyze`), per port [messages, bytes], (seconds, messages in each)).
 
     ``agg``: pandas counts of ``messages``, ``bytes`` and ``zero_length`` per (``decision``,
-    ``type``, ``second``), decisions below 0 for messages not decoded or not classified;
-    ``tables``: the :class:`~.tables_np.PipelineEvaluator` whose decisions the codes index."""
+    ``type``) (``second`` null), decisions below 0 for messages not decoded or not classified,
+    and of ``messages`` per ``second`` (:data:`~.evaluate.AGGREGATE_SCHEMA`); ``tables``: the
+    :class:`~.tables_np.PipelineEvaluator` whose decisions the codes index."""
     subscribers = subscribers_of(res.rules)
-    agg = agg.rename(columns={"messages": "n"}).copy()
+    timed = agg["second"].notna()
+    per_sec = agg[timed].groupby("second")["messages"].sum().sort_index()
+    agg = agg[~timed].rename(columns={"messages": "n"}).copy()
     agg["wire"] = agg["bytes"] + agg["n"] * BLOCK_LENGTH_BYTES
     messages = int(agg["n"].sum())
     wire_all = int(agg["wire"].sum())
@@ -97,7 +100,6 @@ def summarize(res, traces, bundle, agg, tables, no_match, disagreements, example
                 unicast += n
         else:
             actions[str(d)] = actions.get(str(d), 0) + n
-    per_sec = agg.groupby("second")["n"].sum().sort_index()
     ao_wire = int(evaluated["wire"].sum())
     broadcast = wire_all * len(subscribers)
     summary = {
