@@ -3,8 +3,11 @@
 **BinaryFILE** (2-byte big-endian length, then the message) has no sync marker, so a large file is
 cut into splits of about ``split_bytes`` and each split boundary is moved forward to the first offset
 where :data:`SYNC_MESSAGES` consecutive frames are well formed: every length equals the length the
-spec gives the frame's message type (a :class:`~subc.wire.decoder.TypeTable`; or is 0, the
-zero-length quirk, followed by a known type).  Near the end of a file, where fewer frames follow
+spec gives the frame's message type (a :class:`~subc.wire.decoder.TypeTable`).  A zero length (the
+quirk of some files: the type's own length) counts as no evidence there: two zero bytes before a
+type letter are common inside messages (zero-padded fields), and chains of them made false split
+points (a hypothesis-drawn trace of zero-filled Add Orders synced 18 bytes into a message).
+Near the end of a file, where fewer frames follow
 (a chain of a few frames ending exactly at the end of the file is too often found inside a
 message: a 36-byte Add Order held a 12-byte "frame" ending there), and wherever no chain is found,
 the split point is instead the first frame at or after the boundary found by walking the length
@@ -133,7 +136,7 @@ def _chain_ok(data: bytes, pos: int, count: int, types: TypeTable) -> bool:
             return False
         length = (data[pos] << 8) | data[pos + 1]
         expected = types.length_of(data, pos + 2)
-        if not expected or (length and length != expected):
+        if not expected or length != expected:  # a zero length (the quirk) is no sync evidence
             return False
         pos += 2 + expected
         if pos > n:
