@@ -16,7 +16,8 @@ from .store import Store
 RECLAIM_LINGER = 0.02  # seconds retired root slots may wait to be reclaimed together
 ADVANCE_EVERY = 0.005  # seconds between looks at the feed's position while switches are scheduled
 CHECKPOINT_EVERY = 1.0  # seconds between checkpoints of the store's write-ahead log
-REFRESH_WRITES = 32  # writes per refresh of a stale free root slot (a change waits for at most these)
+#: entries per refresh of a stale free root slot (times the message slots' tables: a change waits for these)
+REFRESH_WRITES = 8
 REFRESH_PAUSE = 0.001  # seconds between refreshes: the lock is free for a change meanwhile
 
 
