@@ -1,16 +1,28 @@
 """A progress bar over the phases of a long command (tqdm), for interactive use.
 
 Shown on standard error only when it is a terminal, and only once the command has run for
-:data:`DELAY_S` seconds, so short compiles and scripts (CI, pipes) print nothing extra.  A
-background thread refreshes it, so that the elapsed time moves during a long phase.
+:data:`DELAY_S` seconds (``SUBC_PROGRESS_DELAY`` in the environment, seconds, overrides it), so
+short compiles and scripts (CI, pipes) print nothing extra.  A background thread refreshes it, so
+that the elapsed time moves during a long phase.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 
 DELAY_S = 1.0
+
+
+def delay_s() -> float:
+    """Seconds before the bar appears: ``SUBC_PROGRESS_DELAY`` when it is a number >= 0, else
+    :data:`DELAY_S`."""
+    try:
+        d = float(os.environ.get("SUBC_PROGRESS_DELAY", ""))
+    except ValueError:
+        return DELAY_S
+    return d if d >= 0 else DELAY_S
 
 
 class _Null:
@@ -48,7 +60,7 @@ class PhaseProgress:
             desc=self.phases[0],
             file=file,
             disable=not self.enabled,
-            delay=DELAY_S,
+            delay=delay_s(),
             leave=False,
             bar_format="{desc:<12} {bar:24} {n}/{total} phases [{elapsed}]",
         )

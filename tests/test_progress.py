@@ -1,5 +1,7 @@
-"""Progress bars: on a terminal, a compile that runs past a second shows its phases; into a pipe,
-nothing extra is printed."""
+"""Progress bars: on a terminal, a compile that runs past the bar's delay shows its phases; one that
+ends before it, nothing; into a pipe, nothing extra is printed.  The delay is set through
+``SUBC_PROGRESS_DELAY`` (0: at once; an hour: never in a test), so no verdict depends on how fast
+the machine compiles."""
 
 from __future__ import annotations
 
@@ -22,12 +24,12 @@ def _camus(tmp_path, n):
     return p
 
 
-def _run_on_a_terminal(argv: list[str]) -> tuple[int, str]:
+def _run_on_a_terminal(argv: list[str], delay: str) -> tuple[int, str]:
     pid, fd = pty.fork()
     if pid == 0:  # the child: a 100-column terminal on stdout and stderr (fd 2)
         try:
             fcntl.ioctl(2, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
-            os.execvp(argv[0], argv)
+            os.execvpe(argv[0], argv, {**os.environ, "SUBC_PROGRESS_DELAY": delay})
         finally:
             os._exit(127)
     out = b""
@@ -43,14 +45,13 @@ def _run_on_a_terminal(argv: list[str]) -> tuple[int, str]:
     return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
 
 
-def test_a_long_compile_shows_its_phases_on_a_terminal(tmp_path):
-    rules = _camus(tmp_path, 60_000)
-    code, out = _run_on_a_terminal([sys.executable, "-m", "subc.cli", "compile", str(rules), "--spec",
-                                    str(EXAMPLE / "spec.p4"), "-o", str(tmp_path / "out")])
+def test_a_compile_past_the_delay_shows_its_phases_on_a_terminal(tmp_path):
+    code, out = _run_on_a_terminal([sys.executable, "-m", "subc.cli", "compile", str(EXAMPLE / "rules.sub"), "--spec",
+                                    str(EXAMPLE / "spec.p4"), "-o", str(tmp_path / "out")], delay="0")
     assert code == 0, out
     assert "phases [00:0" in out
-    assert any(p in out for p in ("parsing", "compiling", "generating"))
-    assert "compiled 60000 rules" in out
+    assert "parsing" in out  # shown from the start: the first phase's name
+    assert "compiled " in out
 
 
 def test_no_progress_output_into_a_pipe(tmp_path):
@@ -64,5 +65,5 @@ def test_no_progress_output_into_a_pipe(tmp_path):
 
 def test_a_short_compile_shows_nothing_on_a_terminal(tmp_path):
     code, out = _run_on_a_terminal([sys.executable, "-m", "subc.cli", "compile", str(EXAMPLE / "rules.sub"), "--spec",
-                                    str(EXAMPLE / "spec.p4"), "-o", str(tmp_path / "out")])
+                                    str(EXAMPLE / "spec.p4"), "-o", str(tmp_path / "out")], delay="3600")
     assert code == 0 and "phases" not in out
