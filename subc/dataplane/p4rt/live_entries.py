@@ -244,15 +244,27 @@ class LiveEntries:
                 self.slot_node[slot] = root
                 return
         new = self._root_entries(root)
+        self._ops += self._slot_diff(slot, old, new)
+        self.slot_entries[slot] = new
+        self.slot_node[slot] = root
+
+    @staticmethod
+    def _slot_diff(slot: int, old: dict, new: dict, limit: int | None = None) -> list[tuple]:
+        """The writes (at most ``limit``) that make root slot ``slot``, holding ``old``, hold
+        ``new`` ({(role, key): action}): inserts and modifications first, then deletions."""
+        ops: list[tuple] = []
         for k, a in new.items():
             b = old.get(k)
             if b != a:
-                self._ops.append(("INSERT" if b is None else "MODIFY", 0, slot, k[0], k[1], a, b))
+                ops.append(("INSERT" if b is None else "MODIFY", 0, slot, k[0], k[1], a, b))
+                if len(ops) == limit:
+                    return ops
         for k, b in old.items():
             if k not in new:
-                self._ops.append(("DELETE", 0, slot, k[0], k[1], None, b))
-        self.slot_entries[slot] = new
-        self.slot_node[slot] = root
+                ops.append(("DELETE", 0, slot, k[0], k[1], None, b))
+                if len(ops) == limit:
+                    return ops
+        return ops
 
     def _write_spans(self, slot: int, old: dict, prev: Node, root: Node, miss: Node, spans) -> dict:
         """The writes that make exact root slot ``slot``, holding ``old`` (``prev``'s entries),
@@ -291,20 +303,7 @@ class LiveEntries:
         ``root``'s entries, the slot then holding what they leave it (:meth:`write_root` compares
         with that).  Returns the writes buffered (0: it holds ``root``'s entries)."""
         old = self.slot_entries.get(slot, {})
-        new = self._root_entries(root)
-        ops = []
-        for k, a in new.items():
-            b = old.get(k)
-            if b != a:
-                ops.append(("INSERT" if b is None else "MODIFY", 0, slot, k[0], k[1], a, b))
-                if len(ops) >= limit:
-                    break
-        if len(ops) < limit:
-            for k, b in old.items():
-                if k not in new:
-                    ops.append(("DELETE", 0, slot, k[0], k[1], None, b))
-                    if len(ops) >= limit:
-                        break
+        ops = self._slot_diff(slot, old, self._root_entries(root), max(limit, 1))
         if ops:
             self._slots_before.setdefault(slot, old)
             self.slot_node.pop(slot, None)  # it holds part of the way to root: compared whole next time
