@@ -64,7 +64,8 @@ from subc.lang.rules import parse_rules  # noqa: E402
 from subc.spec.front_end import load_spec, parse_spec  # noqa: E402
 from subc.backends.files import target_files  # noqa: E402
 from subc.backends.ebpf.source import program_source  # noqa: E402
-from subc.dataplane.ebpf.bpf import compile_and_load, test_run  # noqa: E402
+from subc.dataplane.ebpf.bpf import compile_and_load  # noqa: E402
+from subc.dataplane.ebpf.bpf_objects import test_run  # noqa: E402
 from subc.backends.ebpf.maps_doc import MapsDoc  # noqa: E402
 from subc.dataplane.ebpf.broker import LoadedFilter, cflags  # noqa: E402
 from subc.workloads.itch_codec import encode_add_order, stock_value  # noqa: E402
@@ -152,7 +153,7 @@ def stage_lookups(doc: MapsDoc) -> list[str]:
 def breakdown(doc: MapsDoc, src: str, pkts: list[bytes], repeat: int, full_ns: float) -> list[dict]:
     """Rows of ``--breakdown`` for the program ``src`` with ``doc``'s maps: ns per message of the
     parse, of each stage and of the leaf (differences of the variants' means over ``pkts``)."""
-    from subc.dataplane.ebpf.bpf import prog_info
+    from subc.dataplane.ebpf.bpf_objects import prog_info
 
     variants = [("parse_no_note", "#define SUBC_PARSE_ONLY 1\n#define SUBC_BENCH_NO_NOTE 1\n")]
     variants += [(f"stages_{j}", f"#define SUBC_BENCH_STAGES {j}\n#define SUBC_BENCH_NO_NOTE 1\n")
@@ -217,7 +218,7 @@ def main() -> None:
         doc, src = MapsDoc.from_json(json.loads(files["maps.json"])), program_source(files)
         lf = LoadedFilter.build(doc, src, None)
         base = compile_and_load(src, cflags(lf.caps, lf.max_endpoints) + ["-DSUBC_PARSE_ONLY"])
-        from subc.dataplane.ebpf.bpf import prog_info
+        from subc.dataplane.ebpf.bpf_objects import prog_info
 
         for k in per:
             pkts = frames(k)

@@ -98,7 +98,7 @@ def measure(name: str) -> dict:
 
         doc = MapsDoc.from_json(json.loads(files["maps.json"]))
         with LoadedFilter.build(doc, program_source(files), None) as lf:
-            from subc.dataplane.ebpf.bpf import prog_info
+            from subc.dataplane.ebpf.bpf_objects import prog_info
 
             for fn in ("xdp", "tc"):
                 info = prog_info(getattr(lf.program, fn).fd)

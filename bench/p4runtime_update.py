@@ -14,7 +14,10 @@ compiles both for bmv2 with the same field order and state width (24 bits) and t
   the same updates in this process with their phases (reading the record and the compiled state
   index, planning, writing the record); medians in ms.  Every update must plan from the writer's
   record (no table read back);
-* ``subc verify`` after the first of each: must find no difference.
+* ``subc verify`` after the first of each: must find no difference;
+* ``bare_process``: the floor under any Python writer started per update (:data:`BARE_CLIENT`: a
+  new process that imports grpc and the bindings, becomes primary, reads the P4Info and sends one
+  empty WriteRequest), and the interpreter's own start (``python -c pass``).
 
 Without the switch it still reports the update's plan (updates it would write) from the two
 entries.json files.  ``python3 bench/p4runtime_update.py [--rules 100000] [--max-messages 1]``
@@ -99,10 +102,50 @@ def on_switch(w: Path, repeat: int) -> dict:
         out["cli"] = {k: round(statistics.median(v), 1) for k, v in cli.items()}
         out["in_process"] = {k: round(statistics.median(v), 1) for k, v in inproc.items()}
         out["verify"] = run(*SUBC, "verify", str(w / "a"), "--p4runtime", ADDR).strip()
+        out["bare_process"] = bare_floor(max(repeat, 5))
     finally:
         sw.terminate()
         sw.wait()
     return out
+
+
+#: A bare client in a new process: the floor under any Python ``subc update`` (issue 42's 50 ms).
+#: It imports only grpc and the P4Runtime bindings, becomes primary (p4runtime-shell's client:
+#: arbitration, then GetForwardingPipelineConfig for the P4Info, as any writer needs the P4Info's
+#: ids) and sends one WriteRequest with no update; it prints its own times since it started.
+BARE_CLIENT = r"""
+import sys, time
+t0 = time.perf_counter()
+import grpc
+from p4.v1 import p4runtime_pb2 as pr
+from p4runtime_sh.p4runtime import P4RuntimeClient
+t1 = time.perf_counter()
+c = P4RuntimeClient(0, sys.argv[1], (0, 2))
+c.get_p4info()
+t2 = time.perf_counter()
+req = pr.WriteRequest(device_id=0, election_id=pr.Uint128(high=0, low=2))
+c.stub.Write(req)
+t3 = time.perf_counter()
+print(f"{(t1 - t0) * 1000:.1f} {(t2 - t1) * 1000:.1f} {(t3 - t2) * 1000:.1f}")
+c.tear_down()
+"""
+
+
+def bare_floor(repeat: int) -> dict:
+    """The floor of a new process (:data:`BARE_CLIENT`), ``repeat`` times: medians in ms of the
+    process from start to exit, the imports, the session (arbitration and P4Info) and the empty
+    write, and of the interpreter alone (``python -c pass``)."""
+    runs: dict[str, list] = {"process_ms": [], "imports_ms": [], "session_ms": [], "write_ms": [], "python_ms": []}
+    for _ in range(repeat):
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        runs["python_ms"].append((time.perf_counter() - t) * 1000)
+        t = time.perf_counter()
+        said = run(sys.executable, "-c", BARE_CLIENT, ADDR).split()
+        runs["process_ms"].append((time.perf_counter() - t) * 1000)
+        for k, v in zip(("imports_ms", "session_ms", "write_ms"), said):
+            runs[k].append(float(v))
+    return {k: round(statistics.median(v), 1) for k, v in runs.items()}
 
 
 EXTRA_RULE = 'add_order.stock == "ZZZZ" and add_order.price > 10 : fwd(1);'

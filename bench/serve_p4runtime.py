@@ -10,6 +10,9 @@ flight), then measures:
 * latency: 200 SUBSCRIBE requests one at a time (send, wait for the SUBACK: the switch's
   entries written and the root switched, each write acknowledged by the switch; the store
   committed), p50 and p99, with an UNSUBSCRIBE after each so the level stays put;
+* with ``--warm``, before the latencies: the wait until every free root slot is refreshed
+  (``warm_s``, ``warm_writes``: the daemon's metrics, no request sent meanwhile), so that the
+  latencies are those of a daemon whose slots caught up with a burst;
 * throughput: 1,000 SUBSCRIBE requests with up to 64 in flight, requests per second, and from the
   daemon's metrics the changes it made and the P4Runtime updates it wrote meanwhile (the deletions
   of its reclaimer included).
@@ -73,6 +76,37 @@ def metrics() -> dict[str, float]:
         name, _, value = line.partition(" ")
         if name in names:
             out[names[name]] = float(value)
+    return out
+
+
+def warm_slots(timeout: float = 900.0) -> dict:
+    """Wait until the daemon's free root slots are all refreshed (``subc_serve_root_slots{state=
+    "stale"}`` 0, polled every 0.2 s; no request is sent meanwhile): seconds waited and entries the
+    refresh wrote meanwhile (``warm_s``, ``warm_writes``; ``warm_timeout`` when still stale)."""
+    import urllib.request
+
+    def read() -> dict[str, float]:
+        text = urllib.request.urlopen(f"http://{METRICS}/metrics", timeout=10).read().decode()
+        out = {}
+        for line in text.splitlines():
+            if not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                out[name] = float(value)
+        return out
+
+    t = time.perf_counter()
+    first = read()
+    now = first
+    while now['subc_serve_root_slots{state="stale"}'] > 0 and time.perf_counter() - t < timeout:
+        time.sleep(0.2)
+        now = read()
+    out = {
+        "warm_s": round(time.perf_counter() - t, 1),
+        "warm_writes": int(now["subc_serve_root_refresh_writes"] - first["subc_serve_root_refresh_writes"]),
+        "refresh_failures": int(now["subc_serve_root_refresh_failures"]),
+    }
+    if now['subc_serve_root_slots{state="stale"}'] > 0:
+        out["warm_timeout"] = True
     return out
 
 
@@ -154,13 +188,24 @@ def main() -> None:
     ap.add_argument("--bare", help=argparse.SUPPRESS)
     ap.add_argument("--grace", type=float, default=0.05, help="the daemon's --grace (s)")
     ap.add_argument("--root-slots", type=int, default=4, help="subc serve-program --root-slots")
-    ap.add_argument("--settle", type=float, default=0.0,
-                    help="seconds without requests between filling a level and measuring latency")
+    ap.add_argument(
+        "--settle",
+        type=float,
+        default=0.0,
+        help="seconds without requests between filling a level and measuring latency",
+    )
+    ap.add_argument(
+        "--warm",
+        action="store_true",
+        help="after the fill (and --settle), wait until every free root slot is refreshed",
+    )
     ap.add_argument("--daemon-log", help="the daemon's log (debug: every change's times) to this file")
     a = ap.parse_args()
     levels = [int(x) for x in a.levels.split(",")]
     if a.client:
-        serve_subscribe.client(levels, Client(), a.samples, a.burst, counters=metrics, settle=a.settle)
+        serve_subscribe.client(
+            levels, Client(), a.samples, a.burst, counters=metrics, settle=a.settle, warm=warm_slots if a.warm else None
+        )
         return
     if a.bare:
         prog, updates, requests = a.bare.split(",")
@@ -250,8 +295,18 @@ def main() -> None:
         if a.daemon_log:  # drained into the file (a full pipe would stall the daemon)
             log = open(a.daemon_log, "w")  # noqa: SIM115 - closed when the daemon's stderr ends
             threading.Thread(target=lambda: (shutil.copyfileobj(daemon.stderr, log), log.close()), daemon=True).start()
-        r = in_namespace("--client", "--levels", a.levels, "--samples", str(a.samples), "--burst", str(a.burst),
-                         "--settle", str(a.settle))
+        r = in_namespace(
+            "--client",
+            "--levels",
+            a.levels,
+            "--samples",
+            str(a.samples),
+            "--burst",
+            str(a.burst),
+            "--settle",
+            str(a.settle),
+            *(["--warm"] if a.warm else []),
+        )
         sys.stdout.write(r.stdout)
         if r.returncode:
             raise SystemExit(r.returncode)

@@ -162,18 +162,27 @@ class Client:
 
 
 def client(
-    levels: list[int], c: Client | None = None, samples: int = 1000, burst: int = 5000, counters=None, settle: float = 0.0
+    levels: list[int],
+    c: Client | None = None,
+    samples: int = 1000,
+    burst: int = 5000,
+    counters=None,
+    settle: float = 0.0,
+    warm=None,
 ) -> None:
     """At each level: fill ``c`` up to it, ``samples`` latencies, a ``burst`` of pipelined
     SUBSCRIBEs (then removed); one JSON line per level on standard output.  ``counters``: a
     function giving the daemon's counters (name -> value), read around the burst: each one's
     increase and its rate over the burst are added to the line.  ``settle``: seconds without
-    requests between the fill and the latencies (a daemon between bursts)."""
+    requests between the fill and the latencies (a daemon between bursts); ``warm``: a function
+    called after it, which waits for the daemon to be ready in some sense and returns a dict
+    added to the line."""
     c = c or Client()
     for level in levels:
         fill = level - len(c.live)
         t_fill = c.pipelined(fill) if fill > 0 else None
         time.sleep(settle)
+        warmed = warm() if warm else {}
         print(f"level {level}: filled, measuring latency", file=sys.stderr, flush=True)
         lat = sorted(c.latency(samples))
         print(f"level {level}: measuring throughput", file=sys.stderr, flush=True)
@@ -188,6 +197,7 @@ def client(
             "suback_p99_ms": round(lat[int(len(lat) * 0.99)] * 1e3, 3),
             "subscribe_requests_per_s": round(rate),
             "burst": burst,
+            **warmed,
         }
         for name, v in after.items():
             out[name] = int(v - before[name])

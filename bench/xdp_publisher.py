@@ -82,7 +82,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from subc.dataplane.ebpf.bpf import _TestRunOpts, import_bcc  # noqa: E402
+from subc.dataplane.ebpf.bpf import import_bcc  # noqa: E402
+from subc.dataplane.ebpf.bpf_objects import BpfTestRunOpts  # noqa: E402
 
 BPF_F_TEST_XDP_LIVE_FRAMES = 1 << 1
 XDP_FLAGS_SKB_MODE = 1 << 1
@@ -319,7 +320,7 @@ class XdpPublisher:
             self.close()
             raise
         self.lib = bcc.libbcc.lib
-        self.lib.bpf_prog_test_run_opts.argtypes = [ct.c_int, ct.POINTER(_TestRunOpts)]
+        self.lib.bpf_prog_test_run_opts.argtypes = [ct.c_int, ct.POINTER(BpfTestRunOpts)]
         self.lib.bpf_prog_test_run_opts.restype = ct.c_int
         # the packet the kernel copies into each new page-pool page (the program resizes and rewrites it)
         self.data_in = ct.create_string_buffer(MIN_FRAME)
@@ -333,8 +334,8 @@ class XdpPublisher:
         return [t[ct.c_int(i)].value for i in range(11)]
 
     def test_run(self, repeat: int) -> None:
-        opts = _TestRunOpts()
-        opts.sz = ct.sizeof(_TestRunOpts)
+        opts = BpfTestRunOpts()
+        opts.sz = ct.sizeof(BpfTestRunOpts)
         opts.data_in = ct.cast(self.data_in, ct.c_void_p)
         opts.data_size_in = len(self.data_in)
         opts.repeat = repeat

@@ -129,7 +129,7 @@ class Runner:
         self.before = leaf_totals(lf)
 
     def run(self, frame: bytes):
-        from subc.dataplane.ebpf.bpf import test_run
+        from subc.dataplane.ebpf.bpf_objects import test_run
 
         ret, out, _ = test_run(self.lf.program.xdp.fd, frame)
         after = leaf_totals(self.lf)
@@ -143,7 +143,7 @@ class Runner:
         """(XDP verdict, Counter of leaf state -> messages of the frame that reached it)."""
         from collections import Counter
 
-        from subc.dataplane.ebpf.bpf import test_run
+        from subc.dataplane.ebpf.bpf_objects import test_run
 
         ret, _, _ = test_run(self.lf.program.xdp.fd, frame)
         after = leaf_totals(self.lf)

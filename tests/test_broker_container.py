@@ -134,7 +134,7 @@ def test_a_broker_whose_namespace_is_gone_blocks_nothing(bpffs, tmp_path):
     once the kernel has destroyed the namespace (its XDP link has no device any more), the next
     ``subc load``, in a new namespace that may reuse the old one's inode and with the same
     interface name, clears them, says so, and loads."""
-    from subc.dataplane.ebpf.bpf import link_xdp_ifindex, obj_get
+    from subc.dataplane.ebpf.bpf_objects import link_xdp_ifindex, obj_get
 
     old = Topology("cts", b0="feed0", container=True)
     try:

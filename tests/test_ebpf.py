@@ -318,7 +318,7 @@ def test_100k_rule_program_passes_the_verifier():
     import sys
 
     from subc.spec.front_end import load_spec
-    from subc.dataplane.ebpf.bpf import prog_info
+    from subc.dataplane.ebpf.bpf_objects import prog_info
     from subc.dataplane.ebpf.broker import LoadedFilter
     from subc.workloads.itch_codec import encode_add_order, stock_value
 
@@ -355,7 +355,8 @@ def test_100k_rule_program_passes_the_verifier():
 
 def _programs_verified(lf) -> dict[str, int]:
     """Instructions the verifier explored per loaded program (``bpf_prog_info.verified_insns``)."""
-    from subc.dataplane.ebpf.bpf import TAIL_CALLS, prog_info
+    from subc.dataplane.ebpf.bpf import TAIL_CALLS
+    from subc.dataplane.ebpf.bpf_objects import prog_info
 
     progs = {"subc_xdp": lf.program.xdp, "subc_tc": lf.program.tc}
     progs.update({name: fn for (name, *_), fn in zip(TAIL_CALLS, lf.program.tails)})

@@ -73,7 +73,7 @@ def leaf_subscribers(lf, state: int) -> tuple[int, ...]:
 @given(st.integers(0, 1), st.data())
 def test_live_changes_in_the_kernel_agree_with_the_rules(ix, data):
     need_root()
-    from subc.dataplane.ebpf.bpf import test_run
+    from subc.dataplane.ebpf.bpf_objects import test_run
 
     lf, broker = loaded(ix)
     diagram = broker.diagram

@@ -144,11 +144,14 @@ def test_refreshes_bring_every_stale_free_slot_up_to_the_live_root_then_stop():
     b, w, region = broker(6, 0.05, clock, graces)
     b.apply([(region, 0, +1)])  # slot 1 live; slots 2..6 never written: stale
     assert b.refresh(40) == 0  # right after a change: more may follow
+    assert b.stale_slot_count() == 5
     clock.now += 0.01
-    made = []
+    made, stale = [], []
     while n := b.refresh(40):
         made.append(n)
+        stale.append(b.stale_slot_count())
     assert made == [40, 40, 20] * 5  # 100 writes each, 40 at a time, the next slot a change takes first
+    assert stale == [5, 5, 4, 4, 4, 3, 3, 3, 2, 2, 2, 1, 1, 1, 0]  # a slot is stale until its last write
     assert b.refresh_writes == 500 and all(b.dirty[s] == [] for s in b.free_slots)
     assert b.refresh(40) == 0
 

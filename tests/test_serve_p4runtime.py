@@ -137,7 +137,8 @@ def _session(tmp, spec, order: list[str], steps, data, reject_every: int = 0) ->
     ``reject_every`` k, the switch rejects every k-th table entry INSERT: the request gets an
     error reply and changes nothing, on the switch (its entries, as the daemon counts them) as
     in the daemon."""
-    prog = _program(tmp, spec, order, data.draw(st.sampled_from([2, 3, 4, 9]), label="root slots"))
+    slots_made = data.draw(st.sampled_from([2, 3, 4, 9]), label="root slots")
+    prog = _program(tmp, spec, order, slots_made)
     skeleton = json.loads((prog / "entries.json").read_text())
     qs = {n: spec.query_fields[n] for n in order}
     sw = FakeSwitch()
@@ -200,8 +201,15 @@ def _session(tmp, spec, order: list[str], steps, data, reject_every: int = 0) ->
             rules = parse_rules("".join(f"{c} : fwd(1);\n" for c in all_conds), spec, "all.sub") if all_conds else []
             packets = list(boundary_packets(rules, qs, data.draw))[:24]
             _check(sw, spec, skeleton, live, packets)
-            if daemon.broker.refresh_writes:
+            refreshed = daemon.broker.refresh_writes
+            if refreshed:
                 event("free root slots refreshed ahead of time")
+            # the metrics read the broker (the reclaimer may move on between the two reads)
+            metric = daemon.metrics.registry.get_sample_value
+            assert metric("subc_serve_root_refresh_writes") >= refreshed
+            assert metric("subc_serve_root_refresh_failures") == daemon.broker.refresh_failures == 0
+            slots = {k: metric("subc_serve_root_slots", {"state": k}) for k in ("free", "stale", "retired")}
+            assert all(0 <= v < slots_made for v in slots.values()), slots
             if reject_every:
                 _consistent(sw, daemon)
     finally:

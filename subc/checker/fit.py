@@ -324,7 +324,8 @@ def ebpf_fit(res: CompileResult, rules_path: str, load: bool = True) -> tuple[di
 
 
 def _instruction_counts(doc: MapsDoc, src: str, caps: dict[str, int]) -> dict:
-    from ..dataplane.ebpf.bpf import compile_and_load, prog_info
+    from ..dataplane.ebpf.bpf import compile_and_load
+    from ..dataplane.ebpf.bpf_objects import prog_info
     from ..dataplane.ebpf.broker import cflags
 
     prog = compile_and_load(src, cflags(caps, doc.max_endpoints))

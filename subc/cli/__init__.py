@@ -27,8 +27,8 @@ COMMANDS = {
     "journal": "journal_cmds",
     "serve-program": "serve_cmds",
     "serve": "serve_cmds",
-    "publish": "serve_cmds",
-    "subscribe": "serve_cmds",
+    "publish": "client_cmds",
+    "subscribe": "client_cmds",
     "replay": "traffic_cmds",
     "listen": "traffic_cmds",
 }

@@ -310,6 +310,13 @@ class LiveBroker:
         """Root slots free for the next changes (a glance without the lock: a hint)."""
         return len(self.free_slots)
 
+    def stale_slot_count(self) -> int:
+        """Free root slots that :meth:`refresh` would still bring up (content unknown, or more than
+        :data:`REFRESH_SPANS` level-0 spans behind the live root): a change that takes one rewrites
+        much of it on its own path.  A glance without the lock (a hint, for metrics)."""
+        dirty = self.dirty
+        return sum(1 for s in list(self.free_slots) if (d := dirty.get(s)) is None or len(d) > REFRESH_SPANS)
+
     def pending(self) -> bool:
         """Whether retired slots wait for :meth:`reclaim`."""
         with self.lock:

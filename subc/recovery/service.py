@@ -32,7 +32,8 @@ from typing import Callable, Iterable
 
 from ..backends.ebpf import layout as L
 from ..backends.ebpf import map_names as MN
-from ..dataplane.ebpf.bpf import Map, obj_get
+from ..dataplane.ebpf.bpf import Map
+from ..dataplane.ebpf.bpf_objects import obj_get
 from ..dataplane.ebpf.broker_home import BrokerHome
 from ..dataplane.ebpf.broker_state import JOURNAL_STATUS
 from ..dataplane.ebpf.ringbuf import open_pinned_ring

@@ -27,13 +27,9 @@ the switch ports of :mod:`.port_map`; a restarted daemon takes the switch over t
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import queue
-import re
 import threading
-import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Callable, cast
 
 from ..backends.ebpf import layout as L
@@ -49,15 +45,16 @@ from ..lang.rules import parse_rules
 from ..recovery.metrics import RecoveryCollector
 from ..recovery.service import RecoveryService
 from .book import Live, SubscriptionBook
+from .cluster_wiring import check_cluster, cluster_updater
 from .config import ServeConfig, SwitchOptions
 from .dataplane import ROOT_SLOTS, DataPlane, open_dataplane
 from .endpoints import SOUP_PREFIX, EndpointTable, is_soup, stream_key
 from .events import JsonFormatter, event  # noqa: F401 (JsonFormatter: part of this module's names)
 from .metrics import Metrics
 from .network import Pending, RequestListener
-from .protocol import ProtocolError, parse_request
 from .reclaimer import reclaim_forever
-from .store import REMOVED, Store, Stored
+from .rules_file import RULES_SOURCE, read_rules_file
+from .store import REMOVED, Store
 from .topics import TopicBook, TopicError, parse_filter, parse_topic
 from .updater import Updater
 
@@ -66,19 +63,6 @@ if TYPE_CHECKING:
     from ..dataplane.p4rt.live_entries import LiveEntries
     from ..dataplane.p4rt.live_switch import SwitchPlane
     from .port_map import PortEndpoints
-
-RULES_SOURCE = "rules-file"  # the source of --rules subscriptions
-SOUP_TO = re.compile(r"\s+TO\s+soup:([!-~]{1,6})\s*\Z", re.IGNORECASE)  # --rules: a SoupBinTCP user's stream
-
-
-CLUSTER_STATUS = "cluster.json"  # --cluster: this broker's figures, rewritten about once a second (subc stats)
-
-
-def write_json_atomic(path: Path, doc: dict) -> None:
-    """``doc`` as JSON at ``path``, replaced whole (a temporary file renamed over it)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc))
-    tmp.replace(path)
 
 
 GC_YOUNG = 100_000  # allocations between collections of the youngest generation
@@ -155,6 +139,7 @@ class Daemon:
         self.metrics.switch_updates.set_function(lambda: writer.writes)
         self.metrics.switch_requests.set_function(lambda: session.write_requests)
         self.broker = LiveBroker(self.diagram, self.writer, self.sw.grace, grace_s=self.sw.grace_s)
+        self.metrics.watch_broker(self.broker)
         self.endpoints = PortEndpoints(port_map)
         self.adopted = self.sw.adopted
         self._held: list[int] = []
@@ -187,7 +172,7 @@ class Daemon:
             cfg.spec, cfg.iface, cfg.field_order, cfg.capacity, cfg.state_dir, cfg.xdp_mode, cfg.journal_pages
         )
         if cfg.cluster is not None:
-            self._set_fence(1)  # nothing is sent until this broker holds its lease and owns endpoints
+            self.set_fence(1)  # nothing is sent until this broker holds its lease and owns endpoints
         if cfg.journal is not None:
             assert self.dp.home is not None  # an eBPF data plane has its home
             self.recovery = RecoveryService(self.dp.home, cfg.journal, self._soup_login, self._soup_request)
@@ -203,6 +188,7 @@ class Daemon:
             # the restore's change (before inherit(), which deletes every slot but the base's)
             schedule.write([])
         self.broker = LiveBroker(self.diagram, writer, grace_waiter(self.dp.maps), schedule)
+        self.metrics.watch_broker(self.broker)
         known = self.store.endpoints()
         on_number = None
         if self.recovery is not None:
@@ -234,98 +220,16 @@ class Daemon:
 
         return inh.live_slot, self._reserve_inherited(inh.states, free)
 
-    def _set_fence(self, until_ns: int) -> None:
+    def set_fence(self, until_ns: int) -> None:
         """Write the data plane's fence (``subc_fence``): copies are sent until ``until_ns``
         (CLOCK_MONOTONIC ns; 1: none from now on)."""
         self.dp.maps[MN.FENCE].update(L.U32.pack(v=0), L.U64.pack(v=until_ns))
-
-    def _check_cluster(self) -> None:
-        cfg = self.cfg
-        if cfg.cluster is None:
-            return
-        if cfg.switch is not None:
-            raise SubcError("--cluster runs eBPF brokers; it does not drive a P4 switch (--p4runtime)")
-        if cfg.journal is None:
-            raise SubcError(
-                "--cluster needs --journal: a broker keeps every stream it does not deliver to in its "
-                "journal, with its sequence numbers, to take it over without loss"
-            )
-        if cfg.rules:
-            raise SubcError("--cluster takes its subscriptions from etcd: --rules is for a broker of its own")
-
-    def _cluster_updater(self, args: tuple) -> Updater:
-        """The cluster's updater over the updater's ``args``, with this broker's node (started
-        by :meth:`start` once the threads run)."""
-        from ..cluster.metrics import ClusterCollector
-        from ..cluster.node import ClusterNode
-        from ..cluster.records import MemberRecord, NodeStatus, SubRecord
-        from ..cluster.replica import Replica
-        from ..cluster.applier import REVISION_META
-        from ..cluster.updater import ClusterUpdater
-
-        cfg = self.cfg
-        opts = cfg.cluster
-        assert opts is not None
-        replica = Replica(opts.prefix)
-        replica.load(
-            int(self.store.meta(REVISION_META) or 0),
-            {
-                i: SubRecord(lv.text, lv.ep[0], lv.ep[1], lv.source, lv.expires, lv.filter)
-                for i, lv in self.book.subs.items()
-            },
-        )
-        rec = self.recovery
-        member = MemberRecord(
-            opts.node,
-            f"{cfg.listen[0]}:{self.port}",
-            rerequest=f"{rec.address[0]}:{rec.address[1]}" if rec is not None and rec.address else "",
-            soup=f"{rec.soup_address[0]}:{rec.soup_address[1]}" if rec is not None and rec.soup_address else "",
-            started=time.time(),
-        )
-        updater: ClusterUpdater | None = None
-
-        def status() -> NodeStatus:
-            u = updater
-            return NodeStatus(
-                replica.revision,
-                len(self.book),
-                u.owned_count if u is not None else 0,
-                len(self.endpoints),
-                node.fenced(),
-                time.time(),
-            )
-
-        def report(doc: dict) -> None:
-            u = updater
-            if u is not None:
-                doc.update(
-                    status_delay_s=round(u.status_delay, 6),
-                    late_changes=u.late_changes,
-                    late_messages=u.late_messages,
-                    scheduled_switches=len(self.broker.scheduled),
-                    forced_switches=self.broker.forced,
-                )
-            if cfg.state_dir:
-                write_json_atomic(Path(cfg.state_dir) / CLUSTER_STATUS, doc)
-
-        node = self.node = ClusterNode(opts, member, self.queue, self.stopping, self._set_fence, status, report=report)
-        updater = ClusterUpdater(
-            *args,
-            node=node,
-            replica=replica,
-            grace=self.broker.grace,
-            schedule=self.broker.schedule,
-            lead=opts.lead,
-            lead_messages=opts.lead_messages,
-        )
-        self.metrics.registry.register(ClusterCollector(node, updater))
-        return updater
 
     def start(self) -> None:
         """Open the data plane (load or adopt it), restore the subscriptions, bind the sockets and
         start the threads.  Raises SubcError when any of these fails."""
         cfg = self.cfg
-        self._check_cluster()
+        check_cluster(cfg)
         if cfg.switch is not None:
             inherited, release = self._open_switch(cfg.switch)
         else:
@@ -353,7 +257,7 @@ class Daemon:
             self.sw is not None,
             self.next_id,
         )
-        self.updater = self._cluster_updater(args) if cfg.cluster is not None else Updater(*args)
+        self.updater = cluster_updater(self, args) if cfg.cluster is not None else Updater(*args)
 
         def reclaimer() -> None:
             reclaim_forever(self.stopping, self.work, self.store, self.broker, self.endpoints, self.writer.root_slots)
@@ -405,7 +309,10 @@ class Daemon:
             self.broker.adopt(inherited_slot, release)
         stored = [s for s in self.store.all() if s.source != RULES_SOURCE]
         if self.cfg.rules:
-            stored += self._rules_file(self.cfg.rules)
+            soup = self.recovery is not None and self.recovery.soup is not None
+            made = read_rules_file(self.cfg.rules, self.cfg.spec, self.cfg.limits, soup, self.next_id)
+            self.next_id += len(made)
+            stored += made
         dropped: list[int] = []
         ops, lives = [], []
         shapes = ShapeCache(self.cfg.spec, self.cfg.limits)  # conditions of known shapes parse without Lark
@@ -463,35 +370,6 @@ class Daemon:
             eps = {}  # a switch port is no endpoint's own number: nothing to keep
         self.store.commit([], dropped, eps, next_id=self.next_id, topics=topics)
         return unused
-
-    def _rules_file(self, path: str) -> list[Stored]:
-        """``--rules``: subscriptions made at every start and never stored nor removable by a
-        request: one per line, ``<condition> TO <ip>:<port>`` or ``<condition> TO soup:<user>``
-        (a SoupBinTCP user's stream, with ``--soup``) (# comments)."""
-        out = []
-        for n, line in enumerate(Path(path).read_text().splitlines(), 1):
-            if not line.strip() or line.lstrip().startswith(("#", "//")):
-                continue
-            soup = SOUP_TO.search(line)
-            try:
-                text = line[: soup.start()] if soup else line
-                req = parse_request(("SUBSCRIBE " + text).encode(), self.cfg.spec, self.cfg.limits)
-            except ProtocolError as e:
-                raise SubcError(f"{path}:{n}:{max(1, e.column - 10)}: error: {e.message}") from None
-            if soup is not None:
-                if self.recovery is None or self.recovery.soup is None:
-                    raise SubcError(f"{path}:{n}:{soup.start() + 2}: error: TO soup:<user> needs --journal and --soup")
-                to = (SOUP_PREFIX + soup.group(1), 0)
-            elif req.to is None:
-                raise SubcError(
-                    f"{path}:{n}:1: error: a subscription of --rules needs TO <ip>:<port> or TO soup:<user>"
-                )
-            else:
-                to = req.to
-            sid = self.next_id
-            self.next_id += 1
-            out.append(Stored(sid, req.text, to[0], to[1], RULES_SOURCE, None))
-        return out
 
     # -- SoupBinTCP users (--journal --soup) ---------------------------------------------------------
 

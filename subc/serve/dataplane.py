@@ -19,7 +19,8 @@ from ..backends.ebpf.maps_doc import ENTRY_ROLES, MapsDoc
 from ..spec.model import Spec
 from ..errors import SubcError
 from ..dataplane.ebpf import attach
-from ..dataplane.ebpf.bpf import Map, prog_info
+from ..dataplane.ebpf.bpf import Map
+from ..dataplane.ebpf.bpf_objects import prog_info
 from ..dataplane.ebpf.broker import LoadedFilter, check_journal, ifindex_of, journal_maps, journal_state_maps
 from ..dataplane.ebpf.subscribers import Subscribers
 from ..dataplane.ebpf.broker_state import claim_home, pinned_maps, read_state, write_state

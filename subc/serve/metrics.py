@@ -12,7 +12,13 @@ Each daemon has its own registry (several daemons may run in one process in test
 * ``subc_serve_changes_total``: changes applied to the data plane (each one root switch);
 * ``subc_serve_subscriptions``, ``subc_serve_endpoints``: live subscriptions and endpoints;
 * ``subc_serve_topic_labels``, ``subc_serve_registrations``: topic level names with a label, and
-  publishers' topic registrations.
+  publishers' topic registrations;
+* ``subc_serve_root_slots{state}``: root slots free for the next change (``free``), of those the
+  ones behind the live root that a change would rewrite on its own path (``stale``), and slots
+  waiting out their grace period (``retired``);
+* ``subc_serve_root_refresh_writes``, ``subc_serve_root_refresh_failures``: entries written into
+  free root slots ahead of the changes (the reclaimer's refresh, a P4Runtime switch), and refreshes
+  the data plane refused (the slot is then rewritten by the change that takes it).
 
 Deliveries per subscriber are the data plane's counters: ``subc stats``.
 """
@@ -52,9 +58,27 @@ class Metrics:
         self.endpoints = Gauge("subc_serve_endpoints", "delivery endpoints with a subscription", registry=r)
         self.labels = Gauge("subc_serve_topic_labels", "topic level names with a label", registry=r)
         self.registrations = Gauge("subc_serve_registrations", "publishers' topic registrations", registry=r)
+        self.root_slots = Gauge(
+            "subc_serve_root_slots", "root slots by state (free, stale, retired)", ["state"], registry=r
+        )
+        self.refresh_writes = Gauge(
+            "subc_serve_root_refresh_writes", "entries written into free root slots ahead of changes", registry=r
+        )
+        self.refresh_failures = Gauge(
+            "subc_serve_root_refresh_failures", "root slot refreshes the data plane refused", registry=r
+        )
         self.server = None
         if listen is not None:
             self.server, _ = start_http_server(listen[1], addr=listen[0], registry=r)
+
+    def watch_broker(self, broker) -> None:
+        """Read the root slot gauges above from ``broker`` (a
+        :class:`~subc.dataplane.live_broker.LiveBroker`) whenever they are collected."""
+        self.root_slots.labels("free").set_function(broker.free_slot_count)
+        self.root_slots.labels("stale").set_function(broker.stale_slot_count)
+        self.root_slots.labels("retired").set_function(lambda: len(broker.retired))
+        self.refresh_writes.set_function(lambda: broker.refresh_writes)
+        self.refresh_failures.set_function(lambda: broker.refresh_failures)
 
     def close(self) -> None:
         if self.server is not None:

@@ -19,18 +19,8 @@ from pathlib import Path
 from ...backends.ebpf import map_names as MN
 from ...backends.ebpf import layout as L
 from ...errors import SubcError
-from .bpf import (
-    TAIL_CALLS,
-    Map,
-    Program,
-    link_prog_id,
-    link_xdp_ifindex,
-    obj_get,
-    obj_id,
-    pin_fd,
-    single,
-    xdp_link_create,
-)
+from .bpf import TAIL_CALLS, Map, Program, pin_fd, single
+from .bpf_objects import link_prog_id, link_xdp_ifindex, obj_get, obj_id, xdp_link_create
 from .broker_home import BrokerHome
 
 XDP_FLAGS = {"auto": 0, "generic": 2, "native": 4}

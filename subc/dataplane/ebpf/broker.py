@@ -27,7 +27,8 @@ from ...backends.ebpf.target import MAX_SEARCH_STEPS, steps_needed
 from ...backends.ebpf.source import program_source, read_program
 from ...errors import SubcError
 from . import attach, install
-from .bpf import Map, Program, compile_and_load, obj_get, possible_cpus, present, prog_info, require_root
+from .bpf import Map, Program, compile_and_load, possible_cpus, present, require_root
+from .bpf_objects import obj_get, prog_info
 from .broker_home import broker_home, home_lock
 from .broker_state import claim_home, close_maps, loaded_home, pinned_maps, write_state
 from .fanout import (

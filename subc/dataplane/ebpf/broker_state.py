@@ -16,7 +16,8 @@ import os
 from ...backends.ebpf.maps_doc import MapsDoc
 from ...errors import SubcError
 from . import attach
-from .bpf import Map, obj_get
+from .bpf import Map
+from .bpf_objects import obj_get
 from .broker_home import BrokerHome, broker_home, stale_reason
 
 #: The journal service's status in the state directory (written by :mod:`subc.recovery.service`,

@@ -22,7 +22,7 @@ import struct
 from pathlib import Path
 
 from ...errors import SubcError
-from .bpf import map_max_entries, obj_get
+from .bpf_objects import map_max_entries, obj_get
 
 BUSY_BIT = 1 << 31
 DISCARD_BIT = 1 << 30
