@@ -93,6 +93,7 @@ def broker(root_slots: int, grace_s: float | None, clock: Clock, graces: list[fl
 def test_a_slot_is_rewritten_only_after_its_own_grace(steps, root_slots, grace_s):
     clock, graces = Clock(), []
     b, w, region = broker(root_slots, grace_s, clock, graces)
+    b.stale_wait_s = 0.0  # no reclaimer thread here: a change takes a stale slot at once
     live = False
     for gap, reclaim, refreshes in steps:
         clock.now += gap
@@ -163,3 +164,50 @@ def test_a_writer_that_does_not_refresh_is_left_alone():
     b.apply([(region, 0, +1)])
     clock.now += 0.01
     assert b.refresh(40) == 0 and b.refresh_writes == 0
+
+
+def test_a_change_waits_for_a_retired_slot_rather_than_take_a_stale_one():
+    """With a time-based grace, a change whose free slots are all stale (never written, here)
+    waits for the slot it retired (current then) to come back from its grace period, and takes
+    it; with no reclaimer to free it, it takes a stale one after ``stale_wait_s``."""
+    import threading
+
+    clock, graces = Clock(), []
+    b, w, region = broker(4, 0.05, clock, graces)
+    b.apply([(region, 0, +1)])  # slot 1 live: the first change takes a stale slot, none can come back
+    assert b.stale_waits == 0 and b.live_slot == 1
+    clock.now += 0.01
+    b.apply([(region, 0, -1)])  # every free slot stale and nothing retired: slot 2 at once
+    assert b.stale_waits == 0 and b.live_slot == 2 and b.coming_back == 1
+    clock.now += 0.01
+    b.stale_wait_s = 600.0  # the verdict must not depend on speed: the change waits for the reclaimer
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (b.apply([(region, 0, +1)]), done.set()))
+    t.start()
+    while not b.stale_waits and not done.is_set():  # the change waits (letting the lock go) or is done
+        t.join(0.001)
+    assert not done.is_set() and b.live_slot == 2, "took a stale slot without waiting"
+    b.reclaim()  # slot 1's grace passes (the fake clock sleeps through it) and it comes back
+    t.join()
+    assert b.live_slot == 1 and b.coming_back == 1 and sorted(b.free_slots) == [3, 4]
+    b.stale_wait_s = 0.0  # no reclaimer now: the next change takes a stale slot at once
+    clock.now += 0.01
+    b.apply([(region, 0, -1)])
+    assert b.live_slot in (3, 4) and b.stale_waits == 1
+
+
+def test_a_change_takes_a_current_free_slot_before_a_stale_one():
+    """Free slots in any order (a slot whose write failed comes back last, its content unknown):
+    with a time-based grace the change takes a current one, not the stale slot at the end."""
+    clock, graces = Clock(), []
+    b, w, region = broker(4, 0.05, clock, graces)
+    b.stale_wait_s = 0.0
+    b.apply([(region, 0, +1)])  # slot 1
+    clock.now += 0.01
+    b.apply([(region, 0, -1)])  # slot 2; slot 1 retired
+    clock.now += 0.1
+    b.reclaim()
+    assert sorted(b.free_slots) == [1, 3, 4] and b.dirty[1] is not None and b.dirty[3] is None and b.dirty[4] is None
+    b.free_slots = [1, 4, 3]  # the stale ones last
+    b.apply([(region, 0, +1)])
+    assert b.live_slot == 1

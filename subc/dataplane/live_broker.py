@@ -19,7 +19,10 @@ Step 5 runs in :meth:`LiveBroker.reclaim` (the daemon's grace thread), off the p
 request: a change waits only when every slot is still in its grace period.  The same thread
 refreshes free root slots ahead of time where root writes are slow (:meth:`LiveBroker.refresh`,
 a P4Runtime switch): a slot left unused while the diagram grew, then taken when changes come
-faster, would otherwise be rewritten whole on the path of the change that takes it.  A grace period is
+faster, would otherwise be rewritten whole on the path of the change that takes it; and with a
+time-based grace (below) a change does not take a stale slot while a slot retired current comes
+back within its grace: it waits for that one (at most :data:`STALE_WAIT_S` past the grace), the
+cheaper of the two by far at thousands of root entries.  A grace period is
 either a wait for every program run that started before it (the BPF maps: one wait covers every
 slot retired before it) or, where the data plane gives no such signal (a P4Runtime switch), a
 time (``grace_s``): then each slot has its own, from the moment it was switched away from, and
@@ -51,6 +54,9 @@ REFRESH_SPANS = 32
 #: seconds without a change before free root slots are refreshed (changes in a burst make the
 #: free slots stale again at once: refreshing them then only competes with the changes)
 REFRESH_IDLE_S = 0.004
+#: seconds past ``grace_s`` a change waits for a retired slot to come back instead of taking a
+#: stale free one (the reclaimer may linger or be busy freeing another root)
+STALE_WAIT_S = 0.025
 FORCE_AFTER_S = 5.0  # a change that finds the schedule full this long switches the oldest entry at once
 
 
@@ -98,6 +104,10 @@ class LiveBroker:
         self.live_slot = 0
         self.live_root: Node | None = None
         self.retired: list[tuple[int, Node | None, float]] = []  # (slot, root, monotonic s switched away)
+        self.coming_back = 0  # retired slots not yet free again (in retired, or in reclaim's hands)
+        self.stale_waits = 0  # changes that waited for a retired slot rather than take a stale one
+        #: real seconds a change waits for a retired slot instead of taking a stale free one
+        self.stale_wait_s = (grace_s or 0.0) + STALE_WAIT_S
         self.changes = 0
         self.refresh_writes = 0  # writes made by refresh()
         self.last_change = float("-inf")  # clock() of the last change published
@@ -125,10 +135,18 @@ class LiveBroker:
             at = None
         with self.lock:
             waited = time.monotonic()
-            while not self.free_slots or (at is not None and self._schedule_full(at)):
-                self.lock.wait(timeout=0.01 if self.scheduled else None)
-                if self.scheduled and time.monotonic() - waited > FORCE_AFTER_S:
-                    self._advance_locked(force_one=True)
+            counted = False
+            while True:
+                if not self.free_slots or (at is not None and self._schedule_full(at)):
+                    self.lock.wait(timeout=0.01 if self.scheduled else None)
+                    if self.scheduled and time.monotonic() - waited > FORCE_AFTER_S:
+                        self._advance_locked(force_one=True)
+                elif self._only_stale() and time.monotonic() - waited < self.stale_wait_s:
+                    self.stale_waits += not counted
+                    counted = True
+                    self.lock.wait(timeout=0.005)
+                else:
+                    break
             ch = self.diagram.change(ops)
             if not ch.changed:
                 if force:
@@ -148,6 +166,17 @@ class LiveBroker:
                 raise
             return ch
 
+    def _stale(self, slot: int) -> bool:
+        """Whether free ``slot`` is far behind the live root (content unknown, or more than
+        :data:`REFRESH_SPANS` level-0 spans)."""
+        d = self.dirty.get(slot)
+        return d is None or len(d) > REFRESH_SPANS
+
+    def _only_stale(self) -> bool:
+        """With a time-based grace: every free slot is stale while a retired slot (current when
+        it was retired) will come back."""
+        return self.grace_s is not None and self.coming_back > 0 and all(self._stale(s) for s in self.free_slots)
+
     def _schedule_full(self, at) -> bool:
         assert self.schedule is not None
         live = [e for e in self.scheduled if not e[3]]
@@ -160,6 +189,11 @@ class LiveBroker:
     def _publish(self, ch: Change, owned: bool, at=None) -> None:
         """Steps 3 and 4 for ``ch``'s root (``owned``: this slot holds the root's reference), the
         switch scheduled at ``at`` when given."""
+        if self.grace_s is not None and self._stale(self.free_slots[-1]):
+            fresh = [s for s in self.free_slots if not self._stale(s)]
+            if fresh:  # the last slot a fresh one: LIFO among the fresh
+                self.free_slots.remove(fresh[-1])
+                self.free_slots.append(fresh[-1])
         slot = self.free_slots.pop()
         for s, dirty in self.dirty.items():
             if s != slot and dirty is not None:
@@ -186,6 +220,7 @@ class LiveBroker:
         self.dirty[slot] = []
         if self.live_root is not None or self._inherited is not None or self._unowned:
             self.retired.append((self.live_slot, self.live_root, self.clock()))
+            self.coming_back += 1
             self.lock.notify_all()
         self.live_slot, self.live_root = slot, (ch.root if owned else None)
         self._unowned = not owned
@@ -232,7 +267,9 @@ class LiveBroker:
         now = self.clock()
         if self.live_root is not None or self._inherited is not None or self._unowned:
             self.retired.append((self.live_slot, self.live_root, now))
+            self.coming_back += 1
         self.retired += [(s, r, now) for _, s, r, _ in passed[:-1]]
+        self.coming_back += len(passed) - 1
         self.live_slot, self.live_root = slot, root
         self._unowned = root is None
         self.lock.notify_all()
@@ -255,6 +292,7 @@ class LiveBroker:
                 if left > 0:
                     self.sleep(left)
             with self.lock:
+                self.coming_back -= 1
                 if root is None:  # the slot a previous writer left live, or a root published by force
                     if self._inherited is not None and slot == self._inherited_slot:
                         self._inherited()
@@ -287,8 +325,7 @@ class LiveBroker:
             if root is None or self.clock() - self.last_change < REFRESH_IDLE_S:
                 return 0
             for slot in reversed(self.free_slots):  # the next slot a change takes is the last
-                spans = self.dirty[slot]
-                if spans is not None and len(spans) <= REFRESH_SPANS:
+                if not self._stale(slot):
                     continue
                 n = self.writer.refresh_root(slot, root, limit)
                 if n is None:
@@ -314,8 +351,7 @@ class LiveBroker:
         """Free root slots that :meth:`refresh` would still bring up (content unknown, or more than
         :data:`REFRESH_SPANS` level-0 spans behind the live root): a change that takes one rewrites
         much of it on its own path.  A glance without the lock (a hint, for metrics)."""
-        dirty = self.dirty
-        return sum(1 for s in list(self.free_slots) if (d := dirty.get(s)) is None or len(d) > REFRESH_SPANS)
+        return sum(1 for s in list(self.free_slots) if self._stale(s))
 
     def pending(self) -> bool:
         """Whether retired slots wait for :meth:`reclaim`."""

@@ -18,7 +18,9 @@ Each daemon has its own registry (several daemons may run in one process in test
   waiting out their grace period (``retired``);
 * ``subc_serve_root_refresh_writes``, ``subc_serve_root_refresh_failures``: entries written into
   free root slots ahead of the changes (the reclaimer's refresh, a P4Runtime switch), and refreshes
-  the data plane refused (the slot is then rewritten by the change that takes it).
+  the data plane refused (the slot is then rewritten by the change that takes it);
+* ``subc_serve_root_stale_waits``: changes that waited for a retired root slot to come back from
+  its grace period rather than take a stale free one (a P4Runtime switch).
 
 Deliveries per subscriber are the data plane's counters: ``subc stats``.
 """
@@ -67,6 +69,9 @@ class Metrics:
         self.refresh_failures = Gauge(
             "subc_serve_root_refresh_failures", "root slot refreshes the data plane refused", registry=r
         )
+        self.stale_waits = Gauge(
+            "subc_serve_root_stale_waits", "changes that waited for a retired root slot (not a stale one)", registry=r
+        )
         self.server = None
         if listen is not None:
             self.server, _ = start_http_server(listen[1], addr=listen[0], registry=r)
@@ -79,6 +84,7 @@ class Metrics:
         self.root_slots.labels("retired").set_function(lambda: len(broker.retired))
         self.refresh_writes.set_function(lambda: broker.refresh_writes)
         self.refresh_failures.set_function(lambda: broker.refresh_failures)
+        self.stale_waits.set_function(lambda: broker.stale_waits)
 
     def close(self) -> None:
         if self.server is not None:
