@@ -76,6 +76,13 @@ class Writer:
         self.base = slot
 
 
+def wide(b: LiveBroker):
+    """A region over 40 symbols: a root with it has more level-0 runs than REFRESH_SPANS, so a
+    free slot of unknown content is stale."""
+    cond = " or ".join(f'add_order.stock == "S{k:02d}"' for k in range(40))
+    return b.diagram.region(parse_rules(f"{cond} : fwd(1);", SPEC, "t")[0].condition)
+
+
 def broker(root_slots: int, grace_s: float | None, clock: Clock, graces: list[float]):
     diagram = LiveDiagram([SPEC.query_fields[f] for f in ORDER], [4000, 4000])
     w = Writer(clock, root_slots)
@@ -143,7 +150,7 @@ def test_a_signalled_grace_covers_the_batch_once():
 def test_refreshes_bring_every_stale_free_slot_up_to_the_live_root_then_stop():
     clock, graces = Clock(), []
     b, w, region = broker(6, 0.05, clock, graces)
-    b.apply([(region, 0, +1)])  # slot 1 live; slots 2..6 never written: stale
+    b.apply([(wide(b), 1, +1)])  # slot 1 live, a root of 80 runs; slots 2..6 never written: stale
     assert b.refresh(40) == 0  # right after a change: more may follow
     assert b.stale_slot_count() == 5
     clock.now += 0.01
@@ -174,7 +181,7 @@ def test_a_change_waits_for_a_retired_slot_rather_than_take_a_stale_one():
 
     clock, graces = Clock(), []
     b, w, region = broker(4, 0.05, clock, graces)
-    b.apply([(region, 0, +1)])  # slot 1 live: the first change takes a stale slot, none can come back
+    b.apply([(wide(b), 1, +1), (region, 0, +1)])  # slot 1 live: the first change takes a stale slot, none can come back
     assert b.stale_waits == 0 and b.live_slot == 1
     clock.now += 0.01
     b.apply([(region, 0, -1)])  # every free slot stale and nothing retired: slot 2 at once
@@ -202,7 +209,7 @@ def test_a_change_takes_a_current_free_slot_before_a_stale_one():
     clock, graces = Clock(), []
     b, w, region = broker(4, 0.05, clock, graces)
     b.stale_wait_s = 0.0
-    b.apply([(region, 0, +1)])  # slot 1
+    b.apply([(wide(b), 1, +1), (region, 0, +1)])  # slot 1
     clock.now += 0.01
     b.apply([(region, 0, -1)])  # slot 2; slot 1 retired
     clock.now += 0.1
@@ -211,3 +218,15 @@ def test_a_change_takes_a_current_free_slot_before_a_stale_one():
     b.free_slots = [1, 4, 3]  # the stale ones last
     b.apply([(region, 0, +1)])
     assert b.live_slot == 1
+
+
+def test_a_slot_of_unknown_content_is_not_stale_while_the_root_is_small():
+    """Rewriting a never-written slot whole costs the root's few runs: a change takes it rather
+    than wait for a retired slot."""
+    clock, graces = Clock(), []
+    b, w, region = broker(4, 0.05, clock, graces)
+    b.stale_wait_s = 0.2
+    b.apply([(region, 0, +1)])  # slot 1: a root of a few runs
+    clock.now += 0.01
+    b.apply([(region, 0, -1)])  # slots 2-4 never written, slot 1 retired: no wait
+    assert b.stale_waits == 0 and b.live_slot == 2 and b.stale_slot_count() == 0

@@ -167,10 +167,14 @@ class LiveBroker:
             return ch
 
     def _stale(self, slot: int) -> bool:
-        """Whether free ``slot`` is far behind the live root (content unknown, or more than
-        :data:`REFRESH_SPANS` level-0 spans)."""
+        """Whether free ``slot`` is far behind the live root: more than :data:`REFRESH_SPANS`
+        level-0 spans changed since it was written, or its content unknown and the live root more
+        than that many runs (unknown, when no root is owned)."""
         d = self.dirty.get(slot)
-        return d is None or len(d) > REFRESH_SPANS
+        if d is not None:
+            return len(d) > REFRESH_SPANS
+        root = self.live_root
+        return root is None or len(root.runs) > REFRESH_SPANS
 
     def _only_stale(self) -> bool:
         """With a time-based grace: every free slot is stale while a retired slot (current when
@@ -311,8 +315,7 @@ class LiveBroker:
         return freed_n
 
     def refresh(self, limit: int) -> int:
-        """Bring the stale free root slot that a change takes first (its content unknown, or more
-        than :data:`REFRESH_SPANS` level-0 spans behind the live root) closer to the live root,
+        """Bring the stale free root slot that a change takes first (:meth:`_stale`) closer to the live root,
         once no change was published for :data:`REFRESH_IDLE_S`:
         at most ``limit`` writes, flushed under the lock (a change waits for those at most).  A
         free slot is not live and no packet reads it (:meth:`reclaim` frees a slot only after its
@@ -348,9 +351,9 @@ class LiveBroker:
         return len(self.free_slots)
 
     def stale_slot_count(self) -> int:
-        """Free root slots that :meth:`refresh` would still bring up (content unknown, or more than
-        :data:`REFRESH_SPANS` level-0 spans behind the live root): a change that takes one rewrites
-        much of it on its own path.  A glance without the lock (a hint, for metrics)."""
+        """Free root slots that :meth:`refresh` would still bring up (far behind the live root:
+        :meth:`_stale`): a change that takes one rewrites much of it on its own path.  A glance
+        without the lock (a hint, for metrics)."""
         return sum(1 for s in list(self.free_slots) if self._stale(s))
 
     def pending(self) -> bool:
