@@ -188,12 +188,15 @@ def test_a_change_waits_for_a_retired_slot_rather_than_take_a_stale_one():
     assert b.stale_waits == 0 and b.live_slot == 2 and b.coming_back == 1
     clock.now += 0.01
     b.stale_wait_s = 600.0  # the verdict must not depend on speed: the change waits for the reclaimer
+    w.behind.update({3: 10**9, 4: 10**9})  # slots the waiting change's refreshes never bring up
     done = threading.Event()
     t = threading.Thread(target=lambda: (b.apply([(region, 0, +1)]), done.set()))
     t.start()
     while not b.stale_waits and not done.is_set():  # the change waits (letting the lock go) or is done
         t.join(0.001)
     assert not done.is_set() and b.live_slot == 2, "took a stale slot without waiting"
+    while not w.refreshes:  # the wait refreshes the stale slot next in line, 8 entries at a time
+        t.join(0.001)
     b.reclaim()  # slot 1's grace passes (the fake clock sleeps through it) and it comes back
     t.join()
     assert b.live_slot == 1 and b.coming_back == 1 and sorted(b.free_slots) == [3, 4]
@@ -230,3 +233,19 @@ def test_a_slot_of_unknown_content_is_not_stale_while_the_root_is_small():
     clock.now += 0.01
     b.apply([(region, 0, -1)])  # slots 2-4 never written, slot 1 retired: no wait
     assert b.stale_waits == 0 and b.live_slot == 2 and b.stale_slot_count() == 0
+
+
+def test_a_waiting_change_takes_the_slot_its_refreshes_brought_up():
+    """With no reclaimer, a change waiting for a retired slot refreshes the stale slot next in line
+    (8 entries at a time) and takes it once current."""
+    clock, graces = Clock(), []
+    b, w, region = broker(4, 0.05, clock, graces)
+    b.apply([(wide(b), 1, +1), (region, 0, +1)])  # slot 1
+    clock.now += 0.01
+    b.apply([(region, 0, -1)])  # slot 2 (stale, nothing retired yet); slot 1 retired
+    b.stale_wait_s = 600.0
+    w.behind.update({3: 20, 4: 10**9})
+    b.free_slots = [4, 3]
+    clock.now += 0.01
+    b.apply([(region, 0, +1)])
+    assert b.live_slot == 3 and b.stale_waits == 1 and b.refresh_writes == 20 and w.refreshes == 3

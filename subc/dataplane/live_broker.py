@@ -22,7 +22,8 @@ a P4Runtime switch): a slot left unused while the diagram grew, then taken when 
 faster, would otherwise be rewritten whole on the path of the change that takes it; and with a
 time-based grace (below) a change does not take a stale slot while a slot retired current comes
 back within its grace: it waits for that one (at most :data:`STALE_WAIT_S` past the grace), the
-cheaper of the two by far at thousands of root entries.  A grace period is
+cheaper of the two by far at thousands of root entries, and spends the wait refreshing the stale
+slot next in line.  A grace period is
 either a wait for every program run that started before it (the BPF maps: one wait covers every
 slot retired before it) or, where the data plane gives no such signal (a P4Runtime switch), a
 time (``grace_s``): then each slot has its own, from the moment it was switched away from, and
@@ -57,6 +58,8 @@ REFRESH_IDLE_S = 0.004
 #: seconds past ``grace_s`` a change waits for a retired slot to come back instead of taking a
 #: stale free one (the reclaimer may linger or be busy freeing another root)
 STALE_WAIT_S = 0.025
+#: entries refreshed at a time by a change waiting for a retired slot (the reclaimer's own size)
+REFRESH_WAIT_WRITES = 8
 FORCE_AFTER_S = 5.0  # a change that finds the schedule full this long switches the oldest entry at once
 
 
@@ -142,9 +145,12 @@ class LiveBroker:
                     if self.scheduled and time.monotonic() - waited > FORCE_AFTER_S:
                         self._advance_locked(force_one=True)
                 elif self._only_stale() and time.monotonic() - waited < self.stale_wait_s:
+                    # the wait refreshes the slot a change would take next, a little at a time
+                    # (the lock let go between), so that under steady changes, with no pause for
+                    # the reclaimer's refreshes, stale slots still come up
                     self.stale_waits += not counted
                     counted = True
-                    self.lock.wait(timeout=0.005)
+                    self.lock.wait(timeout=0.001 if self._refresh_locked(REFRESH_WAIT_WRITES) else 0.005)
                 else:
                     break
             ch = self.diagram.change(ops)
@@ -324,26 +330,32 @@ class LiveBroker:
         (:meth:`~.writer.LiveWriter.refresh_root`), or the data plane refused the writes
         (counted in ``refresh_failures``; the writer then holds what it held)."""
         with self.lock:
-            root = self.live_root
-            if root is None or self.clock() - self.last_change < REFRESH_IDLE_S:
+            if self.clock() - self.last_change < REFRESH_IDLE_S:
                 return 0
-            for slot in reversed(self.free_slots):  # the next slot a change takes is the last
-                if not self._stale(slot):
-                    continue
-                n = self.writer.refresh_root(slot, root, limit)
-                if n is None:
-                    return 0
-                if n == 0:
-                    self.dirty[slot] = []
-                    continue
-                try:
-                    self.writer.flush()
-                except SubcError:
-                    self.refresh_failures += 1
-                    return 0
-                self.refresh_writes += n
-                self.dirty[slot] = None if n >= limit else []
-                return n
+            return self._refresh_locked(limit)
+
+    def _refresh_locked(self, limit: int) -> int:
+        """:meth:`refresh`'s writes, the lock held, whenever it is called."""
+        root = self.live_root
+        if root is None:
+            return 0
+        for slot in reversed(self.free_slots):  # the next slot a change takes is the last
+            if not self._stale(slot):
+                continue
+            n = self.writer.refresh_root(slot, root, limit)
+            if n is None:
+                return 0
+            if n == 0:
+                self.dirty[slot] = []
+                continue
+            try:
+                self.writer.flush()
+            except SubcError:
+                self.refresh_failures += 1
+                return 0
+            self.refresh_writes += n
+            self.dirty[slot] = None if n >= limit else []
+            return n
         return 0
 
     def free_slot_count(self) -> int:

@@ -27,7 +27,8 @@ def reclaim_forever(
     """Until ``stopping``: make scheduled root switches the feed has reached the base
     (:meth:`LiveBroker.advance`, every :data:`ADVANCE_EVERY` s while any is scheduled); whenever
     ``work`` is set (a change retired a root slot or drained an endpoint), wait a moment for more
-    (:data:`RECLAIM_LINGER`, unless a quarter of the ``root_slots`` or more await reclaiming),
+    (:data:`RECLAIM_LINGER`, unless a quarter of the ``root_slots`` or more are retired or
+    stale: a stale slot is one a change would rather wait for a retired slot than take),
     then one grace period for all of them and free their entries (:meth:`LiveBroker.reclaim`)
     and the drained endpoints; then, until the next change, refresh stale free root slots
     (:meth:`LiveBroker.refresh`, :data:`REFRESH_WRITES` writes at a time); every
@@ -47,7 +48,7 @@ def reclaim_forever(
         # freeing for several changes, not one per change next to every request's own work
         # (they share the interpreter), unless root slots run short
         until = time.monotonic() + RECLAIM_LINGER
-        while not stopping.is_set() and broker.free_slot_count() > root_slots * 3 // 4:
+        while not stopping.is_set() and broker.free_slot_count() - broker.stale_slot_count() > root_slots * 3 // 4:
             left = until - time.monotonic()
             if left <= 0:
                 break
