@@ -285,8 +285,10 @@ def bmv2_commands_stream(pipe: Pipeline, plan=None) -> TextStream:
                 params = " ".join(str(v) for _, v in e.params)
                 prio = f" {top - e.priority}" if e.priority is not None else ""
                 tails.append(f" {e.action} {' '.join(keys)} => {params}{prio}".rstrip())
-            for name in names:
-                emit("".join([f"table_add {name}{tail}\n" for tail in tails]))
+            for name in names:  # one join a copy: its lines are the tails after the same head
+                if tails:
+                    head = f"table_add {name}"
+                    emit(head + f"\n{head}".join(tails) + "\n")
         for handle, (gid, ports) in enumerate(_groups(pipe, plan)):
             emit(f"mc_mgrp_create {gid}\n")
             emit(f"mc_node_create {gid} {' '.join(str(p) for p in ports)}\n")

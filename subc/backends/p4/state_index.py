@@ -290,8 +290,11 @@ class StateIndex:
         """The index of ``doc``; with ``spares`` the first stage's nodes other than the root get no
         signature (earlier roots on a switch: their children may be gone)."""
         stage = {t.name: stage_of(doc, t) for t in doc.tables}
-        by_node: dict[Node, dict[str, list[Entry]]] = {}
+        parsed: dict[Node, dict[str, tuple[Entry, ...]]] = {}
         shared: dict[str, tuple[Entry, ...]] = {}
+        # a table's entries by node, by the id of its entries: the tables of a multi-message
+        # program's slots share one entries tuple, grouped once (the tuples stay alive in doc)
+        groups: dict[tuple, list[tuple[Node, tuple[Entry, ...]]]] = {}
         for t in doc.tables:
             i = state_key_index(t)
             if i is None:
@@ -299,14 +302,24 @@ class StateIndex:
                     shared[t.name] = t.entries
                 continue
             k = stage[t.name]
-            for e in t.entries:
-                by_node.setdefault((k, e.match[i].a), {}).setdefault(t.name, []).append(e)
+            got = groups.get((id(t.entries), i, k))
+            if got is None:
+                by_state: dict[int, list[Entry]] = {}
+                for e in t.entries:
+                    by_state.setdefault(e.match[i].a, []).append(e)
+                got = groups[(id(t.entries), i, k)] = [((k, s), tuple(es)) for s, es in by_state.items()]
+            for n, es in got:
+                parsed.setdefault(n, {})[t.name] = es
         skeleton = replace(doc, tables=tuple(replace(t, entries=()) for t in doc.tables))
-        parsed = {n: {t: tuple(es) for t, es in ts.items()} for n, ts in by_node.items()}
+        nexts: dict[int, tuple[int, ...]] = {}  # by the id of a node's entries of a table (shared: above)
+        for ts in parsed.values():
+            for es in ts.values():
+                if id(es) not in nexts:
+                    nexts[id(es)] = tuple(e.params["next_state"] for e in es if "next_state" in e.params)
         nodes = {
             n: NodeInfo(
                 None,
-                tuple(e.params["next_state"] for es in ts.values() for e in es if "next_state" in e.params),
+                tuple(s for es in ts.values() for s in nexts[id(es)]),
                 {t: len(es) for t, es in ts.items()},
             )
             for n, ts in parsed.items()
