@@ -13,7 +13,8 @@ from ...compiler.target import Target
 from ...errors import SubcError
 from ..backend import OutputOptions
 from ..output import TextStream, counted
-from .entries import bfrt_setup_stream, bmv2_commands_stream, dumps_stream, entries_doc, report_json
+from ..json_text import dumps_stream
+from .entries import bfrt_setup_stream, bmv2_commands_stream, entries_doc, report_json
 from .p4info import p4info_text
 from .program import render_program
 from .slots import slot_plan

@@ -70,9 +70,9 @@ def canonical_match(m: Match, bits: int) -> tuple:
     """A hashable form of match element ``m`` of a ``bits``-bit key in which equal
     matches are equal: lpm values masked to their prefix, ternary values to their mask, a
     whole-field range, lpm /0 and ternary mask 0 all ``('any',)`` (as P4Runtime omits them)."""
-    top = (1 << bits) - 1
     if m.kind == "exact":
         return ("exact", m.a)
+    top = (1 << bits) - 1
     if m.kind == "range":
         return ("any",) if (m.a, m.b) == (0, top) else ("range", m.a, m.b)
     if m.kind == "lpm":
@@ -228,8 +228,9 @@ class StateIndex:
 
     def line(self, node: Node, memo: dict | None = None) -> Line:
         """The serialized rows of ``node`` (one JSON object, table -> rows).  ``memo`` (kept by
-        the caller across nodes) holds the text of each list of entries written, by the ids of
-        its entries: a multi-message program's slots hold the same entries, each written once."""
+        the caller across nodes) holds the text of each tuple of entries written, by its id (the
+        tuples stay alive with the index): a multi-message program's slots share one tuple, each
+        written once."""
         raw = self._lines.get(node)
         if raw is None and node in self._rows:
             raw = self._lines[node] = json_line(self._rows[node])
@@ -237,7 +238,7 @@ class StateIndex:
             memo = {} if memo is None else memo
             fields = []
             for t, es in self._parsed[node].items():
-                key = (tuple(map(id, es)), self.state_at[t], self.row_keys[t])
+                key = (id(es), self.state_at[t], self.row_keys[t])  # (the slots' tables share es)
                 text = memo.get(key)
                 if text is None:  # (the entries stay alive with the index: their ids stay theirs)
                     text = memo[key] = json_line([self.row(t, e) for e in es])
@@ -346,7 +347,7 @@ class StateIndex:
                 continue
             i = self.state_at[table]
             bits = self.tables[table].bits
-            key = (tuple(map(id, es)), i, bits)
+            key = (id(es), i, bits)  # (the slots' tables share one tuple, alive with the index)
             got = lists.get(key)
             if got is None:
                 got = []
@@ -389,16 +390,21 @@ class StateIndex:
         """The text of entry ``e`` of stage ``k`` after its table's name (state key ``i`` left
         out, key widths ``bits``): match, priority, action, parameters with the next state as its
         signature and a multicast group as its ports."""
-        params: list[tuple[str, object]] = []
-        for p, v in sorted(e.params.items()):
-            val: object = v
-            if p == "next_state":
-                val = self.signature((k + 1, v))
-            elif (e.action, p) == GROUP_ACTION:
-                val = self.groups.get(v, ("missing group", v))
-            params.append((p, val))
-        match = tuple(canonical_match(m, b) for j, (m, b) in enumerate(zip(e.match, bits)) if j != i)
-        return repr((match, e.priority, e.action, tuple(params)))[1:]
+        items = e.params.items()
+        group = e.action == GROUP_ACTION[0]
+        params = tuple(
+            [
+                (
+                    p,
+                    self.signature((k + 1, v))
+                    if p == "next_state"
+                    else (self.groups.get(v, ("missing group", v)) if group and p == GROUP_ACTION[1] else v),
+                )
+                for p, v in (sorted(items) if len(items) > 1 else items)
+            ]
+        )
+        match = tuple([canonical_match(m, b) for j, (m, b) in enumerate(zip(e.match, bits)) if j != i])
+        return repr((match, e.priority, e.action, params))[1:]
 
     def to_doc(self, without: Node | None = None) -> EntriesDoc:
         """The entries.json document (entries in node order, then the shared ones), the entries
