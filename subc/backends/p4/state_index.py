@@ -293,9 +293,7 @@ class StateIndex:
         stage = {t.name: stage_of(doc, t) for t in doc.tables}
         parsed: dict[Node, dict[str, tuple[Entry, ...]]] = {}
         shared: dict[str, tuple[Entry, ...]] = {}
-        # a table's entries by node, by the id of its entries: the tables of a multi-message
-        # program's slots share one entries tuple, grouped once (the tuples stay alive in doc)
-        groups: dict[tuple, list[tuple[Node, tuple[Entry, ...]]]] = {}
+        groups: dict[tuple, list] = {}  # by id: the slots' tables share one entries tuple, grouped once
         for t in doc.tables:
             i = state_key_index(t)
             if i is None:
@@ -312,19 +310,13 @@ class StateIndex:
             for n, es in got:
                 parsed.setdefault(n, {})[t.name] = es
         skeleton = replace(doc, tables=tuple(replace(t, entries=()) for t in doc.tables))
-        nexts: dict[int, tuple[int, ...]] = {}  # by the id of a node's entries of a table (shared: above)
-        for ts in parsed.values():
-            for es in ts.values():
-                if id(es) not in nexts:
-                    nexts[id(es)] = tuple(e.params["next_state"] for e in es if "next_state" in e.params)
-        nodes = {
-            n: NodeInfo(
-                None,
-                tuple(s for es in ts.values() for s in nexts[id(es)]),
-                {t: len(es) for t, es in ts.items()},
+        distinct = {id(es): es for ts in parsed.values() for es in ts.values()}  # (the slots' tables share one)
+        nexts = {i: [e.params["next_state"] for e in es if "next_state" in e.params] for i, es in distinct.items()}
+        nodes = {}
+        for n, ts in parsed.items():
+            nodes[n] = NodeInfo(
+                None, tuple(s for es in ts.values() for s in nexts[id(es)]), {t: len(es) for t, es in ts.items()}
             )
-            for n, ts in parsed.items()
-        }
         index = cls(skeleton, nodes, shared, parsed=parsed)
         skip = set(index.spare_roots()) if spares else set()
         for n in sorted(nodes, reverse=True):  # children are a stage later: computed first
@@ -391,20 +383,16 @@ class StateIndex:
         out, key widths ``bits``): match, priority, action, parameters with the next state as its
         signature and a multicast group as its ports."""
         items = e.params.items()
-        group = e.action == GROUP_ACTION[0]
-        params = tuple(
-            [
-                (
-                    p,
-                    self.signature((k + 1, v))
-                    if p == "next_state"
-                    else (self.groups.get(v, ("missing group", v)) if group and p == GROUP_ACTION[1] else v),
-                )
-                for p, v in (sorted(items) if len(items) > 1 else items)
-            ]
-        )
+        params: list[tuple[str, object]] = []
+        for p, v in sorted(items) if len(items) > 1 else items:
+            if p == "next_state":
+                params.append((p, self.signature((k + 1, v))))
+            elif p == GROUP_ACTION[1] and e.action == GROUP_ACTION[0]:
+                params.append((p, self.groups.get(v, ("missing group", v))))
+            else:
+                params.append((p, v))
         match = tuple([canonical_match(m, b) for j, (m, b) in enumerate(zip(e.match, bits)) if j != i])
-        return repr((match, e.priority, e.action, params))[1:]
+        return repr((match, e.priority, e.action, tuple(params)))[1:]
 
     def to_doc(self, without: Node | None = None) -> EntriesDoc:
         """The entries.json document (entries in node order, then the shared ones), the entries
