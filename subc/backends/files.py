@@ -16,7 +16,7 @@ from ..compiler.driver import CompileResult
 from .backend import Backend, OutputOptions
 from .output import TextStream
 from .p4.backend import P4Backend
-from .p4.entries import dumps
+from .json_text import dumps
 from .p4.slots import DEFAULT_MAX_MESSAGES, check_options
 from ..compiler.target import P4_TARGETS, TARGETS, Target  # noqa: F401 (P4_TARGETS, TARGETS: its names)
 

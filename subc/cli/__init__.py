@@ -7,7 +7,7 @@ Exit status: 0 on success, 1 when a simulation finds disagreements, 2 on bad inp
 
 from functools import partial
 
-from .app import main
+from .app import main, run
 
 #: command -> the module of this package that defines it
 COMMANDS = {
@@ -35,4 +35,4 @@ COMMANDS = {
 # (__import__ rather than importlib.import_module: python -X importtime reports it)
 main.lazy.update({name: partial(__import__, f"{__name__}.{module}") for name, module in COMMANDS.items()})
 
-__all__ = ["COMMANDS", "main"]
+__all__ = ["COMMANDS", "main", "run"]

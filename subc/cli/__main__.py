@@ -1,5 +1,5 @@
 """``python -m subc.cli``."""
 
-from . import main
+from . import run
 
-main()
+run()

@@ -137,6 +137,38 @@ def compile_paths(
     return res
 
 
+#: Set by :func:`mark_done`: the running command left the process nothing to do but exit.
+_quick_exit = False
+
+
+def mark_done() -> None:
+    """Mark the running command as finished, every output written and closed, nothing left for
+    an exit handler or a finalizer to do: :func:`run` then ends the process without the
+    interpreter's teardown (freeing every object and module: 40 ms after a 100K-rule compile)."""
+    global _quick_exit
+    _quick_exit = True
+
+
+def run() -> None:
+    """The entry point of ``subc`` and ``python -m subc.cli``: :data:`main`, then, after a
+    command that called :func:`mark_done`, standard output and error flushed and ``os._exit``
+    with the command's status."""
+    import os
+
+    try:
+        main()
+    except SystemExit as e:
+        if not _quick_exit:
+            raise
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            raise e from None  # (the ordinary exit reports what cannot be written)
+        os._exit(code)
+
+
 def terminate(signum, frame):
     """SIGTERM handler: exit as SIGINT would, so that temporary outputs are removed."""
     raise SystemExit(128 + signum)  # unwinds: temporary outputs are removed (finally blocks run)

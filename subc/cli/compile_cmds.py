@@ -10,7 +10,17 @@ import time
 import click
 
 from ..errors import SubcError
-from .app import compile_paths, fail, limit_options, limits_of, main, spec_options, spec_preprocessing, write_text
+from .app import (
+    compile_paths,
+    fail,
+    limit_options,
+    limits_of,
+    main,
+    mark_done,
+    spec_options,
+    spec_preprocessing,
+    write_text,
+)
 from ..compiler.target import Target
 
 
@@ -110,6 +120,7 @@ def compile_cmd(
         fail(e)
     for text, err in summary:
         click.echo(text, err=err)
+    mark_done()  # (every output is closed: the process may skip the interpreter's teardown)
 
 
 def compile_summary(

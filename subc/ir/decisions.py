@@ -97,7 +97,8 @@ def forwarding_ports(atoms: Collection[tuple]) -> tuple[int, ...] | None:
     ``fwd`` atom, else None: then ``decide(atoms, d) == Decision(ports)`` and no pair of them
     conflicts (one pass over the atoms, where :func:`decide` makes a set of them)."""
     if atoms and _ONLY_FWD.issuperset(map(_name, atoms)):
-        return tuple(sorted(map(_port, atoms)))
+        # (distinct ports; a set of small ints iterates almost in order: sorted in a pass or two)
+        return tuple(sorted(set(map(_port, atoms))))
     return None
 
 

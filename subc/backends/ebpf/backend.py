@@ -8,7 +8,7 @@ from typing import Any
 from ...compiler.driver import CompileResult
 from ..backend import OutputOptions
 from ..output import TextStream
-from ..p4.entries import dumps
+from ..json_text import dumps
 from .program import render_filter
 from .target import build_maps, ebpf_plan, report
 

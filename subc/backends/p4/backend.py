@@ -13,11 +13,11 @@ from ...compiler.target import Target
 from ...errors import SubcError
 from ..backend import OutputOptions
 from ..output import TextStream, counted
-from .entries import bfrt_setup_stream, bmv2_commands_stream, dumps_stream, entries_doc, report_json
+from ..json_text import dumps_stream
+from .entries import bfrt_setup_stream, bmv2_commands_stream, entries_doc, report_json
 from .p4info import p4info_text
 from .program import render_program
 from .slots import slot_plan
-from .state import tofino_problems
 from .state_index import STATES_FILE, states_file
 
 
@@ -27,6 +27,8 @@ def check_tofino_state(res: CompileResult, max_messages: int, overflow_port: int
     (:func:`~.state.tofino_problems`), or a multi-message program of more than one slot (each
     register is read-modified-written once per packet: one message per datagram can update it)."""
     assert res.ir.state is not None  # called for a rule set with comparisons on state only
+    from .state import tofino_problems  # (a rule set without state does not import it)
+
     problems = tofino_problems(res.ir.state)
     if res.spec.whole_program:
         plan, _ = slot_plan(res, max_messages, overflow_port)

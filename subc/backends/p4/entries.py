@@ -33,7 +33,6 @@ them inverted.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -64,11 +63,18 @@ from .entries_doc import (
 CONTROL = "SubcIngress"
 
 
-def _match(kind: str, m) -> Match:
-    return Match("exact", m) if kind == "exact" else Match(kind, m[0], m[1])
-
-
 def _table_doc(t: Table, control: str = CONTROL) -> TableDoc:
+    kinds = [k.match_kind for k in t.keys]
+    exact: dict[int, Match] = {}  # one element per exact value (a stage's state key repeats a few)
+
+    def match(kind: str, m) -> Match:
+        if kind != "exact":
+            return Match(kind, m[0], m[1])
+        got = exact.get(m)
+        if got is None:
+            got = exact[m] = Match("exact", m)
+        return got
+
     return TableDoc(
         f"{control}.{t.name}",
         t.role,
@@ -77,7 +83,7 @@ def _table_doc(t: Table, control: str = CONTROL) -> TableDoc:
         tuple(Key(k.name, k.match_kind, k.width) for k in t.keys),
         ActionCall(t.default_action[0], dict(t.default_action[1])),
         tuple(
-            Entry(tuple(_match(k.match_kind, m) for k, m in zip(t.keys, e.match)), e.priority, e.action, dict(e.params))
+            Entry(tuple([match(kind, m) for kind, m in zip(kinds, e.match)]), e.priority, e.action, dict(e.params))
             for e in t.entries
         ),
     )
@@ -285,8 +291,10 @@ def bmv2_commands_stream(pipe: Pipeline, plan=None) -> TextStream:
                 params = " ".join(str(v) for _, v in e.params)
                 prio = f" {top - e.priority}" if e.priority is not None else ""
                 tails.append(f" {e.action} {' '.join(keys)} => {params}{prio}".rstrip())
-            for name in names:
-                emit("".join([f"table_add {name}{tail}\n" for tail in tails]))
+            for name in names:  # one join a copy: its lines are the tails after the same head
+                if tails:
+                    head = f"table_add {name}"
+                    emit(head + f"\n{head}".join(tails) + "\n")
         for handle, (gid, ports) in enumerate(_groups(pipe, plan)):
             emit(f"mc_mgrp_create {gid}\n")
             emit(f"mc_node_create {gid} {' '.join(str(p) for p in ports)}\n")
@@ -410,59 +418,3 @@ def _messages_report(res: CompileResult, plan, single_reason: str | None) -> dic
         "entries_installed": sum(len(t.entries) * len(names) for t, names in installed),
         "multicast_groups": len(_groups(res.pipeline, plan)),
     }
-
-
-#: Nesting depth printed one item per line; deeper values (an entry, a match) go on one line each.
-PRETTY_DEPTH = 4
-
-
-def dumps(doc: dict) -> str:
-    """JSON text of ``doc``: indented (one space per level) down to :data:`PRETTY_DEPTH`, then one
-    compact line per value, lists of scalars on one line (the C encoder: 100K-rule entries in 0.2 s
-    instead of 3 s)."""
-    out: list[str] = []
-    _pretty(doc, 0, out.append, {})
-    out.append("\n")
-    return "".join(out)
-
-
-def dumps_stream(make_doc: Callable[[], dict]) -> TextStream:
-    """:func:`dumps` of the document ``make_doc()`` as a :class:`~..output.TextStream`: the
-    document is built when the text is written, and its text goes out in pieces."""
-
-    def write(emit: Callable[[str], object]) -> None:
-        _pretty(make_doc(), 0, emit, {})
-        emit("\n")
-
-    return TextStream(write)
-
-
-def _pretty(v, depth: int, emit: Callable[[str], object], memo: dict) -> None:
-    if (
-        depth >= PRETTY_DEPTH
-        or not isinstance(v, (dict, list))
-        or not v
-        or (isinstance(v, list) and not isinstance(v[0], (dict, list)))
-    ):
-        emit(json.dumps(v))  # a scalar, or a list of scalars (ports, field names), on one line
-        return
-    pad = "\n" + " " * (depth + 1)
-    if isinstance(v, dict):
-        emit("{")
-        for i, (k, x) in enumerate(v.items()):
-            emit(("," if i else "") + pad + json.dumps(k) + ": ")
-            _pretty(x, depth + 1, emit, memo)
-        emit("\n" + " " * depth + "}")
-    elif depth + 1 < PRETTY_DEPTH:  # a list of indented values (the tables): their text goes out as it comes
-        emit("[")
-        for i, x in enumerate(v):
-            emit(("," if i else "") + pad)
-            _pretty(x, depth + 1, emit, memo)
-        emit("\n" + " " * depth + "]")
-    else:
-        # a list of one-line values met again at the same depth (the entries the message slots
-        # share) is the same text
-        hit = memo.get((id(v), depth))
-        if hit is None:  # each value on its own line, as _pretty at depth + 1 writes it
-            hit = memo[(id(v), depth)] = "[" + pad + ("," + pad).join(map(json.dumps, v)) + "\n" + " " * depth + "]"
-        emit(hit)

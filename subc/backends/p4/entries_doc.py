@@ -6,7 +6,7 @@ docs/outputs.md.
 
 :meth:`EntriesDoc.to_json` gives back exactly the dictionary the document was read from (key
 order included), so a document read and written again is the same text; every message slot's
-copy of a table shares one entries tuple, written as one JSON list (:func:`.entries.dumps` writes
+copy of a table shares one entries tuple, written as one JSON list (:func:`..json_text.dumps` writes
 it once).
 """
 

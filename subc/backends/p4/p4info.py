@@ -32,7 +32,6 @@ from .tables import Table
 from ...compiler.target import Target
 from .p4info_shape import shape_digest
 from .slots import COUNTERS, SlotPlan
-from .state import registers as state_registers, tofino_registers
 
 #: P4Runtime resource type prefixes (P4Runtime specification section 6.3, p4info.proto P4Ids).
 PREFIX = {"action": 0x01, "table": 0x02, "counter": 0x12, "register": 0x16}
@@ -164,6 +163,8 @@ def _state_registers(pipe, tna: bool) -> list[P4Extern]:
     arrays of 64-bit cells; TNA one 32-bit cell each."""
     if pipe.state is None:
         return []
+    from .state import registers as state_registers, tofino_registers  # (a rule set without state does not import it)
+
     if tna:
         return [P4Extern("register", f"{CONTROL}.{name}", 1, width=32) for name, _ in tofino_registers(pipe.state)]
     return [P4Extern("register", f"{CONTROL}.{name}", cells, width=64) for name, cells in state_registers(pipe.state)]

@@ -30,7 +30,6 @@ from .slots import (
     slot_plan,
     slot_table_name,
 )
-from .state import tna_state, v1model_state
 from ..templating import environment
 from ..safety import check_action, check_pipeline, comment_text, identifier, number
 from ...compiler.target import Target
@@ -120,6 +119,8 @@ def _state_context(res: CompileResult, ctx: dict, tna: bool, plan: SlotPlan | No
     pipe = res.pipeline
     if pipe.state is None:
         return None
+    from .state import tna_state, v1model_state  # (a rule set without state does not import it)
+
     if plan is None:
         key_of = lambda b, name: f"{pipe.hdr}.{name}"  # noqa: E731
     else:

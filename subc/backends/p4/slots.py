@@ -220,10 +220,15 @@ def message_tables(plan: SlotPlan, pipe: Pipeline) -> list[Table]:
     if cached is not None and cached[0] is pipe:
         return list(cached[1])
     out = []
+    groups, bitmap = pipe.mcast_groups, plan.bitmap
     for t in pipe.tables:
         entries = []
         for e in t.entries:
-            a, p = message_action(plan, pipe, (e.action, e.params))
+            params = e.params
+            if e.action == "subc_mcast" and len(params) == 1 and params[0][0] == "group":  # (most leaves)
+                a, p = "subc_msg_fwd", (("ports", bitmap(groups[params[0][1]])),)
+            else:
+                a, p = message_action(plan, pipe, (e.action, params))
             entries.append(Entry(e.match, a, p, e.priority))
         default = message_action(plan, pipe, t.default_action)
         declared = {_message_action_name(a) for a in t.actions}

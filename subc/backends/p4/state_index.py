@@ -70,9 +70,9 @@ def canonical_match(m: Match, bits: int) -> tuple:
     """A hashable form of match element ``m`` of a ``bits``-bit key in which equal
     matches are equal: lpm values masked to their prefix, ternary values to their mask, a
     whole-field range, lpm /0 and ternary mask 0 all ``('any',)`` (as P4Runtime omits them)."""
-    top = (1 << bits) - 1
     if m.kind == "exact":
         return ("exact", m.a)
+    top = (1 << bits) - 1
     if m.kind == "range":
         return ("any",) if (m.a, m.b) == (0, top) else ("range", m.a, m.b)
     if m.kind == "lpm":
@@ -228,8 +228,9 @@ class StateIndex:
 
     def line(self, node: Node, memo: dict | None = None) -> Line:
         """The serialized rows of ``node`` (one JSON object, table -> rows).  ``memo`` (kept by
-        the caller across nodes) holds the text of each list of entries written, by the ids of
-        its entries: a multi-message program's slots hold the same entries, each written once."""
+        the caller across nodes) holds the text of each tuple of entries written, by its id (the
+        tuples stay alive with the index): a multi-message program's slots share one tuple, each
+        written once."""
         raw = self._lines.get(node)
         if raw is None and node in self._rows:
             raw = self._lines[node] = json_line(self._rows[node])
@@ -237,7 +238,7 @@ class StateIndex:
             memo = {} if memo is None else memo
             fields = []
             for t, es in self._parsed[node].items():
-                key = (tuple(map(id, es)), self.state_at[t], self.row_keys[t])
+                key = (id(es), self.state_at[t], self.row_keys[t])  # (the slots' tables share es)
                 text = memo.get(key)
                 if text is None:  # (the entries stay alive with the index: their ids stay theirs)
                     text = memo[key] = json_line([self.row(t, e) for e in es])
@@ -290,8 +291,9 @@ class StateIndex:
         """The index of ``doc``; with ``spares`` the first stage's nodes other than the root get no
         signature (earlier roots on a switch: their children may be gone)."""
         stage = {t.name: stage_of(doc, t) for t in doc.tables}
-        by_node: dict[Node, dict[str, list[Entry]]] = {}
+        parsed: dict[Node, dict[str, tuple[Entry, ...]]] = {}
         shared: dict[str, tuple[Entry, ...]] = {}
+        groups: dict[tuple, list] = {}  # by id: the slots' tables share one entries tuple, grouped once
         for t in doc.tables:
             i = state_key_index(t)
             if i is None:
@@ -299,18 +301,22 @@ class StateIndex:
                     shared[t.name] = t.entries
                 continue
             k = stage[t.name]
-            for e in t.entries:
-                by_node.setdefault((k, e.match[i].a), {}).setdefault(t.name, []).append(e)
+            got = groups.get((id(t.entries), i, k))
+            if got is None:
+                by_state: dict[int, list[Entry]] = {}
+                for e in t.entries:
+                    by_state.setdefault(e.match[i].a, []).append(e)
+                got = groups[(id(t.entries), i, k)] = [((k, s), tuple(es)) for s, es in by_state.items()]
+            for n, es in got:
+                parsed.setdefault(n, {})[t.name] = es
         skeleton = replace(doc, tables=tuple(replace(t, entries=()) for t in doc.tables))
-        parsed = {n: {t: tuple(es) for t, es in ts.items()} for n, ts in by_node.items()}
-        nodes = {
-            n: NodeInfo(
-                None,
-                tuple(e.params["next_state"] for es in ts.values() for e in es if "next_state" in e.params),
-                {t: len(es) for t, es in ts.items()},
+        distinct = {id(es): es for ts in parsed.values() for es in ts.values()}  # (the slots' tables share one)
+        nexts = {i: [e.params["next_state"] for e in es if "next_state" in e.params] for i, es in distinct.items()}
+        nodes = {}
+        for n, ts in parsed.items():
+            nodes[n] = NodeInfo(
+                None, tuple(s for es in ts.values() for s in nexts[id(es)]), {t: len(es) for t, es in ts.items()}
             )
-            for n, ts in parsed.items()
-        }
         index = cls(skeleton, nodes, shared, parsed=parsed)
         skip = set(index.spare_roots()) if spares else set()
         for n in sorted(nodes, reverse=True):  # children are a stage later: computed first
@@ -333,7 +339,7 @@ class StateIndex:
                 continue
             i = self.state_at[table]
             bits = self.tables[table].bits
-            key = (tuple(map(id, es)), i, bits)
+            key = (id(es), i, bits)  # (the slots' tables share one tuple, alive with the index)
             got = lists.get(key)
             if got is None:
                 got = []
@@ -376,15 +382,16 @@ class StateIndex:
         """The text of entry ``e`` of stage ``k`` after its table's name (state key ``i`` left
         out, key widths ``bits``): match, priority, action, parameters with the next state as its
         signature and a multicast group as its ports."""
+        items = e.params.items()
         params: list[tuple[str, object]] = []
-        for p, v in sorted(e.params.items()):
-            val: object = v
+        for p, v in sorted(items) if len(items) > 1 else items:
             if p == "next_state":
-                val = self.signature((k + 1, v))
-            elif (e.action, p) == GROUP_ACTION:
-                val = self.groups.get(v, ("missing group", v))
-            params.append((p, val))
-        match = tuple(canonical_match(m, b) for j, (m, b) in enumerate(zip(e.match, bits)) if j != i)
+                params.append((p, self.signature((k + 1, v))))
+            elif p == GROUP_ACTION[1] and e.action == GROUP_ACTION[0]:
+                params.append((p, self.groups.get(v, ("missing group", v))))
+            else:
+                params.append((p, v))
+        match = tuple([canonical_match(m, b) for j, (m, b) in enumerate(zip(e.match, bits)) if j != i])
         return repr((match, e.priority, e.action, tuple(params)))[1:]
 
     def to_doc(self, without: Node | None = None) -> EntriesDoc:

@@ -220,14 +220,14 @@ def p4_leaf_actions(ir: SubscriptionIR, spec: Spec) -> tuple[dict[int, tuple[str
     ``subc_fwd(port)``, several are ``subc_mcast(group)`` with groups numbered from 1 in leaf
     order (:attr:`~.ir.SubscriptionIR.port_sets`), ``drop`` is ``subc_drop``, a spec action
     keeps its name and gets its arguments as named parameters."""
-    groups = {ports: gid for gid, ports in enumerate(ir.port_sets, 1)}
+    groups: dict[tuple[int, ...], int] = {}  # numbered as they come: ir.port_sets's order, each set hashed once
     out: dict[int, tuple[str, tuple]] = {}
     for leaf in ir.leaves:
         d = leaf.decision
         if len(d.ports) == 1:
             out[leaf.state] = ("subc_fwd", (("port", d.ports[0]),))
         elif d.ports:
-            out[leaf.state] = ("subc_mcast", (("group", groups[d.ports]),))
+            out[leaf.state] = ("subc_mcast", (("group", groups.setdefault(d.ports, len(groups) + 1)),))
         else:
             action = d.action
             assert action is not None  # a decision that forwards nowhere has its action
