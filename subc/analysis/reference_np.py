@@ -215,12 +215,26 @@ def _count_constants(shape: tuple) -> int:
     return sum(_count_constants(s) for s in shape[1])
 
 
+def action_sets(rules: Sequence[Rule]) -> tuple[np.ndarray, list[frozenset]]:
+    """The distinct action sets of ``rules`` (:meth:`~subc.lang.ast.Rule.atoms`), in order of
+    first use, and per rule the index of its own (int64 array of ``len(rules)``)."""
+    ids: dict[frozenset, int] = {}
+    per_rule = np.array([ids.setdefault(r.atoms(), len(ids)) for r in rules], dtype=np.int64)
+    return per_rule, list(ids)
+
+
 def evaluate_rules(
-    rules: Sequence[Rule], spec: Spec, reps: dict[str, np.ndarray], counts: np.ndarray, groups: list | None = None
+    rules: Sequence[Rule],
+    spec: Spec,
+    reps: dict[str, np.ndarray],
+    counts: np.ndarray,
+    groups: list | None = None,
+    actions: tuple[np.ndarray, list[frozenset]] | None = None,
 ) -> ReferenceResult:
     """Evaluate ``rules`` on T representatives (``reps``: 'header.field' -> uint64 array of T; every
-    field the rules use) weighted by ``counts`` (int64, messages per representative); ``groups``:
-    :func:`shape_groups` of ``rules`` when already computed.
+    field the rules use) weighted by ``counts`` (int64, messages per representative); ``groups``
+    and ``actions``: :func:`shape_groups` and :func:`action_sets` of ``rules`` when already
+    computed.
 
     Rules whose condition has a top-level conjunct ``field == c`` are evaluated only on the
     representatives whose value of that field is ``c`` (on the others the conjunct, hence the
@@ -230,9 +244,7 @@ def evaluate_rules(
     counts = np.asarray(counts, dtype=np.int64)
     hits = np.zeros(len(rules), dtype=np.int64)
     matched = np.zeros(T, dtype=np.int64)
-    aset_ids: dict[frozenset, int] = {}
-    rule_aset = np.array([aset_ids.setdefault(r.atoms(), len(aset_ids)) for r in rules], dtype=np.int64)
-    asets = list(aset_ids)
+    rule_aset, asets = action_sets(rules) if actions is None else actions
     acc = np.zeros((len(asets), T), dtype=bool)
 
     def block(shape: tuple, rows: np.ndarray, C: np.ndarray, cols: np.ndarray | None) -> None:
@@ -304,21 +316,18 @@ def _combine_sets(asets: list[frozenset], acc: np.ndarray, spec: Spec) -> list[D
     # (acc is 2-D: any() over axis 0 is an array, not the scalar numpy's types allow for)
     any_match = cast(np.ndarray, acc.any(axis=0))
     other = cast(np.ndarray, acc[has_other].any(axis=0)) if has_other.any() else np.zeros(T, dtype=bool)
-    out: list[Decision] = []
-    cache: dict[bytes, Decision] = {}
-    port_arr = np.array(ports, dtype=np.int64)
-    for t in range(T):
-        if not any_match[t]:
-            out.append(default)
-            continue
-        if other[t]:
-            atoms = set().union(*(asets[k] for k in np.flatnonzero(acc[:, t])))
-            out.append(decide(atoms, default))
-            continue
-        row = port_hits[t]
-        k = row.tobytes()
-        d = cache.get(k)
-        if d is None:
-            d = cache[k] = Decision(tuple(int(p) for p in port_arr[row]), None)
-        out.append(d)
+    out: list[Decision] = [default] * T
+    for t in np.flatnonzero(other).tolist():
+        atoms = set().union(*(asets[k] for k in np.flatnonzero(acc[:, t])))
+        out[t] = decide(atoms, default)
+    # forward only: one Decision per distinct set of ports (rows packed to bytes, made unique)
+    fwd = np.flatnonzero(any_match & ~other)
+    if len(fwd):
+        packed = np.packbits(port_hits[fwd], axis=1)
+        rows = np.ascontiguousarray(packed).view(np.dtype((np.void, packed.shape[1]))).ravel()
+        uniq, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
+        port_arr = np.array(ports, dtype=np.int64)
+        made = [Decision(tuple(port_arr[port_hits[fwd[i]]].tolist()), None) for i in first.tolist()]
+        for t, u in zip(fwd.tolist(), inverse.ravel().tolist()):
+            out[t] = made[u]
     return out
