@@ -207,6 +207,15 @@ def _index_column(shape: tuple) -> tuple[str, int] | None:
     return None
 
 
+def _shape_fields(shape: tuple) -> set[str]:
+    """The fields the predicates of ``shape`` test."""
+    if shape[0] == "p":
+        return {shape[1]}
+    if shape[0] == "not":
+        return _shape_fields(shape[1])
+    return set().union(*(_shape_fields(s) for s in shape[1]))
+
+
 def _count_constants(shape: tuple) -> int:
     if shape[0] == "p":
         return len(shape[4])
@@ -248,7 +257,8 @@ def evaluate_rules(
     acc = np.zeros((len(asets), T), dtype=bool)
 
     def block(shape: tuple, rows: np.ndarray, C: np.ndarray, cols: np.ndarray | None) -> None:
-        sub = reps if cols is None else {f: v[cols] for f, v in reps.items()}
+        # rows given with cols are in order of their action sets (see below): no sort per block
+        sub = reps if cols is None else {f: reps[f][cols] for f in _shape_fields(shape)}
         width = T if cols is None else len(cols)
         step = max(1, BLOCK // max(width, 1))
         w = counts if cols is None else counts[cols]
@@ -258,16 +268,17 @@ def evaluate_rules(
             M = np.broadcast_to(M, (len(r), width))
             hits[r] = M.astype(np.int64) @ w
             ids = rule_aset[r]
-            order = np.argsort(ids, kind="stable")
-            sorted_ids = ids[order]
-            starts = np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]])
-            hit_sets = np.logical_or.reduceat(M[order], starts, axis=0)
+            if cols is None:
+                order = np.argsort(ids, kind="stable")
+                ids, M = ids[order], M[order]
+            starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+            hit_sets = np.logical_or.reduceat(M, starts, axis=0)
             if cols is None:
                 matched[:] += M.sum(axis=0)
-                acc[sorted_ids[starts]] |= hit_sets
+                acc[ids[starts]] |= hit_sets
             else:
                 matched[cols] += M.sum(axis=0)
-                acc[np.ix_(sorted_ids[starts], cols)] |= hit_sets
+                acc[np.ix_(ids[starts], cols)] |= hit_sets
 
     for shape, idx, C in shape_groups(rules) if groups is None else groups:
         idx_arr = np.array(idx, dtype=np.int64)
@@ -280,7 +291,7 @@ def evaluate_rules(
         rep_vals = reps[field]
         rep_order = np.argsort(rep_vals, kind="stable")
         sorted_vals = rep_vals[rep_order]
-        rule_order = np.argsort(C[:, j], kind="stable")
+        rule_order = np.lexsort((rule_aset[idx_arr], C[:, j]))  # by constant, then by action set
         cj = C[rule_order, j]
         bounds = np.flatnonzero(np.r_[True, cj[1:] != cj[:-1], True])
         for a, b in zip(bounds[:-1], bounds[1:]):
