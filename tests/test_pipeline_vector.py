@@ -263,3 +263,46 @@ def test_the_c_frame_walk_equals_the_python_loop(frames, last):
     assert frame_walk() is not None, "no C compiler: the C walk is not tested"
     data = b"".join(frames)
     assert _walk(data, last, True) == _walk(data, last, False)
+
+
+@given(
+    st.lists(st.tuples(st.integers(-1, 90), st.integers(-3, 40)), max_size=60),
+    st.booleans(),
+)
+def test_type_decision_pairs_dense_and_sorted_agree(pairs, wide):
+    """The dense count of (type, decision) cells and the sort it replaces give the same pairs in
+    the same order and the same index per message (``wide``: type keys too far apart for cells)."""
+    from subc.analysis import evaluate
+
+    t = np.array([p[0] for p in pairs], np.int64) * (10**10 if wide else 1)  # type keys below 9 * 10**12
+    d = np.array([p[1] for p in pairs], np.int64)
+    key = (t + 1) * 1_000_003 + (d + 3)
+    uniq, inv = np.unique(key, return_inverse=True)
+    k_type, k_dec, k_inv = evaluate.type_decision_pairs(t, d)
+    assert k_type.tolist() == (uniq // 1_000_003 - 1).tolist()
+    assert k_dec.tolist() == (uniq % 1_000_003 - 3).tolist()
+    assert k_inv.tolist() == inv.ravel().tolist()
+
+
+def test_decision_codes_number_new_decisions_in_order_of_first_use():
+    """One ``code_of`` per distinct object, in order of first appearance: new codes as one call
+    per decision would give them."""
+    from subc.analysis.analyze import decision_codes
+    from subc.semantics.reference import Decision
+
+    class Tables:
+        def __init__(self):
+            self.decisions: list = []
+
+        def code_of(self, d):
+            if d not in self.decisions:
+                self.decisions.append(d)
+            return self.decisions.index(d)
+
+    a, b, c = Decision((1,), None), Decision((2, 3), None), Decision((1,), None)  # a == c, other objects
+    seq = [b, a, b, c, a]
+    one_by_one, at_once = Tables(), Tables()
+    expected = [one_by_one.code_of(d) for d in seq]
+    assert decision_codes(at_once, seq).tolist() == expected
+    assert at_once.decisions == one_by_one.decisions
+    assert decision_codes(Tables(), []).tolist() == []

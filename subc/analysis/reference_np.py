@@ -207,6 +207,15 @@ def _index_column(shape: tuple) -> tuple[str, int] | None:
     return None
 
 
+def _shape_fields(shape: tuple) -> set[str]:
+    """The fields the predicates of ``shape`` test."""
+    if shape[0] == "p":
+        return {shape[1]}
+    if shape[0] == "not":
+        return _shape_fields(shape[1])
+    return set().union(*(_shape_fields(s) for s in shape[1]))
+
+
 def _count_constants(shape: tuple) -> int:
     if shape[0] == "p":
         return len(shape[4])
@@ -215,12 +224,26 @@ def _count_constants(shape: tuple) -> int:
     return sum(_count_constants(s) for s in shape[1])
 
 
+def action_sets(rules: Sequence[Rule]) -> tuple[np.ndarray, list[frozenset]]:
+    """The distinct action sets of ``rules`` (:meth:`~subc.lang.ast.Rule.atoms`), in order of
+    first use, and per rule the index of its own (int64 array of ``len(rules)``)."""
+    ids: dict[frozenset, int] = {}
+    per_rule = np.array([ids.setdefault(r.atoms(), len(ids)) for r in rules], dtype=np.int64)
+    return per_rule, list(ids)
+
+
 def evaluate_rules(
-    rules: Sequence[Rule], spec: Spec, reps: dict[str, np.ndarray], counts: np.ndarray, groups: list | None = None
+    rules: Sequence[Rule],
+    spec: Spec,
+    reps: dict[str, np.ndarray],
+    counts: np.ndarray,
+    groups: list | None = None,
+    actions: tuple[np.ndarray, list[frozenset]] | None = None,
 ) -> ReferenceResult:
     """Evaluate ``rules`` on T representatives (``reps``: 'header.field' -> uint64 array of T; every
-    field the rules use) weighted by ``counts`` (int64, messages per representative); ``groups``:
-    :func:`shape_groups` of ``rules`` when already computed.
+    field the rules use) weighted by ``counts`` (int64, messages per representative); ``groups``
+    and ``actions``: :func:`shape_groups` and :func:`action_sets` of ``rules`` when already
+    computed.
 
     Rules whose condition has a top-level conjunct ``field == c`` are evaluated only on the
     representatives whose value of that field is ``c`` (on the others the conjunct, hence the
@@ -230,13 +253,12 @@ def evaluate_rules(
     counts = np.asarray(counts, dtype=np.int64)
     hits = np.zeros(len(rules), dtype=np.int64)
     matched = np.zeros(T, dtype=np.int64)
-    aset_ids: dict[frozenset, int] = {}
-    rule_aset = np.array([aset_ids.setdefault(r.atoms(), len(aset_ids)) for r in rules], dtype=np.int64)
-    asets = list(aset_ids)
+    rule_aset, asets = action_sets(rules) if actions is None else actions
     acc = np.zeros((len(asets), T), dtype=bool)
 
     def block(shape: tuple, rows: np.ndarray, C: np.ndarray, cols: np.ndarray | None) -> None:
-        sub = reps if cols is None else {f: v[cols] for f, v in reps.items()}
+        # rows given with cols are in order of their action sets (see below): no sort per block
+        sub = reps if cols is None else {f: reps[f][cols] for f in _shape_fields(shape)}
         width = T if cols is None else len(cols)
         step = max(1, BLOCK // max(width, 1))
         w = counts if cols is None else counts[cols]
@@ -246,16 +268,17 @@ def evaluate_rules(
             M = np.broadcast_to(M, (len(r), width))
             hits[r] = M.astype(np.int64) @ w
             ids = rule_aset[r]
-            order = np.argsort(ids, kind="stable")
-            sorted_ids = ids[order]
-            starts = np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]])
-            hit_sets = np.logical_or.reduceat(M[order], starts, axis=0)
+            if cols is None:
+                order = np.argsort(ids, kind="stable")
+                ids, M = ids[order], M[order]
+            starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+            hit_sets = np.logical_or.reduceat(M, starts, axis=0)
             if cols is None:
                 matched[:] += M.sum(axis=0)
-                acc[sorted_ids[starts]] |= hit_sets
+                acc[ids[starts]] |= hit_sets
             else:
                 matched[cols] += M.sum(axis=0)
-                acc[np.ix_(sorted_ids[starts], cols)] |= hit_sets
+                acc[np.ix_(ids[starts], cols)] |= hit_sets
 
     for shape, idx, C in shape_groups(rules) if groups is None else groups:
         idx_arr = np.array(idx, dtype=np.int64)
@@ -268,7 +291,7 @@ def evaluate_rules(
         rep_vals = reps[field]
         rep_order = np.argsort(rep_vals, kind="stable")
         sorted_vals = rep_vals[rep_order]
-        rule_order = np.argsort(C[:, j], kind="stable")
+        rule_order = np.lexsort((rule_aset[idx_arr], C[:, j]))  # by constant, then by action set
         cj = C[rule_order, j]
         bounds = np.flatnonzero(np.r_[True, cj[1:] != cj[:-1], True])
         for a, b in zip(bounds[:-1], bounds[1:]):
@@ -304,21 +327,18 @@ def _combine_sets(asets: list[frozenset], acc: np.ndarray, spec: Spec) -> list[D
     # (acc is 2-D: any() over axis 0 is an array, not the scalar numpy's types allow for)
     any_match = cast(np.ndarray, acc.any(axis=0))
     other = cast(np.ndarray, acc[has_other].any(axis=0)) if has_other.any() else np.zeros(T, dtype=bool)
-    out: list[Decision] = []
-    cache: dict[bytes, Decision] = {}
-    port_arr = np.array(ports, dtype=np.int64)
-    for t in range(T):
-        if not any_match[t]:
-            out.append(default)
-            continue
-        if other[t]:
-            atoms = set().union(*(asets[k] for k in np.flatnonzero(acc[:, t])))
-            out.append(decide(atoms, default))
-            continue
-        row = port_hits[t]
-        k = row.tobytes()
-        d = cache.get(k)
-        if d is None:
-            d = cache[k] = Decision(tuple(int(p) for p in port_arr[row]), None)
-        out.append(d)
+    out: list[Decision] = [default] * T
+    for t in np.flatnonzero(other).tolist():
+        atoms = set().union(*(asets[k] for k in np.flatnonzero(acc[:, t])))
+        out[t] = decide(atoms, default)
+    # forward only: one Decision per distinct set of ports (rows packed to bytes, made unique)
+    fwd = np.flatnonzero(any_match & ~other)
+    if len(fwd):
+        packed = np.packbits(port_hits[fwd], axis=1)
+        rows = np.ascontiguousarray(packed).view(np.dtype((np.void, packed.shape[1]))).ravel()
+        uniq, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
+        port_arr = np.array(ports, dtype=np.int64)
+        made = [Decision(tuple(port_arr[port_hits[fwd[i]]].tolist()), None) for i in first.tolist()]
+        for t, u in zip(fwd.tolist(), inverse.ravel().tolist()):
+            out[t] = made[u]
     return out
