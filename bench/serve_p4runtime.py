@@ -187,7 +187,7 @@ def main() -> None:
     ap.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--bare", help=argparse.SUPPRESS)
     ap.add_argument("--grace", type=float, default=0.05, help="the daemon's --grace (s)")
-    ap.add_argument("--root-slots", type=int, default=4, help="subc serve-program --root-slots")
+    ap.add_argument("--root-slots", type=int, default=16, help="subc serve-program --root-slots")
     ap.add_argument(
         "--settle",
         type=float,

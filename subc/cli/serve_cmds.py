@@ -43,7 +43,7 @@ from .app import fail, ip_port, limit_options, limits_of, main, one_of, open_spe
 @click.option(
     "--root-slots",
     type=click.IntRange(2, 64),
-    default=4,
+    default=16,
     show_default=True,
     help="versions of the root the switch holds at once: subc serve makes at most one change per "
     "grace period / root slots (each slot holds a copy of the root's entries in the first table)",

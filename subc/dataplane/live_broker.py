@@ -20,10 +20,10 @@ request: a change waits only when every slot is still in its grace period.  The 
 refreshes free root slots ahead of time where root writes are slow (:meth:`LiveBroker.refresh`,
 a P4Runtime switch): a slot left unused while the diagram grew, then taken when changes come
 faster, would otherwise be rewritten whole on the path of the change that takes it; and with a
-time-based grace (below) a change does not take a stale slot while a slot retired current comes
-back within its grace: it waits for that one (at most :data:`STALE_WAIT_S` past the grace), the
-cheaper of the two by far at thousands of root entries, and spends the wait refreshing the stale
-slot next in line.  A grace period is
+time-based grace (below) a change does not take a slot it would rewrite whole (content unknown,
+a large root) while a slot retired current comes back within its grace: it waits for that one (at
+most :data:`STALE_WAIT_S` past the grace), the cheaper of the two by far at thousands of root
+entries, and spends the wait refreshing the stale slot next in line.  A grace period is
 either a wait for every program run that started before it (the BPF maps: one wait covers every
 slot retired before it) or, where the data plane gives no such signal (a P4Runtime switch), a
 time (``grace_s``): then each slot has its own, from the moment it was switched away from, and
@@ -182,10 +182,20 @@ class LiveBroker:
         root = self.live_root
         return root is None or len(root.runs) > REFRESH_SPANS
 
+    def _whole(self, slot: int) -> bool:
+        """Whether a change that takes free ``slot`` would rewrite it whole: its content unknown
+        (never written, a failed write, too many changes behind) and the live root more than
+        :data:`REFRESH_SPANS` runs.  (A slot only some changes behind costs what those changes
+        touched, which every slot of a burst of changes pays alike.)"""
+        if self.dirty.get(slot) is not None:
+            return False
+        root = self.live_root
+        return root is None or len(root.runs) > REFRESH_SPANS
+
     def _only_stale(self) -> bool:
-        """With a time-based grace: every free slot is stale while a retired slot (current when
-        it was retired) will come back."""
-        return self.grace_s is not None and self.coming_back > 0 and all(self._stale(s) for s in self.free_slots)
+        """With a time-based grace: every free slot would be rewritten whole (:meth:`_whole`)
+        while a retired slot, current when it was retired, will come back."""
+        return self.grace_s is not None and self.coming_back > 0 and all(self._whole(s) for s in self.free_slots)
 
     def _schedule_full(self, at) -> bool:
         assert self.schedule is not None
@@ -199,9 +209,9 @@ class LiveBroker:
     def _publish(self, ch: Change, owned: bool, at=None) -> None:
         """Steps 3 and 4 for ``ch``'s root (``owned``: this slot holds the root's reference), the
         switch scheduled at ``at`` when given."""
-        if self.grace_s is not None and self._stale(self.free_slots[-1]):
-            fresh = [s for s in self.free_slots if not self._stale(s)]
-            if fresh:  # the last slot a fresh one: LIFO among the fresh
+        if self.grace_s is not None and self._whole(self.free_slots[-1]):
+            fresh = [s for s in self.free_slots if not self._whole(s)]
+            if fresh:  # the last slot one of known content: LIFO among those
                 self.free_slots.remove(fresh[-1])
                 self.free_slots.append(fresh[-1])
         slot = self.free_slots.pop()

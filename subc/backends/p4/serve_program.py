@@ -27,8 +27,10 @@ from .slots import DEFAULT_MAX_MESSAGES
 
 #: Versions of the root (level-0 states 1..root slots) a switch holds at once by default: changes
 #: in flight before a grace period ends (``subc serve`` makes at most one change per grace period /
-#: root slots).  Each holds a copy of the root's entries in the first field's table.
-ROOT_SLOTS = 4
+#: root slots).  Each holds a copy of the root's entries in the first field's table.  16: at BMv2's
+#: 50 ms grace, one change per 3.3 ms (SUBACK p99 8 ms at 10,000 live once the slots are warm,
+#: against 50 ms with 4: bench/serve_p4runtime.py, docs/p4runtime.md).
+ROOT_SLOTS = 16
 #: Entries per live subscription declared for each stage table (and the first field's table
 #: holds the root slots' copies): a subscription adds a few nodes of a few runs per level.
 ENTRIES_PER_SUBSCRIPTION = 4
