@@ -58,8 +58,9 @@ REFRESH_IDLE_S = 0.004
 #: seconds past ``grace_s`` a change waits for a retired slot to come back instead of taking a
 #: stale free one (the reclaimer may linger or be busy freeing another root)
 STALE_WAIT_S = 0.025
-#: entries refreshed at a time by a change waiting for a retired slot (the reclaimer's own size)
-REFRESH_WAIT_WRITES = 8
+#: entries per refresh of a stale free root slot, by the reclaimer or by a change waiting for a
+#: retired slot (times the message slots' tables: a change waits for these)
+REFRESH_WRITES = 8
 FORCE_AFTER_S = 5.0  # a change that finds the schedule full this long switches the oldest entry at once
 
 
@@ -150,7 +151,7 @@ class LiveBroker:
                     # the reclaimer's refreshes, stale slots still come up
                     self.stale_waits += not counted
                     counted = True
-                    self.lock.wait(timeout=0.001 if self._refresh_locked(REFRESH_WAIT_WRITES) else 0.005)
+                    self.lock.wait(timeout=0.001 if self._refresh_locked(REFRESH_WRITES) else 0.005)
                 else:
                     break
             ch = self.diagram.change(ops)
@@ -177,10 +178,7 @@ class LiveBroker:
         level-0 spans changed since it was written, or its content unknown and the live root more
         than that many runs (unknown, when no root is owned)."""
         d = self.dirty.get(slot)
-        if d is not None:
-            return len(d) > REFRESH_SPANS
-        root = self.live_root
-        return root is None or len(root.runs) > REFRESH_SPANS
+        return len(d) > REFRESH_SPANS if d is not None else self._whole(slot)
 
     def _whole(self, slot: int) -> bool:
         """Whether a change that takes free ``slot`` would rewrite it whole: its content unknown

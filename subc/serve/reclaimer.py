@@ -9,15 +9,13 @@ import sqlite3
 import threading
 import time
 
-from ..dataplane.live_broker import LiveBroker
+from ..dataplane.live_broker import REFRESH_WRITES, LiveBroker
 from .events import event
 from .store import Store
 
 RECLAIM_LINGER = 0.02  # seconds retired root slots may wait to be reclaimed together
 ADVANCE_EVERY = 0.005  # seconds between looks at the feed's position while switches are scheduled
 CHECKPOINT_EVERY = 1.0  # seconds between checkpoints of the store's write-ahead log
-#: entries per refresh of a stale free root slot (times the message slots' tables: a change waits for these)
-REFRESH_WRITES = 8
 REFRESH_PAUSE = 0.001  # seconds between refreshes: the lock is free for a change meanwhile
 
 
@@ -28,10 +26,10 @@ def reclaim_forever(
     (:meth:`LiveBroker.advance`, every :data:`ADVANCE_EVERY` s while any is scheduled); whenever
     ``work`` is set (a change retired a root slot or drained an endpoint), wait a moment for more
     (:data:`RECLAIM_LINGER`, unless a quarter of the ``root_slots`` or more are retired or
-    stale: a stale slot is one a change would rather wait for a retired slot than take),
+    stale: a stale free slot costs a change much of a root's rewrite),
     then one grace period for all of them and free their entries (:meth:`LiveBroker.reclaim`)
     and the drained endpoints; then, until the next change, refresh stale free root slots
-    (:meth:`LiveBroker.refresh`, :data:`REFRESH_WRITES` writes at a time); every
+    (:meth:`LiveBroker.refresh`, :data:`~subc.dataplane.live_broker.REFRESH_WRITES` entries at a time); every
     :data:`CHECKPOINT_EVERY` s, checkpoint the store."""
     checkpointed = time.monotonic()
     while not stopping.is_set():
